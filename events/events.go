@@ -1,0 +1,197 @@
+// Package events is the schema of the records on the inboxd.events topic: a
+// versioned JSON envelope, one event per record, keyed by conversation id,
+// with the event type repeated in the "type" record header so consumers can
+// filter without decoding. It owns encoding and validation; it must not know
+// about PostgreSQL or Kafka clients. docs/events.md documents it for outside
+// consumers.
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Version is the envelope version this package writes and accepts.
+const Version = 1
+
+// HeaderType is the record header that repeats the event type.
+const HeaderType = "type"
+
+// DefaultMaxBody is the default limit of a message body in bytes.
+const DefaultMaxBody = 4096
+
+// Event types.
+const (
+	ConversationCreated = "conversation.created"
+	MemberAdded         = "member.added"
+	MemberRemoved       = "member.removed"
+	MessageSent         = "message.sent"
+	RecordUpdated       = "record.updated"
+	ReadUpdated         = "read.updated"
+)
+
+// MaxMembers bounds the member list of a created event.
+const MaxMembers = 10000
+
+// Event is one change. Fields beyond the envelope are set per type:
+// conversation.created: Title, Members; member.added/removed: UserID;
+// message.sent: MsgID, Body; record.updated: Pinned and/or Muted;
+// read.updated: ReadSeq.
+type Event struct {
+	V              int       `json:"v"`
+	Type           string    `json:"type"`
+	EventID        string    `json:"event_id"`
+	ConversationID int64     `json:"conversation_id"`
+	ActorID        int64     `json:"actor_id"`
+	At             time.Time `json:"at"`
+
+	Title   string  `json:"title,omitempty"`
+	Members []int64 `json:"members,omitempty"`
+	UserID  int64   `json:"user_id,omitempty"`
+	MsgID   string  `json:"msg_id,omitempty"`
+	Body    *string `json:"body,omitempty"`
+	Pinned  *bool   `json:"pinned,omitempty"`
+	Muted   *bool   `json:"muted,omitempty"`
+	ReadSeq *int64  `json:"read_seq,omitempty"`
+}
+
+// ErrInvalid is wrapped by every validation failure of Decode and Validate.
+var ErrInvalid = errors.New("invalid event")
+
+// InvalidError says why an event was refused; Reason is short and stable
+// enough to be used as a DLQ header.
+type InvalidError struct {
+	Reason string
+}
+
+func (e *InvalidError) Error() string { return "invalid event: " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+func invalid(format string, args ...any) error {
+	return &InvalidError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Key is the record key of events of a conversation.
+func Key(conversationID int64) []byte {
+	return strconv.AppendInt(nil, conversationID, 10)
+}
+
+// Encode validates e and returns its JSON encoding.
+func Encode(e *Event, maxBody int) ([]byte, error) {
+	if err := e.Validate(maxBody); err != nil {
+		return nil, err
+	}
+	return json.Marshal(e)
+}
+
+// Decode parses and validates one record value. Unknown fields are allowed
+// (a newer writer may add fields within version 1); everything the type needs
+// must be present and well formed.
+func Decode(value []byte, maxBody int) (*Event, error) {
+	if !utf8.Valid(value) {
+		return nil, invalid("not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(value))
+	var e Event
+	if err := dec.Decode(&e); err != nil {
+		return nil, invalid("not a JSON event: %v", err)
+	}
+	if dec.More() {
+		return nil, invalid("trailing data after the event")
+	}
+	if err := e.Validate(maxBody); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Validate checks the envelope and the fields the type requires.
+func (e *Event) Validate(maxBody int) error {
+	if maxBody <= 0 {
+		maxBody = DefaultMaxBody
+	}
+	if e.V != Version {
+		return invalid("unsupported version %d", e.V)
+	}
+	if _, err := uuid.Parse(e.EventID); err != nil || len(e.EventID) != 36 {
+		return invalid("event_id is not a uuid")
+	}
+	if e.ConversationID <= 0 {
+		return invalid("conversation_id must be positive")
+	}
+	if e.ActorID <= 0 {
+		return invalid("actor_id must be positive")
+	}
+	if e.At.IsZero() {
+		return invalid("missing at")
+	}
+	switch e.Type {
+	case ConversationCreated:
+		if !utf8.ValidString(e.Title) || len(e.Title) > 256 {
+			return invalid("title too long or not UTF-8")
+		}
+		if len(e.Members) > MaxMembers {
+			return invalid("too many members")
+		}
+		for _, m := range e.Members {
+			if m <= 0 {
+				return invalid("member ids must be positive")
+			}
+		}
+	case MemberAdded, MemberRemoved:
+		if e.UserID <= 0 {
+			return invalid("user_id must be positive")
+		}
+	case MessageSent:
+		if _, err := uuid.Parse(e.MsgID); err != nil || len(e.MsgID) != 36 {
+			return invalid("msg_id is not a uuid")
+		}
+		if e.Body == nil || *e.Body == "" {
+			return invalid("missing body")
+		}
+		if len(*e.Body) > maxBody {
+			return invalid("body over %d bytes", maxBody)
+		}
+		if !utf8.ValidString(*e.Body) {
+			return invalid("body is not UTF-8")
+		}
+	case RecordUpdated:
+		if e.Pinned == nil && e.Muted == nil {
+			return invalid("record.updated without pinned or muted")
+		}
+	case ReadUpdated:
+		if e.ReadSeq == nil || *e.ReadSeq < 0 {
+			return invalid("read_seq missing or negative")
+		}
+	case "":
+		return invalid("missing type")
+	default:
+		return invalid("unknown type %q", e.Type)
+	}
+	return nil
+}
+
+// New returns an event of the given type with a fresh event id and the
+// current time.
+func New(typ string, conversationID, actorID int64) *Event {
+	return &Event{
+		V:              Version,
+		Type:           typ,
+		EventID:        uuid.NewString(),
+		ConversationID: conversationID,
+		ActorID:        actorID,
+		At:             time.Now().UTC(),
+	}
+}
+
+// Ptr returns a pointer to v, for the optional fields.
+func Ptr[T any](v T) *T { return &v }

@@ -1,0 +1,58 @@
+package events
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDecodeRejects(t *testing.T) {
+	good := New(MessageSent, 7, 42)
+	good.MsgID = "5f0c6c1e-4a59-4b8e-9a2b-1c0d1f2e3a4b"
+	good.Body = Ptr("hi")
+	raw, err := Encode(good, 0)
+	require.NoError(t, err)
+	back, err := Decode(raw, 0)
+	require.NoError(t, err)
+	require.Equal(t, *good.Body, *back.Body)
+
+	cases := map[string]string{
+		"not json":     `hello`,
+		"wrong v":      strings.Replace(string(raw), `"v":1`, `"v":2`, 1),
+		"unknown type": strings.Replace(string(raw), `message.sent`, `message.exploded`, 1),
+		"no msg_id":    strings.Replace(string(raw), good.MsgID, "", 1),
+		"empty body":   strings.Replace(string(raw), `"body":"hi"`, `"body":""`, 1),
+		"big body":     strings.Replace(string(raw), `"body":"hi"`, `"body":"`+strings.Repeat("x", 5000)+`"`, 1),
+		"bad utf8":     strings.Replace(string(raw), `"body":"hi"`, "\"body\":\"\xff\"", 1),
+		"no conv":      strings.Replace(string(raw), `"conversation_id":7`, `"conversation_id":0`, 1),
+		"trailing":     string(raw) + `{}`,
+	}
+	for name, in := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Decode([]byte(in), 0)
+			require.Error(t, err)
+			require.True(t, errors.Is(err, ErrInvalid), "%v", err)
+		})
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"v":1,"type":"message.sent","event_id":"5f0c6c1e-4a59-4b8e-9a2b-1c0d1f2e3a4b","conversation_id":1,"actor_id":2,"at":"2026-01-01T00:00:00Z","msg_id":"5f0c6c1e-4a59-4b8e-9a2b-1c0d1f2e3a4c","body":"x"}`))
+	f.Add([]byte(`{"v":1,"type":"conversation.created","members":[1,2]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := Decode(b, 0)
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalid)
+			return
+		}
+		// Whatever decodes must encode and decode again to the same event.
+		raw, err := Encode(e, 0)
+		require.NoError(t, err)
+		e2, err := Decode(raw, 0)
+		require.NoError(t, err)
+		require.Equal(t, e.EventID, e2.EventID)
+		require.Equal(t, e.Type, e2.Type)
+	})
+}

@@ -1,0 +1,296 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/producer"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// Defaults of Config.
+const (
+	DefaultGroup          = "inboxd-fanout"
+	DefaultMaxPollRecords = 5000
+)
+
+// Config configures a Fanout.
+type Config struct {
+	// Brokers to bootstrap from. Required.
+	Brokers []string
+	// Topic to consume. Default producer.DefaultTopic.
+	Topic string
+	// DLQTopic for poison records. Default Topic+".dlq".
+	DLQTopic string
+	// Group is the consumer group. Default DefaultGroup.
+	Group string
+	// MaxPollRecords bounds one batch (one transaction). Larger batches
+	// amortise the per-transaction cost under load; an idle system still
+	// commits each record as soon as it arrives. Default DefaultMaxPollRecords.
+	MaxPollRecords int
+	// MaxBody is the body limit; longer messages go to the DLQ.
+	// Default events.DefaultMaxBody.
+	MaxBody int
+	// Channel is the NOTIFY channel. Default projector.DefaultChannel.
+	Channel string
+	// MaxRetryInterval caps the backoff between retries of a failed batch.
+	// Default 5s.
+	MaxRetryInterval time.Duration
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the metrics. Default none.
+	Registerer prometheus.Registerer
+	// InstanceID names this process in logs. Default the client's.
+	InstanceID string
+}
+
+func (c *Config) setDefaults() {
+	if c.Topic == "" {
+		c.Topic = producer.DefaultTopic
+	}
+	if c.DLQTopic == "" {
+		c.DLQTopic = c.Topic + ".dlq"
+	}
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.MaxPollRecords == 0 {
+		c.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = events.DefaultMaxBody
+	}
+	if c.MaxRetryInterval == 0 {
+		c.MaxRetryInterval = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("fanout: no brokers")
+	}
+	if c.MaxPollRecords < 1 {
+		return fmt.Errorf("fanout: max poll records %d < 1", c.MaxPollRecords)
+	}
+	return nil
+}
+
+// Fanout consumes the topic into the projections.
+type Fanout struct {
+	cfg  Config
+	pool *pgxpool.Pool
+	proj *projector.Projector
+	m    *metrics
+}
+
+// New returns a Fanout over pool (the schema must be migrated).
+func New(cfg Config, pool *pgxpool.Pool) (*Fanout, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: cfg.Channel, Logger: cfg.Logger}, pool)
+	if err != nil {
+		return nil, err
+	}
+	m := newMetrics()
+	if cfg.Registerer != nil {
+		if err := m.register(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	return &Fanout{cfg: cfg, pool: pool, proj: proj, m: m}, nil
+}
+
+const sqlLoadOffsets = `SELECT "partition", next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = ANY($2::int[])`
+
+// adjustOffsets replaces the group's offsets with the ones stored in
+// PostgreSQL beside the projections.
+func (f *Fanout) adjustOffsets(ctx context.Context, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	out := map[string]map[int32]kgo.Offset{}
+	for topic, parts := range assigned {
+		ids := make([]int32, 0, len(parts))
+		for p := range parts {
+			ids = append(ids, p)
+		}
+		stored := map[int32]int64{}
+		op := func() error {
+			rows, err := f.pool.Query(ctx, sqlLoadOffsets, topic, ids)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var p int32
+				var n int64
+				if err := rows.Scan(&p, &n); err != nil {
+					return err
+				}
+				stored[p] = n
+			}
+			return rows.Err()
+		}
+		if err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {
+			f.cfg.Logger.Warn("loading stored offsets failed, retrying", "topic", topic, "err", err, "retry_in", d)
+		}); err != nil {
+			return nil, fmt.Errorf("load offsets of %s: %w", topic, err)
+		}
+		out[topic] = map[int32]kgo.Offset{}
+		for _, p := range ids {
+			if n, ok := stored[p]; ok {
+				out[topic][p] = kgo.NewOffset().At(n).WithEpoch(-1)
+			} else {
+				out[topic][p] = kgo.NewOffset().AtStart()
+			}
+		}
+		f.cfg.Logger.Info("partitions assigned", "topic", topic, "partitions", ids, "stored", stored)
+	}
+	return out, nil
+}
+
+func (f *Fanout) backoff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.MaxInterval = f.cfg.MaxRetryInterval
+	b.MaxElapsedTime = 0 // retry until the context ends
+	return b
+}
+
+// Run consumes until ctx ends. Errors of PostgreSQL or Kafka are retried;
+// it returns nil on a clean stop.
+func (f *Fanout) Run(ctx context.Context) error {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(f.cfg.Brokers...),
+		kgo.ClientID("inboxd-fanout"),
+		kgo.ConsumerGroup(f.cfg.Group),
+		kgo.ConsumeTopics(f.cfg.Topic),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.AdjustFetchOffsetsFn(f.adjustOffsets),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(200 * time.Millisecond),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			f.cfg.Logger.Info("partitions revoked", "partitions", m)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			f.cfg.Logger.Warn("partitions lost", "partitions", m)
+		}),
+		// The DLQ is written by the same client: idempotent, acks=all.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+	}
+	if f.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(f.cfg.InstanceID))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("fanout client: %w", err)
+	}
+	defer func() {
+		// Leave the group so that partitions move at once, not after the
+		// session timeout.
+		cl.Close()
+	}()
+	f.cfg.Logger.Info("fanout started", "topic", f.cfg.Topic, "group", f.cfg.Group)
+	for {
+		fetches := cl.PollRecords(ctx, f.cfg.MaxPollRecords)
+		if ctx.Err() != nil {
+			cl.AllowRebalance()
+			return nil
+		}
+		if fetches.IsClientClosed() {
+			return nil
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				f.cfg.Logger.Warn("fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		if err := f.process(ctx, cl, fetches); err != nil {
+			cl.AllowRebalance()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		cl.AllowRebalance()
+	}
+}
+
+// process decodes, dead-letters and applies one poll batch.
+func (f *Fanout) process(ctx context.Context, cl *kgo.Client, fetches kgo.Fetches) error {
+	var recs []projector.Record
+	var dead []*kgo.Record
+	fetches.EachRecord(func(r *kgo.Record) {
+		e, err := events.Decode(r.Value, f.cfg.MaxBody)
+		if err != nil {
+			reason := err.Error()
+			var inv *events.InvalidError
+			if errors.As(err, &inv) {
+				reason = inv.Reason
+			}
+			dead = append(dead, deadLetter(f.cfg.DLQTopic, r, reason))
+			f.cfg.Logger.Warn("poison record to DLQ", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+			recs = append(recs, projector.Record{Partition: r.Partition, Offset: r.Offset})
+			return
+		}
+		recs = append(recs, projector.Record{Partition: r.Partition, Offset: r.Offset, Event: e})
+	})
+	if len(recs) == 0 {
+		return nil
+	}
+	// Dead letters are written before the offsets move past them, so a crash
+	// in between can duplicate a dead letter but never lose one.
+	if len(dead) > 0 {
+		op := func() error { return cl.ProduceSync(ctx, dead...).FirstErr() }
+		if err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {
+			f.cfg.Logger.Warn("writing dead letters failed, retrying", "err", err, "retry_in", d)
+		}); err != nil {
+			return fmt.Errorf("write %d dead letters: %w", len(dead), err)
+		}
+		f.m.dead.Add(float64(len(dead)))
+	}
+	start := time.Now()
+	var res projector.Result
+	op := func() error {
+		var err error
+		res, err = f.proj.Apply(ctx, recs)
+		return err
+	}
+	if err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {
+		f.m.retries.Inc()
+		f.cfg.Logger.Warn("applying batch failed, retrying", "records", len(recs), "err", err, "retry_in", d)
+	}); err != nil {
+		return fmt.Errorf("apply batch of %d records: %w", len(recs), err)
+	}
+	f.m.observe(res, time.Since(start))
+	if res.Rejected > 0 {
+		f.cfg.Logger.Info("events rejected at their log position", "count", res.Rejected)
+	}
+	return nil
+}
+
+func deadLetter(topic string, r *kgo.Record, reason string) *kgo.Record {
+	h := append([]kgo.RecordHeader{}, r.Headers...)
+	h = append(h,
+		kgo.RecordHeader{Key: "reason", Value: []byte(reason)},
+		kgo.RecordHeader{Key: "source.topic", Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: "source.partition", Value: []byte(strconv.Itoa(int(r.Partition)))},
+		kgo.RecordHeader{Key: "source.offset", Value: []byte(strconv.FormatInt(r.Offset, 10))},
+	)
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h}
+}

@@ -1,0 +1,50 @@
+package fanout
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inboxd/inboxd/projector"
+)
+
+type metrics struct {
+	records, skipped, inboxRows, messages, rejected, dead, retries prometheus.Counter
+	batch                                                          prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "inboxd", Subsystem: "fanout", Name: name, Help: help})
+	}
+	return &metrics{
+		records:   c("records_total", "Records applied."),
+		skipped:   c("records_skipped_total", "Records below the stored offsets (already applied), skipped."),
+		inboxRows: c("inbox_rows_total", "Inbox rows written."),
+		messages:  c("messages_total", "Message rows written, system messages included."),
+		rejected:  c("rejected_total", "Events refused at their log position."),
+		dead:      c("dead_letters_total", "Records sent to the DLQ."),
+		retries:   c("batch_retries_total", "Retries of failed batches."),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "inboxd", Subsystem: "fanout",
+			Name: "batch_seconds", Help: "Time to apply one batch, retries included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+	}
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *metrics) observe(r projector.Result, d time.Duration) {
+	m.records.Add(float64(r.Records))
+	m.skipped.Add(float64(r.Skipped))
+	m.inboxRows.Add(float64(r.InboxRows))
+	m.messages.Add(float64(r.Messages))
+	m.rejected.Add(float64(r.Rejected))
+	m.batch.Observe(d.Seconds())
+}

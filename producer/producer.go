@@ -1,0 +1,238 @@
+// Package producer appends events to the log. It owns the Kafka producer
+// settings that the exactly-once story depends on (idempotent writes,
+// acks=all, key = conversation id so a conversation is totally ordered in one
+// partition) and the creation of the topics. It must not read projections.
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/inboxd/inboxd/events"
+)
+
+// Defaults of Config.
+const (
+	DefaultTopic      = "inboxd.events"
+	DefaultPartitions = 12
+	DefaultLinger     = 2 * time.Millisecond
+)
+
+// Config configures a Producer.
+type Config struct {
+	// Brokers to bootstrap from. Required.
+	Brokers []string
+	// Topic of the events. Default DefaultTopic.
+	Topic string
+	// DLQTopic receives records fanout cannot project. Default Topic+".dlq".
+	DLQTopic string
+	// CreateTopics creates Topic and DLQTopic when missing, with Partitions
+	// and ReplicationFactor, infinite retention (the log is the source of
+	// truth) and, with a replication factor above 2, min.insync.replicas=2.
+	CreateTopics bool
+	// Partitions of a created topic. Default DefaultPartitions.
+	Partitions int32
+	// ReplicationFactor of a created topic. Default 1 (kfake, one broker);
+	// use 3 in production.
+	ReplicationFactor int16
+	// Linger is how long a batch waits for more records. Small, so that a
+	// single send is not delayed; under load batches fill anyway.
+	// Default DefaultLinger.
+	Linger time.Duration
+	// MaxBody is the body limit enforced before appending. Default
+	// events.DefaultMaxBody.
+	MaxBody int
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// ClientID names the Kafka client. Default "inboxd".
+	ClientID string
+}
+
+func (c *Config) setDefaults() {
+	if c.Topic == "" {
+		c.Topic = DefaultTopic
+	}
+	if c.DLQTopic == "" {
+		c.DLQTopic = c.Topic + ".dlq"
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = 1
+	}
+	if c.Linger == 0 {
+		c.Linger = DefaultLinger
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = events.DefaultMaxBody
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.ClientID == "" {
+		c.ClientID = "inboxd"
+	}
+}
+
+func (c *Config) validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("producer: no brokers")
+	}
+	if c.Partitions < 1 {
+		return fmt.Errorf("producer: partitions %d < 1", c.Partitions)
+	}
+	if c.ReplicationFactor < 1 {
+		return fmt.Errorf("producer: replication factor %d < 1", c.ReplicationFactor)
+	}
+	return nil
+}
+
+// Producer appends events. It is safe for concurrent use.
+type Producer struct {
+	cfg Config
+	cl  *kgo.Client
+}
+
+// Position is where a record landed.
+type Position struct {
+	Partition int32
+	Offset    int64
+}
+
+// New connects a producer. It does not wait for the brokers; EnsureTopics
+// or the first Append does.
+func New(cfg Config) (*Producer, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.DefaultProduceTopic(cfg.Topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // Kafka's murmur2 of the key
+		kgo.ProducerLinger(cfg.Linger),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.RecordRetries(10000),
+		kgo.RetryTimeout(30*time.Second),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("producer client: %w", err)
+	}
+	return &Producer{cfg: cfg, cl: cl}, nil
+}
+
+// Topic returns the event topic.
+func (p *Producer) Topic() string { return p.cfg.Topic }
+
+// DLQTopic returns the dead-letter topic.
+func (p *Producer) DLQTopic() string { return p.cfg.DLQTopic }
+
+// Client returns the underlying client (for admin and health checks).
+func (p *Producer) Client() *kgo.Client { return p.cl }
+
+// Close flushes and closes.
+func (p *Producer) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = p.cl.Flush(ctx)
+	p.cl.Close()
+}
+
+// EnsureTopics creates the topics when CreateTopics is set and they are
+// missing, retrying until ctx ends while the brokers are unreachable.
+func (p *Producer) EnsureTopics(ctx context.Context) error {
+	if !p.cfg.CreateTopics {
+		return nil
+	}
+	return EnsureTopics(ctx, p.cl, p.cfg)
+}
+
+// EnsureTopics creates cfg's topics on the cluster of cl when missing.
+func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
+	cfg.setDefaults()
+	adm := kadm.NewClient(cl)
+	configs := map[string]*string{"retention.ms": kadm.StringPtr("-1"), "retention.bytes": kadm.StringPtr("-1")}
+	if cfg.ReplicationFactor > 2 {
+		configs["min.insync.replicas"] = kadm.StringPtr("2")
+	}
+	for _, t := range []string{cfg.Topic, cfg.DLQTopic} {
+		for {
+			resp, err := adm.CreateTopic(ctx, cfg.Partitions, cfg.ReplicationFactor, configs, t)
+			if err == nil {
+				err = resp.Err
+			}
+			if err == nil || errors.Is(err, kerr.TopicAlreadyExists) {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("create topic %s: %w", t, err)
+			}
+			cfg.Logger.Warn("creating topic failed, retrying", "topic", t, "err", err)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("create topic %s: %w", t, ctx.Err())
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return nil
+}
+
+// Record builds the Kafka record of e.
+func Record(topic string, e *events.Event, value []byte) *kgo.Record {
+	return &kgo.Record{
+		Topic:   topic,
+		Key:     events.Key(e.ConversationID),
+		Value:   value,
+		Headers: []kgo.RecordHeader{{Key: events.HeaderType, Value: []byte(e.Type)}},
+	}
+}
+
+// Append validates e, appends it and waits for the acknowledgement of all
+// in-sync replicas.
+func (p *Producer) Append(ctx context.Context, e *events.Event) (Position, error) {
+	value, err := events.Encode(e, p.cfg.MaxBody)
+	if err != nil {
+		return Position{}, err
+	}
+	r := Record(p.cfg.Topic, e, value)
+	if err := p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return Position{}, fmt.Errorf("append %s to %s: %w", e.Type, p.cfg.Topic, err)
+	}
+	return Position{Partition: r.Partition, Offset: r.Offset}, nil
+}
+
+// AppendAsync validates e and appends it without waiting; done is called
+// with the outcome (from the client's goroutine; it must not block).
+func (p *Producer) AppendAsync(ctx context.Context, e *events.Event, done func(Position, error)) {
+	value, err := events.Encode(e, p.cfg.MaxBody)
+	if err != nil {
+		done(Position{}, err)
+		return
+	}
+	p.cl.Produce(ctx, Record(p.cfg.Topic, e, value), func(r *kgo.Record, err error) {
+		done(Position{Partition: r.Partition, Offset: r.Offset}, err)
+	})
+}
+
+// AppendRaw appends an arbitrary value under a conversation's key: for tests
+// and tools that need records no valid event would produce.
+func (p *Producer) AppendRaw(ctx context.Context, conversationID int64, typ string, value []byte) error {
+	r := &kgo.Record{Topic: p.cfg.Topic, Key: []byte(strconv.FormatInt(conversationID, 10)), Value: value,
+		Headers: []kgo.RecordHeader{{Key: events.HeaderType, Value: []byte(typ)}}}
+	return p.cl.ProduceSync(ctx, r).FirstErr()
+}
+
+// Flush waits for buffered records.
+func (p *Producer) Flush(ctx context.Context) error { return p.cl.Flush(ctx) }

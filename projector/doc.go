@@ -1,0 +1,25 @@
+// Package projector applies decoded events to the PostgreSQL projections. It
+// owns the projection rules (conversation seqs, membership spans, per-user
+// inboxes, records, rejections) and the exactly-once bookkeeping (stored
+// offsets), and ends every batch with the NOTIFY of the users whose heads
+// moved. It is pure with respect to Kafka: fanout (live) and replay (rebuild)
+// feed it records; it must not consume or produce.
+//
+// # Transactions and locks
+//
+// Apply runs one transaction per batch. Rows are locked in one global order:
+// consumer offsets by partition, then conversations by id, then users by id.
+// Every writer of these tables follows that order, so two fanout processes
+// (or a fanout and a zombie) can block each other but never deadlock.
+// Membership and record rows of a conversation are only written by the
+// partition that owns the conversation, which the offset lock serialises.
+//
+// # Notifications
+//
+// The last statements of the transaction are pg_notify on Config.Channel
+// (default "inboxd"), delivered if and only if the batch commits. A payload is
+// a space-separated list of tokens, each under 8000 bytes in all:
+//
+//	h<user_id>:<inbox_head>   the user's inbox head moved to inbox_head
+//	r<msg_id>                 a message.sent with this msg_id was rejected
+package projector

@@ -1,0 +1,142 @@
+// Package testenv assembles the real parts an integration test needs: a fresh
+// migrated PostgreSQL database (pgtest), a Kafka protocol server (an
+// in-process kfake cluster per test, or the brokers in INBOXD_TEST_KAFKA_BROKERS
+// with a fresh topic per test), a producer, and a running fanout.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/producer"
+)
+
+// EnvBrokers names the variable with external brokers for the tests.
+const EnvBrokers = "INBOXD_TEST_KAFKA_BROKERS"
+
+// Env is one test's world.
+type Env struct {
+	DatabaseURL string
+	Pool        *pgxpool.Pool
+	Brokers     []string
+	Cluster     *kfake.Cluster // nil with external brokers
+	Topic       string
+	Partitions  int32
+	Producer    *producer.Producer
+	Logger      *slog.Logger
+}
+
+// Options of New.
+type Options struct {
+	// Partitions of the topic. Default 4.
+	Partitions int32
+}
+
+var topicSeq atomic.Int64
+
+// Logger returns a logger writing to the test log at warn level (debug with
+// INBOXD_TEST_VERBOSE=1).
+func Logger(t testing.TB) *slog.Logger {
+	lvl := slog.LevelWarn
+	if os.Getenv("INBOXD_TEST_VERBOSE") != "" {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: lvl}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// New builds an Env; everything is closed at the test's end.
+func New(t testing.TB, o Options) *Env {
+	t.Helper()
+	if o.Partitions == 0 {
+		o.Partitions = 4
+	}
+	e := &Env{Partitions: o.Partitions, Logger: Logger(t)}
+	e.Pool, e.DatabaseURL = pgtest.NewPool(t)
+	e.Topic = "inboxd.events"
+	if b := os.Getenv(EnvBrokers); b != "" {
+		e.Brokers = strings.Split(b, ",")
+		e.Topic = fmt.Sprintf("inboxd.test.%d.%d.%d", os.Getpid(), time.Now().UnixNano()%1e9, topicSeq.Add(1))
+	} else {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(int(o.Partitions)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		e.Cluster = c
+		e.Brokers = c.ListenAddrs()
+	}
+	p, err := producer.New(e.ProducerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := p.EnsureTopics(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Producer = p
+	return e
+}
+
+// ProducerConfig is the producer configuration of this Env.
+func (e *Env) ProducerConfig() producer.Config {
+	return producer.Config{Brokers: e.Brokers, Topic: e.Topic, CreateTopics: true, Partitions: e.Partitions, Logger: e.Logger}
+}
+
+// FanoutConfig is the fanout configuration of this Env.
+func (e *Env) FanoutConfig() fanout.Config {
+	return fanout.Config{Brokers: e.Brokers, Topic: e.Topic, Group: "fanout-" + e.Topic, Logger: e.Logger}
+}
+
+// StartFanout runs an in-process fanout until the returned stop is called
+// (or the test ends).
+func (e *Env) StartFanout(t testing.TB) (stop func()) {
+	t.Helper()
+	f, err := fanout.New(e.FanoutConfig(), e.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	var stopped atomic.Bool
+	stop = func() {
+		if stopped.Swap(true) {
+			return
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("fanout: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// WaitCaughtUp waits until the stored offsets reach the end of every
+// partition of the topic, or fails the test after timeout.
+func (e *Env) WaitCaughtUp(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	if err := WaitCaughtUp(context.Background(), e.Pool, e.Producer, timeout); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,180 @@
+package projector
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Check is the outcome of one invariant check.
+type Check struct {
+	Name       string
+	Invariant  string
+	Violations int64
+	Samples    []string // up to 5 readable examples
+}
+
+// Report is the outcome of Verify.
+type Report struct {
+	Checks []Check
+	Users, Conversations, Messages, InboxRows int64
+}
+
+// OK says whether every check passed.
+func (r Report) OK() bool {
+	for _, c := range r.Checks {
+		if c.Violations > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Print writes a readable report.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "projections: %d users, %d conversations, %d messages, %d inbox rows\n",
+		r.Users, r.Conversations, r.Messages, r.InboxRows)
+	for _, c := range r.Checks {
+		status := "ok"
+		if c.Violations > 0 {
+			status = fmt.Sprintf("VIOLATED (%d)", c.Violations)
+		}
+		fmt.Fprintf(w, "  %-3s %-62s %s\n", c.Invariant, c.Name, status)
+		for _, s := range c.Samples {
+			fmt.Fprintf(w, "        %s\n", s)
+		}
+	}
+	if r.OK() {
+		fmt.Fprintln(w, "all invariants hold")
+	} else {
+		fmt.Fprintln(w, "INVARIANTS VIOLATED")
+	}
+}
+
+// Querier is what Verify reads through (a pool, a connection or a tx).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+type checkSQL struct {
+	inv, name, sql string // sql returns one text column per violation
+}
+
+// Users whose floor is above zero had entries pruned by retention, so the
+// "missing entry" checks only apply to entries above the floor; the others
+// hold for every row that is there.
+var checks = []checkSQL{
+	{"I1", "inbox seqs contiguous from floor+1 to head", `
+SELECT format('user %s: floor %s head %s, %s rows from %s to %s', u.id, u.inbox_floor, u.inbox_seq, count(i.inbox_seq), min(i.inbox_seq), max(i.inbox_seq))
+FROM users u LEFT JOIN inbox i ON i.user_id = u.id
+GROUP BY u.id, u.inbox_floor, u.inbox_seq
+HAVING count(i.inbox_seq) <> u.inbox_seq - u.inbox_floor
+    OR (count(i.inbox_seq) > 0 AND (min(i.inbox_seq) <> u.inbox_floor + 1 OR max(i.inbox_seq) <> u.inbox_seq))`},
+	{"I1", "no inbox row of an unknown user", `
+SELECT format('user %s has inbox rows but no users row', i.user_id) FROM inbox i LEFT JOIN users u ON u.id = i.user_id WHERE u.id IS NULL GROUP BY i.user_id`},
+	{"I2", "message seqs 1..last_seq without holes", `
+SELECT format('conversation %s: last_seq %s, %s messages from %s to %s', c.id, c.last_seq, count(m.seq), min(m.seq), max(m.seq))
+FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id
+GROUP BY c.id, c.last_seq
+HAVING count(m.seq) <> c.last_seq OR (count(m.seq) > 0 AND (min(m.seq) <> 1 OR max(m.seq) <> c.last_seq))`},
+	{"I3", "every member has every message of its spans (above its floor)", `
+WITH expected AS (
+  SELECT s.user_id, m.conversation_id, m.seq FROM messages m
+  JOIN member_spans s ON s.conversation_id = m.conversation_id AND m.seq >= s.joined_seq AND (s.left_seq IS NULL OR m.seq <= s.left_seq)
+  JOIN users u ON u.id = s.user_id WHERE u.inbox_floor = 0
+), actual AS (
+  SELECT user_id, conversation_id, seq FROM inbox WHERE kind = 1
+)
+SELECT format('user %s misses conversation %s seq %s', user_id, conversation_id, seq)
+FROM (SELECT * FROM expected EXCEPT SELECT * FROM actual) x`},
+	{"I3", "no one has a message outside its membership spans", `
+SELECT format('user %s has conversation %s seq %s without being a member then', i.user_id, i.conversation_id, i.seq)
+FROM inbox i WHERE i.kind = 1 AND NOT EXISTS (
+  SELECT 1 FROM member_spans s WHERE s.conversation_id = i.conversation_id AND s.user_id = i.user_id
+  AND i.seq >= s.joined_seq AND (s.left_seq IS NULL OR i.seq <= s.left_seq))`},
+	{"I3", "each message at most once per inbox", `
+SELECT format('user %s has conversation %s seq %s %s times', user_id, conversation_id, seq, count(*))
+FROM inbox WHERE kind = 1 GROUP BY user_id, conversation_id, seq HAVING count(*) > 1`},
+	{"I3", "inbox entries point at existing messages", `
+SELECT format('user %s inbox_seq %s points at missing conversation %s seq %s', i.user_id, i.inbox_seq, i.conversation_id, i.seq)
+FROM inbox i LEFT JOIN messages m ON m.conversation_id = i.conversation_id AND m.seq = i.seq
+WHERE i.kind = 1 AND m.seq IS NULL`},
+	{"I4", "a conversation's entries ascend within each inbox", `
+SELECT format('user %s: conversation %s seq %s at inbox_seq %s after seq %s', user_id, conversation_id, seq, inbox_seq, prev)
+FROM (SELECT user_id, conversation_id, seq, inbox_seq,
+             lag(seq) OVER (PARTITION BY user_id, conversation_id ORDER BY inbox_seq) AS prev
+      FROM inbox WHERE kind = 1) x WHERE prev >= seq`},
+	{"I5", "each msg_id projected once", `
+SELECT format('msg_id %s appears %s times', msg_id, count(*)) FROM messages GROUP BY msg_id HAVING count(*) > 1`},
+	{"I5", "no rejected msg_id projected from the same event", `
+SELECT format('event %s was both rejected and projected', r.event_id) FROM rejections r JOIN messages m ON m.msg_id = r.event_id`},
+	{"I6", "no entry above its user's head", `
+SELECT format('user %s has inbox_seq %s above head %s', u.id, i.inbox_seq, u.inbox_seq)
+FROM inbox i JOIN users u ON u.id = i.user_id WHERE i.inbox_seq > u.inbox_seq OR i.inbox_seq <= u.inbox_floor`},
+	{"I7", "rejections lie below the stored offsets", `
+SELECT format('rejection at %s/%s but next_offset is %s', r."partition", r."offset", coalesce(o.next_offset, 0))
+FROM rejections r LEFT JOIN consumer_offsets o ON o.topic = r.topic AND o."partition" = r."partition"
+WHERE o.next_offset IS NULL OR r."offset" >= o.next_offset`},
+	{"I8", "record versions strictly increase within each inbox", `
+SELECT format('user %s: version %s at inbox_seq %s after version %s', user_id, version, inbox_seq, prev)
+FROM (SELECT user_id, version, inbox_seq, lag(version) OVER (PARTITION BY user_id ORDER BY inbox_seq) AS prev
+      FROM inbox WHERE kind = 2) x WHERE prev >= version`},
+	{"I8", "every record's version is an entry of its user's inbox", `
+SELECT format('user %s conversation %s version %s has no inbox entry', r.user_id, r.conversation_id, r.version)
+FROM records r JOIN users u ON u.id = r.user_id
+WHERE u.inbox_floor = 0 AND NOT EXISTS (
+  SELECT 1 FROM inbox i WHERE i.user_id = r.user_id AND i.kind = 2 AND i.version = r.version AND i.conversation_id = r.conversation_id)`},
+	{"I8", "user record_version is the highest version", `
+SELECT format('user %s: record_version %s, highest record %s', u.id, u.record_version, max(r.version))
+FROM users u JOIN records r ON r.user_id = u.id GROUP BY u.id, u.record_version HAVING max(r.version) > u.record_version`},
+	{"--", "members and records agree", `
+SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)
+FROM records r LEFT JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
+WHERE (s.user_id IS NULL) <> r.removed`},
+}
+
+// Verify checks invariants I1–I8 on the projections in the current schema
+// search path of q.
+func Verify(ctx context.Context, q Querier) (Report, error) {
+	var r Report
+	err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM users), (SELECT count(*) FROM conversations),
+(SELECT count(*) FROM messages), (SELECT count(*) FROM inbox)`).Scan(&r.Users, &r.Conversations, &r.Messages, &r.InboxRows)
+	if err != nil {
+		return r, fmt.Errorf("count projections: %w", err)
+	}
+	for _, c := range checks {
+		rows, err := q.Query(ctx, c.sql)
+		if err != nil {
+			return r, fmt.Errorf("check %s (%s): %w", c.inv, c.name, err)
+		}
+		ch := Check{Name: c.name, Invariant: c.inv}
+		for rows.Next() {
+			ch.Violations++
+			if len(ch.Samples) < 5 {
+				var s string
+				if err := rows.Scan(&s); err != nil {
+					rows.Close()
+					return r, err
+				}
+				ch.Samples = append(ch.Samples, s)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return r, fmt.Errorf("check %s (%s): %w", c.inv, c.name, err)
+		}
+		r.Checks = append(r.Checks, ch)
+	}
+	return r, nil
+}
+
+// String is the report as text.
+func (r Report) String() string {
+	var sb strings.Builder
+	r.Print(&sb)
+	return sb.String()
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/internal/app"
+	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/producer"
+)
+
+func runDev(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	var c common
+	var f fanoutFlags
+	c.bind(fs, true)
+	f.bind(fs)
+	dataDir := fs.String("data-dir", "./data", "where the embedded Kafka log and PostgreSQL cluster live")
+	pgPort := fs.Int("pg-port", 54329, "port of the embedded PostgreSQL (when no database URL is given)")
+	kafkaPort := fs.Int("kafka-port", 9092, "port of the embedded Kafka (when no brokers are given)")
+	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP address of the API, the web demo and the operator endpoints")
+	fs.Usage = config.Usage(fs, "inboxd dev: everything in one process on an embedded Kafka (kfake) and PostgreSQL")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	log, err := c.logger()
+	if err != nil {
+		return err
+	}
+	infra, err := app.StartDev(ctx, app.DevConfig{
+		DataDir: *dataDir, DatabaseURL: c.databaseURL, Brokers: config.SplitList(c.brokers),
+		PGPort: *pgPort, KafkaPort: *kafkaPort, Partitions: c.partitions, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer infra.Close()
+	c.databaseURL = infra.DatabaseURL
+	c.brokers = fmt.Sprint(infra.Brokers[0])
+	for _, b := range infra.Brokers[1:] {
+		c.brokers += "," + b
+	}
+	fmt.Printf("inboxd dev\n  DATABASE_URL=%s\n  INBOXD_KAFKA_BROKERS=%s\n  http://%s\n", c.databaseURL, c.brokers, *httpAddr)
+
+	pool, err := app.OpenDB(ctx, c.databaseURL, int32(c.dbMaxConns), true, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	prod, err := producer.New(c.producerConfig(log))
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	if err := prod.EnsureTopics(ctx); err != nil {
+		return err
+	}
+	reg := app.NewRegistry()
+	fcfg := f.config(&c, log.With("service", "fanout"))
+	fcfg.Registerer = reg
+	fo, err := fanout.New(fcfg, pool)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return fo.Run(gctx) })
+	g.Go(func() error {
+		return app.Serve(gctx, *httpAddr, app.OpsMux(reg, app.Ready(pool, prod.Client())), f.drain, log)
+	})
+	err = g.Wait()
+	log.Info("inboxd dev stopped")
+	return err
+}

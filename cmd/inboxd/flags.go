@@ -1,0 +1,77 @@
+package main
+
+import (
+	"flag"
+	"log/slog"
+	"time"
+
+	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/producer"
+)
+
+// common are the settings most subcommands share.
+type common struct {
+	databaseURL       string
+	brokers           string
+	topic             string
+	partitions        int
+	replicationFactor int
+	createTopics      bool
+	logLevel          string
+	logFormat         string
+	dbMaxConns        int
+}
+
+func (c *common) bind(fs *flag.FlagSet, kafka bool) {
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL of the projections")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.IntVar(&c.dbMaxConns, "db-max-conns", 0, "PostgreSQL pool size (0: pgx default, max(4, cores))")
+	if kafka {
+		fs.StringVar(&c.brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers")
+		fs.StringVar(&c.topic, "topic", producer.DefaultTopic, "event topic (the DLQ is <topic>.dlq)")
+		fs.IntVar(&c.partitions, "partitions", producer.DefaultPartitions, "partitions of a topic created by inboxd")
+		fs.IntVar(&c.replicationFactor, "replication-factor", 1, "replication factor of a topic created by inboxd (3 in production)")
+		fs.BoolVar(&c.createTopics, "create-topics", true, "create the topics when missing")
+	}
+}
+
+func (c *common) logger() (*slog.Logger, error) { return config.Logger(c.logLevel, c.logFormat) }
+
+func (c *common) producerConfig(log *slog.Logger) producer.Config {
+	return producer.Config{
+		Brokers:           config.SplitList(c.brokers),
+		Topic:             c.topic,
+		CreateTopics:      c.createTopics,
+		Partitions:        int32(c.partitions),
+		ReplicationFactor: int16(c.replicationFactor),
+		Logger:            log,
+	}
+}
+
+// fanoutFlags are the settings of a fanout.
+type fanoutFlags struct {
+	group          string
+	maxPollRecords int
+	maxBody        int
+	drain          time.Duration
+}
+
+func (f *fanoutFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.group, "group", fanout.DefaultGroup, "fanout consumer group")
+	fs.IntVar(&f.maxPollRecords, "max-poll-records", fanout.DefaultMaxPollRecords, "records per batch (one transaction)")
+	fs.IntVar(&f.maxBody, "max-body", 4096, "message body limit in bytes; longer records go to the DLQ")
+	fs.DurationVar(&f.drain, "drain-timeout", 15*time.Second, "time to finish the current batch and leave the group at shutdown")
+}
+
+func (f *fanoutFlags) config(c *common, log *slog.Logger) fanout.Config {
+	return fanout.Config{
+		Brokers:        config.SplitList(c.brokers),
+		Topic:          c.topic,
+		Group:          f.group,
+		MaxPollRecords: f.maxPollRecords,
+		MaxBody:        f.maxBody,
+		Logger:         log,
+	}
+}

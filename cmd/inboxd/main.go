@@ -1,0 +1,76 @@
+// Command inboxd is the one binary of inboxd: each subcommand parses its
+// flags (every flag has an INBOXD_* environment twin), wires the components
+// and runs them until SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+var commands = map[string]command{
+	"dev":     {"run everything in one process on an embedded Kafka and PostgreSQL", runDev},
+	"fanout":  {"consume the event log into the PostgreSQL projections", runFanout},
+	"migrate": {"apply the database migrations", runMigrate},
+	"verify":  {"check invariants I1-I8 on the projections", runVerify},
+	"bench":   {"measure throughput (see docs/benchmarks.md)", runBench},
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "inboxd: sync for chat clients on Kafka and PostgreSQL\n\nusage: inboxd <command> [flags]\n\ncommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(os.Stderr, "\nrun 'inboxd <command> -h' for its flags\n")
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		if os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+			usage()
+			return
+		}
+		fmt.Fprintf(os.Stderr, "inboxd: unknown command %q\n\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cmd.run(ctx, os.Args[2:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		var ec exitCode
+		if errors.As(err, &ec) {
+			os.Exit(int(ec))
+		}
+		fmt.Fprintf(os.Stderr, "inboxd %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+// exitCode ends the process with a code and no further message.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }

@@ -19,7 +19,7 @@ type Check struct {
 
 // Report is the outcome of Verify.
 type Report struct {
-	Checks []Check
+	Checks                                    []Check
 	Users, Conversations, Messages, InboxRows int64
 }
 

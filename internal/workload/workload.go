@@ -66,9 +66,9 @@ type Generator struct {
 	next  int // conversations created so far
 	body  string
 	// Expectations.
-	Rejected int   // events that must be rejected (non-member sends)
-	Sends    int   // accepted message.sent events
-	Events   int   // events generated
+	Rejected int // events that must be rejected (non-member sends)
+	Sends    int // accepted message.sent events
+	Events   int // events generated
 	LastSeq  map[int64]int64
 }
 

@@ -50,8 +50,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics. Default none.
 	Registerer prometheus.Registerer
-	// InstanceID names this process in logs. Default the client's.
+	// InstanceID makes this process a static group member (KIP-345): a
+	// restarted process with the same id takes its partitions back at once
+	// instead of waiting for a rebalance. Default none (dynamic member).
 	InstanceID string
+	// SessionTimeout after which a silent member loses its partitions.
+	// Default 45s (Kafka's default).
+	SessionTimeout time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -69,6 +74,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = events.DefaultMaxBody
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 45 * time.Second
 	}
 	if c.MaxRetryInterval == 0 {
 		c.MaxRetryInterval = 5 * time.Second
@@ -183,6 +191,7 @@ func (f *Fanout) Run(ctx context.Context) error {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200 * time.Millisecond),
+		kgo.SessionTimeout(f.cfg.SessionTimeout),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			f.cfg.Logger.Info("partitions revoked", "partitions", m)
 		}),

@@ -56,12 +56,16 @@ type fanoutFlags struct {
 	maxPollRecords int
 	maxBody        int
 	drain          time.Duration
+	instanceID     string
+	sessionTimeout time.Duration
 }
 
 func (f *fanoutFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.group, "group", fanout.DefaultGroup, "fanout consumer group")
 	fs.IntVar(&f.maxPollRecords, "max-poll-records", fanout.DefaultMaxPollRecords, "records per batch (one transaction)")
 	fs.IntVar(&f.maxBody, "max-body", 4096, "message body limit in bytes; longer records go to the DLQ")
+	fs.StringVar(&f.instanceID, "instance-id", "", "static group membership id (a restarted process with the same id resumes at once)")
+	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "group session timeout")
 	fs.DurationVar(&f.drain, "drain-timeout", 15*time.Second, "time to finish the current batch and leave the group at shutdown")
 }
 
@@ -72,6 +76,8 @@ func (f *fanoutFlags) config(c *common, log *slog.Logger) fanout.Config {
 		Group:          f.group,
 		MaxPollRecords: f.maxPollRecords,
 		MaxBody:        f.maxBody,
+		InstanceID:     f.instanceID,
+		SessionTimeout: f.sessionTimeout,
 		Logger:         log,
 	}
 }

@@ -152,3 +152,29 @@ func NewPool(t testing.TB) (*pgxpool.Pool, string) {
 	t.Cleanup(pool.Close)
 	return pool, u
 }
+
+// NewDatabaseOn creates and migrates a fresh database on the server at
+// adminURL (a server the test started itself) and returns its URL.
+func NewDatabaseOn(t testing.TB, adminURL string) string {
+	t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("inboxd_t_%d_%d", os.Getpid(), counter.Add(1))
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	u := WithDB(adminURL, name)
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}

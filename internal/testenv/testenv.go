@@ -65,11 +65,33 @@ func (w testWriter) Write(p []byte) (int, error) {
 // New builds an Env; everything is closed at the test's end.
 func New(t testing.TB, o Options) *Env {
 	t.Helper()
+	return build(t, o, "")
+}
+
+// NewWithAdmin is New with the database created on the server at adminURL
+// (for tests that stop and start their own PostgreSQL).
+func NewWithAdmin(t testing.TB, o Options, adminURL string) *Env {
+	t.Helper()
+	return build(t, o, adminURL)
+}
+
+func build(t testing.TB, o Options, adminURL string) *Env {
+	t.Helper()
 	if o.Partitions == 0 {
 		o.Partitions = 4
 	}
 	e := &Env{Partitions: o.Partitions, Logger: Logger(t)}
-	e.Pool, e.DatabaseURL = pgtest.NewPool(t)
+	if adminURL == "" {
+		e.Pool, e.DatabaseURL = pgtest.NewPool(t)
+	} else {
+		e.DatabaseURL = pgtest.NewDatabaseOn(t, adminURL)
+		pool, err := pgxpool.New(context.Background(), e.DatabaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		e.Pool = pool
+	}
 	e.Topic = "inboxd.events"
 	if b := os.Getenv(EnvBrokers); b != "" {
 		e.Brokers = strings.Split(b, ",")

@@ -1,0 +1,102 @@
+package fanout_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/workload"
+	"github.com/inboxd/inboxd/producer"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// appendEvents appends evs asynchronously (each twice when dup) and waits
+// for every acknowledgement.
+func appendEvents(t testing.TB, p *producer.Producer, evs []*events.Event, dup bool) {
+	t.Helper()
+	ctx := testenv.Ctx(t, 2*time.Minute)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for _, e := range evs {
+		n := 1
+		if dup && e.Type == events.MessageSent {
+			n = 2
+		}
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			p.AppendAsync(ctx, e, func(_ producer.Position, err error) {
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+				wg.Done()
+			})
+		}
+	}
+	wg.Wait()
+	require.NoError(t, firstErr)
+}
+
+func generate(g *workload.Generator, n int) []*events.Event {
+	evs := make([]*events.Event, n)
+	for i := range evs {
+		evs[i] = g.Next()
+	}
+	return evs
+}
+
+// assertOutcome checks the invariants and that the projections are exactly
+// what the generator's model says.
+func assertOutcome(t testing.TB, env *testenv.Env, g *workload.Generator) {
+	t.Helper()
+	ctx := testenv.Ctx(t, time.Minute)
+	rep, err := projector.Verify(ctx, env.Pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+
+	rows, err := env.Pool.Query(ctx, `SELECT id, last_seq FROM conversations`)
+	require.NoError(t, err)
+	got := map[int64]int64{}
+	for rows.Next() {
+		var id, seq int64
+		require.NoError(t, rows.Scan(&id, &seq))
+		got[id] = seq
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, g.LastSeq, got, "every conversation's last_seq is the model's: no seq lost or consumed twice")
+
+	var texts, rejected int
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE kind = 'text'`).Scan(&texts))
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM rejections`).Scan(&rejected))
+	require.Equal(t, g.Sends, texts, "each accepted send projected exactly once")
+	require.Equal(t, g.Rejected, rejected, "each non-member send rejected once")
+
+	// I7: the stored offsets are the end of the log.
+	adm := kadm.NewClient(env.Producer.Client())
+	ends, err := adm.ListEndOffsets(ctx, env.Topic)
+	require.NoError(t, err)
+	ends.Each(func(o kadm.ListedOffset) {
+		var next int64
+		err := env.Pool.QueryRow(ctx, `SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = $2`, env.Topic, o.Partition).Scan(&next)
+		if o.Offset == 0 {
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, o.Offset, next, "partition %d: next_offset = last applied + 1", o.Partition)
+	})
+}
+
+func waitCaughtUp(t testing.TB, env *testenv.Env) {
+	t.Helper()
+	require.NoError(t, testenv.WaitCaughtUp(context.Background(), env.Pool, env.Producer, 3*time.Minute))
+}

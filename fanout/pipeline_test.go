@@ -1,0 +1,194 @@
+package fanout_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/workload"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// A randomized workload of 20,000 events over 200 conversations and 1,000
+// users with members added and removed while messages flow, and every
+// message record appended twice.
+func TestRandomWorkloadWithDuplicates(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 8})
+	env.StartFanout(t)
+	g := workload.New(workload.Config{Seed: 1, Users: 1000, Conversations: 200})
+	evs := generate(g, 20000)
+	// In chunks, so that batches see membership change mid-stream.
+	for i := 0; i < len(evs); i += 2500 {
+		appendEvents(t, env.Producer, evs[i:min(i+2500, len(evs))], true)
+	}
+	waitCaughtUp(t, env)
+	assertOutcome(t, env, g)
+	var dups int
+	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM messages`).Scan(&dups))
+	require.Greater(t, dups, 15000)
+}
+
+// The fanout process is killed with SIGKILL at random points, at least 20
+// times, and restarted each time.
+func TestFanoutKilledHard(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 6})
+	g := workload.New(workload.Config{Seed: 2, Users: 1000, Conversations: 200})
+	evs := generate(g, 20000)
+	procEnv := []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
+		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=killed", "INBOXD_INSTANCE_ID=fanout-a",
+		"INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_MAX_POLL_RECORDS=500", "INBOXD_LOG_LEVEL=warn"}
+	rnd := rand.New(rand.NewPCG(7, 7))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < len(evs); i += 500 {
+			appendEvents(t, env.Producer, evs[i:min(i+500, len(evs))], false)
+			time.Sleep(30 * time.Millisecond)
+		}
+	}()
+	kills := 0
+	for kills < 20 {
+		p := testenv.Start(t, procEnv, "fanout")
+		time.Sleep(time.Duration(300+rnd.IntN(700)) * time.Millisecond)
+		p.Kill()
+		kills++
+	}
+	<-done
+	p := testenv.Start(t, procEnv, "fanout")
+	waitCaughtUp(t, env)
+	require.NoError(t, p.Stop(20*time.Second))
+	t.Logf("fanout killed %d times", kills)
+	assertOutcome(t, env, g)
+}
+
+// Two fanout processes in one group over overlapping users, with
+// rebalances in the middle of the run (one joins, later one leaves).
+func TestTwoFanoutsRebalance(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 8})
+	// Few users, so that nearly every batch of both processes touches the
+	// same users.
+	g := workload.New(workload.Config{Seed: 3, Users: 60, Conversations: 100})
+	evs := generate(g, 16000)
+	base := []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
+		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=pair", "INBOXD_SESSION_TIMEOUT=6s",
+		"INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_MAX_POLL_RECORDS=300", "INBOXD_LOG_LEVEL=info"}
+	a := testenv.Start(t, base, "fanout")
+	appendEvents(t, env.Producer, evs[:4000], false)
+	b := testenv.Start(t, base, "fanout")
+	for i := 4000; i < 12000; i += 1000 {
+		appendEvents(t, env.Producer, evs[i:i+1000], false)
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.NoError(t, a.Stop(20*time.Second), a.Output())
+	appendEvents(t, env.Producer, evs[12000:], false)
+	waitCaughtUp(t, env)
+	require.NoError(t, b.Stop(20*time.Second), b.Output())
+	for name, p := range map[string]*testenv.Proc{"a": a, "b": b} {
+		out := p.Output()
+		require.NotContains(t, out, "deadlock", "fanout %s", name)
+		require.NotContains(t, out, "could not serialize", "fanout %s", name)
+		require.NotContains(t, out, "applying batch failed", "fanout %s", name)
+		require.Contains(t, out, "partitions assigned", "fanout %s took part", name)
+	}
+	require.Contains(t, b.Output(), "partitions revoked", "b saw a rebalance")
+	assertOutcome(t, env, g)
+}
+
+// PostgreSQL is stopped in the middle of a run and started again: fanout
+// waits with backoff and resumes by itself.
+func TestPostgresRestart(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	env := testenv.NewWithAdmin(t, testenv.Options{Partitions: 4}, srv.URL)
+	stop := env.StartFanout(t)
+	g := workload.New(workload.Config{Seed: 4, Users: 500, Conversations: 100})
+	evs := generate(g, 6000)
+	appendEvents(t, env.Producer, evs[:2000], false)
+	waitCaughtUp(t, env)
+	env.Pool.Reset()
+	require.NoError(t, srv.Stop())
+	appendEvents(t, env.Producer, evs[2000:4000], false)
+	time.Sleep(3 * time.Second) // fanout retries against a stopped server
+	srv2, err := srv.Restart(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv2.Stop() })
+	appendEvents(t, env.Producer, evs[4000:], false)
+	waitCaughtUp(t, env)
+	stop()
+	assertOutcome(t, env, g)
+}
+
+// Poison records land in the DLQ with a reason and the partition moves on;
+// a non-member's send is rejected without consuming a seq.
+func TestPoisonRecordsAndRejections(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 1})
+	env.StartFanout(t)
+	ctx := testenv.Ctx(t, time.Minute)
+	c := events.New(events.ConversationCreated, 5, 1)
+	c.Members = []int64{2}
+	_, err := env.Producer.Append(ctx, c)
+	require.NoError(t, err)
+	valid := func(actor int64) []byte {
+		e := events.New(events.MessageSent, 5, actor)
+		e.MsgID = uuid.NewString()
+		e.Body = events.Ptr("ok")
+		raw, err := events.Encode(e, 0)
+		require.NoError(t, err)
+		return raw
+	}
+	base := string(valid(1))
+	poison := map[string]string{
+		"not JSON":            `{{{ not json`,
+		"unknown type":        strings.Replace(base, `"message.sent"`, `"message.vanished"`, 1),
+		"missing fields":      `{"v":1,"type":"message.sent"}`,
+		"body over the limit": strings.Replace(base, `"body":"ok"`, `"body":"`+strings.Repeat("y", 5000)+`"`, 1),
+		"wrong version":       strings.Replace(base, `"v":1`, `"v":9`, 1),
+	}
+	for _, v := range poison {
+		require.NoError(t, env.Producer.AppendRaw(ctx, 5, "message.sent", []byte(v)))
+	}
+	require.NoError(t, env.Producer.AppendRaw(ctx, 5, "message.sent", valid(1)))
+	require.NoError(t, env.Producer.AppendRaw(ctx, 5, "message.sent", valid(99))) // not a member
+	require.NoError(t, env.Producer.AppendRaw(ctx, 5, "message.sent", valid(2)))
+	waitCaughtUp(t, env)
+
+	var last int64
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = 5`).Scan(&last))
+	require.Equal(t, int64(3), last, "created + two member sends; the non-member's send took no seq")
+	var reason string
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT reason FROM rejections WHERE actor_id = 99`).Scan(&reason))
+	require.Equal(t, "not_member", reason)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.ConsumeTopics(env.Topic+".dlq"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	var reasons []string
+	for len(reasons) < len(poison) {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "DLQ has %d of %d records", len(reasons), len(poison))
+		fs.EachRecord(func(r *kgo.Record) {
+			for _, h := range r.Headers {
+				if h.Key == "reason" {
+					reasons = append(reasons, string(h.Value))
+				}
+			}
+		})
+	}
+	require.Len(t, reasons, len(poison))
+	joined := strings.Join(reasons, "\n")
+	for _, want := range []string{"not a JSON event", "unknown type", "event_id", "body over 4096 bytes", "unsupported version"} {
+		require.Contains(t, joined, want)
+	}
+	rep, err := projector.Verify(ctx, env.Pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+}

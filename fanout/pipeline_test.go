@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,28 +46,41 @@ func TestFanoutKilledHard(t *testing.T) {
 	evs := generate(g, 20000)
 	procEnv := []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
 		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=killed", "INBOXD_INSTANCE_ID=fanout-a",
-		"INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_MAX_POLL_RECORDS=500", "INBOXD_LOG_LEVEL=warn"}
+		"INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_MAX_POLL_RECORDS=10", "INBOXD_LOG_LEVEL=warn"}
 	rnd := rand.New(rand.NewPCG(7, 7))
 	done := make(chan struct{})
+	var appended atomic.Int64
+	// A backlog first, then the rest paced over the kill phase, with small
+	// batches, so that kills land while there is work in flight.
+	appendEvents(t, env.Producer, evs[:12000], false)
+	appended.Store(12000)
 	go func() {
 		defer close(done)
-		for i := 0; i < len(evs); i += 500 {
-			appendEvents(t, env.Producer, evs[i:min(i+500, len(evs))], false)
-			time.Sleep(30 * time.Millisecond)
+		for i := 12000; i < len(evs); i += 400 {
+			appendEvents(t, env.Producer, evs[i:min(i+400, len(evs))], false)
+			appended.Add(int64(min(400, len(evs)-i)))
+			time.Sleep(200 * time.Millisecond)
 		}
 	}()
-	kills := 0
+	kills, behind := 0, 0
 	for kills < 20 {
 		p := testenv.Start(t, procEnv, "fanout")
 		time.Sleep(time.Duration(300+rnd.IntN(700)) * time.Millisecond)
+		var stored int64
+		_ = env.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets`).Scan(&stored)
+		if stored < appended.Load() {
+			behind++ // killed with records still to apply
+		}
 		p.Kill()
 		kills++
 	}
 	<-done
-	p := testenv.Start(t, procEnv, "fanout")
+	require.GreaterOrEqual(t, behind, 10, "most kills must land while the fanout has work")
+	p := testenv.Start(t, append(procEnv, "INBOXD_LOG_LEVEL=info"), "fanout")
+	require.NoError(t, p.WaitOutput("partitions assigned", time.Minute))
 	waitCaughtUp(t, env)
-	require.NoError(t, p.Stop(20*time.Second))
-	t.Logf("fanout killed %d times", kills)
+	require.NoError(t, p.Stop(20*time.Second), p.Output())
+	t.Logf("fanout killed %d times, %d of them with records still to apply", kills, behind)
 	assertOutcome(t, env, g)
 }
 

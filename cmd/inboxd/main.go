@@ -61,6 +61,9 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return // stopped by a signal while starting up: a clean stop
+		}
 		var ec exitCode
 		if errors.As(err, &ec) {
 			os.Exit(int(ec))

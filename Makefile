@@ -1,0 +1,24 @@
+# inboxd: the two commands are `make run` and `make test`.
+GO ?= go
+GOTESTFLAGS ?=
+
+.PHONY: run test test-short build vet bench-fanout clean
+
+run: ## start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it)
+	$(GO) run ./cmd/inboxd dev
+
+build:
+	$(GO) build -o bin/inboxd ./cmd/inboxd
+
+test: ## every test, against a real PostgreSQL and kfake started by the tests
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 40m $(GOTESTFLAGS) ./...
+
+test-short:
+	$(GO) test -count=1 -short ./...
+
+bench-fanout:
+	$(GO) run ./cmd/inboxd bench fanout
+
+clean:
+	rm -rf bin data

@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+type ctxKey int
+
+const userKey ctxKey = 1
+
+// userFrom returns the authenticated user of ctx, 0 when none.
+func userFrom(ctx context.Context) int64 {
+	u, _ := ctx.Value(userKey).(int64)
+	return u
+}
+
+// IssueToken signs an HS256 token for user with lifetime ttl, as the dev
+// token endpoint does. Tools and tests use it; production tokens come from
+// the deployment's identity service with the same claims (sub, exp).
+func IssueToken(secret []byte, user int64, ttl time.Duration) (string, error) {
+	now := time.Now()
+	claims := jwt.RegisteredClaims{
+		Subject:   strconv.FormatInt(user, 10),
+		IssuedAt:  jwt.NewNumericDate(now),
+		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
+}
+
+// verifyToken returns the user id of a valid token: HS256 with our secret,
+// exp required and in the future, sub a positive decimal user id.
+func verifyToken(secret []byte, raw string) (int64, error) {
+	var claims jwt.RegisteredClaims
+	_, err := jwt.ParseWithClaims(raw, &claims, func(*jwt.Token) (any, error) { return secret, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+	)
+	if err != nil {
+		return 0, err
+	}
+	u, err := strconv.ParseInt(claims.Subject, 10, 64)
+	if err != nil || u <= 0 || strconv.FormatInt(u, 10) != claims.Subject {
+		return 0, errors.New("sub is not a user id")
+	}
+	return u, nil
+}
+
+// authenticate resolves the bearer token of r.
+func (g *Gateway) authenticate(r *http.Request) (int64, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return 0, unauthorized("missing bearer token")
+	}
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return 0, unauthorized("authorization is not a bearer token")
+	}
+	u, err := verifyToken(g.cfg.AuthSecret, strings.TrimSpace(tok))
+	if err != nil {
+		msg := "invalid token"
+		if errors.Is(err, jwt.ErrTokenExpired) {
+			msg = "token expired"
+		}
+		return 0, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: msg, Err: err}
+	}
+	return u, nil
+}
+
+type devTokenRequest struct {
+	UserID int64 `json:"user_id"`
+}
+
+type devTokenResponse struct {
+	Token     string    `json:"token"`
+	UserID    int64     `json:"user_id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// handleDevToken is POST /v1/dev/token, registered only in dev mode.
+func (g *Gateway) handleDevToken(w http.ResponseWriter, r *http.Request) error {
+	var req devTokenRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if req.UserID <= 0 {
+		return badRequest("user_id must be a positive integer")
+	}
+	tok, err := IssueToken(g.cfg.AuthSecret, req.UserID, g.cfg.DevTokenTTL)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, devTokenResponse{Token: tok, UserID: req.UserID,
+		ExpiresAt: time.Now().Add(g.cfg.DevTokenTTL).UTC().Truncate(time.Second)})
+	return nil
+}

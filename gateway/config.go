@@ -1,0 +1,260 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// Defaults of Config.
+const (
+	DefaultAddr            = "127.0.0.1:8080"
+	DefaultAckWait         = 2 * time.Second
+	DefaultAppendTimeout   = 10 * time.Second
+	DefaultLongPollMax     = 30 * time.Second
+	DefaultMaxHeldPolls    = 20000
+	DefaultPollInterval    = time.Second
+	DefaultTooLongLag      = 500
+	DefaultPageDefault     = 50
+	DefaultPageMax         = 200
+	DefaultSendRate        = 50
+	DefaultSendBurst       = 200
+	DefaultSyncRate        = 50
+	DefaultSyncBurst       = 200
+	DefaultWakeJitter      = 5 * time.Millisecond
+	DefaultWakeBurst       = 64
+	DefaultDevTokenTTL     = 24 * time.Hour
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultListenBackoff   = 5 * time.Second
+	DefaultMaxTitle        = 256
+)
+
+// Config configures a Gateway. The zero value of every field means its
+// default; New validates the result.
+type Config struct {
+	// Addr is the TCP address Run listens on. Default DefaultAddr
+	// ("127.0.0.1:8080"; INBOXD_HTTP_ADDR in cmd/inboxd).
+	Addr string
+
+	// AuthSecret is the HS256 key of the bearer tokens. Required.
+	AuthSecret []byte
+
+	// DevMode enables POST /v1/dev/token, which hands out a token for any
+	// user id. Never enable it where real users connect. Default off.
+	DevMode bool
+
+	// DevTokenTTL is the lifetime of a dev token. Default 24h.
+	DevTokenTTL time.Duration
+
+	// Channel is the NOTIFY channel of the projector. Default
+	// projector.DefaultChannel ("inboxd"); it must match fanout's.
+	Channel string
+
+	// AckWait bounds how long a send (and a create) waits for its
+	// projection before answering 202 pending (201 for a create). Longer
+	// waits turn more sends into a definitive 201 at the cost of holding
+	// the request. Default 2s.
+	AckWait time.Duration
+
+	// AppendTimeout bounds one append to the log; past it the request
+	// answers 503 unavailable (the append may still land; a retry with the
+	// same msg_id is safe). Default 10s.
+	AppendTimeout time.Duration
+
+	// MaxBody is the limit of a message body in bytes (UTF-8). It must
+	// not exceed the producer's and fanout's limit, or the log refuses
+	// what the gateway accepted. Default events.DefaultMaxBody (4096).
+	MaxBody int
+
+	// MaxRequestBytes limits a request body; beyond it the answer is 413.
+	// JSON escapes can make a body up to six times longer than its text.
+	// Default max(64 KiB, 8*MaxBody).
+	MaxRequestBytes int64
+
+	// MaxMembers bounds the member list of a created conversation.
+	// Default events.MaxMembers.
+	MaxMembers int
+
+	// LongPollMax is the largest accepted wait of GET /v1/sync (the wait
+	// parameter is in whole seconds). Keep it below the idle timeouts of
+	// load balancers in front (often 60s). Default 30s.
+	LongPollMax time.Duration
+
+	// MaxHeldPolls caps the long-polls held at once by this process;
+	// beyond it a long-poll answers 503 unavailable with Retry-After.
+	// A held poll costs two parked goroutines and a timer, no thread.
+	// Default 20000.
+	MaxHeldPolls int
+
+	// PollInterval is the base of the _polling.next_interval_ms hint of
+	// sync answers. The hint grows linearly with the held long-polls, up to
+	// 5x at MaxHeldPolls, so clients back off under load. Default 1s.
+	PollInterval time.Duration
+
+	// SendRate and SendBurst are the per-user token bucket of writes
+	// (sends, creates, member, record and read changes). Defaults 50/s,
+	// burst 200.
+	SendRate  rate.Limit
+	SendBurst int
+
+	// SyncRate and SyncBurst are the per-user token bucket of reads (sync,
+	// conversation list, history). A held long-poll costs one token.
+	// Defaults 50/s, burst 200.
+	SyncRate  rate.Limit
+	SyncBurst int
+
+	// TooLongLag is the lag (head - after) above which a sync answers
+	// too long instead of entries. Default 500 (PROTOCOL.md).
+	TooLongLag int64
+
+	// PageDefault and PageMax are the default and largest page size of
+	// sync, the conversation list and history. Defaults 50 and 200.
+	PageDefault int
+	PageMax     int
+
+	// WakeJitter is the window over which the wake-ups of one notification
+	// are spread; WakeBurst waiters are woken at once in each step, the
+	// first step immediately. Negative disables the spreading.
+	// Defaults 5ms and 64.
+	WakeJitter time.Duration
+	WakeBurst  int
+
+	// ListenBackoffMax caps the backoff between reconnects of the LISTEN
+	// connection. Default 5s.
+	ListenBackoffMax time.Duration
+
+	// ShutdownTimeout bounds the graceful shutdown of Run after the held
+	// long-polls were released. Default 10s.
+	ShutdownTimeout time.Duration
+
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+
+	// Registerer receives the metrics. Default: a registry private to this
+	// gateway.
+	Registerer prometheus.Registerer
+
+	// Gatherer is what GET /metrics serves. Default: Registerer when it is
+	// also a Gatherer (a *prometheus.Registry), else prometheus.DefaultGatherer.
+	Gatherer prometheus.Gatherer
+}
+
+func (c *Config) setDefaults() {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.DevTokenTTL == 0 {
+		c.DevTokenTTL = DefaultDevTokenTTL
+	}
+	if c.Channel == "" {
+		c.Channel = projector.DefaultChannel
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.AppendTimeout == 0 {
+		c.AppendTimeout = DefaultAppendTimeout
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = events.DefaultMaxBody
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = max(64<<10, 8*int64(c.MaxBody))
+	}
+	if c.MaxMembers == 0 {
+		c.MaxMembers = events.MaxMembers
+	}
+	if c.LongPollMax == 0 {
+		c.LongPollMax = DefaultLongPollMax
+	}
+	if c.MaxHeldPolls == 0 {
+		c.MaxHeldPolls = DefaultMaxHeldPolls
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.SendRate == 0 {
+		c.SendRate = DefaultSendRate
+	}
+	if c.SendBurst == 0 {
+		c.SendBurst = DefaultSendBurst
+	}
+	if c.SyncRate == 0 {
+		c.SyncRate = DefaultSyncRate
+	}
+	if c.SyncBurst == 0 {
+		c.SyncBurst = DefaultSyncBurst
+	}
+	if c.TooLongLag == 0 {
+		c.TooLongLag = DefaultTooLongLag
+	}
+	if c.PageDefault == 0 {
+		c.PageDefault = DefaultPageDefault
+	}
+	if c.PageMax == 0 {
+		c.PageMax = DefaultPageMax
+	}
+	if c.WakeJitter == 0 {
+		c.WakeJitter = DefaultWakeJitter
+	}
+	if c.WakeBurst == 0 {
+		c.WakeBurst = DefaultWakeBurst
+	}
+	if c.ListenBackoffMax == 0 {
+		c.ListenBackoffMax = DefaultListenBackoff
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		c.Registerer = reg
+		if c.Gatherer == nil {
+			c.Gatherer = reg
+		}
+	}
+	if c.Gatherer == nil {
+		if g, ok := c.Registerer.(prometheus.Gatherer); ok {
+			c.Gatherer = g
+		} else {
+			c.Gatherer = prometheus.DefaultGatherer
+		}
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case len(c.AuthSecret) == 0:
+		return errors.New("gateway: AuthSecret is required")
+	case c.AckWait < 0, c.AppendTimeout < 0, c.DevTokenTTL < 0, c.PollInterval < 0,
+		c.ListenBackoffMax < 0, c.ShutdownTimeout < 0:
+		return errors.New("gateway: durations must not be negative")
+	case c.MaxBody < 0 || c.MaxRequestBytes < int64(c.MaxBody):
+		return fmt.Errorf("gateway: MaxRequestBytes %d below MaxBody %d", c.MaxRequestBytes, c.MaxBody)
+	case c.MaxMembers < 0 || c.MaxMembers > events.MaxMembers:
+		return fmt.Errorf("gateway: MaxMembers %d outside 1..%d", c.MaxMembers, events.MaxMembers)
+	case c.LongPollMax < time.Second:
+		return fmt.Errorf("gateway: LongPollMax %v below 1s", c.LongPollMax)
+	case c.MaxHeldPolls < 0:
+		return errors.New("gateway: MaxHeldPolls must not be negative")
+	case c.SendRate < 0 || c.SyncRate < 0 || c.SendBurst < 1 || c.SyncBurst < 1:
+		return errors.New("gateway: rates must be positive and bursts at least 1")
+	case c.TooLongLag < 1:
+		return errors.New("gateway: TooLongLag must be positive")
+	case c.PageDefault < 1 || c.PageMax < c.PageDefault:
+		return fmt.Errorf("gateway: page sizes default %d, max %d", c.PageDefault, c.PageMax)
+	case c.WakeBurst < 1:
+		return errors.New("gateway: WakeBurst must be positive")
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/inboxd/inboxd/producer"
+)
+
+// Gateway serves the HTTP API. Create it with New; serve Handler with Run
+// (or Serve, or any http.Server) while Listen runs the notification hub.
+// It is safe for concurrent use.
+type Gateway struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	prod    *producer.Producer
+	log     *slog.Logger
+	metrics *metrics
+	hub     *hub
+	handler http.Handler
+	routes  []route
+
+	sendLimits *limiters
+	syncLimits *limiters
+
+	held      atomic.Int64  // long-polls currently held
+	draining  chan struct{} // closed by Drain
+	drainOnce sync.Once
+}
+
+// New builds a gateway reading projections through pool and appending
+// through prod. It does not connect; Listen and the requests do.
+func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if pool == nil || prod == nil {
+		return nil, errors.New("gateway: a pool and a producer are required")
+	}
+	g := &Gateway{
+		cfg:        cfg,
+		pool:       pool,
+		prod:       prod,
+		log:        cfg.Logger,
+		sendLimits: newLimiters(cfg.SendRate, cfg.SendBurst),
+		syncLimits: newLimiters(cfg.SyncRate, cfg.SyncBurst),
+		draining:   make(chan struct{}),
+	}
+	m, err := newMetrics(cfg.Registerer,
+		func() float64 { return float64(g.held.Load()) },
+		func() float64 {
+			if g.hub.connected.Load() {
+				return 1
+			}
+			return 0
+		})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: register metrics: %w", err)
+	}
+	g.metrics = m
+	g.hub = newHub(cfg.Logger, cfg.WakeJitter, cfg.WakeBurst, m)
+	g.routes = g.routeTable()
+	g.handler = g.buildHandler()
+	return g, nil
+}
+
+// Handler returns the HTTP handler of every endpoint.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Listen runs the notification hub (one dedicated LISTEN connection,
+// reconnected with backoff) until ctx ends. Without it, long-polls only end
+// by their timeout and sends answer 202. Run calls it; tests that serve
+// Handler themselves run it beside.
+func (g *Gateway) Listen(ctx context.Context) error {
+	cc := g.pool.Config().ConnConfig.Copy()
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	cc.RuntimeParams["application_name"] = "inboxd-gateway-listen"
+	return g.hub.run(ctx, g.cfg.Channel, g.cfg.ListenBackoffMax, func(ctx context.Context) (*pgx.Conn, error) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return pgx.ConnectConfig(cctx, cc)
+	})
+}
+
+// Drain releases every held long-poll (each answers at once, with
+// Connection: close) and makes new ones answer without holding; waiting
+// sends answer 202 pending. Run calls it on shutdown. It is idempotent.
+func (g *Gateway) Drain() {
+	g.drainOnce.Do(func() { close(g.draining) })
+}
+
+func (g *Gateway) isDraining() bool {
+	select {
+	case <-g.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// HeldPolls returns the number of long-polls currently held.
+func (g *Gateway) HeldPolls() int { return int(g.held.Load()) }
+
+func (g *Gateway) acquireHold() bool {
+	if g.held.Add(1) > int64(g.cfg.MaxHeldPolls) {
+		g.held.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (g *Gateway) releaseHold() { g.held.Add(-1) }
+
+// Run listens on Config.Addr and serves until ctx ends; see Serve.
+func (g *Gateway) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", g.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("gateway: listen on %s: %w", g.cfg.Addr, err)
+	}
+	return g.Serve(ctx, ln)
+}
+
+// Serve serves Handler on ln and runs Listen until ctx ends, then shuts down
+// gracefully: it stops accepting, releases the held long-polls (Drain),
+// waits up to ShutdownTimeout for the requests in flight and closes.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+	g.log.Info("gateway listening", "addr", ln.Addr().String())
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return g.Listen(ctx) })
+	eg.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("gateway: serve: %w", err)
+		}
+		return nil
+	})
+	eg.Go(func() error {
+		<-ctx.Done()
+		g.Drain()
+		sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+			return fmt.Errorf("gateway: shutdown: %w", err)
+		}
+		return nil
+	})
+	return eg.Wait()
+}

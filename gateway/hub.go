@@ -1,0 +1,306 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/projector"
+)
+
+const hubShards = 64
+
+// hub routes notifications to waiters. Waiters subscribe by user id (held
+// long-polls, sends waiting for their ack, WebSocket sessions) or by msg_id
+// (a send waiting for a possible rejection). A subscription is a coalescing
+// signal: any number of notifications between two reads wake the waiter once,
+// and the waiter re-reads PostgreSQL. It is safe for concurrent use.
+type hub struct {
+	log     *slog.Logger
+	jitter  time.Duration
+	burst   int
+	metrics *metrics
+
+	users [hubShards]hubShard
+	rejMu sync.Mutex
+	rej   map[string]map[*subscription]struct{}
+
+	connected atomic.Bool
+	listening atomic.Bool
+	spread    sync.WaitGroup // goroutines spreading the wake-ups of one notification
+
+	// beforeConnect, when set (tests), runs before each connection attempt.
+	beforeConnect func(ctx context.Context)
+}
+
+type hubShard struct {
+	mu   sync.Mutex
+	subs map[int64]map[*subscription]struct{}
+}
+
+// subscription is one waiter's registration. C is signalled (never closed)
+// when the waiter should re-read; Head is the highest inbox head notified
+// for the user since the subscription began (0 if none).
+type subscription struct {
+	c     chan struct{}
+	head  atomic.Int64
+	h     *hub
+	user  int64
+	msgID string
+	once  sync.Once
+}
+
+func newHub(log *slog.Logger, jitter time.Duration, burst int, m *metrics) *hub {
+	h := &hub{log: log, jitter: jitter, burst: burst, metrics: m, rej: map[string]map[*subscription]struct{}{}}
+	for i := range h.users {
+		h.users[i].subs = map[int64]map[*subscription]struct{}{}
+	}
+	return h
+}
+
+// C is signalled when something for the subscription may have changed.
+func (s *subscription) C() <-chan struct{} { return s.c }
+
+// Head is the highest head notified for the user since subscribing.
+func (s *subscription) Head() int64 { return s.head.Load() }
+
+func (s *subscription) signal() {
+	select {
+	case s.c <- struct{}{}:
+	default:
+	}
+}
+
+// Close unsubscribes; it is idempotent.
+func (s *subscription) Close() {
+	s.once.Do(func() {
+		if s.msgID != "" {
+			s.h.rejMu.Lock()
+			if set := s.h.rej[s.msgID]; set != nil {
+				delete(set, s)
+				if len(set) == 0 {
+					delete(s.h.rej, s.msgID)
+				}
+			}
+			s.h.rejMu.Unlock()
+			return
+		}
+		sh := &s.h.users[uint64(s.user)%hubShards]
+		sh.mu.Lock()
+		if set := sh.subs[s.user]; set != nil {
+			delete(set, s)
+			if len(set) == 0 {
+				delete(sh.subs, s.user)
+			}
+		}
+		sh.mu.Unlock()
+	})
+}
+
+// subscribeUser registers a waiter for user's inbox head. Subscribe before
+// reading, so that a commit after the read cannot go unnoticed.
+func (h *hub) subscribeUser(user int64) *subscription {
+	s := &subscription{c: make(chan struct{}, 1), h: h, user: user}
+	sh := &h.users[uint64(user)%hubShards]
+	sh.mu.Lock()
+	set := sh.subs[user]
+	if set == nil {
+		set = map[*subscription]struct{}{}
+		sh.subs[user] = set
+	}
+	set[s] = struct{}{}
+	sh.mu.Unlock()
+	return s
+}
+
+// subscribeRejection registers a waiter for the rejection of msgID.
+func (h *hub) subscribeRejection(msgID string) *subscription {
+	s := &subscription{c: make(chan struct{}, 1), h: h, msgID: msgID}
+	h.rejMu.Lock()
+	set := h.rej[msgID]
+	if set == nil {
+		set = map[*subscription]struct{}{}
+		h.rej[msgID] = set
+	}
+	set[s] = struct{}{}
+	h.rejMu.Unlock()
+	return s
+}
+
+// dispatch wakes the waiters of one notification payload.
+func (h *hub) dispatch(payload string) {
+	n := projector.ParseNotification(payload)
+	var wake []*subscription
+	for user, head := range n.Heads {
+		sh := &h.users[uint64(user)%hubShards]
+		sh.mu.Lock()
+		for s := range sh.subs[user] {
+			for {
+				old := s.head.Load()
+				if head <= old || s.head.CompareAndSwap(old, head) {
+					break
+				}
+			}
+			wake = append(wake, s)
+		}
+		sh.mu.Unlock()
+	}
+	if len(n.Rejected) > 0 {
+		h.rejMu.Lock()
+		for _, id := range n.Rejected {
+			for s := range h.rej[id] {
+				wake = append(wake, s)
+			}
+		}
+		h.rejMu.Unlock()
+	}
+	h.wake(wake)
+}
+
+// wakeAll wakes every waiter: after a reconnect, notifications may have been
+// lost, so everybody re-reads.
+func (h *hub) wakeAll() {
+	var wake []*subscription
+	for i := range h.users {
+		sh := &h.users[i]
+		sh.mu.Lock()
+		for _, set := range sh.subs {
+			for s := range set {
+				wake = append(wake, s)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	h.rejMu.Lock()
+	for _, set := range h.rej {
+		for s := range set {
+			wake = append(wake, s)
+		}
+	}
+	h.rejMu.Unlock()
+	h.wake(wake)
+}
+
+// wake signals subs: the first burst now, the rest in bursts spread evenly
+// over the jitter window in random order.
+func (h *hub) wake(subs []*subscription) {
+	if len(subs) <= h.burst || h.jitter <= 0 {
+		for _, s := range subs {
+			s.signal()
+		}
+		return
+	}
+	rand.Shuffle(len(subs), func(i, j int) { subs[i], subs[j] = subs[j], subs[i] })
+	for _, s := range subs[:h.burst] {
+		s.signal()
+	}
+	rest := subs[h.burst:]
+	steps := (len(rest) + h.burst - 1) / h.burst
+	step := h.jitter / time.Duration(steps)
+	h.spread.Add(1)
+	go func() {
+		defer h.spread.Done()
+		t := time.NewTicker(max(step, 100*time.Microsecond))
+		defer t.Stop()
+		for len(rest) > 0 {
+			<-t.C
+			n := min(h.burst, len(rest))
+			for _, s := range rest[:n] {
+				s.signal()
+			}
+			rest = rest[n:]
+		}
+	}()
+}
+
+// waiters counts the current subscriptions (for tests and metrics).
+func (h *hub) waiters() int {
+	n := 0
+	for i := range h.users {
+		sh := &h.users[i]
+		sh.mu.Lock()
+		for _, set := range sh.subs {
+			n += len(set)
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// run holds the LISTEN connection until ctx ends, reconnecting with capped
+// exponential backoff. connect opens a dedicated connection (never a pool
+// connection: LISTEN is session state).
+func (h *hub) run(ctx context.Context, channel string, maxBackoff time.Duration, connect func(context.Context) (*pgx.Conn, error)) error {
+	if !h.listening.CompareAndSwap(false, true) {
+		return errors.New("gateway: notification hub already running")
+	}
+	defer h.listening.Store(false)
+	defer h.spread.Wait()
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 50 * time.Millisecond
+	bo.MaxInterval = maxBackoff
+	bo.MaxElapsedTime = 0
+	for {
+		if h.beforeConnect != nil {
+			h.beforeConnect(ctx)
+		}
+		err := h.listen(ctx, channel, connect)
+		h.connected.Store(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		h.metrics.listenerReconnects.Inc()
+		if err == nil { // it had been connected: a new outage starts
+			bo.Reset()
+		}
+		d := bo.NextBackOff()
+		h.log.Warn("LISTEN connection lost, reconnecting", "channel", channel, "err", err, "backoff", d)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d):
+		}
+	}
+}
+
+// listen connects, listens and dispatches until the connection fails. It
+// returns nil when the connection had been established (so the backoff
+// resets), else the connect error.
+func (h *hub) listen(ctx context.Context, channel string, connect func(context.Context) (*pgx.Conn, error)) error {
+	conn, err := connect(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen %s: %w", channel, err)
+	}
+	h.connected.Store(true)
+	h.log.Debug("listening for notifications", "channel", channel)
+	// Notifications may have been missed before this connection listened.
+	h.wakeAll()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			h.log.Warn("waiting for notifications failed", "channel", channel, "err", err)
+			return nil
+		}
+		h.metrics.notifications.Inc()
+		h.dispatch(n.Payload)
+	}
+}

@@ -1,0 +1,240 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/inboxd/inboxd/events"
+)
+
+// appendEvent appends e within AppendTimeout; a failure is a retryable 503.
+func (g *Gateway) appendEvent(ctx context.Context, e *events.Event) error {
+	actx, cancel := context.WithTimeout(ctx, g.cfg.AppendTimeout)
+	defer cancel()
+	if _, err := g.prod.Append(actx, e); err != nil {
+		if ctx.Err() != nil {
+			return errClientGone
+		}
+		if errors.Is(err, events.ErrInvalid) {
+			return err
+		}
+		return unavailable("appending to the log failed, try again", time.Second, err)
+	}
+	return nil
+}
+
+type accepted struct {
+	Status string `json:"status"`
+}
+
+func writeAccepted(w http.ResponseWriter) {
+	writeJSON(w, http.StatusAccepted, accepted{Status: "accepted"})
+}
+
+type createRequest struct {
+	Title   string  `json:"title"`
+	Members []int64 `json:"members"`
+}
+
+type createResponse struct {
+	ConversationID int64 `json:"conversation_id"`
+}
+
+const (
+	sqlNextConversationID = `SELECT nextval('conversation_ids')`
+	sqlConversationExists = `SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1)`
+)
+
+// handleCreate is POST /v1/conversations. The id comes from the
+// conversation_ids sequence, so the event's key is known before the append.
+// It answers 201 once the append is acknowledged (the creation is then
+// certain), after waiting up to AckWait for the projection so that an
+// immediate follow-up (a send) finds the conversation.
+func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	var req createRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if len(req.Title) > DefaultMaxTitle || !utf8.ValidString(req.Title) {
+		return badRequest("title must be UTF-8 of at most %d bytes", DefaultMaxTitle)
+	}
+	if len(req.Members) > g.cfg.MaxMembers {
+		return badRequest("at most %d members", g.cfg.MaxMembers)
+	}
+	for _, m := range req.Members {
+		if m <= 0 {
+			return badRequest("members must be positive user ids")
+		}
+	}
+	var cid int64
+	if err := g.pool.QueryRow(ctx, sqlNextConversationID).Scan(&cid); err != nil {
+		return fmt.Errorf("allocate conversation id: %w", err)
+	}
+	sub := g.hub.subscribeUser(user)
+	defer sub.Close()
+	e := events.New(events.ConversationCreated, cid, user)
+	e.Title, e.Members = req.Title, req.Members
+	if err := g.appendEvent(ctx, e); err != nil {
+		return err
+	}
+	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
+		var ok bool
+		err := g.pool.QueryRow(ctx, sqlConversationExists, cid).Scan(&ok)
+		return ok, err
+	}); err != nil {
+		return err
+	}
+	w.Header().Set("Location", fmt.Sprintf("/v1/conversations/%d", cid))
+	writeJSON(w, http.StatusCreated, createResponse{ConversationID: cid})
+	return nil
+}
+
+// waitProjected waits up to AckWait until done reports true, re-checking on
+// every wake-up of sub. Running out of time is not an error.
+func (g *Gateway) waitProjected(ctx context.Context, sub *subscription, done func(context.Context) (bool, error)) error {
+	timer := time.NewTimer(g.cfg.AckWait)
+	defer timer.Stop()
+	for {
+		if ok, err := done(ctx); err != nil || ok {
+			return err
+		}
+		select {
+		case <-sub.C():
+		case <-timer.C:
+			return nil
+		case <-g.draining:
+			return nil
+		case <-ctx.Done():
+			return errClientGone
+		}
+	}
+}
+
+type addMemberRequest struct {
+	UserID int64 `json:"user_id"`
+}
+
+// handleAddMember is POST /v1/conversations/{cid}/members: 202 once the
+// member.added event is appended.
+func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	cid, err := pathID(r, "cid")
+	if err != nil {
+		return err
+	}
+	var req addMemberRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if req.UserID <= 0 {
+		return badRequest("user_id must be a positive integer")
+	}
+	if err := g.requireMember(ctx, user, cid); err != nil {
+		return err
+	}
+	e := events.New(events.MemberAdded, cid, user)
+	e.UserID = req.UserID
+	if err := g.appendEvent(ctx, e); err != nil {
+		return err
+	}
+	writeAccepted(w)
+	return nil
+}
+
+// handleRemoveMember is DELETE /v1/conversations/{cid}/members/{uid}: any
+// current member may remove itself or another member. Removing a user who is
+// not a member changes nothing and still answers 202.
+func (g *Gateway) handleRemoveMember(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	cid, err := pathID(r, "cid")
+	if err != nil {
+		return err
+	}
+	uid, err := pathID(r, "uid")
+	if err != nil {
+		return err
+	}
+	if err := g.requireMember(ctx, user, cid); err != nil {
+		return err
+	}
+	e := events.New(events.MemberRemoved, cid, user)
+	e.UserID = uid
+	if err := g.appendEvent(ctx, e); err != nil {
+		return err
+	}
+	writeAccepted(w)
+	return nil
+}
+
+type recordRequest struct {
+	Pinned *bool `json:"pinned"`
+	Muted  *bool `json:"muted"`
+}
+
+// handleRecord is PATCH /v1/conversations/{cid}/record.
+func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	cid, err := pathID(r, "cid")
+	if err != nil {
+		return err
+	}
+	var req recordRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if req.Pinned == nil && req.Muted == nil {
+		return badRequest("give pinned and/or muted")
+	}
+	if err := g.requireMember(ctx, user, cid); err != nil {
+		return err
+	}
+	e := events.New(events.RecordUpdated, cid, user)
+	e.Pinned, e.Muted = req.Pinned, req.Muted
+	if err := g.appendEvent(ctx, e); err != nil {
+		return err
+	}
+	writeAccepted(w)
+	return nil
+}
+
+type readRequest struct {
+	Seq *int64 `json:"seq"`
+}
+
+// handleRead is POST /v1/conversations/{cid}/read. A seq beyond the
+// conversation's last is capped by the projector; a seq at or below the
+// current read position changes nothing.
+func (g *Gateway) handleRead(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	cid, err := pathID(r, "cid")
+	if err != nil {
+		return err
+	}
+	var req readRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if req.Seq == nil || *req.Seq < 0 {
+		return badRequest("seq must be a non-negative integer")
+	}
+	if err := g.requireMember(ctx, user, cid); err != nil {
+		return err
+	}
+	e := events.New(events.ReadUpdated, cid, user)
+	e.ReadSeq = req.Seq
+	if err := g.appendEvent(ctx, e); err != nil {
+		return err
+	}
+	writeAccepted(w)
+	return nil
+}

@@ -1,0 +1,305 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// sendStatus is how a send ended.
+type sendStatus int
+
+const (
+	sendProjected sendStatus = iota // projected within the ack wait: 201
+	sendDuplicate                   // the msg_id was already projected: 200, original seq
+	sendPending                     // appended, not yet projected: 202
+)
+
+// sendResult is the outcome of send.
+type sendResult struct {
+	status  sendStatus
+	message *message // unless pending
+	msgID   string
+}
+
+const sqlMessageByID = `SELECT ` + sqlMessageCols + ` FROM messages m WHERE m.msg_id = $1`
+
+// sqlSendOutcome says whether msg_id is projected (the message) or the event
+// was refused (its reason), whichever happened.
+const sqlSendOutcome = `SELECT ` + sqlMessageCols + `,
+	(SELECT reason FROM rejections WHERE event_id = $2)
+FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
+
+const sqlMembership = `SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1),
+	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL)`
+
+// requireMember fails unless conversation cid exists (404) and user is a
+// current member of it (403).
+func (g *Gateway) requireMember(ctx context.Context, user, cid int64) error {
+	var exists, member bool
+	if err := g.pool.QueryRow(ctx, sqlMembership, cid, user).Scan(&exists, &member); err != nil {
+		return fmt.Errorf("membership of user %d in %d: %w", user, cid, err)
+	}
+	if !exists {
+		return notFound("conversation %d does not exist", cid)
+	}
+	if !member {
+		return notMember("user %d is not a member of conversation %d", user, cid)
+	}
+	return nil
+}
+
+// sameMessage answers a msg_id that is already projected: the original for
+// the same sender and conversation, else a 400 (the id is taken).
+func sameMessage(m *message, user, cid int64) error {
+	if m.SenderID != user || m.ConversationID != cid || m.Kind != "text" {
+		return badRequest("msg_id %s is already used by another message", m.MsgID)
+	}
+	return nil
+}
+
+// send appends a message.sent and waits up to AckWait for its projection.
+// It is shared by POST .../messages and the WebSocket send. The order
+// matters: subscribe (so a projection after the check wakes us), look the
+// msg_id up (a retry answers with the original), check membership, append,
+// then wait for a notification of the sender's head (the sender gets its own
+// message in its inbox) or of a rejection of the msg_id.
+func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string) (*sendResult, error) {
+	if len(body) > g.cfg.MaxBody {
+		return nil, tooLarge("body is %d bytes, over the limit of %d", len(body), g.cfg.MaxBody)
+	}
+	if body == "" {
+		return nil, badRequest("body must not be empty")
+	}
+	if !utf8.ValidString(body) {
+		return nil, badRequest("body is not valid UTF-8")
+	}
+	sub := g.hub.subscribeUser(user)
+	defer sub.Close()
+	rej := g.hub.subscribeRejection(msgID)
+	defer rej.Close()
+
+	var ms msgScan
+	err := g.pool.QueryRow(ctx, sqlMessageByID, msgID).Scan(ms.targets()...)
+	switch {
+	case err == nil:
+		m := ms.message()
+		if err := sameMessage(m, user, cid); err != nil {
+			return nil, err
+		}
+		g.metrics.sends.WithLabelValues("duplicate").Inc()
+		return &sendResult{status: sendDuplicate, message: m, msgID: msgID}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("look up msg_id %s: %w", msgID, err)
+	}
+	if err := g.requireMember(ctx, user, cid); err != nil {
+		return nil, err
+	}
+
+	e := events.New(events.MessageSent, cid, user)
+	e.MsgID, e.Body = msgID, &body
+	actx, cancel := context.WithTimeout(ctx, g.cfg.AppendTimeout)
+	_, err = g.prod.Append(actx, e)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errClientGone
+		}
+		if errors.Is(err, events.ErrInvalid) {
+			return nil, err
+		}
+		return nil, unavailable("appending to the log failed, retry with the same msg_id", time.Second, err)
+	}
+
+	timer := time.NewTimer(g.cfg.AckWait)
+	defer timer.Stop()
+	for {
+		last := false
+		select {
+		case <-sub.C():
+		case <-rej.C():
+		case <-timer.C:
+			last = true
+		case <-g.draining:
+			last = true
+		case <-ctx.Done():
+			return nil, errClientGone
+		}
+		var reason *string
+		var out msgScan
+		if err := g.pool.QueryRow(ctx, sqlSendOutcome, msgID, e.EventID).Scan(append(out.targets(), &reason)...); err != nil {
+			return nil, fmt.Errorf("outcome of msg_id %s: %w", msgID, err)
+		}
+		if m := out.message(); m != nil {
+			if err := sameMessage(m, user, cid); err != nil {
+				return nil, err
+			}
+			g.metrics.sends.WithLabelValues("projected").Inc()
+			return &sendResult{status: sendProjected, message: m, msgID: msgID}, nil
+		}
+		if reason != nil {
+			g.metrics.sends.WithLabelValues("rejected").Inc()
+			if *reason == projector.ReasonNoConversation {
+				return nil, notFound("conversation %d does not exist", cid)
+			}
+			return nil, notMember("user %d is not a member of conversation %d at the message's log position", user, cid)
+		}
+		if last {
+			g.metrics.sends.WithLabelValues("pending").Inc()
+			return &sendResult{status: sendPending, msgID: msgID}, nil
+		}
+	}
+}
+
+type sendRequest struct {
+	MsgID string `json:"msg_id"`
+	Body  string `json:"body"`
+}
+
+type pendingResponse struct {
+	MsgID  string `json:"msg_id"`
+	Status string `json:"status"`
+}
+
+// handleSend is POST /v1/conversations/{cid}/messages.
+func (g *Gateway) handleSend(w http.ResponseWriter, r *http.Request) error {
+	cid, err := pathID(r, "cid")
+	if err != nil {
+		return err
+	}
+	var req sendRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	msgID := req.MsgID
+	if key := r.Header.Get("Idempotency-Key"); key != "" {
+		k, err := parseMsgID(key)
+		if err != nil {
+			return badRequest("Idempotency-Key must be a uuid")
+		}
+		if msgID != "" {
+			m, err := parseMsgID(msgID)
+			if err != nil {
+				return err
+			}
+			if m != k {
+				return badRequest("msg_id and Idempotency-Key differ")
+			}
+		}
+		msgID = k
+	}
+	if msgID == "" {
+		return badRequest("msg_id (or the Idempotency-Key header) is required")
+	}
+	if msgID, err = parseMsgID(msgID); err != nil {
+		return err
+	}
+	res, err := g.send(r.Context(), userFrom(r.Context()), cid, msgID, req.Body)
+	if err != nil {
+		return err
+	}
+	switch res.status {
+	case sendProjected:
+		writeJSON(w, http.StatusCreated, res.message)
+	case sendDuplicate:
+		writeJSON(w, http.StatusOK, res.message)
+	default:
+		writeJSON(w, http.StatusAccepted, pendingResponse{MsgID: res.msgID, Status: "pending"})
+	}
+	return nil
+}
+
+// sqlHistory reads the messages before a seq that the user may see: those
+// within one of its membership spans (joined_seq..left_seq inclusive),
+// newest first, one index range per span.
+const sqlHistory = `SELECT ` + sqlMessageCols + `
+FROM member_spans s
+CROSS JOIN LATERAL (
+	SELECT * FROM messages m
+	WHERE m.conversation_id = s.conversation_id AND m.seq >= s.joined_seq
+		AND m.seq <= COALESCE(s.left_seq, 9223372036854775807) AND m.seq < $3
+	ORDER BY m.seq DESC LIMIT $4
+) m
+WHERE s.conversation_id = $1 AND s.user_id = $2
+ORDER BY m.seq DESC
+LIMIT $4`
+
+const sqlEverMember = `SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1),
+	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $1 AND user_id = $2)`
+
+// history returns up to limit messages of cid with seq < before visible to
+// user, ascending, and whether older visible ones exist.
+func (g *Gateway) history(ctx context.Context, user, cid, before int64, limit int) ([]message, bool, error) {
+	var exists, member bool
+	if err := g.pool.QueryRow(ctx, sqlEverMember, cid, user).Scan(&exists, &member); err != nil {
+		return nil, false, fmt.Errorf("membership of user %d in %d: %w", user, cid, err)
+	}
+	if !exists {
+		return nil, false, notFound("conversation %d does not exist", cid)
+	}
+	if !member {
+		return nil, false, notMember("user %d was never a member of conversation %d", user, cid)
+	}
+	rows, err := g.pool.Query(ctx, sqlHistory, cid, user, before, limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("history of %d for user %d: %w", cid, user, err)
+	}
+	defer rows.Close()
+	var msgs []message
+	for rows.Next() {
+		var s msgScan
+		if err := rows.Scan(s.targets()...); err != nil {
+			return nil, false, fmt.Errorf("history of %d: %w", cid, err)
+		}
+		msgs = append(msgs, *s.message())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("history of %d: %w", cid, err)
+	}
+	more := len(msgs) > limit
+	if more {
+		msgs = msgs[:limit]
+	}
+	out := make([]message, len(msgs))
+	for i, m := range msgs {
+		out[len(msgs)-1-i] = m
+	}
+	return out, more, nil
+}
+
+type historyResponse struct {
+	Messages []message `json:"messages"`
+	HasMore  bool      `json:"has_more"`
+}
+
+// handleHistory is GET /v1/conversations/{cid}/messages.
+func (g *Gateway) handleHistory(w http.ResponseWriter, r *http.Request) error {
+	cid, err := pathID(r, "cid")
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	before, err := queryInt(q, "before", math.MaxInt64, 1, math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(q, "limit", int64(g.cfg.PageDefault), 1, int64(g.cfg.PageMax))
+	if err != nil {
+		return err
+	}
+	msgs, more, err := g.history(r.Context(), userFrom(r.Context()), cid, before, int(limit))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, historyResponse{Messages: msgs, HasMore: more})
+	return nil
+}

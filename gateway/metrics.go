@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	requests           *prometheus.CounterVec
+	latency            *prometheus.HistogramVec
+	heldPolls          prometheus.GaugeFunc
+	notifications      prometheus.Counter
+	listenerReconnects prometheus.Counter
+	sends              *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, held func() float64, connected func() float64) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "inboxd", Subsystem: "gateway", Name: "requests_total",
+			Help: "HTTP requests by route pattern and status.",
+		}, []string{"route", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "inboxd", Subsystem: "gateway", Name: "request_duration_seconds",
+			Help:    "HTTP request latency by route pattern and status (long-polls include the hold).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"route", "status"}),
+		heldPolls: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "inboxd", Subsystem: "gateway", Name: "held_long_polls",
+			Help: "Long-polls currently held.",
+		}, held),
+		notifications: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "inboxd", Subsystem: "gateway", Name: "notifications_total",
+			Help: "NOTIFY payloads received on the LISTEN connection.",
+		}),
+		listenerReconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "inboxd", Subsystem: "gateway", Name: "listener_reconnects_total",
+			Help: "Times the LISTEN connection was lost or could not be opened.",
+		}),
+		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "inboxd", Subsystem: "gateway", Name: "sends_total",
+			Help: "Message sends by outcome (projected, duplicate, pending, rejected).",
+		}, []string{"outcome"}),
+	}
+	listening := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "inboxd", Subsystem: "gateway", Name: "listener_connected",
+		Help: "1 while the LISTEN connection is up.",
+	}, connected)
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
+		m.listenerReconnects, m.sends, listening} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// instrument counts and times h by its route pattern.
+func (g *Gateway) instrument(route string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		status := strconv.Itoa(sw.status())
+		g.metrics.requests.WithLabelValues(route, status).Inc()
+		g.metrics.latency.WithLabelValues(route, status).Observe(time.Since(start).Seconds())
+	})
+}
+
+// statusWriter remembers the status. It forwards Flush and Hijack (the
+// WebSocket upgrade needs the latter) and unwraps for http.ResponseController.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if h, ok := w.ResponseWriter.(http.Hijacker); ok {
+		if w.code == 0 {
+			w.code = http.StatusSwitchingProtocols
+		}
+		return h.Hijack()
+	}
+	return nil, nil, errors.New("gateway: response writer cannot hijack")
+}

@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The objects of PROTOCOL.md and how they are read from the projections.
+
+// message is a Message of PROTOCOL.md. Body is a JSON string for kind
+// "text" and the JSON object the projector wrote for kind "system".
+type message struct {
+	ConversationID int64           `json:"conversation_id"`
+	Seq            int64           `json:"seq"`
+	MsgID          string          `json:"msg_id"`
+	SenderID       int64           `json:"sender_id"`
+	Kind           string          `json:"kind"`
+	Body           json.RawMessage `json:"body"`
+	CreatedAt      time.Time       `json:"created_at"`
+}
+
+// record is one user's view of one conversation. For a removed record,
+// LastSeq and LastMessage stop at the user's removal: nothing sent after it
+// is shown.
+type record struct {
+	ConversationID int64    `json:"conversation_id"`
+	Title          string   `json:"title"`
+	Pinned         bool     `json:"pinned"`
+	Muted          bool     `json:"muted"`
+	ReadSeq        int64    `json:"read_seq"`
+	LastSeq        int64    `json:"last_seq"`
+	LastMessage    *message `json:"last_message"`
+	Version        int64    `json:"version"`
+	Removed        bool     `json:"removed"`
+}
+
+// entry is an inbox entry. A record entry carries the record as it is when
+// read (the projections keep only the current state), with its current
+// version; versions only grow, so a client keeps the highest.
+type entry struct {
+	InboxSeq       int64    `json:"inbox_seq"`
+	ConversationID int64    `json:"conversation_id"`
+	Kind           string   `json:"kind"`
+	Message        *message `json:"message,omitempty"`
+	Record         *record  `json:"record,omitempty"`
+}
+
+const (
+	entryKindMessage = "message"
+	entryKindRecord  = "record"
+)
+
+func messageBody(kind, body string) json.RawMessage {
+	if kind == "system" && json.Valid([]byte(body)) {
+		return json.RawMessage(body)
+	}
+	raw, _ := json.Marshal(body)
+	return raw
+}
+
+// sqlMessageCols are the columns of a message aliased m, as msgScan reads them.
+const sqlMessageCols = `m.conversation_id, m.seq, m.msg_id::text, m.sender_id, m.kind, m.body, m.created_at`
+
+// msgScan reads a possibly absent message (a LEFT JOIN).
+type msgScan struct {
+	conv, seq, sender *int64
+	msgID, kind, body *string
+	at                *time.Time
+}
+
+func (s *msgScan) targets() []any {
+	return []any{&s.conv, &s.seq, &s.msgID, &s.sender, &s.kind, &s.body, &s.at}
+}
+
+func (s *msgScan) message() *message {
+	if s.msgID == nil || s.conv == nil {
+		return nil
+	}
+	return &message{ConversationID: *s.conv, Seq: *s.seq, MsgID: *s.msgID, SenderID: *s.sender,
+		Kind: *s.kind, Body: messageBody(*s.kind, *s.body), CreatedAt: s.at.UTC()}
+}
+
+// sqlRecordJoins turns a records row aliased r into a record: the
+// conversation (title, last seq) and the last message visible to the user.
+// A removed user's last seq is its last removal (the end of its latest span).
+// Used with LEFT JOINs so that it also serves rows without a record.
+const sqlRecordJoins = `
+LEFT JOIN conversations c ON c.id = r.conversation_id
+LEFT JOIN LATERAL (SELECT CASE WHEN r.removed THEN COALESCE((SELECT max(s.left_seq) FROM member_spans s
+	WHERE s.conversation_id = r.conversation_id AND s.user_id = r.user_id), 0) ELSE c.last_seq END AS last_seq) ls ON true
+LEFT JOIN messages lm ON lm.conversation_id = r.conversation_id AND lm.seq = ls.last_seq`
+
+// sqlRecordCols are the columns recScan reads.
+const sqlRecordCols = `r.conversation_id, c.title, r.pinned, r.muted, r.read_seq, ls.last_seq, r.version, r.removed,
+lm.conversation_id, lm.seq, lm.msg_id::text, lm.sender_id, lm.kind, lm.body, lm.created_at`
+
+// recScan reads a possibly absent record.
+type recScan struct {
+	conv, readSeq, lastSeq, version *int64
+	title                           *string
+	pinned, muted, removed          *bool
+	last                            msgScan
+}
+
+func (s *recScan) targets() []any {
+	return append([]any{&s.conv, &s.title, &s.pinned, &s.muted, &s.readSeq, &s.lastSeq, &s.version, &s.removed},
+		s.last.targets()...)
+}
+
+func (s *recScan) record() *record {
+	if s.conv == nil || s.version == nil {
+		return nil
+	}
+	r := &record{ConversationID: *s.conv, Pinned: *s.pinned, Muted: *s.muted, ReadSeq: *s.readSeq,
+		Version: *s.version, Removed: *s.removed, LastMessage: s.last.message()}
+	if s.title != nil {
+		r.Title = *s.title
+	}
+	if s.lastSeq != nil {
+		r.LastSeq = *s.lastSeq
+	}
+	return r
+}

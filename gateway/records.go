@@ -1,0 +1,200 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// listParams asks for one page of a user's records.
+type listParams struct {
+	limit        int
+	page         *pageToken
+	sinceVersion int64 // with hasSince: only records with version > sinceVersion
+	hasSince     bool
+}
+
+// pageToken is the opaque next_page: a keyset position, so a conversation
+// moving while a client pages can only appear twice (it moved down) or be
+// skipped because it moved up, which is a change after the head the client
+// took and so arrives through sync.
+type pageToken struct {
+	byVersion bool
+	version   int64     // byVersion: last version returned
+	pinned    bool      // else: last (pinned, activity, conversation id) returned
+	activity  time.Time // microsecond precision, as PostgreSQL keeps it
+	conv      int64
+}
+
+func (t pageToken) String() string {
+	var s string
+	if t.byVersion {
+		s = "v." + strconv.FormatInt(t.version, 10)
+	} else {
+		p := "0"
+		if t.pinned {
+			p = "1"
+		}
+		s = "o." + p + "." + strconv.FormatInt(t.activity.UnixMicro(), 10) + "." + strconv.FormatInt(t.conv, 10)
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+func parsePageToken(s string) (*pageToken, error) {
+	bad := badRequest("page is not a next_page value of this API")
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, bad
+	}
+	parts := strings.Split(string(raw), ".")
+	num := func(s string) (int64, bool) {
+		v, err := strconv.ParseInt(s, 10, 64)
+		return v, err == nil && v >= 0
+	}
+	switch {
+	case len(parts) == 2 && parts[0] == "v":
+		v, ok := num(parts[1])
+		if !ok {
+			return nil, bad
+		}
+		return &pageToken{byVersion: true, version: v}, nil
+	case len(parts) == 4 && parts[0] == "o" && (parts[1] == "0" || parts[1] == "1"):
+		us, ok1 := num(parts[2])
+		c, ok2 := num(parts[3])
+		if !ok1 || !ok2 {
+			return nil, bad
+		}
+		return &pageToken{pinned: parts[1] == "1", activity: time.UnixMicro(us), conv: c}, nil
+	}
+	return nil, bad
+}
+
+// sqlListRecords is one page of a user's records, pinned first, then by the
+// time of the last message the user can see, newest first. Removed records
+// are included (removed: true): their history up to the removal stays
+// readable. $2..$4 is the keyset position after which to continue (NULLs on
+// the first page), $5 the limit.
+const sqlListRecords = `SELECT * FROM (
+	SELECT ` + sqlRecordCols + `, COALESCE(lm.created_at, c.created_at) AS activity
+	FROM records r` + sqlRecordJoins + `
+	WHERE r.user_id = $1
+) x
+WHERE $2::boolean IS NULL OR (x.pinned, x.activity, x.conversation_id) < ($2::boolean, $3::timestamptz, $4::bigint)
+ORDER BY x.pinned DESC, x.activity DESC, x.conversation_id DESC
+LIMIT $5`
+
+// sqlRecordsSince is one page of the records changed after a version, in
+// version order, removals included.
+const sqlRecordsSince = `SELECT ` + sqlRecordCols + `
+FROM records r` + sqlRecordJoins + `
+WHERE r.user_id = $1 AND r.version > $2
+ORDER BY r.version
+LIMIT $3`
+
+// listRecords reads one page of user's records and the next_page token
+// (nil on the last page). It is the list behind GET /v1/conversations and
+// the too-long answers.
+func (g *Gateway) listRecords(ctx context.Context, user int64, p listParams) ([]record, *string, error) {
+	byVersion := p.hasSince || (p.page != nil && p.page.byVersion)
+	var rows pgx.Rows
+	var err error
+	if byVersion {
+		since := p.sinceVersion
+		if p.page != nil {
+			since = p.page.version
+		}
+		rows, err = g.pool.Query(ctx, sqlRecordsSince, user, since, p.limit+1)
+	} else {
+		var pinned, activity, conv any
+		if p.page != nil {
+			pinned, activity, conv = p.page.pinned, p.page.activity, p.page.conv
+		}
+		rows, err = g.pool.Query(ctx, sqlListRecords, user, pinned, activity, conv, p.limit+1)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list records of user %d: %w", user, err)
+	}
+	defer rows.Close()
+	recs := []record{}
+	var last pageToken
+	for rows.Next() {
+		var s recScan
+		targets := s.targets()
+		var activity time.Time
+		if !byVersion {
+			targets = append(targets, &activity)
+		}
+		if err := rows.Scan(targets...); err != nil {
+			return nil, nil, fmt.Errorf("list records of user %d: %w", user, err)
+		}
+		if len(recs) == p.limit {
+			tok := last.String()
+			return recs, &tok, nil
+		}
+		rec := s.record()
+		recs = append(recs, *rec)
+		last = pageToken{byVersion: byVersion, version: rec.Version, pinned: rec.Pinned, activity: activity, conv: rec.ConversationID}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("list records of user %d: %w", user, err)
+	}
+	return recs, nil, nil
+}
+
+const sqlUserHead = `SELECT mt.epoch, COALESCE(u.inbox_seq, 0), COALESCE(u.record_version, 0)
+FROM meta mt LEFT JOIN users u ON u.id = $1`
+
+type listResponse struct {
+	Epoch         int64    `json:"epoch"`
+	InboxHead     int64    `json:"inbox_head"`
+	RecordVersion int64    `json:"record_version"`
+	Conversations []record `json:"conversations"`
+	NextPage      *string  `json:"next_page"`
+}
+
+// handleList is GET /v1/conversations.
+func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	q := r.URL.Query()
+	limit, err := queryInt(q, "limit", int64(g.cfg.PageDefault), 1, int64(g.cfg.PageMax))
+	if err != nil {
+		return err
+	}
+	p := listParams{limit: int(limit)}
+	if _, ok := q["since_version"]; ok {
+		if p.sinceVersion, err = queryInt(q, "since_version", 0, 0, math.MaxInt64); err != nil {
+			return err
+		}
+		p.hasSince = true
+	}
+	if vs, ok := q["page"]; ok {
+		if len(vs) != 1 {
+			return badRequest("parameter page given more than once")
+		}
+		if p.page, err = parsePageToken(vs[0]); err != nil {
+			return err
+		}
+		if p.hasSince && !p.page.byVersion {
+			return badRequest("page belongs to a list without since_version")
+		}
+	}
+	// The head (and record version) before the list: a change committed
+	// in between is in the list and after the head, never in neither.
+	var resp listResponse
+	if err := g.pool.QueryRow(ctx, sqlUserHead, user).Scan(&resp.Epoch, &resp.InboxHead, &resp.RecordVersion); err != nil {
+		return fmt.Errorf("head of user %d: %w", user, err)
+	}
+	if resp.Conversations, resp.NextPage, err = g.listRecords(ctx, user, p); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}

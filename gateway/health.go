@@ -1,0 +1,73 @@
+package gateway
+
+import (
+	"context"
+	_ "embed"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+//go:embed openapi.yaml
+var openapiYAML []byte
+
+type statusResponse struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks,omitempty"`
+}
+
+// handleHealthz is GET /healthz: the process is alive and serving.
+func (g *Gateway) handleHealthz(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
+	return nil
+}
+
+// handleReadyz is GET /readyz: PostgreSQL answers a ping, a Kafka broker
+// answers, and (while Listen runs) the LISTEN connection is up. Each check
+// has a short timeout; a failure is a 503 naming the failing checks.
+func (g *Gateway) handleReadyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	checks := map[string]string{"postgres": "ok", "kafka": "ok"}
+	ready := true
+	if err := g.pool.Ping(ctx); err != nil {
+		checks["postgres"], ready = err.Error(), false
+	}
+	if err := g.prod.Client().Ping(ctx); err != nil {
+		checks["kafka"], ready = err.Error(), false
+	}
+	if g.hub.listening.Load() {
+		checks["listen"] = "ok"
+		if !g.hub.connected.Load() {
+			checks["listen"], ready = "not connected", false
+		}
+	}
+	if g.isDraining() {
+		checks["draining"], ready = "shutting down", false
+	}
+	if !ready {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, struct {
+			Error  errorFields       `json:"error"`
+			Checks map[string]string `json:"checks"`
+		}{errorFields{Code: CodeUnavailable, Message: "not ready", Retryable: true}, checks})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, statusResponse{Status: "ready", Checks: checks})
+	return nil
+}
+
+// handleMetrics is GET /metrics in the Prometheus exposition format.
+func (g *Gateway) handleMetrics(w http.ResponseWriter, r *http.Request) error {
+	promhttp.HandlerFor(g.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: nil}).ServeHTTP(w, r)
+	return nil
+}
+
+// handleOpenAPI is GET /openapi.yaml, the OpenAPI 3 document of this API.
+func (g *Gateway) handleOpenAPI(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	_, err := w.Write(openapiYAML)
+	return err
+}

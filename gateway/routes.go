@@ -1,0 +1,154 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// bucket names the token bucket a route spends from.
+type bucket int
+
+const (
+	bucketNone bucket = iota
+	bucketSend        // writes
+	bucketSync        // reads
+)
+
+// route is one endpoint. API routes (auth) authenticate, spend a token of
+// their bucket, and turn returned errors into the error shape.
+type route struct {
+	method, path string
+	auth         bool
+	bucket       bucket
+	handle       func(http.ResponseWriter, *http.Request) error
+}
+
+func (r route) pattern() string { return r.method + " " + r.path }
+
+// routeTable is every endpoint; openapi.yaml documents exactly these (a test
+// keeps them equal).
+func (g *Gateway) routeTable() []route {
+	rs := []route{
+		{"POST", "/v1/conversations", true, bucketSend, g.handleCreate},
+		{"GET", "/v1/conversations", true, bucketSync, g.handleList},
+		{"POST", "/v1/conversations/{cid}/members", true, bucketSend, g.handleAddMember},
+		{"DELETE", "/v1/conversations/{cid}/members/{uid}", true, bucketSend, g.handleRemoveMember},
+		{"POST", "/v1/conversations/{cid}/messages", true, bucketSend, g.handleSend},
+		{"GET", "/v1/conversations/{cid}/messages", true, bucketSync, g.handleHistory},
+		{"PATCH", "/v1/conversations/{cid}/record", true, bucketSend, g.handleRecord},
+		{"POST", "/v1/conversations/{cid}/read", true, bucketSend, g.handleRead},
+		{"GET", "/v1/sync", true, bucketSync, g.handleSync},
+		{"GET", "/healthz", false, bucketNone, g.handleHealthz},
+		{"GET", "/readyz", false, bucketNone, g.handleReadyz},
+		{"GET", "/metrics", false, bucketNone, g.handleMetrics},
+		{"GET", "/openapi.yaml", false, bucketNone, g.handleOpenAPI},
+	}
+	if g.cfg.DevMode {
+		rs = append(rs, route{"POST", "/v1/dev/token", false, bucketNone, g.handleDevToken})
+	}
+	return rs
+}
+
+func (g *Gateway) buildHandler() http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range g.routes {
+		mux.Handle(rt.pattern(), g.instrument(rt.pattern(), g.wrap(rt)))
+	}
+	unmatched := g.instrument("unmatched", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.writeUnmatched(mux, w, r)
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			unmatched.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// writeUnmatched answers a request no route takes in the error shape: 404,
+// or 405 with Allow when the path exists for other methods.
+func (g *Gateway) writeUnmatched(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	probe := &probeWriter{header: http.Header{}}
+	h, _ := mux.Handler(r)
+	h.ServeHTTP(probe, r)
+	if probe.code == http.StatusMethodNotAllowed {
+		allow := probe.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: errorFields{Code: CodeBadRequest,
+			Message: "method " + r.Method + " not allowed here; allowed: " + allow}})
+		return
+	}
+	if probe.code >= 300 && probe.code < 400 { // the mux's redirects to a cleaned path
+		w.Header().Set("Location", probe.header.Get("Location"))
+		w.WriteHeader(probe.code)
+		return
+	}
+	g.writeError(w, r, notFound("no endpoint %s %s", r.Method, r.URL.Path))
+}
+
+// wrap adds authentication, rate limiting and error mapping to an API route.
+func (g *Gateway) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rt.auth {
+			user, err := g.authenticate(r)
+			if err != nil {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="inboxd"`)
+				g.writeError(w, r, err)
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), userKey, user))
+			var lim *limiters
+			switch rt.bucket {
+			case bucketSend:
+				lim = g.sendLimits
+			case bucketSync:
+				lim = g.syncLimits
+			}
+			if lim != nil {
+				st := lim.take(user, time.Now())
+				st.setHeaders(w.Header())
+				if !st.allowed {
+					g.writeError(w, r, rateLimited(st))
+					return
+				}
+			}
+		}
+		if err := rt.handle(w, r); err != nil {
+			g.writeError(w, r, err)
+		}
+	})
+}
+
+// routePaths lists "METHOD /path" of every route (for the OpenAPI test).
+func (g *Gateway) routePaths() []string {
+	out := make([]string, 0, len(g.routes))
+	for _, rt := range g.routes {
+		out = append(out, strings.ToUpper(rt.method)+" "+rt.path)
+	}
+	return out
+}
+
+// probeWriter records what the mux's own 404/405/redirect handlers would
+// answer, so that it can be answered in the error shape instead.
+type probeWriter struct {
+	header http.Header
+	code   int
+}
+
+func (p *probeWriter) Header() http.Header { return p.header }
+
+func (p *probeWriter) Write(b []byte) (int, error) {
+	if p.code == 0 {
+		p.code = http.StatusOK
+	}
+	return len(b), nil
+}
+
+func (p *probeWriter) WriteHeader(code int) {
+	if p.code == 0 {
+		p.code = code
+	}
+}

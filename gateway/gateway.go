@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/producer"
@@ -30,6 +31,8 @@ type Gateway struct {
 	hub     *hub
 	handler http.Handler
 	routes  []route
+
+	promHandler http.Handler
 
 	sendLimits *limiters
 	syncLimits *limiters
@@ -71,6 +74,7 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	}
 	g.metrics = m
 	g.hub = newHub(cfg.Logger, cfg.WakeJitter, cfg.WakeBurst, m)
+	g.promHandler = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
 	g.routes = g.routeTable()
 	g.handler = g.buildHandler()
 	return g, nil

@@ -5,8 +5,6 @@ import (
 	_ "embed"
 	"net/http"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 //go:embed openapi.yaml
@@ -60,7 +58,7 @@ func (g *Gateway) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 
 // handleMetrics is GET /metrics in the Prometheus exposition format.
 func (g *Gateway) handleMetrics(w http.ResponseWriter, r *http.Request) error {
-	promhttp.HandlerFor(g.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: nil}).ServeHTTP(w, r)
+	g.promHandler.ServeHTTP(w, r)
 	return nil
 }
 

@@ -107,17 +107,8 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 
 	e := events.New(events.MessageSent, cid, user)
 	e.MsgID, e.Body = msgID, &body
-	actx, cancel := context.WithTimeout(ctx, g.cfg.AppendTimeout)
-	_, err = g.prod.Append(actx, e)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, errClientGone
-		}
-		if errors.Is(err, events.ErrInvalid) {
-			return nil, err
-		}
-		return nil, unavailable("appending to the log failed, retry with the same msg_id", time.Second, err)
+	if err := g.appendEvent(ctx, e); err != nil {
+		return nil, err
 	}
 
 	timer := time.NewTimer(g.cfg.AckWait)

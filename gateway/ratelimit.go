@@ -26,11 +26,11 @@ type limiters struct {
 
 type limiterShard struct {
 	mu        sync.Mutex
-	m         map[int64]*bucket
+	m         map[int64]*tokenBucket
 	nextSweep int
 }
 
-type bucket struct {
+type tokenBucket struct {
 	lim  *rate.Limiter
 	last time.Time
 }
@@ -41,7 +41,7 @@ func newLimiters(limit rate.Limit, burst int) *limiters {
 		l.idle = time.Duration(float64(burst) / float64(limit) * float64(time.Second))
 	}
 	for i := range l.shards {
-		l.shards[i].m = map[int64]*bucket{}
+		l.shards[i].m = map[int64]*tokenBucket{}
 		l.shards[i].nextSweep = 1024
 	}
 	return l
@@ -73,7 +73,7 @@ func (l *limiters) take(user int64, now time.Time) rateState {
 			}
 			s.nextSweep = max(1024, 2*len(s.m))
 		}
-		b = &bucket{lim: rate.NewLimiter(l.limit, l.burst)}
+		b = &tokenBucket{lim: rate.NewLimiter(l.limit, l.burst)}
 		s.m[user] = b
 	}
 	b.last = now

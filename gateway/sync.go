@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
 )
 
 // syncParams is one "entries after N" question.
@@ -132,22 +131,22 @@ func (g *Gateway) pollingHint() polling {
 }
 
 type syncResponse struct {
-	Epoch   int64     `json:"epoch"`
-	Head    int64     `json:"head"`
-	Entries []entry   `json:"entries"`
-	HasMore bool      `json:"has_more"`
-	Polling polling   `json:"_polling"`
+	Epoch   int64   `json:"epoch"`
+	Head    int64   `json:"head"`
+	Entries []entry `json:"entries"`
+	HasMore bool    `json:"has_more"`
+	Polling polling `json:"_polling"`
 }
 
 // tooLongResponse is the too-long answer of sync (HTTP and WebSocket).
 type tooLongResponse struct {
-	TooLong       bool      `json:"too_long"`
-	Epoch         int64     `json:"epoch"`
-	Head          int64     `json:"head"`
-	RecordVersion int64     `json:"record_version"`
-	Conversations []record  `json:"conversations"`
-	NextPage      *string   `json:"next_page"`
-	Polling       polling   `json:"_polling"`
+	TooLong       bool     `json:"too_long"`
+	Epoch         int64    `json:"epoch"`
+	Head          int64    `json:"head"`
+	RecordVersion int64    `json:"record_version"`
+	Conversations []record `json:"conversations"`
+	NextPage      *string  `json:"next_page"`
+	Polling       polling  `json:"_polling"`
 }
 
 // tooLongAnswer builds the too-long answer of res: its head (read first, in

@@ -91,8 +91,10 @@ LEFT JOIN LATERAL (SELECT CASE WHEN r.removed THEN COALESCE((SELECT max(s.left_s
 LEFT JOIN messages lm ON lm.conversation_id = r.conversation_id AND lm.seq = ls.last_seq`
 
 // sqlRecordCols are the columns recScan reads.
+// The aliases keep the names unique when wrapped in a subquery.
 const sqlRecordCols = `r.conversation_id, c.title, r.pinned, r.muted, r.read_seq, ls.last_seq, r.version, r.removed,
-lm.conversation_id, lm.seq, lm.msg_id::text, lm.sender_id, lm.kind, lm.body, lm.created_at`
+lm.conversation_id AS lm_conversation_id, lm.seq AS lm_seq, lm.msg_id::text AS lm_msg_id, lm.sender_id AS lm_sender_id,
+lm.kind AS lm_kind, lm.body AS lm_body, lm.created_at AS lm_created_at`
 
 // recScan reads a possibly absent record.
 type recScan struct {

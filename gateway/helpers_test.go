@@ -1,0 +1,377 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+
+	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/projector"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var testSecret = []byte("gateway-test-secret-0123456789")
+
+// tgw is one test's running world: PostgreSQL, kfake, fanout, a gateway with
+// its hub listening, and an httptest server in front of it.
+type tgw struct {
+	env *testenv.Env
+	g   *Gateway
+	srv *httptest.Server
+	url string
+	hc  *http.Client
+}
+
+// newGateway starts everything; tweak adjusts the gateway config (tests
+// default to generous rates and a long ack wait, so that a loaded 2-core
+// machine still answers 201).
+func newGateway(t testing.TB, tweak func(*Config)) *tgw {
+	t.Helper()
+	env := testenv.New(t, testenv.Options{})
+	env.StartFanout(t)
+	cfg := Config{
+		AuthSecret: testSecret,
+		DevMode:    true,
+		AckWait:    20 * time.Second,
+		SendRate:   rate.Inf,
+		SyncRate:   rate.Inf,
+		SendBurst:  1000,
+		SyncBurst:  1000,
+		Logger:     env.Logger,
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	g, err := New(cfg, env.Pool, env.Producer)
+	require.NoError(t, err)
+	tg := &tgw{env: env, g: g}
+	startListen(t, g)
+	tg.srv = httptest.NewServer(g.Handler())
+	tg.url = tg.srv.URL
+	tg.hc = &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	t.Cleanup(func() {
+		g.Drain()
+		tg.hc.CloseIdleConnections()
+		tg.srv.Close()
+	})
+	return tg
+}
+
+// startListen runs g.Listen until the test ends and waits for the LISTEN
+// connection.
+func startListen(t testing.TB, g *Gateway) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Listen(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	waitFor(t, 30*time.Second, "LISTEN connection", func() bool { return g.hub.connected.Load() })
+}
+
+// waitFor polls cond until it holds; the timeout only prevents a hang.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// user is a client of one user.
+type user struct {
+	tg    *tgw
+	id    int64
+	token string
+}
+
+func (tg *tgw) user(t testing.TB, id int64) *user {
+	t.Helper()
+	tok, err := IssueToken(testSecret, id, time.Hour)
+	require.NoError(t, err)
+	return &user{tg: tg, id: id, token: tok}
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r resp) decode(t testing.TB, v any) {
+	t.Helper()
+	require.NoError(t, json.Unmarshal(r.body, v), "body %s", r.body)
+}
+
+func (r resp) String() string { return fmt.Sprintf("%d %s", r.status, r.body) }
+
+// do sends one request; body is JSON-encoded unless it is []byte or a
+// string. hdr are header name/value pairs.
+func (u *user) do(t testing.TB, method, path string, body any, hdr ...string) resp {
+	t.Helper()
+	r, err := u.doE(method, path, body, hdr...)
+	require.NoError(t, err)
+	return r
+}
+
+// doE is do for goroutines other than the test's: it returns the error.
+func (u *user) doE(method, path string, body any, hdr ...string) (resp, error) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = bytes.NewReader([]byte(b))
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			return resp{}, err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, u.tg.url+path, rd)
+	if err != nil {
+		return resp{}, err
+	}
+	if u.token != "" {
+		req.Header.Set("Authorization", "Bearer "+u.token)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := u.tg.hc.Do(req)
+	if err != nil {
+		return resp{}, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return resp{}, err
+	}
+	return resp{status: res.StatusCode, header: res.Header, body: raw}, nil
+}
+
+// wire shapes as a client decodes them
+
+type wMessage struct {
+	ConversationID int64           `json:"conversation_id"`
+	Seq            int64           `json:"seq"`
+	MsgID          string          `json:"msg_id"`
+	SenderID       int64           `json:"sender_id"`
+	Kind           string          `json:"kind"`
+	Body           json.RawMessage `json:"body"`
+	CreatedAt      time.Time       `json:"created_at"`
+}
+
+func (m wMessage) text(t testing.TB) string {
+	t.Helper()
+	var s string
+	require.NoError(t, json.Unmarshal(m.Body, &s))
+	return s
+}
+
+func (m wMessage) system(t testing.TB) map[string]any {
+	t.Helper()
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(m.Body, &v), "system body %s", m.Body)
+	return v
+}
+
+type wRecord struct {
+	ConversationID int64     `json:"conversation_id"`
+	Title          string    `json:"title"`
+	Pinned         bool      `json:"pinned"`
+	Muted          bool      `json:"muted"`
+	ReadSeq        int64     `json:"read_seq"`
+	LastSeq        int64     `json:"last_seq"`
+	LastMessage    *wMessage `json:"last_message"`
+	Version        int64     `json:"version"`
+	Removed        bool      `json:"removed"`
+}
+
+type wEntry struct {
+	InboxSeq       int64     `json:"inbox_seq"`
+	ConversationID int64     `json:"conversation_id"`
+	Kind           string    `json:"kind"`
+	Message        *wMessage `json:"message"`
+	Record         *wRecord  `json:"record"`
+}
+
+type wSync struct {
+	TooLong       bool      `json:"too_long"`
+	Epoch         int64     `json:"epoch"`
+	Head          int64     `json:"head"`
+	Entries       []wEntry  `json:"entries"`
+	HasMore       bool      `json:"has_more"`
+	Conversations []wRecord `json:"conversations"`
+	NextPage      *string   `json:"next_page"`
+	Polling       *struct {
+		NextIntervalMS int64 `json:"next_interval_ms"`
+	} `json:"_polling"`
+}
+
+type wList struct {
+	Epoch         int64     `json:"epoch"`
+	InboxHead     int64     `json:"inbox_head"`
+	RecordVersion int64     `json:"record_version"`
+	Conversations []wRecord `json:"conversations"`
+	NextPage      *string   `json:"next_page"`
+}
+
+type wError struct {
+	Error struct {
+		Code      string `json:"code"`
+		Message   string `json:"message"`
+		Retryable bool   `json:"retryable"`
+	} `json:"error"`
+}
+
+// create makes a conversation and returns its id.
+func (u *user) create(t testing.TB, title string, members ...int64) int64 {
+	t.Helper()
+	cid, err := u.createE(title, members...)
+	require.NoError(t, err)
+	return cid
+}
+
+func (u *user) createE(title string, members ...int64) (int64, error) {
+	if members == nil {
+		members = []int64{}
+	}
+	r, err := u.doE("POST", "/v1/conversations", map[string]any{"title": title, "members": members})
+	if err != nil {
+		return 0, err
+	}
+	if r.status != http.StatusCreated {
+		return 0, fmt.Errorf("create: %s", r)
+	}
+	var out struct {
+		ConversationID int64 `json:"conversation_id"`
+	}
+	if err := json.Unmarshal(r.body, &out); err != nil || out.ConversationID <= 0 {
+		return 0, fmt.Errorf("create: %s", r)
+	}
+	return out.ConversationID, nil
+}
+
+// send sends a text and returns the projected message (201 required).
+func (u *user) send(t testing.TB, cid int64, body string) wMessage {
+	t.Helper()
+	m, err := u.sendE(cid, body)
+	require.NoError(t, err)
+	return m
+}
+
+func (u *user) sendE(cid int64, body string) (wMessage, error) {
+	r, err := u.doE("POST", fmt.Sprintf("/v1/conversations/%d/messages", cid),
+		map[string]any{"msg_id": uuid.NewString(), "body": body})
+	if err != nil {
+		return wMessage{}, err
+	}
+	if r.status != http.StatusCreated {
+		return wMessage{}, fmt.Errorf("send to %d: %s", cid, r)
+	}
+	var m wMessage
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		return wMessage{}, fmt.Errorf("send to %d: %s", cid, r)
+	}
+	return m, nil
+}
+
+// sync is one GET /v1/sync that must answer 200.
+func (u *user) sync(t testing.TB, query string) wSync {
+	t.Helper()
+	r := u.do(t, "GET", "/v1/sync?"+query, nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var s wSync
+	r.decode(t, &s)
+	return s
+}
+
+// syncAll pages from after to the head; it fails on a too-long answer.
+func (u *user) syncAll(t testing.TB, after int64, limit int) (entries []wEntry, head int64, requests int) {
+	t.Helper()
+	for {
+		s := u.sync(t, "after="+strconv.FormatInt(after, 10)+"&limit="+strconv.Itoa(limit))
+		requests++
+		require.False(t, s.TooLong)
+		entries = append(entries, s.Entries...)
+		if len(s.Entries) > 0 {
+			after = s.Entries[len(s.Entries)-1].InboxSeq
+		}
+		if !s.HasMore {
+			return entries, s.Head, requests
+		}
+	}
+}
+
+// parallel runs n jobs on workers goroutines and fails the test with the
+// first error.
+func parallel(t testing.TB, n, workers int, job func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	ch := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range ch {
+				if err := job(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		ch <- i
+	}
+	close(ch)
+	wg.Wait()
+	require.NoError(t, first)
+}
+
+// verify checks the projector's invariants.
+func (tg *tgw) verify(t testing.TB) {
+	t.Helper()
+	rep, err := projector.Verify(context.Background(), tg.env.Pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+}
+
+// requireContiguous checks that entries continue after `after` with no gap
+// and no repeat.
+func requireContiguous(t testing.TB, after int64, entries []wEntry) {
+	t.Helper()
+	for i, e := range entries {
+		require.Equal(t, after+int64(i)+1, e.InboxSeq, "entry %d", i)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -54,6 +55,11 @@ type Config struct {
 	// restarted process with the same id takes its partitions back at once
 	// instead of waiting for a rebalance. Default none (dynamic member).
 	InstanceID string
+	// Retention is how long inbox entries are kept. Default 7 days.
+	Retention time.Duration
+	// RetentionInterval is the time between retention runs (only one runs
+	// at a time across processes). Default 10m; negative disables them.
+	RetentionInterval time.Duration
 	// SessionTimeout after which a silent member loses its partitions.
 	// Default 45s (Kafka's default).
 	SessionTimeout time.Duration
@@ -74,6 +80,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = events.DefaultMaxBody
+	}
+	if c.Retention == 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = 10 * time.Minute
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 45 * time.Second
@@ -180,6 +192,19 @@ func (f *Fanout) backoff() backoff.BackOff {
 // Run consumes until ctx ends. Errors of PostgreSQL or Kafka are retried;
 // it returns nil on a clean stop.
 func (f *Fanout) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	locked := make(chan struct{})
+	wg.Add(2)
+	go func() { defer wg.Done(); f.holdFanoutLock(ctx, f.pool, locked) }()
+	go func() { defer wg.Done(); f.runRetention(ctx, f.pool) }()
+	select {
+	case <-locked:
+	case <-ctx.Done():
+		return nil
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(f.cfg.Brokers...),
 		kgo.ClientID("inboxd-fanout"),

@@ -11,13 +11,16 @@ import (
 type metrics struct {
 	records, skipped, inboxRows, messages, rejected, dead, retries prometheus.Counter
 	batch                                                          prometheus.Histogram
+	pruned, pruneRuns                                              prometheus.Counter
 }
 
 func newMetrics() *metrics {
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "inboxd", Subsystem: "fanout", Name: name, Help: help})
 	}
+	pruned, runs := retentionMetrics()
 	return &metrics{
+		pruned: pruned, pruneRuns: runs,
 		records:   c("records_total", "Records applied."),
 		skipped:   c("records_skipped_total", "Records below the stored offsets (already applied), skipped."),
 		inboxRows: c("inbox_rows_total", "Inbox rows written."),
@@ -32,7 +35,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch} {
+	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch, m.pruned, m.pruneRuns} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -58,6 +58,8 @@ type fanoutFlags struct {
 	drain          time.Duration
 	instanceID     string
 	sessionTimeout time.Duration
+	retention      time.Duration
+	retentionEvery time.Duration
 }
 
 func (f *fanoutFlags) bind(fs *flag.FlagSet) {
@@ -66,18 +68,22 @@ func (f *fanoutFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxBody, "max-body", 4096, "message body limit in bytes; longer records go to the DLQ")
 	fs.StringVar(&f.instanceID, "instance-id", "", "static group membership id (a restarted process with the same id resumes at once)")
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "group session timeout")
+	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long inbox entries are kept (messages are kept forever)")
+	fs.DurationVar(&f.retentionEvery, "retention-interval", 10*time.Minute, "time between retention runs (negative disables)")
 	fs.DurationVar(&f.drain, "drain-timeout", 15*time.Second, "time to finish the current batch and leave the group at shutdown")
 }
 
 func (f *fanoutFlags) config(c *common, log *slog.Logger) fanout.Config {
 	return fanout.Config{
-		Brokers:        config.SplitList(c.brokers),
-		Topic:          c.topic,
-		Group:          f.group,
-		MaxPollRecords: f.maxPollRecords,
-		MaxBody:        f.maxBody,
-		InstanceID:     f.instanceID,
-		SessionTimeout: f.sessionTimeout,
-		Logger:         log,
+		Brokers:           config.SplitList(c.brokers),
+		Topic:             c.topic,
+		Group:             f.group,
+		MaxPollRecords:    f.maxPollRecords,
+		MaxBody:           f.maxBody,
+		InstanceID:        f.instanceID,
+		SessionTimeout:    f.sessionTimeout,
+		Retention:         f.retention,
+		RetentionInterval: f.retentionEvery,
+		Logger:            log,
 	}
 }

@@ -375,3 +375,5 @@ func requireContiguous(t testing.TB, after int64, entries []wEntry) {
 		require.Equal(t, after+int64(i)+1, e.InboxSeq, "entry %d", i)
 	}
 }
+
+func decodeInto(raw []byte, v any) error { return json.Unmarshal(raw, v) }

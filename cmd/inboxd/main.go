@@ -25,6 +25,7 @@ var commands = map[string]command{
 	"migrate": {"apply the database migrations", runMigrate},
 	"verify":  {"check invariants I1-I8 on the projections", runVerify},
 	"bench":   {"measure throughput (see docs/benchmarks.md)", runBench},
+	"replay":  {"rebuild the projections from the log (or --verify them)", runReplay},
 }
 
 func usage() {

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/inboxd/inboxd/internal/app"
+	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/replay"
+)
+
+func runReplay(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	var c common
+	c.bind(fs, true)
+	verify := fs.Bool("verify", false, "rebuild into the shadow schema and diff it with the live projections, touching nothing; exit 1 on a difference")
+	batch := fs.Int("replay-batch-records", 20000, "records per replay transaction")
+	shadow := fs.String("shadow-schema", "inboxd_shadow", "schema the replay rebuilds into")
+	maxBody := fs.Int("max-body", 4096, "message body limit (as fanout's)")
+	fs.Usage = config.Usage(fs, "inboxd replay: rebuild the projections from offset 0 under a new epoch (fanout must be stopped), or --verify them")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	log, err := c.logger()
+	if err != nil {
+		return err
+	}
+	brokers := config.SplitList(c.brokers)
+	if len(brokers) == 0 {
+		return fmt.Errorf("no Kafka brokers (set --kafka-brokers or INBOXD_KAFKA_BROKERS)")
+	}
+	pool, err := app.OpenDB(ctx, c.databaseURL, 8, true, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	res, err := replay.Run(ctx, replay.Config{
+		Brokers: brokers, Topic: c.topic, MaxBody: *maxBody, BatchRecords: *batch,
+		Shadow: *shadow, Verify: *verify, Progress: os.Stderr, Logger: log,
+	}, pool)
+	if errors.Is(err, replay.ErrFanoutRunning) {
+		fmt.Fprintf(os.Stderr, "inboxd replay: refused: %v\n", err)
+		return exitCode(3)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("replayed %d records (%d invalid, skipped as in the DLQ) in %s: %.0f records/s\n",
+		res.Records, res.Invalid, res.Duration.Round(1e6), res.Rate())
+	if *verify {
+		res.Diff.Print(os.Stdout)
+		if !res.Diff.Empty() {
+			return exitCode(1)
+		}
+		return nil
+	}
+	fmt.Printf("new epoch %d; fanout continues from offsets %v\n", res.Epoch, res.Offsets)
+	return nil
+}

@@ -1,0 +1,176 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/projector"
+)
+
+// Diff is what Compare found between a rebuilt shadow and the live
+// projections.
+type Diff struct {
+	Sections       []DiffSection
+	Live, Shadow   projector.Report
+	RecordsSkipped bool // live had moved past the shadow's offsets
+}
+
+// DiffSection is one kind of difference.
+type DiffSection struct {
+	Name    string
+	Count   int64
+	Samples []string
+}
+
+// Empty says whether the shadow and the live projections agree and both
+// satisfy the invariants.
+func (d Diff) Empty() bool {
+	for _, s := range d.Sections {
+		if s.Count > 0 {
+			return false
+		}
+	}
+	return d.Live.OK() && d.Shadow.OK()
+}
+
+// Print writes the diff readably.
+func (d Diff) Print(w io.Writer) {
+	fmt.Fprintln(w, "live projections:")
+	d.Live.Print(w)
+	fmt.Fprintln(w, "rebuilt from the log (shadow):")
+	d.Shadow.Print(w)
+	fmt.Fprintln(w, "shadow vs live:")
+	for _, s := range d.Sections {
+		status := "identical"
+		if s.Count > 0 {
+			status = fmt.Sprintf("DIFFERENT (%d)", s.Count)
+		}
+		fmt.Fprintf(w, "  %-58s %s\n", s.Name, status)
+		for _, x := range s.Samples {
+			fmt.Fprintf(w, "      %s\n", x)
+		}
+	}
+	if d.RecordsSkipped {
+		fmt.Fprintln(w, "  (records not compared: the live projections moved on past the replayed offsets)")
+	}
+	if d.Empty() {
+		fmt.Fprintln(w, "replay --verify: no difference")
+	} else {
+		fmt.Fprintln(w, "replay --verify: DIFFERENCES FOUND")
+	}
+}
+
+// The comparisons are bounded by the shadow: live may have applied more of
+// the log since the replay took its end offsets, so live rows beyond each
+// conversation's replayed last_seq are not differences. {shadow} is the shadow
+// schema.
+var comparisons = []struct{ name, sql string }{
+	{"conversations (title, creator, created_at)", `
+SELECT format('conversation %s: shadow (%s, %s, last_seq %s), live %s', s.id, s.title, s.created_by, s.last_seq,
+  coalesce(format('(%s, %s, last_seq %s)', l.title, l.created_by, l.last_seq), 'missing'))
+FROM {shadow}.conversations s LEFT JOIN public.conversations l ON l.id = s.id
+WHERE l.id IS NULL OR (l.title, l.created_by, l.created_at) IS DISTINCT FROM (s.title, s.created_by, s.created_at) OR l.last_seq < s.last_seq`},
+	{"messages (seq, msg_id, sender, kind, body, time)", `
+SELECT format('conversation %s seq %s: shadow %s/%s %L, live %s', s.conversation_id, s.seq, s.msg_id, s.sender_id, left(s.body, 40),
+  coalesce(format('%s/%s %L', l.msg_id, l.sender_id, left(l.body, 40)), 'missing'))
+FROM {shadow}.messages s LEFT JOIN public.messages l ON l.conversation_id = s.conversation_id AND l.seq = s.seq
+WHERE l.seq IS NULL OR (l.msg_id, l.sender_id, l.kind, l.body, l.created_at) IS DISTINCT FROM (s.msg_id, s.sender_id, s.kind, s.body, s.created_at)
+UNION ALL
+SELECT format('conversation %s seq %s: live has it (%s), the log does not', l.conversation_id, l.seq, l.msg_id)
+FROM public.messages l JOIN {shadow}.conversations c ON c.id = l.conversation_id AND l.seq <= c.last_seq
+LEFT JOIN {shadow}.messages s ON s.conversation_id = l.conversation_id AND s.seq = l.seq WHERE s.seq IS NULL`},
+	{"membership spans", `
+SELECT format('conversation %s user %s joined %s: shadow left %s, live %s', s.conversation_id, s.user_id, s.joined_seq,
+  coalesce(s.left_seq::text, 'open'), coalesce(l.left_seq::text, CASE WHEN l.user_id IS NULL THEN 'missing' ELSE 'open' END))
+FROM {shadow}.member_spans s JOIN {shadow}.conversations c ON c.id = s.conversation_id
+LEFT JOIN public.member_spans l ON l.conversation_id = s.conversation_id AND l.user_id = s.user_id AND l.joined_seq = s.joined_seq
+WHERE l.user_id IS NULL OR (s.left_seq IS NOT NULL AND l.left_seq IS DISTINCT FROM s.left_seq)
+   OR (s.left_seq IS NULL AND l.left_seq IS NOT NULL AND l.left_seq <= c.last_seq)`},
+	{"inboxes as sets of (conversation, seq)", `
+WITH s AS (SELECT i.user_id, i.conversation_id, i.seq FROM {shadow}.inbox i WHERE i.kind = 1),
+     l AS (SELECT i.user_id, i.conversation_id, i.seq FROM public.inbox i
+           JOIN {shadow}.conversations c ON c.id = i.conversation_id AND i.seq <= c.last_seq WHERE i.kind = 1),
+     pruned AS (SELECT id FROM public.users WHERE inbox_floor > 0)
+SELECT format('user %s: conversation %s seq %s only in the rebuilt inbox', user_id, conversation_id, seq)
+FROM (SELECT * FROM s EXCEPT SELECT * FROM l) x WHERE user_id NOT IN (SELECT id FROM pruned)
+UNION ALL
+SELECT format('user %s: conversation %s seq %s only in the live inbox', user_id, conversation_id, seq)
+FROM (SELECT * FROM l EXCEPT SELECT * FROM s) y`},
+	{"rejections", `
+SELECT format('event %s rejected by the replay (%s), not live', s.event_id, s.reason)
+FROM {shadow}.rejections s LEFT JOIN public.rejections l ON l.event_id = s.event_id WHERE l.event_id IS NULL`},
+}
+
+const recordsComparison = `
+SELECT format('user %s conversation %s: shadow pinned=%s muted=%s read=%s removed=%s, live %s', s.user_id, s.conversation_id,
+  s.pinned, s.muted, s.read_seq, s.removed, coalesce(format('pinned=%s muted=%s read=%s removed=%s', l.pinned, l.muted, l.read_seq, l.removed), 'missing'))
+FROM {shadow}.records s LEFT JOIN public.records l ON l.user_id = s.user_id AND l.conversation_id = s.conversation_id
+WHERE l.user_id IS NULL OR (l.pinned, l.muted, l.read_seq, l.removed) IS DISTINCT FROM (s.pinned, s.muted, s.read_seq, s.removed)`
+
+// Compare diffs the shadow schema with the live (public) projections and
+// runs the invariant checks on both.
+func Compare(ctx context.Context, live, shadow *pgxpool.Pool, schema string) (Diff, error) {
+	var d Diff
+	q := pgx.Identifier{schema}.Sanitize()
+	run := func(name, sqlText string) error {
+		rows, err := live.Query(ctx, strings.ReplaceAll(sqlText, "{shadow}", q))
+		if err != nil {
+			return fmt.Errorf("compare %s: %w", name, err)
+		}
+		defer rows.Close()
+		sec := DiffSection{Name: name}
+		for rows.Next() {
+			sec.Count++
+			if len(sec.Samples) < 10 {
+				var s string
+				if err := rows.Scan(&s); err != nil {
+					return err
+				}
+				sec.Samples = append(sec.Samples, s)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("compare %s: %w", name, err)
+		}
+		d.Sections = append(d.Sections, sec)
+		return nil
+	}
+	for _, c := range comparisons {
+		if err := run(c.name, c.sql); err != nil {
+			return d, err
+		}
+	}
+	// Records change without a seq (pins, reads), so they are only
+	// comparable when live stands exactly where the replay ended.
+	var moved bool
+	err := live.QueryRow(ctx, strings.ReplaceAll(`SELECT EXISTS (
+SELECT 1 FROM public.consumer_offsets l FULL JOIN {shadow}.consumer_offsets s ON s.topic = l.topic AND s."partition" = l."partition"
+WHERE l.next_offset IS DISTINCT FROM s.next_offset)`, "{shadow}", q)).Scan(&moved)
+	if err != nil {
+		return d, fmt.Errorf("compare offsets: %w", err)
+	}
+	if moved {
+		d.RecordsSkipped = true
+	} else if err := run("records (pinned, muted, read_seq, removed)", recordsComparison); err != nil {
+		return d, err
+	}
+	if d.Live, err = projector.Verify(ctx, live); err != nil {
+		return d, fmt.Errorf("verify live: %w", err)
+	}
+	if d.Shadow, err = projector.Verify(ctx, shadow); err != nil {
+		return d, fmt.Errorf("verify shadow: %w", err)
+	}
+	return d, nil
+}
+
+// String is the diff as text.
+func (d Diff) String() string {
+	var sb strings.Builder
+	d.Print(&sb)
+	return sb.String()
+}

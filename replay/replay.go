@@ -1,0 +1,353 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/schollz/progressbar/v3"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/term"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/migrations"
+	"github.com/inboxd/inboxd/producer"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// ErrFanoutRunning is returned when a fanout holds the projections.
+var ErrFanoutRunning = errors.New("a fanout is running against this database (it holds the fanout advisory lock); stop every fanout before a replay, or use --verify")
+
+// Config configures Run.
+type Config struct {
+	// Brokers to read the log from. Required.
+	Brokers []string
+	// Topic. Default producer.DefaultTopic.
+	Topic string
+	// MaxBody as fanout's (records fanout sent to the DLQ are skipped the
+	// same way). Default events.DefaultMaxBody.
+	MaxBody int
+	// BatchRecords per transaction. Default 20000.
+	BatchRecords int
+	// Shadow is the schema rebuilt into. Default "inboxd_shadow".
+	Shadow string
+	// Verify compares the rebuilt shadow with the live projections instead
+	// of swapping it in; it may run while fanout is live.
+	Verify bool
+	// Progress receives progress: a bar on a terminal, plain lines
+	// otherwise. Default os.Stderr.
+	Progress io.Writer
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Topic == "" {
+		c.Topic = producer.DefaultTopic
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = events.DefaultMaxBody
+	}
+	if c.BatchRecords == 0 {
+		c.BatchRecords = 20000
+	}
+	if c.Shadow == "" {
+		c.Shadow = "inboxd_shadow"
+	}
+	if c.Progress == nil {
+		c.Progress = os.Stderr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Result says what a run did.
+type Result struct {
+	Records  int64
+	Invalid  int64 // records skipped as undecodable (they are in the DLQ)
+	Duration time.Duration
+	Epoch    int64 // the new epoch (replay) or the live one (verify)
+	Offsets  map[int32]int64
+	Diff     *Diff // Verify only
+}
+
+// Rate is records per second.
+func (r Result) Rate() float64 { return float64(r.Records) / r.Duration.Seconds() }
+
+// Run rebuilds the projections of the database behind pool.
+func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
+	cfg.setDefaults()
+	var res Result
+	if len(cfg.Brokers) == 0 {
+		return res, errors.New("replay: no brokers")
+	}
+	if cfg.Shadow == "public" {
+		return res, errors.New("replay: the shadow schema cannot be public")
+	}
+	start := time.Now()
+
+	// The exclusive fanout lock, held on one connection for the whole run.
+	lockConn, err := pool.Acquire(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer lockConn.Release()
+	if !cfg.Verify {
+		var got bool
+		if err := lockConn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, projector.LockFanout).Scan(&got); err != nil {
+			return res, fmt.Errorf("take the fanout lock: %w", err)
+		}
+		if !got {
+			return res, ErrFanoutRunning
+		}
+		defer lockConn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, projector.LockFanout) //nolint:errcheck
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	if err != nil {
+		return res, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, cfg.Topic)
+	if err != nil {
+		return res, fmt.Errorf("end offsets of %s: %w", cfg.Topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return res, fmt.Errorf("end offsets of %s: %w", cfg.Topic, err)
+	}
+	end := map[int32]int64{}
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) {
+		end[o.Partition] = o.Offset
+		total += o.Offset
+	})
+	res.Offsets = end
+	cfg.Logger.Info("replay starting", "topic", cfg.Topic, "records", total, "shadow", cfg.Shadow, "verify", cfg.Verify)
+
+	shadow, err := prepareShadow(ctx, pool, cfg.Shadow)
+	if err != nil {
+		return res, err
+	}
+	defer shadow.Close()
+	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: "inboxd_replay", Logger: cfg.Logger}, shadow)
+	if err != nil {
+		return res, err
+	}
+
+	prog := newProgress(cfg.Progress, total)
+	if err := readLog(ctx, cl, cfg, end, func(batch []projector.Record, invalid int64) error {
+		if _, err := proj.Apply(ctx, batch); err != nil {
+			return err
+		}
+		res.Records += int64(len(batch))
+		res.Invalid += invalid
+		prog.set(res.Records)
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	prog.finish(res.Records)
+	res.Duration = time.Since(start)
+
+	if cfg.Verify {
+		d, err := Compare(ctx, pool, shadow, cfg.Shadow)
+		if err != nil {
+			return res, err
+		}
+		res.Diff = &d
+		if err := pool.QueryRow(ctx, `SELECT epoch FROM public.meta`).Scan(&res.Epoch); err != nil {
+			return res, err
+		}
+		shadow.Close()
+		_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{cfg.Shadow}.Sanitize()+" CASCADE")
+		return res, nil
+	}
+	shadow.Close()
+	epoch, err := swap(ctx, pool, cfg.Shadow)
+	if err != nil {
+		return res, err
+	}
+	res.Epoch = epoch
+	res.Duration = time.Since(start)
+	cfg.Logger.Info("replay done", "records", res.Records, "invalid", res.Invalid, "epoch", epoch,
+		"seconds", res.Duration.Seconds(), "records_per_sec", res.Rate())
+	return res, nil
+}
+
+// prepareShadow (re)creates the shadow schema with the current migrations
+// and returns a pool whose search_path is the shadow.
+func prepareShadow(ctx context.Context, pool *pgxpool.Pool, schema string) (*pgxpool.Pool, error) {
+	q := pgx.Identifier{schema}.Sanitize()
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+q+" CASCADE"); err != nil {
+		return nil, fmt.Errorf("drop old shadow %s: %w", schema, err)
+	}
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+q); err != nil {
+		return nil, fmt.Errorf("create shadow %s: %w", schema, err)
+	}
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	// The shadow is disposable until the swap: a crash loses nothing that
+	// the log cannot rebuild, so commits need not wait for the WAL flush.
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	cfg.MaxConns = 4
+	sp, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrations.Up(ctx, sp); err != nil {
+		sp.Close()
+		return nil, fmt.Errorf("migrate shadow %s: %w", schema, err)
+	}
+	return sp, nil
+}
+
+// readLog reads every partition from 0 up to end and hands batches in log
+// order per partition to apply.
+func readLog(ctx context.Context, cl *kgo.Client, cfg Config, end map[int32]int64, apply func([]projector.Record, int64) error) error {
+	parts := map[int32]kgo.Offset{}
+	for p, e := range end {
+		if e > 0 {
+			parts[p] = kgo.NewOffset().AtStart()
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	rc, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: parts}),
+		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(16<<20))
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	remaining := len(parts)
+	done := map[int32]bool{}
+	for remaining > 0 {
+		fetches := rc.PollRecords(ctx, cfg.BatchRecords)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var ferr error
+		fetches.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("fetch %s/%d: %w", t, p, err) })
+		if ferr != nil {
+			return ferr
+		}
+		var batch []projector.Record
+		var invalid int64
+		fetches.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= end[r.Partition] {
+				return
+			}
+			e, err := events.Decode(r.Value, cfg.MaxBody)
+			if err != nil {
+				invalid++
+				e = nil
+			}
+			batch = append(batch, projector.Record{Partition: r.Partition, Offset: r.Offset, Event: e})
+			if r.Offset == end[r.Partition]-1 && !done[r.Partition] {
+				done[r.Partition] = true
+				remaining--
+			}
+		})
+		if len(batch) > 0 {
+			if err := apply(batch, invalid); err != nil {
+				return fmt.Errorf("apply replay batch: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// The projection tables moved by a swap; goose's own table stays.
+var tables = []string{"meta", "conversations", "member_spans", "messages", "users", "inbox", "records", "rejections", "consumer_offsets"}
+
+// swap makes the shadow the live generation in one transaction, with a new
+// epoch, keeping the live conversation id sequence ahead of every id.
+func swap(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, error) {
+	q := pgx.Identifier{schema}.Sanitize()
+	var epoch int64
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var old int64
+		if err := tx.QueryRow(ctx, `SELECT epoch FROM public.meta`).Scan(&old); err != nil {
+			return fmt.Errorf("read live epoch: %w", err)
+		}
+		for _, t := range tables {
+			if _, err := tx.Exec(ctx, "DROP TABLE public."+t); err != nil {
+				return fmt.Errorf("drop live %s: %w", t, err)
+			}
+			if _, err := tx.Exec(ctx, "ALTER TABLE "+q+"."+t+" SET SCHEMA public"); err != nil {
+				return fmt.Errorf("move %s: %w", t, err)
+			}
+		}
+		if err := tx.QueryRow(ctx, `UPDATE public.meta SET epoch = greatest($1::bigint + 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint) RETURNING epoch`, old).Scan(&epoch); err != nil {
+			return fmt.Errorf("new epoch: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT setval('public.conversation_ids', greatest((SELECT last_value FROM public.conversation_ids), (SELECT coalesce(max(id), 1) FROM public.conversations)))`); err != nil {
+			return fmt.Errorf("advance conversation ids: %w", err)
+		}
+		if _, err := tx.Exec(ctx, "DROP SCHEMA "+q+" CASCADE"); err != nil {
+			return fmt.Errorf("drop shadow: %w", err)
+		}
+		return nil
+	})
+	return epoch, err
+}
+
+// progress shows records done/total, rate and ETA: a bar on a terminal,
+// a plain line every few seconds otherwise (logs).
+type progress struct {
+	w     io.Writer
+	bar   *progressbar.ProgressBar
+	total int64
+	start time.Time
+	last  time.Time
+}
+
+func newProgress(w io.Writer, total int64) *progress {
+	p := &progress{w: w, total: total, start: time.Now(), last: time.Now()}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("replay"),
+			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("records"),
+			progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(200*time.Millisecond))
+	}
+	return p
+}
+
+func (p *progress) set(done int64) {
+	if p.bar != nil {
+		_ = p.bar.Set64(done)
+		return
+	}
+	if time.Since(p.last) < time.Second {
+		return
+	}
+	p.last = time.Now()
+	p.line(done)
+}
+
+func (p *progress) line(done int64) {
+	el := time.Since(p.start).Seconds()
+	rate := float64(done) / el
+	eta := "?"
+	if rate > 0 {
+		eta = (time.Duration(float64(p.total-done)/rate) * time.Second).Round(time.Second).String()
+	}
+	fmt.Fprintf(p.w, "replay: %d/%d records (%.1f%%), %.0f records/s, ETA %s\n", done, p.total,
+		100*float64(done)/float64(max(p.total, 1)), rate, eta)
+}
+
+func (p *progress) finish(done int64) {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		fmt.Fprintln(p.w)
+	}
+	p.line(done)
+}

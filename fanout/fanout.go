@@ -60,6 +60,9 @@ type Config struct {
 	// RetentionInterval is the time between retention runs (only one runs
 	// at a time across processes). Default 10m; negative disables them.
 	RetentionInterval time.Duration
+	// DrainTimeout bounds how long a batch in flight may still take to
+	// commit once shutdown begins. Default 15s.
+	DrainTimeout time.Duration
 	// SessionTimeout after which a silent member loses its partitions.
 	// Default 45s (Kafka's default).
 	SessionTimeout time.Duration
@@ -86,6 +89,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = 10 * time.Minute
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 15 * time.Second
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 45 * time.Second
@@ -192,6 +198,12 @@ func (f *Fanout) backoff() backoff.BackOff {
 // Run consumes until ctx ends. Errors of PostgreSQL or Kafka are retried;
 // it returns nil on a clean stop.
 func (f *Fanout) Run(ctx context.Context) error {
+	// applyCtx outlives ctx by the drain timeout, so that a batch in
+	// flight at shutdown still commits.
+	applyCtx, applyCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer applyCancel()
+	stopDrain := context.AfterFunc(ctx, func() { time.AfterFunc(f.cfg.DrainTimeout, applyCancel) })
+	defer stopDrain()
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -254,7 +266,7 @@ func (f *Fanout) Run(ctx context.Context) error {
 				f.cfg.Logger.Warn("fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
-		if err := f.process(ctx, cl, fetches); err != nil {
+		if err := f.process(ctx, applyCtx, cl, fetches); err != nil {
 			cl.AllowRebalance()
 			if ctx.Err() != nil {
 				return nil
@@ -266,7 +278,7 @@ func (f *Fanout) Run(ctx context.Context) error {
 }
 
 // process decodes, dead-letters and applies one poll batch.
-func (f *Fanout) process(ctx context.Context, cl *kgo.Client, fetches kgo.Fetches) error {
+func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches kgo.Fetches) error {
 	var recs []projector.Record
 	var dead []*kgo.Record
 	fetches.EachRecord(func(r *kgo.Record) {
@@ -302,7 +314,9 @@ func (f *Fanout) process(ctx context.Context, cl *kgo.Client, fetches kgo.Fetche
 	var res projector.Result
 	op := func() error {
 		var err error
-		res, err = f.proj.Apply(ctx, recs)
+		// The batch in hand is finished even when shutdown begins, within
+		// the drain timeout.
+		res, err = f.proj.Apply(applyCtx, recs)
 		return err
 	}
 	if err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {

@@ -206,3 +206,33 @@ func TestPoisonRecordsAndRejections(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK(), rep.String())
 }
+
+// SIGTERM under load: fanout finishes or abandons its batch within the
+// drain timeout, exits cleanly, and a restart loses and doubles nothing.
+func TestFanoutSigtermUnderLoad(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 4})
+	g := workload.New(workload.Config{Seed: 6, Users: 300, Conversations: 60})
+	evs := generate(g, 10000)
+	procEnv := []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
+		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=term", "INBOXD_HTTP_ADDR=127.0.0.1:0",
+		"INBOXD_MAX_POLL_RECORDS=100", "INBOXD_DRAIN_TIMEOUT=5s", "INBOXD_LOG_LEVEL=info"}
+	appendEvents(t, env.Producer, evs[:6000], false)
+	for round := 0; round < 3; round++ {
+		p := testenv.Start(t, procEnv, "fanout")
+		require.NoError(t, p.WaitOutput("partitions assigned", time.Minute))
+		time.Sleep(200 * time.Millisecond)
+		start := time.Now()
+		require.NoError(t, p.Stop(10*time.Second), "clean exit on SIGTERM:\n%s", p.Output())
+		took := time.Since(start)
+		require.Less(t, took, 10*time.Second, "exits within the drain timeout and group leave")
+		t.Logf("round %d: exited %v after SIGTERM", round, took.Round(time.Millisecond))
+		if round == 0 {
+			appendEvents(t, env.Producer, evs[6000:], false)
+		}
+	}
+	p := testenv.Start(t, procEnv, "fanout")
+	require.NoError(t, p.WaitOutput("partitions assigned", time.Minute))
+	waitCaughtUp(t, env)
+	require.NoError(t, p.Stop(10*time.Second))
+	assertOutcome(t, env, g)
+}

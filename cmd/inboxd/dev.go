@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/producer"
@@ -22,7 +23,8 @@ func runDev(ctx context.Context, args []string) error {
 	dataDir := fs.String("data-dir", "./data", "where the embedded Kafka log and PostgreSQL cluster live")
 	pgPort := fs.Int("pg-port", 54329, "port of the embedded PostgreSQL (when no database URL is given)")
 	kafkaPort := fs.Int("kafka-port", 9092, "port of the embedded Kafka (when no brokers are given)")
-	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP address of the API, the web demo and the operator endpoints")
+	var gf gatewayFlags
+	gf.bind(fs)
 	fs.Usage = config.Usage(fs, "inboxd dev: everything in one process on an embedded Kafka (kfake) and PostgreSQL")
 	if err := config.Parse(fs, args); err != nil {
 		return err
@@ -44,7 +46,11 @@ func runDev(ctx context.Context, args []string) error {
 	for _, b := range infra.Brokers[1:] {
 		c.brokers += "," + b
 	}
-	fmt.Printf("inboxd dev\n  DATABASE_URL=%s\n  INBOXD_KAFKA_BROKERS=%s\n  http://%s\n", c.databaseURL, c.brokers, *httpAddr)
+	if gf.authSecret == "" {
+		gf.authSecret = "inboxd-dev-secret"
+		log.Warn("no auth secret given; using the well-known dev secret (never do this in production)")
+	}
+	fmt.Printf("inboxd dev\n  DATABASE_URL=%s\n  INBOXD_KAFKA_BROKERS=%s\n  http://%s\n", c.databaseURL, c.brokers, gf.httpAddr)
 
 	pool, err := app.OpenDB(ctx, c.databaseURL, int32(c.dbMaxConns), true, log)
 	if err != nil {
@@ -66,11 +72,16 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	gcfg := gf.config(&c, log.With("service", "gateway"))
+	gcfg.DevMode = true
+	gcfg.Registerer = reg
+	gw, err := gateway.New(gcfg, pool, prod)
+	if err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return fo.Run(gctx) })
-	g.Go(func() error {
-		return app.Serve(gctx, *httpAddr, app.OpsMux(reg, app.Ready(pool, prod.Client())), f.drain, log)
-	})
+	g.Go(func() error { return gw.Run(gctx) })
 	err = g.Wait()
 	log.Info("inboxd dev stopped")
 	return err

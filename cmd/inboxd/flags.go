@@ -21,6 +21,7 @@ type common struct {
 	logLevel          string
 	logFormat         string
 	dbMaxConns        int
+	maxBody           int
 }
 
 func (c *common) bind(fs *flag.FlagSet, kafka bool) {
@@ -34,6 +35,7 @@ func (c *common) bind(fs *flag.FlagSet, kafka bool) {
 		fs.IntVar(&c.partitions, "partitions", producer.DefaultPartitions, "partitions of a topic created by inboxd")
 		fs.IntVar(&c.replicationFactor, "replication-factor", 1, "replication factor of a topic created by inboxd (3 in production)")
 		fs.BoolVar(&c.createTopics, "create-topics", true, "create the topics when missing")
+		fs.IntVar(&c.maxBody, "max-body", 4096, "message body limit in bytes (gateway answers 413 above it; fanout sends longer records to the DLQ)")
 	}
 }
 
@@ -46,6 +48,7 @@ func (c *common) producerConfig(log *slog.Logger) producer.Config {
 		CreateTopics:      c.createTopics,
 		Partitions:        int32(c.partitions),
 		ReplicationFactor: int16(c.replicationFactor),
+		MaxBody:           c.maxBody,
 		Logger:            log,
 	}
 }
@@ -54,7 +57,6 @@ func (c *common) producerConfig(log *slog.Logger) producer.Config {
 type fanoutFlags struct {
 	group          string
 	maxPollRecords int
-	maxBody        int
 	drain          time.Duration
 	instanceID     string
 	sessionTimeout time.Duration
@@ -65,7 +67,6 @@ type fanoutFlags struct {
 func (f *fanoutFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.group, "group", fanout.DefaultGroup, "fanout consumer group")
 	fs.IntVar(&f.maxPollRecords, "max-poll-records", fanout.DefaultMaxPollRecords, "records per batch (one transaction)")
-	fs.IntVar(&f.maxBody, "max-body", 4096, "message body limit in bytes; longer records go to the DLQ")
 	fs.StringVar(&f.instanceID, "instance-id", "", "static group membership id (a restarted process with the same id resumes at once)")
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "group session timeout")
 	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long inbox entries are kept (messages are kept forever)")
@@ -79,11 +80,12 @@ func (f *fanoutFlags) config(c *common, log *slog.Logger) fanout.Config {
 		Topic:             c.topic,
 		Group:             f.group,
 		MaxPollRecords:    f.maxPollRecords,
-		MaxBody:           f.maxBody,
+		MaxBody:           c.maxBody,
 		InstanceID:        f.instanceID,
 		SessionTimeout:    f.sessionTimeout,
 		Retention:         f.retention,
 		RetentionInterval: f.retentionEvery,
+		DrainTimeout:      f.drain,
 		Logger:            log,
 	}
 }

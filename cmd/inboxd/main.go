@@ -20,12 +20,14 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"dev":     {"run everything in one process on an embedded Kafka and PostgreSQL", runDev},
-	"fanout":  {"consume the event log into the PostgreSQL projections", runFanout},
-	"migrate": {"apply the database migrations", runMigrate},
-	"verify":  {"check invariants I1-I8 on the projections", runVerify},
-	"bench":   {"measure throughput (see docs/benchmarks.md)", runBench},
-	"replay":  {"rebuild the projections from the log (or --verify them)", runReplay},
+	"dev":       {"run everything in one process on an embedded Kafka and PostgreSQL", runDev},
+	"gateway":   {"serve the HTTP and WebSocket API", runGateway},
+	"fanout":    {"consume the event log into the PostgreSQL projections", runFanout},
+	"migrate":   {"apply the database migrations", runMigrate},
+	"verify":    {"check invariants I1-I8 on the projections", runVerify},
+	"analytics": {"live figures from the event log in its own consumer group", runAnalytics},
+	"bench":     {"measure throughput (see docs/benchmarks.md)", runBench},
+	"replay":    {"rebuild the projections from the log (or --verify them)", runReplay},
 }
 
 func usage() {

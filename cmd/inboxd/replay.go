@@ -19,7 +19,6 @@ func runReplay(ctx context.Context, args []string) error {
 	verify := fs.Bool("verify", false, "rebuild into the shadow schema and diff it with the live projections, touching nothing; exit 1 on a difference")
 	batch := fs.Int("replay-batch-records", 20000, "records per replay transaction")
 	shadow := fs.String("shadow-schema", "inboxd_shadow", "schema the replay rebuilds into")
-	maxBody := fs.Int("max-body", 4096, "message body limit (as fanout's)")
 	fs.Usage = config.Usage(fs, "inboxd replay: rebuild the projections from offset 0 under a new epoch (fanout must be stopped), or --verify them")
 	if err := config.Parse(fs, args); err != nil {
 		return err
@@ -38,7 +37,7 @@ func runReplay(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	res, err := replay.Run(ctx, replay.Config{
-		Brokers: brokers, Topic: c.topic, MaxBody: *maxBody, BatchRecords: *batch,
+		Brokers: brokers, Topic: c.topic, MaxBody: c.maxBody, BatchRecords: *batch,
 		Shadow: *shadow, Verify: *verify, Progress: os.Stderr, Logger: log,
 	}, pool)
 	if errors.Is(err, replay.ErrFanoutRunning) {

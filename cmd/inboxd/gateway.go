@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/inboxd/inboxd/gateway"
+	"github.com/inboxd/inboxd/internal/app"
+	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/producer"
+)
+
+// gatewayFlags are the settings of a gateway.
+type gatewayFlags struct {
+	httpAddr        string
+	authSecret      string
+	ackWait         time.Duration
+	longPollMax     time.Duration
+	maxHeldPolls    int
+	sendRate        float64
+	sendBurst       int
+	syncRate        float64
+	syncBurst       int
+	tooLongLag      int64
+	shutdownTimeout time.Duration
+}
+
+func (f *gatewayFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.httpAddr, "http-addr", gateway.DefaultAddr, "HTTP address of the API and the operator endpoints")
+	fs.StringVar(&f.authSecret, "auth-secret", "", "HS256 secret of the bearer tokens (required outside dev)")
+	fs.DurationVar(&f.ackWait, "ack-wait", gateway.DefaultAckWait, "how long a send waits for its projection before answering 202 pending")
+	fs.DurationVar(&f.longPollMax, "long-poll-max", gateway.DefaultLongPollMax, "longest accepted long-poll wait")
+	fs.IntVar(&f.maxHeldPolls, "max-held-polls", gateway.DefaultMaxHeldPolls, "long-polls held at once per process; beyond it 503 + Retry-After")
+	fs.Float64Var(&f.sendRate, "send-rate", gateway.DefaultSendRate, "per-user writes per second (token bucket)")
+	fs.IntVar(&f.sendBurst, "send-burst", gateway.DefaultSendBurst, "per-user write burst")
+	fs.Float64Var(&f.syncRate, "sync-rate", gateway.DefaultSyncRate, "per-user reads per second (token bucket)")
+	fs.IntVar(&f.syncBurst, "sync-burst", gateway.DefaultSyncBurst, "per-user read burst")
+	fs.Int64Var(&f.tooLongLag, "too-long-lag", gateway.DefaultTooLongLag, "lag above which sync answers too long")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", gateway.DefaultShutdownTimeout, "time for requests in flight at shutdown")
+}
+
+func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
+	return gateway.Config{
+		Addr:            f.httpAddr,
+		AuthSecret:      []byte(f.authSecret),
+		AckWait:         f.ackWait,
+		MaxBody:         c.maxBody,
+		LongPollMax:     f.longPollMax,
+		MaxHeldPolls:    f.maxHeldPolls,
+		SendRate:        rate.Limit(f.sendRate),
+		SendBurst:       f.sendBurst,
+		SyncRate:        rate.Limit(f.syncRate),
+		SyncBurst:       f.syncBurst,
+		TooLongLag:      f.tooLongLag,
+		ShutdownTimeout: f.shutdownTimeout,
+		Logger:          log,
+	}
+}
+
+func runGateway(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	var c common
+	var f gatewayFlags
+	c.bind(fs, true)
+	f.bind(fs)
+	fs.Usage = config.Usage(fs, "inboxd gateway: the HTTP and WebSocket API of PROTOCOL.md")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	log, err := c.logger()
+	if err != nil {
+		return err
+	}
+	log = log.With("service", "gateway")
+	if f.authSecret == "" {
+		return errors.New("no auth secret (set --auth-secret or INBOXD_AUTH_SECRET)")
+	}
+	brokers := config.SplitList(c.brokers)
+	if len(brokers) == 0 {
+		return fmt.Errorf("no Kafka brokers (set --kafka-brokers or INBOXD_KAFKA_BROKERS)")
+	}
+	pool, err := app.OpenDB(ctx, c.databaseURL, int32(c.dbMaxConns), true, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := app.WaitKafka(ctx, brokers, log); err != nil {
+		return err
+	}
+	prod, err := producer.New(c.producerConfig(log))
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	if err := prod.EnsureTopics(ctx); err != nil {
+		return err
+	}
+	reg := app.NewRegistry()
+	cfg := f.config(&c, log)
+	cfg.Registerer = reg
+	g, err := gateway.New(cfg, pool, prod)
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx)
+}

@@ -137,8 +137,11 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		return
 	}
 	e := toError(err)
-	if e.Status >= 500 {
+	switch {
+	case e.Status >= 500 && e.Code == CodeInternal:
 		g.log.Error("request failed", "route", r.Pattern, "user_id", userFrom(r.Context()), "code", e.Code, "err", err)
+	case e.Status >= 500 && e.Err != nil:
+		g.log.Warn("request failed", "route", r.Pattern, "user_id", userFrom(r.Context()), "code", e.Code, "err", err)
 	}
 	if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
 		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)

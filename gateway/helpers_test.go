@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -41,6 +42,21 @@ type tgw struct {
 // machine still answers 201).
 func newGateway(t testing.TB, tweak func(*Config)) *tgw {
 	t.Helper()
+	tg := buildGateway(t, tweak)
+	startListen(t, tg.g)
+	tg.srv = httptest.NewServer(tg.g.Handler())
+	tg.url = tg.srv.URL
+	t.Cleanup(func() {
+		tg.g.Drain()
+		tg.hc.CloseIdleConnections()
+		tg.srv.Close()
+	})
+	return tg
+}
+
+// buildGateway makes the world and the gateway without serving it.
+func buildGateway(t testing.TB, tweak func(*Config)) *tgw {
+	t.Helper()
 	env := testenv.New(t, testenv.Options{})
 	env.StartFanout(t)
 	cfg := Config{
@@ -58,17 +74,33 @@ func newGateway(t testing.TB, tweak func(*Config)) *tgw {
 	}
 	g, err := New(cfg, env.Pool, env.Producer)
 	require.NoError(t, err)
-	tg := &tgw{env: env, g: g}
-	startListen(t, g)
-	tg.srv = httptest.NewServer(g.Handler())
-	tg.url = tg.srv.URL
-	tg.hc = &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	t.Cleanup(func() {
-		g.Drain()
-		tg.hc.CloseIdleConnections()
-		tg.srv.Close()
-	})
-	return tg
+	return &tgw{env: env, g: g,
+		hc: &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+}
+
+// serve runs g.Serve (HTTP server and hub) on a loopback listener until
+// stop, which returns Serve's result.
+func (tg *tgw) serve(t testing.TB) (stop func() error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	tg.url = "http://" + ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tg.g.Serve(ctx, ln) }()
+	var once sync.Once
+	var result error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			result = <-done
+			tg.hc.CloseIdleConnections()
+		})
+		return result
+	}
+	t.Cleanup(func() { _ = stop() })
+	waitFor(t, 30*time.Second, "LISTEN connection", func() bool { return tg.g.hub.connected.Load() })
+	return stop
 }
 
 // startListen runs g.Listen until the test ends and waits for the LISTEN
@@ -115,6 +147,7 @@ type resp struct {
 	status int
 	header http.Header
 	body   []byte
+	close  bool // the server asked to close the connection
 }
 
 func (r resp) decode(t testing.TB, v any) {
@@ -171,7 +204,7 @@ func (u *user) doE(method, path string, body any, hdr ...string) (resp, error) {
 	if err != nil {
 		return resp{}, err
 	}
-	return resp{status: res.StatusCode, header: res.Header, body: raw}, nil
+	return resp{status: res.StatusCode, header: res.Header, body: raw, close: res.Close}, nil
 }
 
 // wire shapes as a client decodes them

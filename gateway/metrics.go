@@ -18,6 +18,7 @@ type metrics struct {
 	notifications      prometheus.Counter
 	listenerReconnects prometheus.Counter
 	sends              *prometheus.CounterVec
+	polls              *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, held func() float64, connected func() float64) (*metrics, error) {
@@ -47,13 +48,17 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 			Namespace: "inboxd", Subsystem: "gateway", Name: "sends_total",
 			Help: "Message sends by outcome (projected, duplicate, pending, rejected).",
 		}, []string{"outcome"}),
+		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "inboxd", Subsystem: "gateway", Name: "long_polls_total",
+			Help: "Held long-polls by how they ended (woken, timeout, drained, gone).",
+		}, []string{"outcome"}),
 	}
 	listening := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "inboxd", Subsystem: "gateway", Name: "listener_connected",
 		Help: "1 while the LISTEN connection is up.",
 	}, connected)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
-		m.listenerReconnects, m.sends, listening} {
+		m.listenerReconnects, m.sends, m.polls, listening} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

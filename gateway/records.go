@@ -148,8 +148,8 @@ func (g *Gateway) listRecords(ctx context.Context, user int64, p listParams) ([]
 	return recs, nil, nil
 }
 
-const sqlUserHead = `SELECT mt.epoch, COALESCE(u.inbox_seq, 0), COALESCE(u.record_version, 0)
-FROM meta mt LEFT JOIN users u ON u.id = $1`
+const sqlUserHead = `SELECT (SELECT epoch FROM meta), COALESCE(u.inbox_seq, 0), COALESCE(u.record_version, 0)
+FROM (SELECT 1) one LEFT JOIN users u ON u.id = $1`
 
 type listResponse struct {
 	Epoch         int64    `json:"epoch"`

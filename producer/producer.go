@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"time"
 
@@ -54,6 +55,9 @@ type Config struct {
 	Logger *slog.Logger
 	// ClientID names the Kafka client. Default "inboxd".
 	ClientID string
+	// Dialer opens the connections to the brokers (TLS, or a network with
+	// faults in tests). Default a plain TCP dialer.
+	Dialer func(ctx context.Context, network, host string) (net.Conn, error)
 }
 
 func (c *Config) setDefaults() {
@@ -115,7 +119,7 @@ func New(cfg Config) (*Producer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
 		kgo.DefaultProduceTopic(cfg.Topic),
@@ -124,8 +128,16 @@ func New(cfg Config) (*Producer, error) {
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.RecordRetries(10000),
-		kgo.RetryTimeout(30*time.Second),
-	)
+		kgo.RetryTimeout(30 * time.Second),
+		// A failed produce (a connection cut, a leader moving) waits for
+		// fresh metadata before it is retried; kgo's default of at most one
+		// refresh per 5s stalls every append to that broker for up to 5s.
+		kgo.MetadataMinAge(500 * time.Millisecond),
+	}
+	if cfg.Dialer != nil {
+		opts = append(opts, kgo.Dialer(cfg.Dialer))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("producer client: %w", err)
 	}
@@ -158,7 +170,8 @@ func (p *Producer) EnsureTopics(ctx context.Context) error {
 	return EnsureTopics(ctx, p.cl, p.cfg)
 }
 
-// EnsureTopics creates cfg's topics on the cluster of cl when missing.
+// EnsureTopics creates cfg's topics on the cluster of cl when missing and
+// waits until the metadata shows them with a leader for every partition.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
 	cfg.setDefaults()
 	adm := kadm.NewClient(cl)
@@ -186,7 +199,43 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
 			}
 		}
 	}
-	return nil
+	return waitTopics(ctx, adm, cfg.Topic, cfg.DLQTopic)
+}
+
+// waitTopics waits until the metadata shows every partition of topics with
+// a leader. Kafka acknowledges a CreateTopics once its controller has the
+// topic, before the brokers' metadata has it: a metadata or offsets request
+// right after it can answer UNKNOWN_TOPIC_OR_PARTITION.
+func waitTopics(ctx context.Context, adm *kadm.Client, topics ...string) error {
+	for {
+		details, err := adm.ListTopics(ctx, topics...)
+		if err == nil {
+			err = details.Error()
+		}
+		if err == nil {
+			for _, t := range topics {
+				d, ok := details[t]
+				switch {
+				case !ok || len(d.Partitions) == 0:
+					err = fmt.Errorf("topic %s: no partitions in the metadata yet", t)
+				default:
+					for _, pd := range d.Partitions {
+						if pd.Err != nil || pd.Leader < 0 {
+							err = fmt.Errorf("topic %s partition %d: no leader yet (%v)", t, pd.Partition, pd.Err)
+						}
+					}
+				}
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("created topics not in the metadata: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Record builds the Kafka record of e.

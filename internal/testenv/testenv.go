@@ -6,7 +6,6 @@ package testenv
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -92,19 +91,8 @@ func build(t testing.TB, o Options, adminURL string) *Env {
 		t.Cleanup(pool.Close)
 		e.Pool = pool
 	}
-	e.Topic = "inboxd.events"
-	if b := os.Getenv(EnvBrokers); b != "" {
-		e.Brokers = strings.Split(b, ",")
-		e.Topic = fmt.Sprintf("inboxd.test.%d.%d.%d", os.Getpid(), time.Now().UnixNano()%1e9, topicSeq.Add(1))
-	} else {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(int(o.Partitions)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		e.Cluster = c
-		e.Brokers = c.ListenAddrs()
-	}
+	k := NewKafka(t, o.Partitions)
+	e.Brokers, e.Cluster, e.Topic = k.Brokers, k.Cluster, k.Topic
 	p, err := producer.New(e.ProducerConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -157,4 +158,145 @@ func TestOfflineUserSync(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, 200+2+230+510, visible)
 	tg.verify(t)
+}
+
+// TestSyncETag: the ETag names epoch and head; a matching If-None-Match
+// with nothing new is a 304, anything new is a 200.
+func TestSyncETag(t *testing.T) {
+	tg := newGateway(t, nil)
+	a := tg.user(t, 1)
+	cid := a.create(t, "etag")
+	r := a.do(t, "GET", "/v1/sync", nil)
+	require.Equal(t, http.StatusOK, r.status)
+	var s wSync
+	r.decode(t, &s)
+	etag := r.header.Get("ETag")
+	require.Equal(t, fmt.Sprintf(`"%d.%d"`, s.Epoch, s.Head), etag)
+	head := strconv.FormatInt(s.Head, 10)
+
+	for _, inm := range []string{etag, "W/" + etag, `"x", ` + etag, "*"} {
+		r = a.do(t, "GET", "/v1/sync?after="+head, nil, "If-None-Match", inm)
+		require.Equal(t, http.StatusNotModified, r.status, "If-None-Match %s: %s", inm, r)
+		require.Empty(t, r.body)
+		require.Equal(t, etag, r.header.Get("ETag"))
+	}
+	// Entries after the cursor are never hidden by a matching tag.
+	r = a.do(t, "GET", "/v1/sync?after=0", nil, "If-None-Match", etag)
+	require.Equal(t, http.StatusOK, r.status)
+	// Something new: the old tag no longer matches.
+	a.send(t, cid, "new")
+	r = a.do(t, "GET", "/v1/sync?after="+head, nil, "If-None-Match", etag)
+	require.Equal(t, http.StatusOK, r.status)
+	r.decode(t, &s)
+	require.Len(t, s.Entries, 1)
+	require.NotEqual(t, etag, r.header.Get("ETag"))
+}
+
+// TestSyncTooLongRules checks each too-long condition of PROTOCOL.md and
+// the page boundaries.
+func TestSyncTooLongRules(t *testing.T) {
+	tg := newGateway(t, func(c *Config) { c.TooLongLag = 5 })
+	a := tg.user(t, 1)
+	cid := a.create(t, "t")
+	for i := 0; i < 6; i++ {
+		a.send(t, cid, "m"+strconv.Itoa(i))
+	}
+	// head 8: the created message, the record, six texts
+	s := a.sync(t, "after=3&limit=2")
+	require.False(t, s.TooLong, "lag 5 is not too long")
+	require.Len(t, s.Entries, 2)
+	require.True(t, s.HasMore)
+	requireContiguous(t, 3, s.Entries)
+	epoch := strconv.FormatInt(s.Epoch, 10)
+
+	tooLong := func(q string) wSync {
+		t.Helper()
+		s := a.sync(t, q)
+		require.True(t, s.TooLong, q)
+		require.Empty(t, s.Entries, q)
+		require.Equal(t, int64(8), s.Head, q)
+		require.Len(t, s.Conversations, 1, q)
+		require.Equal(t, int64(7), s.Conversations[0].LastSeq, q)
+		return s
+	}
+	tooLong("after=2")
+	tooLong("after=0")
+	tooLong("after=7&epoch=" + strconv.FormatInt(s.Epoch-1, 10))
+	s = a.sync(t, "after=7&epoch="+epoch)
+	require.False(t, s.TooLong)
+	require.Len(t, s.Entries, 1)
+	s = a.sync(t, "after=0&limit=1&epoch=123") // a fresh client: no cursor to refuse
+	require.True(t, s.TooLong, "lag 8 is too long whatever the epoch")
+
+	// Retention moved the floor past the cursor.
+	_, err := tg.env.Pool.Exec(context.Background(), `UPDATE users SET inbox_floor = 6 WHERE id = 1`)
+	require.NoError(t, err)
+	tooLong("after=5")
+	s = a.sync(t, "after=6")
+	require.False(t, s.TooLong)
+	require.Len(t, s.Entries, 2)
+}
+
+// TestConversationList: pinned first then recent activity, keyset paging
+// that returns each record once, since_version with tombstones.
+func TestConversationList(t *testing.T) {
+	tg := newGateway(t, nil)
+	a, b := tg.user(t, 1), tg.user(t, 2)
+	var convs []int64
+	for i := 0; i < 5; i++ {
+		convs = append(convs, b.create(t, "c"+strconv.Itoa(i), 1))
+	}
+	// Activity order (newest first): 1, 4, 3, 2, 0; then pin 2.
+	for _, i := range []int{0, 2, 3, 4, 1} {
+		b.send(t, convs[i], "activity")
+	}
+	r := a.do(t, "PATCH", fmt.Sprintf("/v1/conversations/%d/record", convs[2]), `{"pinned":true}`)
+	require.Equal(t, http.StatusAccepted, r.status)
+	tg.env.WaitCaughtUp(t, 30*time.Second)
+
+	var order []int64
+	page := ""
+	requests := 0
+	for {
+		var l wList
+		r := a.do(t, "GET", "/v1/conversations?limit=2"+page, nil)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		r.decode(t, &l)
+		requests++
+		for _, rec := range l.Conversations {
+			order = append(order, rec.ConversationID)
+		}
+		if l.NextPage == nil {
+			break
+		}
+		page = "&page=" + url.QueryEscape(*l.NextPage)
+	}
+	require.Equal(t, 3, requests)
+	require.Equal(t, []int64{convs[2], convs[1], convs[4], convs[3], convs[0]}, order)
+
+	// since_version: only what changed after V, in version order, removals
+	// included as tombstones.
+	var l wList
+	a.do(t, "GET", "/v1/conversations", nil).decode(t, &l)
+	v := l.RecordVersion
+	r = b.do(t, "DELETE", fmt.Sprintf("/v1/conversations/%d/members/1", convs[4]), nil)
+	require.Equal(t, http.StatusAccepted, r.status)
+	r = a.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/read", convs[0]), `{"seq":2}`)
+	require.Equal(t, http.StatusAccepted, r.status)
+	tg.env.WaitCaughtUp(t, 30*time.Second)
+	r = a.do(t, "GET", "/v1/conversations?limit=1&since_version="+strconv.FormatInt(v, 10), nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	r.decode(t, &l)
+	require.Len(t, l.Conversations, 1)
+	require.Equal(t, convs[4], l.Conversations[0].ConversationID)
+	require.True(t, l.Conversations[0].Removed)
+	require.Equal(t, v+1, l.Conversations[0].Version)
+	require.NotNil(t, l.NextPage)
+	r = a.do(t, "GET", "/v1/conversations?limit=1&page="+url.QueryEscape(*l.NextPage), nil)
+	r.decode(t, &l)
+	require.Len(t, l.Conversations, 1)
+	require.Equal(t, convs[0], l.Conversations[0].ConversationID)
+	require.Equal(t, int64(2), l.Conversations[0].ReadSeq)
+	require.Nil(t, l.NextPage)
+	require.Equal(t, v+2, l.RecordVersion)
 }

@@ -77,6 +77,9 @@ type Result struct {
 	Epoch    int64 // the new epoch (replay) or the live one (verify)
 	Offsets  map[int32]int64
 	Diff     *Diff // Verify only
+	// ApplyTime is the part of Duration spent in projector transactions
+	// (the rest is reading the log, the shadow set-up and the swap).
+	ApplyTime time.Duration
 }
 
 // Rate is records per second.
@@ -144,9 +147,11 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
 
 	prog := newProgress(cfg.Progress, total)
 	if err := readLog(ctx, cl, cfg, end, func(batch []projector.Record, invalid int64) error {
+		t0 := time.Now()
 		if _, err := proj.Apply(ctx, batch); err != nil {
 			return err
 		}
+		res.ApplyTime += time.Since(t0)
 		res.Records += int64(len(batch))
 		res.Invalid += invalid
 		prog.set(res.Records)
@@ -155,6 +160,10 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
 		return res, err
 	}
 	prog.finish(res.Records)
+	if _, err := shadow.Exec(ctx, `ALTER TABLE inbox ADD CONSTRAINT inbox_pkey PRIMARY KEY (user_id, inbox_seq);
+ALTER TABLE messages ADD CONSTRAINT messages_pkey PRIMARY KEY (conversation_id, seq)`); err != nil {
+		return res, fmt.Errorf("index the rebuilt inbox: %w", err)
+	}
 	res.Duration = time.Since(start)
 
 	if cfg.Verify {
@@ -206,11 +215,19 @@ func prepareShadow(ctx context.Context, pool *pgxpool.Pool, schema string) (*pgx
 		sp.Close()
 		return nil, fmt.Errorf("migrate shadow %s: %w", schema, err)
 	}
+	// Bulk path: the projector never reads the inbox, nor messages by
+	// their primary key, so those keys are built once at the end (a sort)
+	// instead of row by row.
+	if _, err := sp.Exec(ctx, `ALTER TABLE inbox DROP CONSTRAINT inbox_pkey; ALTER TABLE messages DROP CONSTRAINT messages_pkey`); err != nil {
+		sp.Close()
+		return nil, fmt.Errorf("shadow bulk set-up: %w", err)
+	}
 	return sp, nil
 }
 
 // readLog reads every partition from 0 up to end and hands batches in log
-// order per partition to apply.
+// order per partition to apply. Reading the next batch overlaps with
+// applying the current one.
 func readLog(ctx context.Context, cl *kgo.Client, cfg Config, end map[int32]int64, apply func([]projector.Record, int64) error) error {
 	parts := map[int32]kgo.Offset{}
 	for p, e := range end {
@@ -228,42 +245,63 @@ func readLog(ctx context.Context, cl *kgo.Client, cfg Config, end map[int32]int6
 		return err
 	}
 	defer rc.Close()
-	remaining := len(parts)
-	done := map[int32]bool{}
-	for remaining > 0 {
-		fetches := rc.PollRecords(ctx, cfg.BatchRecords)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var ferr error
-		fetches.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("fetch %s/%d: %w", t, p, err) })
-		if ferr != nil {
-			return ferr
-		}
-		var batch []projector.Record
-		var invalid int64
-		fetches.EachRecord(func(r *kgo.Record) {
-			if r.Offset >= end[r.Partition] {
+	type batch struct {
+		recs    []projector.Record
+		invalid int64
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan batch, 1)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(batches)
+		remaining := len(parts)
+		done := map[int32]bool{}
+		for remaining > 0 {
+			fetches := rc.PollRecords(ctx, cfg.BatchRecords)
+			if ctx.Err() != nil {
+				readErr <- ctx.Err()
 				return
 			}
-			e, err := events.Decode(r.Value, cfg.MaxBody)
-			if err != nil {
-				invalid++
-				e = nil
+			var ferr error
+			fetches.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("fetch %s/%d: %w", t, p, err) })
+			if ferr != nil {
+				readErr <- ferr
+				return
 			}
-			batch = append(batch, projector.Record{Partition: r.Partition, Offset: r.Offset, Event: e})
-			if r.Offset == end[r.Partition]-1 && !done[r.Partition] {
-				done[r.Partition] = true
-				remaining--
-			}
-		})
-		if len(batch) > 0 {
-			if err := apply(batch, invalid); err != nil {
-				return fmt.Errorf("apply replay batch: %w", err)
+			var b batch
+			fetches.EachRecord(func(r *kgo.Record) {
+				if r.Offset >= end[r.Partition] {
+					return
+				}
+				e, err := events.Decode(r.Value, cfg.MaxBody)
+				if err != nil {
+					b.invalid++
+					e = nil
+				}
+				b.recs = append(b.recs, projector.Record{Partition: r.Partition, Offset: r.Offset, Event: e})
+				if r.Offset == end[r.Partition]-1 && !done[r.Partition] {
+					done[r.Partition] = true
+					remaining--
+				}
+			})
+			if len(b.recs) > 0 {
+				select {
+				case batches <- b:
+				case <-ctx.Done():
+					readErr <- ctx.Err()
+					return
+				}
 			}
 		}
+		readErr <- nil
+	}()
+	for b := range batches {
+		if err := apply(b.recs, b.invalid); err != nil {
+			return fmt.Errorf("apply replay batch: %w", err)
+		}
 	}
-	return nil
+	return <-readErr
 }
 
 // The projection tables moved by a swap; goose's own table stays.

@@ -28,6 +28,7 @@ import (
 	"github.com/inboxd/inboxd/migrations"
 	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/replay"
 )
 
 // FanoutConfig configures Fanout.
@@ -56,6 +57,9 @@ type FanoutResult struct {
 	IdleP99Ms       float64 `json:"idle_append_to_notify_p99_ms"`
 	IdleBatchMeanMs float64 `json:"idle_batch_apply_mean_ms"`
 	VerifyOK        bool    `json:"verify_ok"`
+	LiveRecPerSec   float64 `json:"live_records_per_sec"`
+	ReplayRecPerSec float64 `json:"replay_records_per_sec"`
+	ReplayRatio     float64 `json:"replay_ratio_to_live"`
 }
 
 // Print writes the result table.
@@ -65,6 +69,8 @@ func (r FanoutResult) Print(w io.Writer) {
 		r.Members, r.Messages, r.RowsPerSec, r.CopyRows, r.CopyRowsPerSec, r.Ratio)
 	fmt.Fprintf(w, "| idle: append -> NOTIFY of the commit, p50 / p99 | %.1f / %.1f ms | fanout batch apply mean %.1f ms | |\n",
 		r.IdleP50Ms, r.IdleP99Ms, r.IdleBatchMeanMs)
+	fmt.Fprintf(w, "| replay (rebuild from offset 0), records/s | %.0f | live fan-out: %.0f records/s | %.2f |\n",
+		r.ReplayRecPerSec, r.LiveRecPerSec, r.ReplayRatio)
 	fmt.Fprintf(w, "\nverify after the run: %v\n", map[bool]string{true: "all invariants hold", false: "VIOLATED"}[r.VerifyOK])
 }
 
@@ -223,6 +229,7 @@ func Fanout(ctx context.Context, cfg FanoutConfig, progress io.Writer) (FanoutRe
 	}
 	res.InboxRows = rowsAfter - rowsBefore
 	res.RowsPerSec = float64(res.InboxRows) / res.Seconds
+	res.LiveRecPerSec = float64(cfg.Messages) / res.Seconds
 	rep, err := projector.Verify(ctx, pool)
 	if err != nil {
 		return res, err
@@ -231,6 +238,18 @@ func Fanout(ctx context.Context, cfg FanoutConfig, progress io.Writer) (FanoutRe
 	if !res.VerifyOK {
 		rep.Print(progress)
 	}
+
+	// Replay of the whole log (fanout stopped), against the live rate.
+	stopFanout()
+	<-fdone
+	fdone <- nil
+	rres, err := replay.Run(ctx, replay.Config{Brokers: cluster.ListenAddrs(), Logger: log, Progress: progress}, pool)
+	if err != nil {
+		return res, fmt.Errorf("replay: %w", err)
+	}
+	res.ReplayRecPerSec = rres.Rate()
+	fmt.Fprintf(progress, "bench fanout: replay %v, of which %v applying\n", rres.Duration, rres.ApplyTime)
+	res.ReplayRatio = res.ReplayRecPerSec / res.LiveRecPerSec
 
 	// Reference: COPY of as many inbox-shaped rows into an identical table.
 	if _, err := pool.Exec(ctx, `CREATE TABLE bench_inbox (LIKE inbox INCLUDING ALL)`); err != nil {

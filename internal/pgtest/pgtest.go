@@ -178,3 +178,10 @@ func NewDatabaseOn(t testing.TB, adminURL string) string {
 	}
 	return u
 }
+
+// AdminURL returns the URL of the test server's admin database (for code
+// that creates databases of its own).
+func AdminURL(t testing.TB) string {
+	t.Helper()
+	return admin(t)
+}

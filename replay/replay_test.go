@@ -58,8 +58,8 @@ func btoi(b bool) int {
 // tables exactly, inboxes as sets of (conversation, seq).
 type snapshot struct {
 	conversations, messages, spans, records, rejections []string
-	inboxes                                              map[int64][]string
-	epoch                                                int64
+	inboxes                                             map[int64][]string
+	epoch                                               int64
 }
 
 func take(t testing.TB, pool *pgxpool.Pool) snapshot {

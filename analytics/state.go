@@ -63,7 +63,8 @@ type partition struct {
 	// resumeAt is the group's committed offset at assignment: records below
 	// it are replayed (membership and window), records from it on counted.
 	resumeAt int64
-	// next is the offset after the last record handled.
+	// next is the offset after the last record handled (0 before the
+	// first: an assigned partition is read from its start).
 	next int64
 	// members of each conversation created in this partition.
 	members map[int64]map[int64]struct{}
@@ -75,7 +76,7 @@ type partition struct {
 }
 
 func newPartition(resumeAt int64) *partition {
-	return &partition{resumeAt: resumeAt, next: resumeAt, members: map[int64]map[int64]struct{}{},
+	return &partition{resumeAt: resumeAt, members: map[int64]map[int64]struct{}{},
 		perSec: map[int64]int64{}, active: map[int64]int64{}}
 }
 

@@ -1,0 +1,331 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// pushRetryDelay is how long sessions whose push query failed wait before
+// they are read again.
+const pushRetryDelay = 500 * time.Millisecond
+
+// pusher reads the entries of signalled sessions, many sessions per query.
+// A session is signalled by a hub wake-up of its user, a heartbeat, its
+// hello, or its writer draining a full queue; the pusher collects the
+// sessions signalled within PushWindow (longer while all PushWorkers are
+// busy) and reads, in one statement, every session's entries after its
+// cursor up to its user's head, PushBatch at most each. One commit that
+// touches 500 users connected here is one or a few queries, not 500.
+type pusher struct {
+	ws *WebSocket
+
+	mu      sync.Mutex
+	pending []*wsSession
+	firstAt time.Time // when the oldest pending session was added
+	retry   []*wsSession
+	retryAt time.Time
+
+	kick  chan struct{}
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+func newPusher(ws *WebSocket) *pusher {
+	return &pusher{ws: ws, kick: make(chan struct{}, 1), slots: make(chan struct{}, ws.cfg.PushWorkers)}
+}
+
+// add hands a session (its fetch state just set to pending) to the pusher.
+func (p *pusher) add(s *wsSession) {
+	p.mu.Lock()
+	if len(p.pending) == 0 {
+		p.firstAt = time.Now()
+	}
+	p.pending = append(p.pending, s)
+	p.mu.Unlock()
+	p.poke()
+}
+
+func (p *pusher) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// retryLater reads s again after pushRetryDelay.
+func (p *pusher) retryLater(s *wsSession) {
+	p.mu.Lock()
+	p.retry = append(p.retry, s)
+	if p.retryAt.IsZero() {
+		p.retryAt = time.Now().Add(pushRetryDelay)
+	}
+	p.mu.Unlock()
+	p.poke()
+}
+
+// run dispatches batches until ctx ends, then waits for the running ones.
+func (p *pusher) run(ctx context.Context) {
+	defer p.wg.Wait()
+	window := p.ws.cfg.PushWindow
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		now := time.Now()
+		p.mu.Lock()
+		if !p.retryAt.IsZero() && !now.Before(p.retryAt) {
+			if len(p.pending) == 0 {
+				p.firstAt = now
+			}
+			p.pending = append(p.pending, p.retry...)
+			p.retry, p.retryAt = nil, time.Time{}
+		}
+		n, first, retryAt := len(p.pending), p.firstAt, p.retryAt
+		p.mu.Unlock()
+
+		var wait time.Duration
+		switch {
+		case n == 0 && retryAt.IsZero():
+			wait = -1 // until kicked
+		case n == 0:
+			wait = retryAt.Sub(now)
+		case window > 0 && n < p.ws.cfg.PushMaxSessions && now.Sub(first) < window:
+			wait = window - now.Sub(first) // let the batch fill
+		}
+		if wait != 0 {
+			var tc <-chan time.Time
+			if wait > 0 {
+				timer.Reset(wait)
+				tc = timer.C
+			}
+			kick := p.kick
+			if n > 0 {
+				kick = nil // only the window matters now
+			}
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-kick:
+			case <-tc:
+			}
+			timer.Stop()
+			continue
+		}
+
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		p.mu.Lock()
+		k := min(len(p.pending), p.ws.cfg.PushMaxSessions)
+		batch := make([]*wsSession, k)
+		copy(batch, p.pending)
+		clear(p.pending[:k])
+		p.pending = p.pending[k:]
+		if len(p.pending) == 0 {
+			p.pending = nil
+		} else {
+			p.firstAt = time.Now()
+		}
+		p.mu.Unlock()
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer func() { <-p.slots }()
+			p.work(ctx, batch)
+		}()
+	}
+}
+
+// pushResult is what one push query read for one session.
+type pushResult struct {
+	epoch, head, floor, recordVersion int64
+	entries                           []entry
+	err                               error
+}
+
+// sqlPush reads, in one statement and so one snapshot, for every
+// (user, after, limit) of the arrays: the epoch, the user's head, floor
+// and record version, and up to limit entries after `after`, with their
+// messages or records inline as GET /v1/sync has them. ord keys the rows
+// back to the sessions (a user may have several, at different cursors).
+//
+// $1 users, $2 afters, $3 limits.
+const sqlPush = `WITH h AS (
+	SELECT q.ord, q.user_id, q.after, q.lim, COALESCE(u.inbox_seq, 0) AS head,
+		COALESCE(u.inbox_floor, 0) AS floor, COALESCE(u.record_version, 0) AS record_version
+	FROM unnest($1::bigint[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(user_id, after, lim, ord)
+	LEFT JOIN users u ON u.id = q.user_id
+)
+SELECT h.ord, mt.epoch, h.head, h.floor, h.record_version, e.inbox_seq, e.conversation_id, e.kind,
+	` + sqlMessageCols + `, ` + sqlRecordCols + `
+FROM meta mt CROSS JOIN h
+LEFT JOIN LATERAL (
+	SELECT i.inbox_seq, i.conversation_id, i.kind, i.seq FROM inbox i
+	WHERE i.user_id = h.user_id AND i.inbox_seq > h.after AND i.inbox_seq <= h.head AND h.after >= h.floor
+	ORDER BY i.inbox_seq LIMIT h.lim
+) e ON true
+LEFT JOIN messages m ON e.kind = 1 AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+LEFT JOIN records r ON e.kind = 2 AND r.user_id = h.user_id AND r.conversation_id = e.conversation_id` + sqlRecordJoins + `
+ORDER BY h.ord, e.inbox_seq`
+
+// work reads one batch and delivers every session's result.
+func (p *pusher) work(ctx context.Context, batch []*wsSession) {
+	sessions := batch[:0]
+	var users, afters []int64
+	var limits []int32
+	for _, s := range batch {
+		s.mu.Lock()
+		if s.fetch == fetchPending && !s.closed && !s.closing {
+			s.fetch = fetchInflight
+			sessions = append(sessions, s)
+			users = append(users, s.user)
+			afters = append(afters, s.cursor)
+			limits = append(limits, int32(p.ws.cfg.PushBatch))
+		} else if s.fetch == fetchPending {
+			s.fetch = fetchIdle
+		}
+		s.mu.Unlock()
+	}
+	if len(sessions) == 0 {
+		return
+	}
+	m := p.ws.m
+	m.batchSize.Observe(float64(len(sessions)))
+	start := time.Now()
+	results, err := p.read(ctx, users, afters, limits)
+	m.batchLatency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		m.batchErrors.Inc()
+		if ctx.Err() == nil {
+			p.ws.log.Warn("WebSocket push query failed, retrying", "sessions", len(sessions), "err", err)
+		}
+		results = make([]pushResult, len(sessions))
+		for i := range results {
+			results[i].err = err
+		}
+	}
+	for i, s := range sessions {
+		p.finish(ctx, s, &results[i])
+	}
+}
+
+// read runs sqlPush.
+func (p *pusher) read(ctx context.Context, users, afters []int64, limits []int32) ([]pushResult, error) {
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rows, err := p.ws.g.pool.Query(qctx, sqlPush, users, afters, limits)
+	if err != nil {
+		return nil, fmt.Errorf("push read of %d sessions: %w", len(users), err)
+	}
+	defer rows.Close()
+	results := make([]pushResult, len(users))
+	for rows.Next() {
+		var (
+			ord                               int64
+			epoch, head, floor, recordVersion int64
+			inboxSeq, conv                    *int64
+			kind                              *int16
+			ms                                msgScan
+			rec                               recScan
+		)
+		targets := append([]any{&ord, &epoch, &head, &floor, &recordVersion, &inboxSeq, &conv, &kind}, ms.targets()...)
+		if err := rows.Scan(append(targets, rec.targets()...)...); err != nil {
+			return nil, fmt.Errorf("push read: %w", err)
+		}
+		if ord < 1 || ord > int64(len(results)) {
+			return nil, fmt.Errorf("push read: ordinal %d out of range", ord)
+		}
+		r := &results[ord-1]
+		r.epoch, r.head, r.floor, r.recordVersion = epoch, head, floor, recordVersion
+		if inboxSeq == nil {
+			continue // a session with nothing new
+		}
+		e := entry{InboxSeq: *inboxSeq, ConversationID: *conv}
+		if *kind == 2 {
+			e.Kind, e.Record = entryKindRecord, rec.record()
+		} else {
+			e.Kind, e.Message = entryKindMessage, ms.message()
+		}
+		r.entries = append(r.entries, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("push read: %w", err)
+	}
+	return results, nil
+}
+
+// finish queues what was read for s and decides what comes next: another
+// read right away (more to read, or signalled meanwhile), a read when the
+// writer has drained (queue full: the session lags), or nothing.
+func (p *pusher) finish(ctx context.Context, s *wsSession, r *pushResult) {
+	g := p.ws.g
+	var tl *tooLongResponse
+	if r.err == nil {
+		// The session's state only changes under its own (single) read,
+		// so its cursor and epoch are still those of the query.
+		s.mu.Lock()
+		rebase := r.epoch != s.epoch || s.cursor < r.floor || s.cursor > r.head ||
+			(len(r.entries) > 0 && r.entries[0].InboxSeq != s.cursor+1)
+		s.mu.Unlock()
+		if rebase {
+			// A replay started a new epoch, or retention passed the
+			// cursor: the stream cannot continue, the client rebases.
+			tl, r.err = g.tooLongAnswer(ctx, s.user,
+				&syncResult{epoch: r.epoch, head: r.head, recordVersion: r.recordVersion}, g.cfg.PageDefault)
+		}
+	}
+
+	s.mu.Lock()
+	s.fetch = fetchIdle
+	if s.closed || s.closing {
+		s.mu.Unlock()
+		return
+	}
+	if r.err != nil {
+		if s.hbDue && s.cursor >= s.head {
+			s.hbDue = false
+			s.pushDataLocked(queued{kind: "heartbeat", b: encodeFrame(wsHeartbeat{Type: "heartbeat", Head: s.head})})
+		}
+		s.fetch, s.dirty = fetchPending, false
+		s.mu.Unlock()
+		s.wake()
+		p.retryLater(s)
+		return
+	}
+	switch {
+	case tl != nil:
+		s.pushDataLocked(queued{kind: "too_long", b: encodeFrame(wsTooLong{Type: "too_long", tooLongResponse: tl})})
+		s.epoch, s.cursor, s.head = r.epoch, r.head, r.head
+	case len(r.entries) > 0:
+		n := len(r.entries)
+		s.pushDataLocked(queued{kind: "entries", entries: n, signalAt: s.signalAt,
+			b: encodeFrame(wsEntries{Type: "entries", Entries: r.entries, Head: r.head})})
+		s.cursor = r.entries[n-1].InboxSeq
+		s.signalAt = time.Time{}
+	}
+	// The read is authoritative: a notification newer than its snapshot
+	// arrived while it ran and set dirty.
+	s.head = r.head
+	if s.cursor >= r.head {
+		s.clearLaggingLocked()
+		s.signalAt = time.Time{}
+		if s.hbDue {
+			s.hbDue = false
+			s.pushDataLocked(queued{kind: "heartbeat", b: encodeFrame(wsHeartbeat{Type: "heartbeat", Head: r.head})})
+		}
+	}
+	enq := false
+	if s.cursor < r.head || s.dirty {
+		s.dirty = false
+		enq = s.markFetchLocked()
+	}
+	s.mu.Unlock()
+	s.wake()
+	if enq {
+		p.add(s)
+	}
+}

@@ -1,0 +1,286 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// WebSocket serves GET /v1/ws (PROTOCOL.md): a hello with a cursor, the
+// catch-up from PostgreSQL, live pushes, heartbeats, sends and pings on one
+// connection. Create it with NewWebSocket, run Run beside the HTTP server
+// and mount it (it is an http.Handler) at GET /v1/ws.
+//
+// # Goroutines
+//
+// A connection has exactly one reader (the goroutine of ServeHTTP) and one
+// writer. Sends run in short-lived goroutines, at most MaxInflightSends per
+// connection, whose replies go through the writer's queue. Reads of entries
+// are not done by the connection: the pusher (see push.go) reads the
+// entries of every session signalled within PushWindow in one query and
+// queues the frames; the writer writes them.
+//
+// # Delivery
+//
+// Each session remembers its cursor, the last inbox_seq it queued. Entries
+// are only ever read as "after cursor" by one query at a time per session,
+// and queued together with the cursor's advance, so the inbox_seqs of one
+// connection are contiguous from the hello's after (a too_long rebases
+// them to its head). A hub wake-up (a NOTIFY for the user, or the wake-all
+// after the LISTEN connection came back) and every heartbeat make the
+// session re-read; a notification is only a hint.
+//
+// It is safe for concurrent use.
+type WebSocket struct {
+	g    *Gateway
+	cfg  WSConfig
+	log  *slog.Logger
+	m    *wsMetrics
+	up   websocket.Upgrader
+	push *pusher
+
+	allowAll bool
+	origins  map[string]bool
+
+	mu       sync.Mutex
+	sessions map[*wsSession]struct{}
+	perUser  map[int64]int
+	running  bool
+	stopped  bool
+	conns    sync.WaitGroup // ServeHTTP calls past the running check
+	stopping chan struct{}  // closed when Run's ctx ends
+
+	nextID atomic.Uint64
+}
+
+// NewWebSocket builds the WebSocket endpoint of g. It registers its metrics
+// on cfg.Registerer (default the gateway's), so a gateway has at most one.
+func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
+	cfg.setDefaults(&g.cfg)
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newWSMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: register WebSocket metrics: %w", err)
+	}
+	ws := &WebSocket{
+		g: g, cfg: cfg, log: g.log, m: m,
+		origins:  map[string]bool{},
+		sessions: map[*wsSession]struct{}{},
+		perUser:  map[int64]int{},
+		stopping: make(chan struct{}),
+	}
+	for _, o := range cfg.AllowedOrigins {
+		if o == "*" {
+			ws.allowAll = true
+		}
+		ws.origins[strings.ToLower(strings.TrimRight(o, "/"))] = true
+	}
+	ws.up = websocket.Upgrader{
+		HandshakeTimeout: 10 * time.Second,
+		ReadBufferSize:   1024,
+		WriteBufferSize:  4096,
+		// Write buffers are only held while a frame is written: an idle
+		// connection costs no write buffer.
+		WriteBufferPool: &sync.Pool{},
+		// The origin is checked after the upgrade, so that a refused
+		// browser sees close code 4003 rather than an opaque failure.
+		CheckOrigin: func(*http.Request) bool { return true },
+	}
+	ws.push = newPusher(ws)
+	return ws, nil
+}
+
+// Run runs the pusher until ctx ends; then it closes every session with
+// 1012 (service restart), waits for their goroutines and returns nil.
+// ServeHTTP refuses connections (HTTP 503) unless Run is running.
+// g.Drain also closes every session with 1012.
+func (ws *WebSocket) Run(ctx context.Context) error {
+	ws.mu.Lock()
+	if ws.running || ws.stopped {
+		ws.mu.Unlock()
+		return errors.New("gateway: WebSocket already running or stopped")
+	}
+	ws.running = true
+	ws.mu.Unlock()
+
+	pctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ws.push.run(pctx)
+	}()
+
+	<-ctx.Done()
+	ws.mu.Lock()
+	ws.stopped = true
+	close(ws.stopping)
+	ws.mu.Unlock()
+	ws.conns.Wait() // every session has written its 1012 and ended
+	cancel()
+	<-done
+	return nil
+}
+
+// Sessions returns the number of open sessions.
+func (ws *WebSocket) Sessions() int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return len(ws.sessions)
+}
+
+// heartbeatDelay is HeartbeatInterval jittered by ±10%.
+func (ws *WebSocket) heartbeatDelay() time.Duration {
+	d := ws.cfg.HeartbeatInterval
+	return d - d/10 + time.Duration(rand.Int64N(int64(d/5)+1))
+}
+
+// ServeHTTP is GET /v1/ws. A request that is not a WebSocket upgrade gets
+// 400 in the error shape; a refused connection is upgraded and then closed
+// with its code (4001 unauthorized, 4003 origin, 4029 caps and rate,
+// 1012 draining) after an error frame, because a browser sees close codes
+// but not the HTTP status of a failed handshake.
+func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !websocket.IsWebSocketUpgrade(r) {
+		w.Header().Set("Upgrade", "websocket")
+		ws.g.writeError(w, r, badRequest("GET /v1/ws needs a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)"))
+		return
+	}
+	ws.mu.Lock()
+	if !ws.running {
+		ws.mu.Unlock()
+		ws.g.writeError(w, r, unavailable("WebSocket endpoint not running", time.Second, nil))
+		return
+	}
+	ws.conns.Add(1)
+	stopped := ws.stopped
+	ws.mu.Unlock()
+	defer ws.conns.Done()
+
+	conn, err := ws.up.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered with an HTTP error
+	}
+	if stopped || ws.g.isDraining() {
+		ws.reject(conn, CloseServiceRestart, "service restart", nil)
+		return
+	}
+	if !ws.originAllowed(r) {
+		// No error frame: PROTOCOL.md has no error code for it; the
+		// close code and reason say it.
+		ws.reject(conn, CloseNotAllowed, "origin not allowed", nil)
+		return
+	}
+	user, err := ws.authenticate(r)
+	if err != nil {
+		ws.reject(conn, CloseUnauthorized, "unauthorized", err)
+		return
+	}
+	// A connection costs a read token: reconnect storms are rate limited.
+	if st := ws.g.syncLimits.take(user, time.Now()); !st.allowed {
+		ws.reject(conn, CloseRateLimited, "rate limited", rateLimited(st))
+		return
+	}
+	s, refusal := ws.register(conn, user)
+	if refusal != nil {
+		ws.reject(conn, CloseRateLimited, "too many connections", refusal)
+		return
+	}
+	s.run()
+	ws.unregister(s)
+}
+
+// authenticate reads the token from the Authorization header or, for
+// browsers, the access_token query parameter.
+func (ws *WebSocket) authenticate(r *http.Request) (int64, error) {
+	if r.Header.Get("Authorization") != "" {
+		return ws.g.authenticate(r)
+	}
+	tok := r.URL.Query().Get("access_token")
+	if tok == "" {
+		return 0, unauthorized("missing bearer token (Authorization header or access_token parameter)")
+	}
+	u, err := verifyToken(ws.g.cfg.AuthSecret, tok)
+	if err != nil {
+		return 0, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "invalid token", Err: err}
+	}
+	return u, nil
+}
+
+// originAllowed implements WSConfig.AllowedOrigins.
+func (ws *WebSocket) originAllowed(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" || ws.allowAll {
+		return true
+	}
+	if len(ws.origins) > 0 {
+		return ws.origins[strings.ToLower(strings.TrimRight(origin, "/"))]
+	}
+	u, err := url.Parse(origin)
+	return err == nil && strings.EqualFold(u.Host, r.Host)
+}
+
+// register admits a session under the connection caps.
+func (ws *WebSocket) register(conn *websocket.Conn, user int64) (*wsSession, error) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	capped := func(msg string) error {
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Message: msg,
+			Retryable: true, RetryAfter: ws.cfg.RetryAfter}
+	}
+	if len(ws.sessions) >= ws.cfg.MaxConns {
+		return nil, capped("too many WebSocket connections on this node")
+	}
+	if ws.perUser[user] >= ws.cfg.MaxConnsPerUser {
+		return nil, capped(fmt.Sprintf("user %d has %d WebSocket connections on this node, the most allowed", user, ws.cfg.MaxConnsPerUser))
+	}
+	s := newSession(ws, conn, user)
+	ws.sessions[s] = struct{}{}
+	ws.perUser[user]++
+	ws.m.conns.Inc()
+	return s, nil
+}
+
+func (ws *WebSocket) unregister(s *wsSession) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	delete(ws.sessions, s)
+	if ws.perUser[s.user]--; ws.perUser[s.user] <= 0 {
+		delete(ws.perUser, s.user)
+	}
+	ws.m.conns.Dec()
+}
+
+// reject ends a connection that never became a session: an error frame
+// (when cause is set), the close frame, a short wait for the client's
+// close, and the TCP close.
+func (ws *WebSocket) reject(conn *websocket.Conn, code int, reason string, cause error) {
+	deadline := time.Now().Add(ws.cfg.WriteTimeout)
+	if cause != nil {
+		_ = conn.SetWriteDeadline(deadline)
+		if conn.WriteMessage(websocket.TextMessage, errorFrame(cause, "")) == nil {
+			ws.m.frames.WithLabelValues("error").Inc()
+		}
+	}
+	if conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), deadline) == nil {
+		ws.m.closed(code)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(ws.cfg.CloseGrace))
+	for {
+		if _, _, err := conn.NextReader(); err != nil {
+			break
+		}
+	}
+	_ = conn.Close()
+}

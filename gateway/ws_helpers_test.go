@@ -1,0 +1,413 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+// wsgw is one gateway process of a test with the WebSocket endpoint
+// mounted beside the HTTP API on its own server, as the lead's route table
+// will have it.
+type wsgw struct {
+	*tgw
+	ws     *WebSocket
+	stopWS func()
+}
+
+// wsTestConfig is the gateway configuration of the WebSocket tests (the
+// one of buildGateway: generous rates and ack wait).
+func wsTestConfig(env *testenv.Env, tweak func(*Config)) Config {
+	cfg := Config{
+		AuthSecret: testSecret,
+		DevMode:    true,
+		AckWait:    20 * time.Second,
+		SendRate:   rate.Inf,
+		SyncRate:   rate.Inf,
+		SendBurst:  1000,
+		SyncBurst:  1000,
+		Logger:     env.Logger,
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	return cfg
+}
+
+// newWSGateway starts a world (PostgreSQL, kfake, fanout) and a gateway
+// with its hub and WebSocket endpoint.
+func newWSGateway(t testing.TB, tweak func(*Config), wcfg WSConfig) *wsgw {
+	t.Helper()
+	env := testenv.New(t, testenv.Options{})
+	env.StartFanout(t)
+	return newWSGatewayOn(t, env, tweak, wcfg, nil)
+}
+
+// newWSGatewayOn starts another gateway process on env's database and
+// Kafka: its own Gateway, hub (LISTEN connection), WebSocket pusher and
+// HTTP server. wrapLn, when set, wraps the server's listener.
+func newWSGatewayOn(t testing.TB, env *testenv.Env, tweak func(*Config), wcfg WSConfig, wrapLn func(net.Listener) net.Listener) *wsgw {
+	t.Helper()
+	g, err := New(wsTestConfig(env, tweak), env.Pool, env.Producer)
+	require.NoError(t, err)
+	tg := &tgw{env: env, g: g,
+		hc: &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	startListen(t, g)
+	ws, err := g.NewWebSocket(wcfg)
+	require.NoError(t, err)
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/ws", ws)
+	mux.Handle("/", g.Handler())
+	srv := httptest.NewUnstartedServer(mux)
+	if wrapLn != nil {
+		srv.Listener = wrapLn(srv.Listener)
+	}
+	srv.Start()
+	tg.srv, tg.url = srv, srv.URL
+	// Cleanups run last-in first-out: the WebSocket sessions end (1012)
+	// before the server waits for its handlers.
+	t.Cleanup(func() {
+		tg.hc.CloseIdleConnections()
+		srv.Close()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ws.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	waitFor(t, 10*time.Second, "WebSocket running", func() bool {
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+		return ws.running
+	})
+	return &wsgw{tgw: tg, ws: ws, stopWS: stop}
+}
+
+// wsURL is the WebSocket URL of the gateway.
+func (w *wsgw) wsURL() string { return "ws" + strings.TrimPrefix(w.url, "http") + "/v1/ws" }
+
+// wFrame is any server frame as a client decodes it.
+type wFrame struct {
+	Type           string    `json:"type"`
+	Epoch          int64     `json:"epoch"`
+	Head           int64     `json:"head"`
+	HeartbeatMS    int64     `json:"heartbeat_ms"`
+	Entries        []wEntry  `json:"entries"`
+	TooLong        bool      `json:"too_long"`
+	RecordVersion  int64     `json:"record_version"`
+	Conversations  []wRecord `json:"conversations"`
+	NextPage       *string   `json:"next_page"`
+	MsgID          string    `json:"msg_id"`
+	ConversationID int64     `json:"conversation_id"`
+	Seq            int64     `json:"seq"`
+	Code           string    `json:"code"`
+	Message        string    `json:"message"`
+	Retryable      bool      `json:"retryable"`
+	RetryAfterMS   int64     `json:"retry_after_ms"`
+}
+
+// wsClient is a test's WebSocket client (gorilla, as a Go SDK would be).
+type wsClient struct {
+	conn *websocket.Conn
+	user int64
+}
+
+// dialWS connects with the token in the Authorization header (or none).
+func dialWS(t testing.TB, w *wsgw, u *user) *wsClient {
+	t.Helper()
+	h := http.Header{}
+	if u != nil && u.token != "" {
+		h.Set("Authorization", "Bearer "+u.token)
+	}
+	c, err := dialWSE(w.wsURL(), h, nil)
+	require.NoError(t, err)
+	if u != nil {
+		c.user = u.id
+	}
+	t.Cleanup(func() { _ = c.conn.Close() })
+	return c
+}
+
+func dialWSE(url string, h http.Header, d *websocket.Dialer) (*wsClient, error) {
+	if d == nil {
+		d = &websocket.Dialer{HandshakeTimeout: 30 * time.Second}
+	}
+	conn, res, err := d.Dial(url, h)
+	if res != nil && res.Body != nil {
+		_ = res.Body.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &wsClient{conn: conn}, nil
+}
+
+func (c *wsClient) writeJSON(t testing.TB, v any) {
+	t.Helper()
+	require.NoError(t, c.writeJSONE(v))
+}
+
+func (c *wsClient) writeJSONE(v any) error {
+	_ = c.conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	return c.conn.WriteJSON(v)
+}
+
+func (c *wsClient) hello(t testing.TB, after int64, epoch *int64) {
+	t.Helper()
+	m := map[string]any{"type": "hello", "after": after}
+	if epoch != nil {
+		m["epoch"] = *epoch
+	}
+	c.writeJSON(t, m)
+}
+
+// next reads one frame; the deadline only prevents a hang.
+func (c *wsClient) next(t testing.TB) wFrame {
+	t.Helper()
+	f, err := c.nextE(60 * time.Second)
+	require.NoError(t, err)
+	return f
+}
+
+func (c *wsClient) nextE(timeout time.Duration) (wFrame, error) {
+	_ = c.conn.SetReadDeadline(time.Now().Add(timeout))
+	var f wFrame
+	_, raw, err := c.conn.ReadMessage()
+	if err != nil {
+		return f, err
+	}
+	return f, json.Unmarshal(raw, &f)
+}
+
+// nextOf reads frames until one of a type other than heartbeat.
+func (c *wsClient) nextOf(t testing.TB) wFrame {
+	t.Helper()
+	for {
+		f := c.next(t)
+		if f.Type != "heartbeat" {
+			return f
+		}
+	}
+}
+
+// closeCode reads until the connection ends and returns the close code
+// (-1 when it ended without a close frame).
+func (c *wsClient) closeCode(t testing.TB) (int, []wFrame) {
+	t.Helper()
+	var frames []wFrame
+	for {
+		f, err := c.nextE(60 * time.Second)
+		if err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				return ce.Code, frames
+			}
+			var ne net.Error
+			require.False(t, errors.As(err, &ne) && ne.Timeout(), "no close within 60s")
+			return -1, frames
+		}
+		frames = append(frames, f)
+	}
+}
+
+// wsStream is a connected client that reads in the background and checks
+// PROTOCOL.md's promise as frames arrive: inbox_seqs contiguous from the
+// hello's after (too_long rebases), each once.
+type wsStream struct {
+	c    *wsClient
+	done chan struct{}
+
+	mu         sync.Mutex
+	welcome    *wFrame
+	cursor     int64
+	entries    []wEntry
+	tooLongs   []wFrame
+	heartbeats int
+	lastHB     int64
+	others     []wFrame
+	violation  error
+	closeCode  int // 0 while open, -1 without a close frame
+	closeErr   error
+}
+
+// stream sends hello(after) and starts reading.
+func (c *wsClient) stream(t testing.TB, after int64, epoch *int64) *wsStream {
+	t.Helper()
+	s := &wsStream{c: c, cursor: after, done: make(chan struct{})}
+	c.hello(t, after, epoch)
+	go s.read()
+	t.Cleanup(func() {
+		_ = c.conn.Close()
+		<-s.done
+	})
+	return s
+}
+
+func (s *wsStream) read() {
+	defer close(s.done)
+	for {
+		f, err := s.c.nextE(10 * time.Minute)
+		s.mu.Lock()
+		if err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				s.closeCode = ce.Code
+			} else {
+				s.closeCode = -1
+			}
+			s.closeErr = err
+			s.mu.Unlock()
+			return
+		}
+		switch f.Type {
+		case "welcome":
+			if s.welcome != nil && s.violation == nil {
+				s.violation = errors.New("second welcome")
+			}
+			s.welcome = &f
+		case "entries":
+			for _, e := range f.Entries {
+				if e.InboxSeq != s.cursor+1 && s.violation == nil {
+					s.violation = errors.New("user " + strconv.FormatInt(s.c.user, 10) + ": entry " +
+						strconv.FormatInt(e.InboxSeq, 10) + " after cursor " + strconv.FormatInt(s.cursor, 10))
+				}
+				s.cursor = e.InboxSeq
+				s.entries = append(s.entries, e)
+			}
+		case "too_long":
+			s.tooLongs = append(s.tooLongs, f)
+			s.cursor = f.Head
+		case "heartbeat":
+			s.heartbeats++
+			s.lastHB = f.Head
+		default:
+			s.others = append(s.others, f)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// state returns the cursor and a copy of the entries.
+func (s *wsStream) state() (int64, []wEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cursor, append([]wEntry(nil), s.entries...)
+}
+
+// waitCursor waits until the stream reached at least seq; a violation or
+// an early close fails the test.
+func (s *wsStream) waitCursor(t testing.TB, seq int64) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "stream of user "+strconv.FormatInt(s.c.user, 10)+" at "+strconv.FormatInt(seq, 10), func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		require.NoError(t, s.violation)
+		if s.closeCode != 0 && s.cursor < seq {
+			t.Fatalf("stream of user %d closed (%d, %v) at %d before %d", s.c.user, s.closeCode, s.closeErr, s.cursor, seq)
+		}
+		return s.cursor >= seq
+	})
+}
+
+// waitOther waits for a frame other than welcome/entries/too_long/heartbeat.
+func (s *wsStream) waitOther(t testing.TB, pred func(wFrame) bool) wFrame {
+	t.Helper()
+	var found wFrame
+	waitFor(t, 60*time.Second, "a reply frame", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, f := range s.others {
+			if pred(f) {
+				found = f
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// waitClosed waits for the end of the connection and returns its code.
+func (s *wsStream) waitClosed(t testing.TB) int {
+	t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("stream not closed within 60s")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closeCode
+}
+
+// head is the user's inbox head as GET /v1/sync reports it.
+func (u *user) head(t testing.TB) int64 {
+	t.Helper()
+	return u.sync(t, "limit=1").Head
+}
+
+// requireSameEntries checks a stream's entries against the HTTP sync of
+// the same range: same inbox_seqs, same messages.
+func requireSameEntries(t testing.TB, want, got []wEntry) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i := range want {
+		require.Equal(t, want[i].InboxSeq, got[i].InboxSeq, "entry %d", i)
+		require.Equal(t, want[i].Kind, got[i].Kind, "entry %d", i)
+		require.Equal(t, want[i].ConversationID, got[i].ConversationID, "entry %d", i)
+		if want[i].Message != nil {
+			require.NotNil(t, got[i].Message, "entry %d", i)
+			require.Equal(t, want[i].Message.MsgID, got[i].Message.MsgID, "entry %d", i)
+			require.Equal(t, want[i].Message.Seq, got[i].Message.Seq, "entry %d", i)
+		}
+	}
+}
+
+// appendMessage appends a message.sent straight to the log, without the
+// gateway's ack wait (for phases in which the hub is deliberately deaf).
+func appendMessage(t testing.TB, env *testenv.Env, sender, cid int64, body string) string {
+	t.Helper()
+	e := events.New(events.MessageSent, cid, sender)
+	e.MsgID, e.Body = uuid.NewString(), &body
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := env.Producer.Append(ctx, e)
+	require.NoError(t, err)
+	return e.MsgID
+}
+
+// sessionsOf returns the gateway's sessions of user.
+func (ws *WebSocket) sessionsOf(user int64) []*wsSession {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	var out []*wsSession
+	for s := range ws.sessions {
+		if s.user == user {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// wsMetrics are the WebSocket metrics, registered by NewWebSocket.
+type wsMetrics struct {
+	conns        prometheus.Gauge
+	closes       *prometheus.CounterVec // by close code
+	frames       *prometheus.CounterVec // frames written by type
+	entries      prometheus.Counter     // entries written in entries frames
+	pushLatency  prometheus.Histogram
+	lagging      prometheus.Gauge
+	slowCloses   *prometheus.CounterVec // by reason
+	batchSize    prometheus.Histogram
+	batchLatency prometheus.Histogram
+	batchErrors  prometheus.Counter
+	received     *prometheus.CounterVec // client frames by type
+}
+
+func newWSMetrics(reg prometheus.Registerer) (*wsMetrics, error) {
+	const ns, sub = "inboxd", "gateway_ws"
+	m := &wsMetrics{
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections",
+			Help: "WebSocket connections open (upgraded and accepted)."}),
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "closes_total",
+			Help: "Close frames sent by the server, by close code (4001, 4003, 4008, 4029, 1008, 1011, 1012)."}, []string{"code"}),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "frames_written_total",
+			Help: "Frames written, by type (welcome, entries, too_long, heartbeat, send_ack, error, pong)."}, []string{"type"}),
+		entries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "pushed_entries_total",
+			Help: "Inbox entries written in entries frames (catch-up and live)."}),
+		pushLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "push_latency_seconds",
+			Help: "From a session noticing the hub's wake-up (a NOTIFY received, plus the hub's wake jitter) to the entries frame written to the socket.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
+		lagging: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lagging_sessions",
+			Help: "Sessions with entries waiting in PostgreSQL that their full outbound queue could not take."}),
+		slowCloses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "slow_closes_total",
+			Help: "Connections closed for slowness: lag (4008 after SlowTimeout), control (4008, replies not read), write_timeout (no close frame possible)."}, []string{"reason"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "push_batch_sessions",
+			Help:    "Sessions read by one push query.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}}),
+		batchLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "push_query_seconds",
+			Help:    "Duration of one push query.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
+		batchErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "push_query_errors_total",
+			Help: "Push queries that failed (their sessions are retried)."}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "frames_received_total",
+			Help: "Client frames by type (hello, send, ping, invalid)."}, []string{"type"}),
+	}
+	for _, c := range []prometheus.Collector{m.conns, m.closes, m.frames, m.entries, m.pushLatency, m.lagging,
+		m.slowCloses, m.batchSize, m.batchLatency, m.batchErrors, m.received} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *wsMetrics) closed(code int) { m.closes.WithLabelValues(strconv.Itoa(code)).Inc() }

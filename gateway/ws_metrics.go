@@ -33,7 +33,7 @@ func newWSMetrics(reg prometheus.Registerer) (*wsMetrics, error) {
 		entries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "pushed_entries_total",
 			Help: "Inbox entries written in entries frames (catch-up and live)."}),
 		pushLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "push_latency_seconds",
-			Help: "From a session noticing the hub's wake-up (a NOTIFY received, plus the hub's wake jitter) to the entries frame written to the socket.",
+			Help:    "From a session noticing the hub's wake-up (a NOTIFY received, plus the hub's wake jitter) to the entries frame written to the socket.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 		lagging: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lagging_sessions",
 			Help: "Sessions with entries waiting in PostgreSQL that their full outbound queue could not take."}),

@@ -3,6 +3,7 @@ package analytics
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -312,4 +313,29 @@ func FuzzHandle(f *testing.F) {
 		require.Equal(t, uint64(got.Messages), got.FanOut.Count)
 		require.Equal(t, got.NonMemberMessages, got.Messages, "no conversation was created")
 	})
+}
+
+func TestWriteTable(t *testing.T) {
+	f := newFeeder(t, time.Minute, 0)
+	f.event(created(1, 1, 2, 3))
+	f.event(msg(1, 2))
+	f.event(msg(1, 9))
+	var b strings.Builder
+	require.NoError(t, f.s.snapshot(t0).WriteTable(&b))
+	out := b.String()
+	for _, want := range []string{
+		"inboxd analytics at 2026-11-30T10:00:00Z, window 1m0s\n",
+		"  messages/minute                 2.0  2 in the window\n",
+		"  messages                          2  1 from non-members\n",
+		"    message.sent                    2\n",
+		"  fan-out size               mean 1.5  p50 <= 0, p90 <= 3, p99 <= 3\n",
+		"     2. user 9                      1\n",
+		"  next offsets                         0:3\n",
+	} {
+		require.Contains(t, out, want)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		require.Equal(t, strings.TrimRight(line, " "), line, "no trailing blanks")
+	}
+	t.Log("\n" + out)
 }

@@ -7,30 +7,35 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"text/tabwriter"
+	"strings"
 	"time"
 )
 
-// WriteTable writes f as a table for people.
+// WriteTable writes f as a table for people, in one Write.
 func (f Figures) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
-	p("inboxd analytics\t%s\twindow %s\n", f.At.UTC().Format(time.RFC3339), f.Window)
-	p("  messages/minute\t%.1f\t(%d in the window)\n", f.MessagesPerMinute, f.WindowMessages)
-	p("  active conversations\t%d\t(of %d tracked)\n", f.ActiveConversations, f.Conversations)
-	p("  messages\t%d\t(%d from non-members)\n", f.Messages, f.NonMemberMessages)
-	p("  records\t%d\t(%d invalid, %d replayed)\n", f.Records, f.Invalid, f.Replayed)
-	p("  events by type\t\t\n")
+	var b strings.Builder
+	row := func(label, value, note string) {
+		line := fmt.Sprintf("  %-24s %10s  %s", label, value, note)
+		b.WriteString(strings.TrimRight(line, " "))
+		b.WriteByte('\n')
+	}
+	n := func(v int64) string { return strconv.FormatInt(v, 10) }
+	fmt.Fprintf(&b, "inboxd analytics at %s, window %s\n", f.At.UTC().Format(time.RFC3339), f.Window)
+	row("messages/minute", strconv.FormatFloat(f.MessagesPerMinute, 'f', 1, 64), fmt.Sprintf("%d in the window", f.WindowMessages))
+	row("active conversations", strconv.Itoa(f.ActiveConversations), fmt.Sprintf("of %d tracked", f.Conversations))
+	row("messages", n(f.Messages), fmt.Sprintf("%d from non-members", f.NonMemberMessages))
+	row("records", n(f.Records), fmt.Sprintf("%d invalid, %d replayed", f.Invalid, f.Replayed))
+	row("events by type", "", "")
 	for _, t := range Types() {
-		p("    %s\t%d\t\n", t, f.Events[t])
+		row("  "+t, n(f.Events[t]), "")
 	}
 	h := f.FanOut
 	mean := 0.0
 	if h.Count > 0 {
 		mean = float64(h.Sum) / float64(h.Count)
 	}
-	p("  fan-out size\tmean %.1f\tp50 <= %s  p90 <= %s  p99 <= %s\n", mean,
-		bound(h.Quantile(0.5)), bound(h.Quantile(0.9)), bound(h.Quantile(0.99)))
+	row("fan-out size", fmt.Sprintf("mean %.1f", mean), fmt.Sprintf("p50 <= %s, p90 <= %s, p99 <= %s",
+		bound(h.Quantile(0.5)), bound(h.Quantile(0.9)), bound(h.Quantile(0.99))))
 	for i, c := range h.Counts {
 		if c == 0 {
 			continue
@@ -39,11 +44,11 @@ func (f Figures) WriteTable(w io.Writer) error {
 		if i < len(h.Bounds) {
 			le = h.Bounds[i]
 		}
-		p("    <= %s\t%d\t\n", bound(le), c)
+		row("  <= "+bound(le), strconv.FormatUint(c, 10), "")
 	}
-	p("  top senders\t\t\n")
+	row("top senders", "", "")
 	for i, s := range f.TopSenders {
-		p("    %2d. user %d\t%d\t\n", i+1, s.UserID, s.Messages)
+		row(fmt.Sprintf("  %2d. user %d", i+1, s.UserID), n(s.Messages), "")
 	}
 	if len(f.Positions) > 0 {
 		ids := make([]int32, 0, len(f.Positions))
@@ -51,13 +56,14 @@ func (f Figures) WriteTable(w io.Writer) error {
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
-		p("  next offsets\t")
+		var pos []string
 		for _, id := range ids {
-			p("%d:%d ", id, f.Positions[id])
+			pos = append(pos, fmt.Sprintf("%d:%d", id, f.Positions[id]))
 		}
-		p("\t\n")
+		row("next offsets", "", strings.Join(pos, " "))
 	}
-	if err := tw.Flush(); err != nil {
+	b.WriteByte('\n')
+	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write figures: %w", err)
 	}
 	return nil

@@ -1,0 +1,307 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// The outbox: sends are queued (and saved) at once, whatever the network
+// does, and retried with the same msg_id until they get a seq or a
+// permanent refusal. The gateway deduplicates by msg_id, so a retry after a
+// lost answer never makes a second message.
+//
+// Order: the oldest send whose outcome is unknown holds back the later
+// ones, so the messages of one conversation keep the order of the Send
+// calls. A send answered 202 pending is in the log (its place is fixed), so
+// it no longer holds back the others; its seq comes from the inbox or from
+// posting it again.
+
+// maxResults bounds the finished sends kept for WaitSent.
+const maxResults = 4096
+
+// Send queues a text message to a conversation and returns its msg_id. The
+// queue is saved before Send returns, so with a durable Store the message
+// is sent even if the app restarts before Run gets to it. Send does not
+// wait for the network; WaitSent (or Handler.OnSendResult) tells the
+// outcome. An empty or invalid UTF-8 body is refused at once.
+func (c *Client) Send(ctx context.Context, conversationID int64, body string) (string, error) {
+	if body == "" {
+		return "", errors.New("client: empty message body")
+	}
+	if !utf8.ValidString(body) {
+		return "", errors.New("client: message body is not valid UTF-8")
+	}
+	if conversationID <= 0 {
+		return "", fmt.Errorf("client: bad conversation id %d", conversationID)
+	}
+	id := uuid.NewString()
+	c.mu.Lock()
+	c.st.Outbox = append(c.st.Outbox, OutboxItem{MsgID: id, ConversationID: conversationID, Body: body, Queued: time.Now().UTC()})
+	c.mu.Unlock()
+	if err := c.save(ctx); err != nil {
+		c.mu.Lock()
+		if i := c.outboxIndex(id); i >= 0 {
+			c.st.Outbox = slices.Delete(c.st.Outbox, i, i+1)
+		}
+		c.mu.Unlock()
+		return "", err
+	}
+	c.kickOutbox()
+	return id, nil
+}
+
+// WaitSent waits until the send msgID ended and returns how (see
+// SendResult). It needs Run to be running to make progress. The results of
+// the last 4096 sends are kept.
+func (c *Client) WaitSent(ctx context.Context, msgID string) (SendResult, error) {
+	c.mu.Lock()
+	if r, ok := c.results[msgID]; ok {
+		c.mu.Unlock()
+		return r, nil
+	}
+	if c.outboxIndex(msgID) < 0 {
+		c.mu.Unlock()
+		return SendResult{}, fmt.Errorf("client: msg_id %s is not queued", msgID)
+	}
+	ch := make(chan SendResult, 1)
+	c.waiters[msgID] = append(c.waiters[msgID], ch)
+	c.mu.Unlock()
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		return SendResult{}, ctx.Err()
+	}
+}
+
+// Outbox returns the queued sends, oldest first.
+func (c *Client) Outbox() []OutboxItem {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]OutboxItem(nil), c.st.Outbox...)
+}
+
+func (c *Client) outboxIndex(msgID string) int {
+	if msgID == "" {
+		return -1
+	}
+	for i := range c.st.Outbox {
+		if c.st.Outbox[i].MsgID == msgID {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *Client) kickOutbox() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// finishSend removes a send from the outbox (if still there), saves, and
+// reports r. A send finishes once: a second finish (the inbox and an answer
+// racing) does nothing.
+func (c *Client) finishSend(ctx context.Context, r SendResult) error {
+	c.mu.Lock()
+	i := c.outboxIndex(r.MsgID)
+	if i < 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	c.st.Outbox = slices.Delete(c.st.Outbox, i, i+1)
+	c.mu.Unlock()
+	if err := c.save(ctx); err != nil {
+		return err
+	}
+	c.sendDone(ctx, r)
+	return nil
+}
+
+// sendDone records a finished send (already out of the outbox, saved) and
+// tells the waiters and the app.
+func (c *Client) sendDone(ctx context.Context, r SendResult) {
+	c.mu.Lock()
+	if _, dup := c.results[r.MsgID]; dup {
+		c.mu.Unlock()
+		return
+	}
+	c.results[r.MsgID] = r
+	c.resultOrder = append(c.resultOrder, r.MsgID)
+	if len(c.resultOrder) > maxResults {
+		delete(c.results, c.resultOrder[0])
+		c.resultOrder = c.resultOrder[1:]
+	}
+	ws := c.waiters[r.MsgID]
+	delete(c.waiters, r.MsgID)
+	c.mu.Unlock()
+	for _, ch := range ws {
+		ch <- r
+	}
+	if r.Err != nil {
+		c.log.Warn("send refused", "msg_id", r.MsgID, "conversation_id", r.ConversationID, "err", r.Err)
+	}
+	if h := c.cfg.Handler.OnSendResult; h != nil {
+		h(ctx, r)
+	}
+}
+
+// nextSend picks the send to attempt now: the oldest one not yet appended,
+// else the appended one whose recheck is due. When none is due, wait says
+// how long until one is (0: none at all).
+func (c *Client) nextSend(recheck map[string]time.Time, now time.Time) (it OutboxItem, wait time.Duration, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var due time.Time
+	for _, o := range c.st.Outbox {
+		if !o.Appended {
+			return o, 0, true
+		}
+		at := recheck[o.MsgID]
+		if !at.After(now) {
+			return o, 0, true
+		}
+		if due.IsZero() || at.Before(due) {
+			due = at
+		}
+	}
+	if due.IsZero() {
+		return OutboxItem{}, 0, false
+	}
+	return OutboxItem{}, due.Sub(now), false
+}
+
+// sendPermanent reports whether err refuses the message itself (not the
+// client): 400, 403, 404, 409, 413, 422.
+func sendPermanent(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Temporary() {
+		return false
+	}
+	return ae.Status != http.StatusUnauthorized
+}
+
+// runOutbox sends the queued messages until ctx ends or the client is
+// refused (401).
+func (c *Client) runOutbox(ctx context.Context) error {
+	pol := newPolicy(&c.cfg, c.newRand())
+	recheck := map[string]time.Time{}
+	recheckDelay := map[string]time.Duration{}
+	for {
+		now := time.Now()
+		it, wait, ok := c.nextSend(recheck, now)
+		if !ok {
+			var timer <-chan time.Time
+			var t *time.Timer
+			if wait > 0 {
+				t = time.NewTimer(wait)
+				timer = t.C
+			}
+			select {
+			case <-ctx.Done():
+			case <-c.kick:
+			case <-timer:
+			}
+			if t != nil {
+				t.Stop()
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			continue
+		}
+		c.mu.Lock()
+		if i := c.outboxIndex(it.MsgID); i >= 0 {
+			c.st.Outbox[i].Attempts++
+		}
+		c.mu.Unlock()
+
+		m, err := c.sendOnce(ctx, it)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil && m != nil:
+			pol.reset()
+			delete(recheck, it.MsgID)
+			delete(recheckDelay, it.MsgID)
+			if err := c.finishSend(ctx, SendResult{MsgID: it.MsgID, ConversationID: it.ConversationID, Message: m}); err != nil {
+				return err
+			}
+		case err == nil: // 202 pending: in the log, the seq comes later
+			pol.succeeded()
+			d := recheckDelay[it.MsgID]
+			if d == 0 {
+				d = c.cfg.PendingRecheck
+			} else {
+				d = min(2*d, max(c.cfg.BackoffMax, c.cfg.PendingRecheck))
+			}
+			recheckDelay[it.MsgID] = d
+			recheck[it.MsgID] = time.Now().Add(d)
+			c.mu.Lock()
+			changed := false
+			if i := c.outboxIndex(it.MsgID); i >= 0 && !c.st.Outbox[i].Appended {
+				c.st.Outbox[i].Appended, changed = true, true
+			}
+			c.mu.Unlock()
+			if changed {
+				if err := c.save(ctx); err != nil {
+					return err
+				}
+			}
+		case sendPermanent(err):
+			pol.succeeded()
+			delete(recheck, it.MsgID)
+			delete(recheckDelay, it.MsgID)
+			if err := c.finishSend(ctx, SendResult{MsgID: it.MsgID, ConversationID: it.ConversationID, Err: err}); err != nil {
+				return err
+			}
+		default:
+			if p := permanent(err); p != nil {
+				return p // 401: the client itself is refused
+			}
+			wait, opened := pol.failed(err, false, 0)
+			c.log.Info("send failed, retrying", "msg_id", it.MsgID, "conversation_id", it.ConversationID,
+				"err", err, "retry_in", wait, "circuit_open", opened)
+			if !sleepCtx(ctx, wait) {
+				return nil
+			}
+		}
+	}
+}
+
+// sendOnce makes one attempt: over the WebSocket when one is up (and
+// allowed), else HTTP. nil message and nil error is 202 pending.
+func (c *Client) sendOnce(ctx context.Context, it OutboxItem) (*Message, error) {
+	if !c.cfg.SendOverHTTP {
+		c.mu.Lock()
+		s := c.sess
+		c.mu.Unlock()
+		if s != nil {
+			return s.send(ctx, it)
+		}
+	}
+	return c.api.send(ctx, it.ConversationID, it.MsgID, it.Body, 0)
+}
+
+// sleepCtx sleeps d unless ctx ends first; it reports whether it slept.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,471 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// The WebSocket transport: one connection is one session. The session loop
+// (Client.runWS) owns the connection's stream: it hands entries to the
+// sequencer, applies too_long, watches heartbeats and repairs gaps over
+// HTTP. A reader goroutine only decodes frames; sends from the outbox
+// write their frames beside the loop and wait for their replies.
+
+var (
+	// errNoWebSocket: the gateway (or a proxy in front) does not do
+	// WebSocket upgrades; TransportAuto long-polls instead.
+	errNoWebSocket = errors.New("client: WebSocket upgrade refused")
+	// errSessionClosed: a send was under way on a connection that ended.
+	errSessionClosed = errors.New("client: WebSocket session closed")
+	// errSendTimeout: no reply to a send within SendTimeout.
+	errSendTimeout = errors.New("client: no reply to a WebSocket send in time")
+	// errStale: nothing arrived for much longer than the heartbeat.
+	errStale = errors.New("client: WebSocket silent past its heartbeat")
+)
+
+// wsFrame is any server frame; which fields are set depends on Type.
+// "message" is a string in error frames and an object in send_ack frames,
+// so it stays raw.
+type wsFrame struct {
+	Type string `json:"type"`
+	// welcome, entries, heartbeat, too_long
+	Epoch       int64   `json:"epoch"`
+	Head        int64   `json:"head"`
+	HeartbeatMS int64   `json:"heartbeat_ms"`
+	Entries     []Entry `json:"entries"`
+	// too_long
+	TooLong       bool     `json:"too_long"`
+	RecordVersion int64    `json:"record_version"`
+	Conversations []Record `json:"conversations"`
+	NextPage      *string  `json:"next_page"`
+	// send_ack, error
+	MsgID          string          `json:"msg_id"`
+	ConversationID int64           `json:"conversation_id"`
+	Seq            int64           `json:"seq"`
+	Message        json.RawMessage `json:"message"`
+	Code           string          `json:"code"`
+	Retryable      bool            `json:"retryable"`
+	RetryAfterMS   int64           `json:"retry_after_ms"`
+}
+
+func (f *wsFrame) apiError(op string) *APIError {
+	e := &APIError{Op: op, Status: statusOfCode(f.Code), Code: f.Code, Retryable: f.Retryable,
+		RetryAfter: time.Duration(f.RetryAfterMS) * time.Millisecond}
+	_ = json.Unmarshal(f.Message, &e.Message)
+	return e
+}
+
+// statusOfCode maps an error code of PROTOCOL.md to its HTTP status, so that
+// WebSocket and HTTP refusals are classified alike.
+func statusOfCode(code string) int {
+	switch code {
+	case CodeBadRequest:
+		return http.StatusBadRequest
+	case CodeUnauthorized:
+		return http.StatusUnauthorized
+	case CodeNotMember:
+		return http.StatusForbidden
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeRateLimited:
+		return http.StatusTooManyRequests
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+type wsReply struct {
+	f   *wsFrame
+	err error
+}
+
+// wsSession is the client side of one connection.
+type wsSession struct {
+	c    *Client
+	conn *websocket.Conn
+
+	wmu sync.Mutex // one writer at a time
+
+	mu     sync.Mutex
+	acks   map[string]chan wsReply // sends waiting for their reply, by msg_id
+	closed bool
+	done   chan struct{} // closed when the session ends
+
+	idle int64 // read idle limit in ns, atomic via mu (set once at welcome)
+}
+
+// runWS runs one WebSocket session until it fails or ctx ends. up is
+// called when the welcome arrives.
+func (c *Client) runWS(ctx context.Context, up func()) error {
+	tok, err := c.api.token(ctx)
+	if err != nil {
+		return fmt.Errorf("token for the WebSocket: %w", err)
+	}
+	hdr := http.Header{}
+	if tok != "" {
+		hdr.Set("Authorization", "Bearer "+tok)
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	conn, resp, err := c.cfg.Dialer.DialContext(dctx, c.wsURL, hdr)
+	cancel()
+	if err != nil {
+		return handshakeError(err, resp)
+	}
+	s := &wsSession{c: c, conn: conn, acks: map[string]chan wsReply{}, done: make(chan struct{}),
+		idle: int64(c.cfg.RequestTimeout)}
+	defer s.end()
+	return s.run(ctx, up)
+}
+
+// handshakeError classifies a failed upgrade: 429/5xx are temporary (with
+// their Retry-After), 401 stops, any other answer means no WebSocket here
+// (a proxy that does not pass upgrades): long-poll instead. The HTTP
+// sync is the judge of the client's other permanent errors.
+func handshakeError(err error, resp *http.Response) error {
+	if resp == nil {
+		return fmt.Errorf("GET /v1/ws: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	ae := &APIError{Op: "GET /v1/ws", Status: resp.StatusCode,
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	var eb struct {
+		Error struct {
+			Code      string `json:"code"`
+			Message   string `json:"message"`
+			Retryable bool   `json:"retryable"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(raw, &eb) == nil {
+		ae.Code, ae.Message, ae.Retryable = eb.Error.Code, eb.Error.Message, eb.Error.Retryable
+	} else {
+		ae.Message = strings.TrimSpace(string(raw))
+	}
+	switch {
+	case ae.Temporary(), resp.StatusCode == http.StatusUnauthorized:
+		return ae
+	}
+	return fmt.Errorf("%w: %w", errNoWebSocket, ae)
+}
+
+func (s *wsSession) write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	_ = s.conn.SetWriteDeadline(time.Now().Add(s.c.cfg.RequestTimeout))
+	return s.conn.WriteMessage(websocket.TextMessage, b)
+}
+
+// end closes the connection and fails the sends waiting on it.
+func (s *wsSession) end() {
+	s.c.mu.Lock()
+	if s.c.sess == s {
+		s.c.sess = nil
+	}
+	s.c.mu.Unlock()
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.done)
+	}
+	s.mu.Unlock()
+	_ = s.conn.Close()
+}
+
+func (s *wsSession) setIdle(d time.Duration) {
+	s.mu.Lock()
+	s.idle = int64(d)
+	s.mu.Unlock()
+}
+
+func (s *wsSession) idleLimit() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Duration(s.idle)
+}
+
+// readLoop decodes frames for the session loop. Replies to sends go
+// straight to their waiters. It ends with the connection, reporting why on
+// errc: a *CloseError for a close frame (with the error frame before it).
+func (s *wsSession) readLoop(frames chan<- *wsFrame, errc chan<- error) {
+	var lastErr *wsFrame // the error frame without msg_id before a close
+	extend := func() { _ = s.conn.SetReadDeadline(time.Now().Add(s.idleLimit())) }
+	s.conn.SetPingHandler(func(data string) error {
+		extend()
+		err := s.conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+		if errors.Is(err, websocket.ErrCloseSent) {
+			return nil
+		}
+		return err
+	})
+	for {
+		extend()
+		_, raw, err := s.conn.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				out := &CloseError{Code: ce.Code, Reason: ce.Text}
+				if lastErr != nil {
+					out.Frame = lastErr.apiError("websocket")
+					out.RetryAfter = out.Frame.RetryAfter
+				}
+				err = out
+			} else if isTimeout(err) {
+				err = fmt.Errorf("%w: %w", errStale, err)
+			}
+			errc <- err
+			return
+		}
+		f := &wsFrame{}
+		if err := json.Unmarshal(raw, f); err != nil {
+			s.c.log.Warn("undecodable WebSocket frame", "err", err)
+			continue
+		}
+		switch {
+		case f.Type == "send_ack" || (f.Type == "error" && f.MsgID != ""):
+			s.mu.Lock()
+			ch := s.acks[f.MsgID]
+			delete(s.acks, f.MsgID)
+			s.mu.Unlock()
+			if ch != nil {
+				ch <- wsReply{f: f}
+			}
+			continue
+		case f.Type == "error":
+			lastErr = f
+			s.c.log.Info("WebSocket error frame", "code", f.Code, "message", string(f.Message))
+		case f.Type == "pong":
+			continue
+		}
+		select {
+		case frames <- f:
+		case <-s.done:
+			return
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
+// run is the session loop.
+func (s *wsSession) run(ctx context.Context, up func()) error {
+	c := s.c
+	epoch, cursor := c.position()
+	hello := map[string]any{"type": "hello", "after": cursor}
+	if epoch > 0 {
+		hello["epoch"] = epoch
+	}
+	if err := s.write(hello); err != nil {
+		return fmt.Errorf("websocket hello: %w", err)
+	}
+	frames := make(chan *wsFrame, 16)
+	errc := make(chan error, 1)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		s.readLoop(frames, errc)
+	}()
+	defer func() {
+		s.end()
+		<-readerDone
+	}()
+
+	seq := newSequencer(c)
+	var serverHead int64
+	gap := newTimer()
+	behind := newTimer()
+	defer gap.stop()
+	defer behind.stop()
+	var behindMark int64
+	welcomed := false
+
+	// watch arms or disarms the repair timers after a change.
+	watch := func(gapped bool) {
+		switch {
+		case gapped && !gap.armed:
+			gap.arm(c.cfg.GapWait)
+		case !gapped:
+			gap.stop()
+		}
+		_, cur := c.position()
+		switch {
+		case serverHead > cur && !behind.armed:
+			behind.arm(c.cfg.HeadWait)
+			behindMark = cur
+		case serverHead <= cur:
+			behind.stop()
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			s.wmu.Lock()
+			_ = s.conn.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
+			s.wmu.Unlock()
+			return ctx.Err()
+
+		case err := <-errc:
+			return err
+
+		case f := <-frames:
+			switch f.Type {
+			case "welcome":
+				welcomed = true
+				c.noteEpoch(f.Epoch)
+				serverHead = max(serverHead, f.Head)
+				if f.HeartbeatMS > 0 {
+					hb := time.Duration(f.HeartbeatMS) * time.Millisecond
+					s.setIdle(2*hb + hb/2 + c.cfg.HeadWait)
+				}
+				c.mu.Lock()
+				c.sess = s
+				c.mu.Unlock()
+				c.kickOutbox()
+				up()
+			case "entries":
+				if !welcomed {
+					return errors.New("websocket: entries before welcome")
+				}
+				serverHead = max(serverHead, f.Head)
+				gapped, err := seq.offer(ctx, f.Entries)
+				if err != nil {
+					return err
+				}
+				watch(gapped)
+				continue
+			case "too_long":
+				seq.reset()
+				ans := &syncAnswer{TooLong: true, Epoch: f.Epoch, Head: f.Head, RecordVersion: f.RecordVersion,
+					Conversations: f.Conversations, NextPage: f.NextPage}
+				if err := c.applyTooLong(ctx, ans); err != nil {
+					return err
+				}
+				serverHead = max(serverHead, f.Head)
+			case "heartbeat":
+				serverHead = max(serverHead, f.Head)
+			}
+			watch(len(seq.buf) > 0)
+
+		case <-gap.c():
+			// The missing entries did not come: pull them.
+			gap.fired()
+			if err := c.pull(ctx, seq); err != nil {
+				return err
+			}
+			gapped, err := seq.drain(ctx)
+			if err != nil {
+				return err
+			}
+			watch(gapped)
+
+		case <-behind.c():
+			behind.fired()
+			_, cur := c.position()
+			if cur < serverHead && cur == behindMark {
+				// The head moved and no push came: pull.
+				if err := c.pull(ctx, seq); err != nil {
+					return err
+				}
+				if _, err := seq.drain(ctx); err != nil {
+					return err
+				}
+			}
+			watch(len(seq.buf) > 0)
+		}
+	}
+}
+
+// send sends one message on the session and waits for its reply. A pending
+// send (appended, not projected within the gateway's ack wait) comes back
+// as a temporary unavailable error: the outbox posts it again.
+func (s *wsSession) send(ctx context.Context, it OutboxItem) (*Message, error) {
+	ch := make(chan wsReply, 1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errSessionClosed
+	}
+	s.acks[it.MsgID] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.acks, it.MsgID)
+		s.mu.Unlock()
+	}()
+	err := s.write(map[string]any{"type": "send", "conversation_id": it.ConversationID, "msg_id": it.MsgID, "body": it.Body})
+	if err != nil {
+		return nil, fmt.Errorf("websocket send: %w", err)
+	}
+	t := time.NewTimer(s.c.cfg.SendTimeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		f := r.f
+		if f.Type == "error" {
+			return nil, f.apiError("websocket send")
+		}
+		m := &Message{}
+		if len(f.Message) == 0 || json.Unmarshal(f.Message, m) != nil || m.Seq == 0 {
+			// The ack carries the seq; the rest is the send's own.
+			body, _ := json.Marshal(it.Body)
+			m = &Message{ConversationID: it.ConversationID, Seq: f.Seq, MsgID: it.MsgID, Kind: "text", Body: body}
+		}
+		return m, nil
+	case <-t.C:
+		return nil, errSendTimeout
+	case <-s.done:
+		return nil, errSessionClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// timer is a stoppable one-shot timer whose channel is nil while unarmed.
+type timer struct {
+	t     *time.Timer
+	armed bool
+}
+
+func newTimer() *timer { return &timer{} }
+
+func (t *timer) arm(d time.Duration) {
+	t.stop()
+	t.t = time.NewTimer(d)
+	t.armed = true
+}
+
+func (t *timer) stop() {
+	if t.t != nil {
+		t.t.Stop()
+	}
+	t.armed = false
+}
+
+// fired marks the timer as having fired (its channel was read).
+func (t *timer) fired() { t.armed = false }
+
+func (t *timer) c() <-chan time.Time {
+	if !t.armed {
+		return nil
+	}
+	return t.t.C
+}

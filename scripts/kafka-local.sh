@@ -11,7 +11,7 @@
 #   scripts/kafka-local.sh stop      SIGTERM, wait, then SIGKILL
 #   scripts/kafka-local.sh status    running or not, and where
 #   scripts/kafka-local.sh env       print: export INBOXD_TEST_KAFKA_BROKERS=127.0.0.1:PORT
-#   scripts/kafka-local.sh version   print the Kafka version of the cached jars
+#   scripts/kafka-local.sh version   print the Kafka version (of the running broker, else of the jars)
 #   scripts/kafka-local.sh log       print the broker's log
 #
 # Environment (all optional):
@@ -97,6 +97,11 @@ EOF
 }
 
 version() {
+	local v
+	if running_pid >/dev/null && v="$(running_version)" && [[ -n "$v" ]]; then
+		echo "$v"
+		return 0
+	fi
 	install
 	# kafka.Kafka --version prints the version of the jars (AppInfoParser).
 	java_cp kafka.Kafka --version 2>/dev/null | tail -n1
@@ -198,8 +203,12 @@ start() {
 	mkdir -p "$RUN/data"
 	write_config
 	local cid t0=$SECONDS
-	cid="$(java_cp -Dlog4j2.configurationFile="$RUN/log4j2.properties" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n1)"
-	[[ -n "$cid" ]] || die "kafka.tools.StorageTool random-uuid printed nothing"
+	# A cluster id as kafka-storage random-uuid makes it (16 random bytes,
+	# URL-safe base64, not starting with '-'), without starting a JVM.
+	cid=-
+	while [[ "$cid" == -* ]]; do
+		cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+	done
 	if ! java_cp -Dlog4j2.configurationFile="$RUN/log4j2.properties" kafka.tools.StorageTool format \
 		-t "$cid" -c "$RUN/server.properties" >"$RUN/format.log" 2>&1; then
 		cat "$RUN/format.log" >&2
@@ -219,7 +228,11 @@ start() {
 		stop
 		die "broker not ready"
 	fi
+	log "broker says: Kafka version $(running_version) (commit $(sed -n 's/.*Kafka commitId: \([^ ]*\).*/\1/p' "$LOGFILE" | head -n1))"
 }
+
+# running_version is the version the running broker logged at startup.
+running_version() { sed -n 's/.*INFO Kafka version: \([^ ]*\).*/\1/p' "$LOGFILE" 2>/dev/null | head -n1; }
 
 ready() {
 	local brokers="$1" t0=$SECONDS

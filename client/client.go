@@ -179,6 +179,14 @@ func (c *Client) runSync(ctx context.Context) error {
 		if established {
 			lasted = time.Since(upAt)
 		}
+		if errors.Is(err, errNoWebSocket) && c.cfg.Transport == TransportAuto {
+			// Not the client's fault: a proxy without upgrades. Poll.
+			wsFails = 0
+			pollUntil = time.Now().Add(c.cfg.PollingPeriod)
+			c.log.Warn("no WebSocket through this path, long-polling for a while", "err", err, "until", pollUntil)
+			lastErr = err
+			continue
+		}
 		if p := permanent(err); p != nil {
 			unauth := p.Status == http.StatusUnauthorized || p.CloseCode == CloseUnauthorized
 			if unauth && c.cfg.TokenSource != nil && !tokenRetried {
@@ -196,8 +204,6 @@ func (c *Client) runSync(ctx context.Context) error {
 		}
 		if useWS && c.cfg.Transport == TransportAuto {
 			switch {
-			case errors.Is(err, errNoWebSocket):
-				wsFails = c.cfg.WSFallbackAfter
 			case !established || lasted < c.cfg.StablePeriod:
 				wsFails++
 			default:
@@ -207,10 +213,6 @@ func (c *Client) runSync(ctx context.Context) error {
 				wsFails = 0
 				pollUntil = time.Now().Add(c.cfg.PollingPeriod)
 				c.log.Warn("WebSocket keeps failing, long-polling for a while", "err", err, "until", pollUntil)
-				if errors.Is(err, errNoWebSocket) {
-					lastErr = err
-					continue // nothing wrong with the server: poll at once
-				}
 			}
 		}
 		wait, opened := pol.failed(err, established, lasted)

@@ -1,0 +1,345 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+
+	"github.com/inboxd/inboxd/client"
+	"github.com/inboxd/inboxd/gateway"
+	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var testSecret = []byte("client-test-secret-0123456789abcdef")
+
+// world is one test's server side: PostgreSQL, kfake, fanout and a gateway
+// (HTTP API, hub, WebSocket endpoint) on a loopback socket.
+type world struct {
+	env *testenv.Env
+	g   *gateway.Gateway
+	ws  *gateway.WebSocket
+	url string
+}
+
+// newWorld starts everything; tweak adjusts the gateway config. Tests use
+// generous rates and a long ack wait, so that a loaded machine still
+// answers 201 (202 pending is exercised by its own test).
+func newWorld(t testing.TB, tweak func(*gateway.Config), wsTweak func(*gateway.WSConfig)) *world {
+	t.Helper()
+	env := testenv.New(t, testenv.Options{})
+	env.StartFanout(t)
+	reg := prometheus.NewRegistry()
+	cfg := gateway.Config{
+		AuthSecret: testSecret,
+		DevMode:    true,
+		AckWait:    10 * time.Second,
+		SendRate:   rate.Inf,
+		SyncRate:   rate.Inf,
+		SendBurst:  1000,
+		SyncBurst:  1000,
+		Logger:     env.Logger,
+		Registerer: reg,
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	g, err := gateway.New(cfg, env.Pool, env.Producer)
+	require.NoError(t, err)
+	wcfg := gateway.WSConfig{HeartbeatInterval: 500 * time.Millisecond}
+	if wsTweak != nil {
+		wsTweak(&wcfg)
+	}
+	ws, err := g.NewWebSocket(wcfg)
+	require.NoError(t, err)
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/ws", ws)
+	mux.Handle("/", g.Handler())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); _ = g.Listen(ctx) }()
+	go func() { defer wg.Done(); _ = ws.Run(ctx) }()
+	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		cancel() // the WebSocket sessions close with 1012
+		g.Drain()
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close()
+		}
+		wg.Wait()
+	})
+	w := &world{env: env, g: g, ws: ws, url: "http://" + ln.Addr().String()}
+	waitFor(t, 30*time.Second, "the gateway's LISTEN connection", func() bool {
+		mfs, err := reg.Gather()
+		if err != nil {
+			return false
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "inboxd_gateway_listener_connected" {
+				return mf.GetMetric()[0].GetGauge().GetValue() == 1
+			}
+		}
+		return false
+	})
+	return w
+}
+
+// token is a valid token of user.
+func (w *world) token(t testing.TB, user int64) string {
+	t.Helper()
+	tok, err := gateway.IssueToken(testSecret, user, time.Hour)
+	require.NoError(t, err)
+	return tok
+}
+
+// direct is a client of user talking to the gateway without faults, not
+// running: for setting up conversations and sending traffic.
+func (w *world) direct(t testing.TB, user int64) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{BaseURL: w.url, Token: w.token(t, user), Logger: w.env.Logger})
+	require.NoError(t, err)
+	return c
+}
+
+// waitFor polls cond until it holds; the timeout only prevents a hang.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// app is what a test app records from its client.
+type app struct {
+	mu        sync.Mutex
+	entries   []client.Entry
+	tooLongs  []client.TooLong
+	convLists [][]client.Record
+	history   map[int64][]client.Message
+	results   map[string]client.SendResult
+	statuses  []client.Status
+	failAt    int64 // OnEntry fails for this inbox_seq (once), when set
+}
+
+func newApp() *app {
+	return &app{history: map[int64][]client.Message{}, results: map[string]client.SendResult{}}
+}
+
+var errAppFailed = errors.New("the app failed (injected)")
+
+func (a *app) handler() client.Handler {
+	return client.Handler{
+		OnEntry: func(_ context.Context, e client.Entry) error {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if a.failAt != 0 && e.InboxSeq == a.failAt {
+				a.failAt = 0
+				return errAppFailed
+			}
+			a.entries = append(a.entries, e)
+			return nil
+		},
+		OnTooLong: func(_ context.Context, tl client.TooLong) error {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.tooLongs = append(a.tooLongs, tl)
+			return nil
+		},
+		OnConversations: func(_ context.Context, recs []client.Record) error {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.convLists = append(a.convLists, recs)
+			return nil
+		},
+		OnHistory: func(_ context.Context, cid int64, msgs []client.Message) error {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.history[cid] = append(a.history[cid], msgs...)
+			return nil
+		},
+		OnSendResult: func(_ context.Context, r client.SendResult) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if _, dup := a.results[r.MsgID]; dup {
+				panic("send result reported twice: " + r.MsgID)
+			}
+			a.results[r.MsgID] = r
+		},
+		OnStatus: func(s client.Status) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.statuses = append(a.statuses, s)
+		},
+	}
+}
+
+func (a *app) snapshot() []client.Entry {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]client.Entry(nil), a.entries...)
+}
+
+func (a *app) lastSeq() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.entries) == 0 {
+		return 0
+	}
+	return a.entries[len(a.entries)-1].InboxSeq
+}
+
+// config is a client config of user through url (the gateway or a proxy),
+// with the waits shrunk for tests: the algorithms are the same, the
+// constants smaller.
+func (w *world) config(t testing.TB, url string, user int64, a *app) client.Config {
+	t.Helper()
+	return client.Config{
+		BaseURL:          url,
+		Token:            w.token(t, user),
+		Handler:          a.handler(),
+		Logger:           w.env.Logger.With("user_id", user),
+		StartupJitter:    50 * time.Millisecond,
+		BackoffInitial:   20 * time.Millisecond,
+		BackoffMax:       300 * time.Millisecond,
+		StablePeriod:     2 * time.Second,
+		BreakerThreshold: 12,
+		BreakerCooldown:  300 * time.Millisecond,
+		WSFallbackAfter:  3,
+		PollingPeriod:    2 * time.Second,
+		LongPollWait:     2 * time.Second,
+		GapWait:          100 * time.Millisecond,
+		HeadWait:         300 * time.Millisecond,
+		RequestTimeout:   5 * time.Second,
+		SendTimeout:      3 * time.Second,
+		PendingRecheck:   200 * time.Millisecond,
+	}
+}
+
+// running is a client whose Run is under way.
+type running struct {
+	c    *client.Client
+	app  *app
+	stop func() error // cancels Run and returns its result
+	done chan error   // Run's result, when it ended by itself
+}
+
+// start runs c until stop or the test's end.
+func start(t testing.TB, c *client.Client, a *app) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	r := &running{c: c, app: a, done: done}
+	var once sync.Once
+	var result error
+	r.stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case result = <-done:
+			case <-time.After(30 * time.Second):
+				result = fmt.Errorf("Run did not return within 30s of its cancellation")
+			}
+		})
+		return result
+	}
+	t.Cleanup(func() { _ = r.stop() })
+	return r
+}
+
+// ended returns Run's result if it ended by itself.
+func (r *running) ended() (error, bool) {
+	select {
+	case err := <-r.done:
+		r.done <- err
+		return err, true
+	default:
+		return nil, false
+	}
+}
+
+// truth is the server's inbox of a user: (inbox_seq, conversation, kind,
+// seq) in order, read from PostgreSQL.
+type truthEntry struct {
+	inboxSeq, conv int64
+	kind           int16
+	seq            int64
+}
+
+func (w *world) inbox(t testing.TB, user int64) []truthEntry {
+	t.Helper()
+	rows, err := w.env.Pool.Query(context.Background(),
+		`SELECT inbox_seq, conversation_id, kind, seq FROM inbox WHERE user_id = $1 ORDER BY inbox_seq`, user)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []truthEntry
+	for rows.Next() {
+		var e truthEntry
+		require.NoError(t, rows.Scan(&e.inboxSeq, &e.conv, &e.kind, &e.seq))
+		out = append(out, e)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func (w *world) head(t testing.TB, user int64) int64 {
+	t.Helper()
+	var h int64
+	err := w.env.Pool.QueryRow(context.Background(), `SELECT COALESCE((SELECT inbox_seq FROM users WHERE id = $1), 0)`, user).Scan(&h)
+	require.NoError(t, err)
+	return h
+}
+
+// rowsOf returns how many messages carry msgID and the seq of one.
+func (w *world) rowsOf(t testing.TB, msgID string) (n int, conv, seq int64) {
+	t.Helper()
+	err := w.env.Pool.QueryRow(context.Background(),
+		`SELECT count(*), COALESCE(min(conversation_id), 0), COALESCE(min(seq), 0) FROM messages WHERE msg_id = $1`, msgID).
+		Scan(&n, &conv, &seq)
+	require.NoError(t, err)
+	return n, conv, seq
+}
+
+// requireExactlyOnce checks that a delivered every entry of user's inbox
+// from after+1 to the head, once each, in order, matching the server's.
+func requireExactlyOnce(t testing.TB, w *world, user int64, got []client.Entry) {
+	t.Helper()
+	want := w.inbox(t, user)
+	require.Equal(t, len(want), len(got), "user %d: entries delivered vs in the inbox", user)
+	for i, e := range got {
+		tr := want[i]
+		require.Equal(t, tr.inboxSeq, e.InboxSeq, "user %d entry %d", user, i)
+		require.Equal(t, tr.conv, e.ConversationID, "user %d inbox_seq %d", user, e.InboxSeq)
+		switch tr.kind {
+		case 1:
+			require.Equal(t, client.KindMessage, e.Kind, "user %d inbox_seq %d", user, e.InboxSeq)
+			require.NotNil(t, e.Message)
+			require.Equal(t, tr.seq, e.Message.Seq, "user %d inbox_seq %d", user, e.InboxSeq)
+		case 2:
+			require.Equal(t, client.KindRecord, e.Kind, "user %d inbox_seq %d", user, e.InboxSeq)
+		}
+	}
+}

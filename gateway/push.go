@@ -160,9 +160,9 @@ const sqlPush = `WITH h AS (
 	FROM unnest($1::bigint[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(user_id, after, lim, ord)
 	LEFT JOIN users u ON u.id = q.user_id
 )
-SELECT h.ord, mt.epoch, h.head, h.floor, h.record_version, e.inbox_seq, e.conversation_id, e.kind,
+SELECT h.ord, (SELECT epoch FROM meta), h.head, h.floor, h.record_version, e.inbox_seq, e.conversation_id, e.kind,
 	` + sqlMessageCols + `, ` + sqlRecordCols + `
-FROM meta mt CROSS JOIN h
+FROM h
 LEFT JOIN LATERAL (
 	SELECT i.inbox_seq, i.conversation_id, i.kind, i.seq FROM inbox i
 	WHERE i.user_id = h.user_id AND i.inbox_seq > h.after AND i.inbox_seq <= h.head AND h.after >= h.floor

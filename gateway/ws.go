@@ -70,12 +70,8 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m, err := newWSMetrics(cfg.Registerer)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: register WebSocket metrics: %w", err)
-	}
 	ws := &WebSocket{
-		g: g, cfg: cfg, log: g.log, m: m,
+		g: g, cfg: cfg, log: g.log,
 		origins:  map[string]bool{},
 		sessions: map[*wsSession]struct{}{},
 		perUser:  map[int64]int{},
@@ -98,8 +94,33 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 		// browser sees close code 4003 rather than an opaque failure.
 		CheckOrigin: func(*http.Request) bool { return true },
 	}
+	m, err := newWSMetrics(cfg.Registerer, func() float64 { return float64(ws.stalledWrites(time.Second)) })
+	if err != nil {
+		return nil, fmt.Errorf("gateway: register WebSocket metrics: %w", err)
+	}
+	ws.m = m
 	ws.push = newPusher(ws)
 	return ws, nil
+}
+
+// stalledWrites counts the sessions whose current write has been blocked
+// for longer than d. It visits every session (for the metric's scrape).
+func (ws *WebSocket) stalledWrites(d time.Duration) int {
+	ws.mu.Lock()
+	sessions := make([]*wsSession, 0, len(ws.sessions))
+	for s := range ws.sessions {
+		sessions = append(sessions, s)
+	}
+	ws.mu.Unlock()
+	n, now := 0, time.Now()
+	for _, s := range sessions {
+		s.mu.Lock()
+		if !s.writeStart.IsZero() && now.Sub(s.writeStart) > d {
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
 }
 
 // Run runs the pusher until ctx ends; then it closes every session with

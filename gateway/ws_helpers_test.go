@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 
@@ -28,6 +29,7 @@ import (
 type wsgw struct {
 	*tgw
 	ws     *WebSocket
+	extra  map[string]*WebSocket
 	stopWS func()
 }
 
@@ -50,34 +52,76 @@ func wsTestConfig(env *testenv.Env, tweak func(*Config)) Config {
 	return cfg
 }
 
+// wsOpts shape a gateway process of a test.
+type wsOpts struct {
+	tweak func(*Config)
+	ws    WSConfig
+	// wrapLn wraps the server's listener (socket options).
+	wrapLn func(net.Listener) net.Listener
+	// beforeConnect runs before each LISTEN connection attempt.
+	beforeConnect func(ctx context.Context)
+	// extra mounts more WebSocket endpoints with other configs (and
+	// registries of their own) at these paths.
+	extra map[string]WSConfig
+}
+
 // newWSGateway starts a world (PostgreSQL, kfake, fanout) and a gateway
 // with its hub and WebSocket endpoint.
 func newWSGateway(t testing.TB, tweak func(*Config), wcfg WSConfig) *wsgw {
 	t.Helper()
 	env := testenv.New(t, testenv.Options{})
 	env.StartFanout(t)
-	return newWSGatewayOn(t, env, tweak, wcfg, nil)
+	return newWSGatewayOn(t, env, wsOpts{tweak: tweak, ws: wcfg})
 }
 
 // newWSGatewayOn starts another gateway process on env's database and
 // Kafka: its own Gateway, hub (LISTEN connection), WebSocket pusher and
-// HTTP server. wrapLn, when set, wraps the server's listener.
-func newWSGatewayOn(t testing.TB, env *testenv.Env, tweak func(*Config), wcfg WSConfig, wrapLn func(net.Listener) net.Listener) *wsgw {
+// HTTP server.
+func newWSGatewayOn(t testing.TB, env *testenv.Env, o wsOpts) *wsgw {
 	t.Helper()
-	g, err := New(wsTestConfig(env, tweak), env.Pool, env.Producer)
+	g, err := New(wsTestConfig(env, o.tweak), env.Pool, env.Producer)
 	require.NoError(t, err)
+	g.hub.beforeConnect = o.beforeConnect
 	tg := &tgw{env: env, g: g,
 		hc: &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	startListen(t, g)
-	ws, err := g.NewWebSocket(wcfg)
-	require.NoError(t, err)
-
+	w := &wsgw{tgw: tg, extra: map[string]*WebSocket{}}
 	mux := http.NewServeMux()
-	mux.Handle("GET /v1/ws", ws)
 	mux.Handle("/", g.Handler())
+	var stops []func()
+	mount := func(path string, cfg WSConfig) *WebSocket {
+		ws, err := g.NewWebSocket(cfg)
+		require.NoError(t, err)
+		mux.Handle("GET "+path, ws)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- ws.Run(ctx) }()
+		var once sync.Once
+		stop := func() {
+			once.Do(func() {
+				cancel()
+				require.NoError(t, <-done)
+			})
+		}
+		stops = append(stops, stop)
+		waitFor(t, 10*time.Second, "WebSocket running", func() bool {
+			ws.mu.Lock()
+			defer ws.mu.Unlock()
+			return ws.running
+		})
+		return ws
+	}
+	w.ws = mount("/v1/ws", o.ws)
+	w.stopWS = stops[0]
+	for path, cfg := range o.extra {
+		if cfg.Registerer == nil {
+			cfg.Registerer = prometheus.NewRegistry()
+		}
+		w.extra[path] = mount(path, cfg)
+	}
 	srv := httptest.NewUnstartedServer(mux)
-	if wrapLn != nil {
-		srv.Listener = wrapLn(srv.Listener)
+	if o.wrapLn != nil {
+		srv.Listener = o.wrapLn(srv.Listener)
 	}
 	srv.Start()
 	tg.srv, tg.url = srv, srv.URL
@@ -87,27 +131,18 @@ func newWSGatewayOn(t testing.TB, env *testenv.Env, tweak func(*Config), wcfg WS
 		tg.hc.CloseIdleConnections()
 		srv.Close()
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ws.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			require.NoError(t, <-done)
-		})
-	}
-	t.Cleanup(stop)
-	waitFor(t, 10*time.Second, "WebSocket running", func() bool {
-		ws.mu.Lock()
-		defer ws.mu.Unlock()
-		return ws.running
+	t.Cleanup(func() {
+		for _, stop := range stops {
+			stop()
+		}
 	})
-	return &wsgw{tgw: tg, ws: ws, stopWS: stop}
+	return w
 }
 
 // wsURL is the WebSocket URL of the gateway.
-func (w *wsgw) wsURL() string { return "ws" + strings.TrimPrefix(w.url, "http") + "/v1/ws" }
+func (w *wsgw) wsURL() string { return w.wsURLAt("/v1/ws") }
+
+func (w *wsgw) wsURLAt(path string) string { return "ws" + strings.TrimPrefix(w.url, "http") + path }
 
 // wFrame is any server frame as a client decodes it.
 type wFrame struct {

@@ -14,6 +14,7 @@ type wsMetrics struct {
 	entries      prometheus.Counter     // entries written in entries frames
 	pushLatency  prometheus.Histogram
 	lagging      prometheus.Gauge
+	stalled      prometheus.GaugeFunc
 	slowCloses   *prometheus.CounterVec // by reason
 	batchSize    prometheus.Histogram
 	batchLatency prometheus.Histogram
@@ -21,7 +22,7 @@ type wsMetrics struct {
 	received     *prometheus.CounterVec // client frames by type
 }
 
-func newWSMetrics(reg prometheus.Registerer) (*wsMetrics, error) {
+func newWSMetrics(reg prometheus.Registerer, stalled func() float64) (*wsMetrics, error) {
 	const ns, sub = "inboxd", "gateway_ws"
 	m := &wsMetrics{
 		conns: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections",
@@ -37,6 +38,8 @@ func newWSMetrics(reg prometheus.Registerer) (*wsMetrics, error) {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 		lagging: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lagging_sessions",
 			Help: "Sessions with entries waiting in PostgreSQL that their full outbound queue could not take."}),
+		stalled: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "stalled_writes",
+			Help: "Sessions whose current write has been blocked for more than a second (the client is not reading)."}, stalled),
 		slowCloses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "slow_closes_total",
 			Help: "Connections closed for slowness: lag (4008 after SlowTimeout), control (4008, replies not read), write_timeout (no close frame possible)."}, []string{"reason"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "push_batch_sessions",
@@ -51,7 +54,7 @@ func newWSMetrics(reg prometheus.Registerer) (*wsMetrics, error) {
 			Help: "Client frames by type (hello, send, ping, invalid)."}, []string{"type"}),
 	}
 	for _, c := range []prometheus.Collector{m.conns, m.closes, m.frames, m.entries, m.pushLatency, m.lagging,
-		m.slowCloses, m.batchSize, m.batchLatency, m.batchErrors, m.received} {
+		m.stalled, m.slowCloses, m.batchSize, m.batchLatency, m.batchErrors, m.received} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -68,6 +68,7 @@ type wsSession struct {
 	hbDue        bool      // a heartbeat is owed once caught up
 	wantMore     bool      // a read was held back by a full queue
 	laggingSince time.Time // zero unless lagging
+	writeStart   time.Time // start of the write in progress, zero between writes
 	signalAt     time.Time // first hub wake-up not yet answered by entries
 }
 
@@ -480,6 +481,14 @@ func (s *wsSession) checkSlow() {
 // connection is done (closed or broken).
 func (s *wsSession) flush() bool {
 	for {
+		// Between two writes, take in the hub's news: a session that is
+		// slow to write learns that entries are waiting (and so whether
+		// it lags) without waiting for its queue to empty.
+		select {
+		case <-s.sub.C():
+			s.hubWake()
+		default:
+		}
 		s.checkSlow()
 		var q queued
 		var have, refetch bool
@@ -516,7 +525,14 @@ func (s *wsSession) flush() bool {
 		if !have {
 			return true
 		}
-		if err := s.write(q); err != nil {
+		s.mu.Lock()
+		s.writeStart = time.Now()
+		s.mu.Unlock()
+		err := s.write(q)
+		s.mu.Lock()
+		s.writeStart = time.Time{}
+		s.mu.Unlock()
+		if err != nil {
 			s.abort(err)
 			return false
 		}

@@ -27,7 +27,8 @@ func converge(t testing.TB, w *world, user int64, r *running, msgIDs []string) {
 		if err, ended := r.ended(); ended {
 			t.Fatalf("Run of user %d ended: %v", user, err)
 		}
-		return r.app.lastSeq() >= head
+		_, cursor := r.c.Position()
+		return cursor >= head
 	})
 }
 

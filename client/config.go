@@ -231,10 +231,10 @@ type Handler struct {
 type ConnState int
 
 const (
-	StateConnecting ConnState = iota // an attempt is under way
-	StateConnected                   // a WebSocket or long-poll session is up
-	StateWaiting                     // backing off until RetryAt
-	StateCircuitOpen                 // circuit open until RetryAt
+	StateConnecting  ConnState = iota // an attempt is under way
+	StateConnected                    // a WebSocket or long-poll session is up
+	StateWaiting                      // backing off until RetryAt
+	StateCircuitOpen                  // circuit open until RetryAt
 )
 
 func (s ConnState) String() string {

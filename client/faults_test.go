@@ -19,6 +19,8 @@ import (
 type scenario struct {
 	name      string
 	transport client.Transport
+	// httpSends: users 2 and 4 send over HTTP even with a WebSocket up.
+	httpSends bool
 	// setup builds the path and returns the clients' URL, the faults to
 	// turn on for the workload, the healing, a fault counter (for the log)
 	// and an optional periodic disruption.
@@ -58,10 +60,11 @@ var scenarios = []scenario{
 	{
 		name: "lost requests and answers, 429/503, websocket frame loss, duplicates and close codes",
 		setup: func(t *testing.T, w *world) (string, func(), func(), func() string, func()) {
-			return httpFaults(t, w, faults{StatusP: 0.1, DropReqP: 0.05, DropRespP: 0.1, CutRespP: 0.05,
+			return httpFaults(t, w, faults{StatusP: 0.1, DropReqP: 0.05, DropRespP: 0.15, CutRespP: 0.05,
 				Delay: 20 * time.Millisecond, WSDropP: 0.25, WSDupP: 0.2, WSCloseP: 0.05, WSKillP: 0.03,
-				WSDelayMax: 10 * time.Millisecond})
+				WSLoseAckP: 0.15, WSDelayMax: 10 * time.Millisecond})
 		},
+		httpSends: true,
 	},
 	{
 		name: "overload: everything 429/503 with Retry-After",
@@ -98,8 +101,8 @@ var scenarios = []scenario{
 // Run never stops on these (temporary) failures.
 func TestFaults(t *testing.T) {
 	const (
-		perClient = 12 // sends per faulty client
-		direct    = 40 // sends of a fault-free user
+		perClient = 12                      // sends per faulty client
+		direct    = 40                      // sends of a fault-free user
 		faultFor  = 2500 * time.Millisecond // at least
 	)
 	users := []int64{1, 2, 3, 4}
@@ -125,6 +128,7 @@ func TestFaults(t *testing.T) {
 				a := newApp()
 				cfg := w.config(t, url, u, a)
 				cfg.Transport = sc.transport
+				cfg.SendOverHTTP = sc.httpSends && u%2 == 0
 				c, err := client.New(cfg)
 				require.NoError(t, err)
 				apps[u], runs[u] = a, start(t, c, a)

@@ -34,6 +34,7 @@ type faults struct {
 	WSDupP     float64 // write a server frame twice
 	WSCloseP   float64 // after a server frame, close with 1012, 1001, 4008 or 4029 (with retry_after_ms)
 	WSKillP    float64 // after a server frame, drop the TCP connection without a close
+	WSLoseAckP float64 // drop the connection instead of passing a send_ack: the send happened, the client does not know
 	WSRetryMS  int64   // retry_after_ms of the 4029 (default 200)
 	WSDelayMax time.Duration
 }
@@ -59,7 +60,7 @@ type faultProxy struct {
 	wg    sync.WaitGroup
 
 	stats struct {
-		status, dropReq, dropResp, cutResp, wsDrop, wsDup, wsClose, wsKill, wsRefused atomic.Int64
+		status, dropReq, dropResp, cutResp, wsDrop, wsDup, wsClose, wsKill, wsRefused, wsLostAck atomic.Int64
 	}
 }
 
@@ -316,6 +317,10 @@ func (p *faultProxy) serveWS(w http.ResponseWriter, r *http.Request, f faults) {
 			Type string `json:"type"`
 		}
 		_ = json.Unmarshal(b, &head)
+		if head.Type == "send_ack" && p.roll(f.WSLoseAckP) {
+			p.stats.wsLostAck.Add(1)
+			break
+		}
 		if head.Type == "entries" && p.roll(f.WSDropP) {
 			p.stats.wsDrop.Add(1)
 			continue
@@ -355,9 +360,9 @@ func (p *faultProxy) serveWS(w http.ResponseWriter, r *http.Request, f faults) {
 
 func (p *faultProxy) String() string {
 	s := &p.stats
-	return fmt.Sprintf("status=%d dropReq=%d dropResp=%d cutResp=%d wsDrop=%d wsDup=%d wsClose=%d wsKill=%d wsRefused=%d",
+	return fmt.Sprintf("status=%d dropReq=%d dropResp=%d cutResp=%d wsDrop=%d wsDup=%d wsClose=%d wsKill=%d wsRefused=%d wsLostAck=%d",
 		s.status.Load(), s.dropReq.Load(), s.dropResp.Load(), s.cutResp.Load(), s.wsDrop.Load(), s.wsDup.Load(),
-		s.wsClose.Load(), s.wsKill.Load(), s.wsRefused.Load())
+		s.wsClose.Load(), s.wsKill.Load(), s.wsRefused.Load(), s.wsLostAck.Load())
 }
 
 // tcpProxy relays TCP connections to the gateway and cuts them: each

@@ -1,0 +1,111 @@
+package replay_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/gateway"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/replay"
+)
+
+type client struct {
+	t     *testing.T
+	base  string
+	token string
+}
+
+func (c *client) do(method, path string, body any, out any) int {
+	c.t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		raw, _ := json.Marshal(body)
+		rd = bytes.NewReader(raw)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	require.NoError(c.t, err)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	if out != nil {
+		require.NoError(c.t, json.NewDecoder(resp.Body).Decode(out))
+	}
+	return resp.StatusCode
+}
+
+// After a replay, a client holding a cursor of the old epoch gets a clean
+// too-long answer under the new epoch, jumps to its head, and then syncs
+// normally.
+func TestOldEpochCursorGetsTooLongAfterReplay(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 2})
+	stopFanout := env.StartFanout(t)
+	g, err := gateway.New(gateway.Config{AuthSecret: []byte("replay-test-secret-0123456789"), DevMode: true,
+		AckWait: 20 * time.Second, Logger: env.Logger}, env.Pool, env.Producer)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	listened := make(chan struct{})
+	go func() { defer close(listened); _ = g.Listen(ctx) }()
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(func() { g.Drain(); srv.Close(); cancel(); <-listened })
+
+	c := &client{t: t, base: srv.URL}
+	var tok struct{ Token string }
+	require.Equal(t, 200, c.do("POST", "/v1/dev/token", map[string]any{"user_id": 42}, &tok))
+	c.token = tok.Token
+	var created struct {
+		ConversationID int64 `json:"conversation_id"`
+	}
+	require.Equal(t, 201, c.do("POST", "/v1/conversations", map[string]any{"title": "t", "members": []int64{7}}, &created))
+	send := func(body string) {
+		code := c.do("POST", fmt.Sprintf("/v1/conversations/%d/messages", created.ConversationID),
+			map[string]any{"msg_id": uuid.NewString(), "body": body}, nil)
+		require.Equal(t, 201, code)
+	}
+	for i := 0; i < 3; i++ {
+		send(fmt.Sprint("before ", i))
+	}
+	type syncResp struct {
+		Epoch         int64             `json:"epoch"`
+		Head          int64             `json:"head"`
+		TooLong       bool              `json:"too_long"`
+		Entries       []json.RawMessage `json:"entries"`
+		Conversations []json.RawMessage `json:"conversations"`
+	}
+	var s1 syncResp
+	require.Equal(t, 200, c.do("GET", "/v1/sync?after=0", nil, &s1))
+	require.False(t, s1.TooLong)
+	require.NotEmpty(t, s1.Entries)
+
+	stopFanout()
+	res, err := replay.Run(context.Background(), cfg(env), env.Pool)
+	require.NoError(t, err)
+	require.NotEqual(t, s1.Epoch, res.Epoch)
+	env.StartFanout(t)
+
+	var s2 syncResp
+	require.Equal(t, 200, c.do("GET", fmt.Sprintf("/v1/sync?after=%d&epoch=%d", s1.Head, s1.Epoch), nil, &s2))
+	require.True(t, s2.TooLong, "an old-epoch cursor gets too long")
+	require.Equal(t, res.Epoch, s2.Epoch)
+	require.Len(t, s2.Conversations, 1)
+
+	send("after")
+	var s3 syncResp
+	require.Equal(t, 200, c.do("GET", fmt.Sprintf("/v1/sync?after=%d&epoch=%d", s2.Head, s2.Epoch), nil, &s3))
+	require.False(t, s3.TooLong)
+	require.Len(t, s3.Entries, 1, "the new message, and nothing again")
+	require.Contains(t, string(s3.Entries[0]), `"after"`)
+}

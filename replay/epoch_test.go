@@ -15,6 +15,7 @@ import (
 
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/projector"
 	"github.com/inboxd/inboxd/replay"
 )
 
@@ -47,10 +48,14 @@ func (c *client) do(method, path string, body any, out any) int {
 	return resp.StatusCode
 }
 
-// After a replay, a client holding a cursor of the old epoch gets a clean
-// too-long answer under the new epoch, jumps to its head, and then syncs
-// normally.
-func TestOldEpochCursorGetsTooLongAfterReplay(t *testing.T) {
+type world struct {
+	env        *testenv.Env
+	stopFanout func()
+	c          *client
+	conv       int64
+}
+
+func newWorld(t *testing.T) *world {
 	env := testenv.New(t, testenv.Options{Partitions: 2})
 	stopFanout := env.StartFanout(t)
 	g, err := gateway.New(gateway.Config{AuthSecret: []byte("replay-test-secret-0123456789"), DevMode: true,
@@ -70,20 +75,31 @@ func TestOldEpochCursorGetsTooLongAfterReplay(t *testing.T) {
 		ConversationID int64 `json:"conversation_id"`
 	}
 	require.Equal(t, 201, c.do("POST", "/v1/conversations", map[string]any{"title": "t", "members": []int64{7}}, &created))
-	send := func(body string) {
-		code := c.do("POST", fmt.Sprintf("/v1/conversations/%d/messages", created.ConversationID),
-			map[string]any{"msg_id": uuid.NewString(), "body": body}, nil)
-		require.Equal(t, 201, code)
-	}
+	return &world{env: env, stopFanout: stopFanout, c: c, conv: created.ConversationID}
+}
+
+func (w *world) send(body string) {
+	code := w.c.do("POST", fmt.Sprintf("/v1/conversations/%d/messages", w.conv),
+		map[string]any{"msg_id": uuid.NewString(), "body": body}, nil)
+	require.Equal(w.c.t, 201, code)
+}
+
+type syncResp struct {
+	Epoch         int64             `json:"epoch"`
+	Head          int64             `json:"head"`
+	TooLong       bool              `json:"too_long"`
+	Entries       []json.RawMessage `json:"entries"`
+	Conversations []json.RawMessage `json:"conversations"`
+}
+
+// After a replay, a client holding a cursor of the old epoch gets a clean
+// too-long answer under the new epoch, jumps to its head, and then syncs
+// normally.
+func TestOldEpochCursorGetsTooLongAfterReplay(t *testing.T) {
+	w := newWorld(t)
+	env, c, send, stopFanout := w.env, w.c, w.send, w.stopFanout
 	for i := 0; i < 3; i++ {
 		send(fmt.Sprint("before ", i))
-	}
-	type syncResp struct {
-		Epoch         int64             `json:"epoch"`
-		Head          int64             `json:"head"`
-		TooLong       bool              `json:"too_long"`
-		Entries       []json.RawMessage `json:"entries"`
-		Conversations []json.RawMessage `json:"conversations"`
 	}
 	var s1 syncResp
 	require.Equal(t, 200, c.do("GET", "/v1/sync?after=0", nil, &s1))
@@ -108,4 +124,33 @@ func TestOldEpochCursorGetsTooLongAfterReplay(t *testing.T) {
 	require.False(t, s3.TooLong)
 	require.Len(t, s3.Entries, 1, "the new message, and nothing again")
 	require.Contains(t, string(s3.Entries[0]), `"after"`)
+}
+
+// Retention moves the floor past a stale cursor: that cursor gets too long;
+// a cursor at or above the floor still syncs entries.
+func TestPrunedCursorGetsTooLong(t *testing.T) {
+	w := newWorld(t)
+	for i := 0; i < 3; i++ {
+		w.send(fmt.Sprint("old ", i))
+	}
+	var s1 syncResp
+	require.Equal(t, 200, w.c.do("GET", "/v1/sync?after=0", nil, &s1))
+	cutoff := time.Now()
+	time.Sleep(20 * time.Millisecond)
+	w.send("young")
+	res, err := projector.Prune(context.Background(), w.env.Pool, cutoff, 2)
+	require.NoError(t, err)
+	require.Positive(t, res.Deleted)
+	var floor int64
+	require.NoError(t, w.env.Pool.QueryRow(context.Background(), `SELECT inbox_floor FROM users WHERE id = 42`).Scan(&floor))
+	require.Equal(t, s1.Head, floor, "everything before the cutoff went")
+
+	var stale syncResp
+	require.Equal(t, 200, w.c.do("GET", "/v1/sync?after=1", nil, &stale))
+	require.True(t, stale.TooLong, "a cursor below the floor gets too long")
+	var fresh syncResp
+	require.Equal(t, 200, w.c.do("GET", fmt.Sprintf("/v1/sync?after=%d", s1.Head), nil, &fresh))
+	require.False(t, fresh.TooLong)
+	require.Len(t, fresh.Entries, 1)
+	require.Contains(t, string(fresh.Entries[0]), "young")
 }

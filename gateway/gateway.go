@@ -145,6 +145,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		// The whole request, body included; net/http lifts the deadline
+		// once the handler runs (held long-polls) and on hijack (WebSocket).
+		ReadTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),

@@ -147,10 +147,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		// The whole request, body included; net/http lifts the deadline
 		// once the handler runs (held long-polls) and on hijack (WebSocket).
-		ReadTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		ReadTimeout:    30 * time.Second,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
 	g.log.Info("gateway listening", "addr", ln.Addr().String())
 	eg, ctx := errgroup.WithContext(ctx)

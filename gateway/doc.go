@@ -8,18 +8,27 @@
 // # Layout
 //
 //	config.go     Config and its defaults
-//	gateway.go    New, Handler, Run/Serve, Drain (the lifecycle)
-//	routes.go     the route table (also checked against openapi.yaml)
+//	gateway.go    New, Handler, Listen, Run/Serve, Drain (the lifecycle)
+//	routes.go     the route table (kept equal to openapi.yaml by a test),
+//	              authentication, rate limiting and error mapping per route
 //	hub.go        the notification hub: one LISTEN connection, waiters by user
 //	sync.go       the sync and too-long queries and GET /v1/sync
 //	records.go    the conversation list (records) and GET /v1/conversations
 //	messages.go   sends (with the ack wait) and history
 //	members.go    create, add/remove members, record and read changes
+//	objects.go    the wire objects and how they are read from the projections
 //	auth.go       JWT verification and the dev token endpoint
 //	errors.go     the one client-facing error type and its mapping
 //	decode.go     request body and query decoding
 //	ratelimit.go  per-user token buckets and the X-RateLimit-* headers
 //	metrics.go    Prometheus metrics and the instrumenting middleware
+//	health.go     /healthz, /readyz, /metrics, /openapi.yaml
+//	ws*.go, push.go  the WebSocket endpoint, built on the same pieces
+//
+// The pieces shared by HTTP and WebSocket: hub.subscribeUser (wake-ups),
+// Gateway.readSync and Gateway.tooLongAnswer (entries after a cursor, or the
+// too-long answer), Gateway.send (a send with its ack wait), authenticate,
+// the limiters and writeError.
 //
 // # Waking waiters
 //

@@ -11,16 +11,23 @@ import (
 	"github.com/inboxd/inboxd/client"
 )
 
-// converge waits until user's client has delivered up to the server's head
-// and finished every send in msgIDs.
-func converge(t testing.TB, w *world, user int64, r *running, msgIDs []string) {
+// waitSends waits until r's client finished every send in msgIDs.
+func waitSends(t testing.TB, r *running, msgIDs []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, id := range msgIDs {
 		_, err := r.c.WaitSent(ctx, id)
-		require.NoError(t, err, "send %s of user %d", id, user)
+		require.NoError(t, err, "send %s", id)
 	}
+}
+
+// converge waits until user's client finished every send in msgIDs and has
+// delivered up to the server's head. Sends of other clients must be
+// finished first (waitSends), or the head may still move.
+func converge(t testing.TB, w *world, user int64, r *running, msgIDs []string) {
+	t.Helper()
+	waitSends(t, r, msgIDs)
 	w.env.WaitCaughtUp(t, 60*time.Second)
 	head := w.head(t, user)
 	waitFor(t, 60*time.Second, fmt.Sprintf("user %d's client at head %d", user, head), func() bool {

@@ -194,7 +194,10 @@ func TestFaults(t *testing.T) {
 				require.NoError(t, err)
 			}
 			for _, u := range users {
-				converge(t, w, u, runs[u], sent[u])
+				waitSends(t, runs[u], sent[u])
+			}
+			for _, u := range users {
+				converge(t, w, u, runs[u], nil)
 			}
 			for _, u := range users {
 				requireExactlyOnce(t, w, u, apps[u].snapshot())

@@ -328,7 +328,40 @@ func (w *world) rowsOf(t testing.TB, msgID string) (n int, conv, seq int64) {
 func requireExactlyOnce(t testing.TB, w *world, user int64, got []client.Entry) {
 	t.Helper()
 	want := w.inbox(t, user)
-	require.Equal(t, len(want), len(got), "user %d: entries delivered vs in the inbox", user)
+	if len(want) != len(got) {
+		have := map[int64]int{}
+		for _, e := range got {
+			have[e.InboxSeq]++
+		}
+		var missing, twice []truthEntry
+		for _, tr := range want {
+			switch have[tr.inboxSeq] {
+			case 0:
+				missing = append(missing, tr)
+			case 1:
+			default:
+				twice = append(twice, tr)
+			}
+		}
+		if len(missing) > 0 {
+			var conv []string
+			for _, tr := range want {
+				if tr.conv == missing[0].conv {
+					conv = append(conv, fmt.Sprintf("%d:%d", tr.inboxSeq, tr.seq))
+				}
+			}
+			var gotConv []string
+			for _, e := range got {
+				if e.ConversationID == missing[0].conv && e.Message != nil {
+					gotConv = append(gotConv, fmt.Sprintf("%d:%d:%s", e.InboxSeq, e.Message.Seq, e.Message.MsgID[:8]))
+				}
+			}
+			t.Logf("inbox of conversation %d (inbox_seq:seq): %v", missing[0].conv, conv)
+			t.Logf("delivered of conversation %d: %v", missing[0].conv, gotConv)
+		}
+		t.Fatalf("user %d: %d entries delivered, %d in the inbox; missing %+v; more than once %+v",
+			user, len(got), len(want), missing, twice)
+	}
 	for i, e := range got {
 		tr := want[i]
 		require.Equal(t, tr.inboxSeq, e.InboxSeq, "user %d entry %d", user, i)

@@ -93,7 +93,8 @@ func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 
 	c.mu.Lock()
 	c.st.Cursor = e.InboxSeq
-	var done *OutboxItem
+	var done *SendResult
+	var waiters []chan SendResult
 	switch {
 	case e.Kind == KindMessage && e.Message != nil:
 		m := e.Message
@@ -110,9 +111,10 @@ func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 			cs.Holes = holeSet(cs.Holes).remove(m.Seq, m.Seq)
 		}
 		if i := c.outboxIndex(m.MsgID); i >= 0 && c.st.Outbox[i].ConversationID == m.ConversationID {
-			it := c.st.Outbox[i]
-			done = &it
+			// The send's message came through the inbox first.
+			done = &SendResult{MsgID: m.MsgID, ConversationID: m.ConversationID, Message: m}
 			c.st.Outbox = slices.Delete(c.st.Outbox, i, i+1)
+			waiters = c.recordResultLocked(*done)
 		}
 	case e.Kind == KindRecord && e.Record != nil:
 		cs := c.conv(e.ConversationID)
@@ -123,16 +125,14 @@ func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 	commit := c.uncommitted >= c.cfg.CommitEvery || done != nil
 	c.mu.Unlock()
 
+	var err error
 	if commit {
-		if err := c.save(ctx); err != nil {
-			return err
-		}
+		err = c.save(ctx)
 	}
 	if done != nil {
-		// The send's message came through the inbox first.
-		c.sendDone(ctx, SendResult{MsgID: done.MsgID, ConversationID: done.ConversationID, Message: e.Message})
+		c.sendDone(ctx, *done, waiters)
 	}
-	return nil
+	return err
 }
 
 // commit saves the state if entries were delivered since the last save.

@@ -118,22 +118,17 @@ func (c *Client) finishSend(ctx context.Context, r SendResult) error {
 		return nil
 	}
 	c.st.Outbox = slices.Delete(c.st.Outbox, i, i+1)
+	waiters := c.recordResultLocked(r)
 	c.mu.Unlock()
-	if err := c.save(ctx); err != nil {
-		return err
-	}
-	c.sendDone(ctx, r)
-	return nil
+	err := c.save(ctx)
+	c.sendDone(ctx, r, waiters)
+	return err
 }
 
-// sendDone records a finished send (already out of the outbox, saved) and
-// tells the waiters and the app.
-func (c *Client) sendDone(ctx context.Context, r SendResult) {
-	c.mu.Lock()
-	if _, dup := c.results[r.MsgID]; dup {
-		c.mu.Unlock()
-		return
-	}
+// recordResultLocked keeps r for WaitSent, in the same step as the send
+// leaves the outbox (so that a WaitSent always finds it in one of them),
+// and returns the waiters to tell. Called with mu held.
+func (c *Client) recordResultLocked(r SendResult) []chan SendResult {
 	c.results[r.MsgID] = r
 	c.resultOrder = append(c.resultOrder, r.MsgID)
 	if len(c.resultOrder) > maxResults {
@@ -142,8 +137,12 @@ func (c *Client) sendDone(ctx context.Context, r SendResult) {
 	}
 	ws := c.waiters[r.MsgID]
 	delete(c.waiters, r.MsgID)
-	c.mu.Unlock()
-	for _, ch := range ws {
+	return ws
+}
+
+// sendDone tells the waiters and the app how a send ended.
+func (c *Client) sendDone(ctx context.Context, r SendResult, waiters []chan SendResult) {
+	for _, ch := range waiters {
 		ch <- r
 	}
 	if r.Err != nil {
@@ -236,6 +235,7 @@ func (c *Client) runOutbox(ctx context.Context) error {
 				return err
 			}
 		case err == nil: // 202 pending: in the log, the seq comes later
+			c.log.Debug("send pending", "msg_id", it.MsgID, "conversation_id", it.ConversationID)
 			pol.succeeded()
 			d := recheckDelay[it.MsgID]
 			if d == 0 {

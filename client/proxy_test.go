@@ -28,15 +28,21 @@ type faults struct {
 	DropRespP  float64 // forward, then close without answering: the server acted, the client does not know
 	CutRespP   float64 // forward, then write the head and half the body and close
 	Delay      time.Duration
+	// ForceStatus answers requests whose path starts with ForcePath with
+	// this status and error code (a permanent refusal, say).
+	ForceStatus int
+	ForceCode   string
+	ForcePath   string
 	// WebSocket
-	RefuseWS   int     // answer upgrades with this status (404: no WebSocket here, 503: overloaded)
-	WSDropP    float64 // drop a server frame of entries (a gap in the stream)
-	WSDupP     float64 // write a server frame twice
-	WSCloseP   float64 // after a server frame, close with 1012, 1001, 4008 or 4029 (with retry_after_ms)
-	WSKillP    float64 // after a server frame, drop the TCP connection without a close
-	WSLoseAckP float64 // drop the connection instead of passing a send_ack: the send happened, the client does not know
-	WSRetryMS  int64   // retry_after_ms of the 4029 (default 200)
-	WSDelayMax time.Duration
+	WSCloseAfterWelcome int     // close every connection with this code after its welcome
+	RefuseWS            int     // answer upgrades with this status (404: no WebSocket here, 503: overloaded)
+	WSDropP             float64 // drop a server frame of entries (a gap in the stream)
+	WSDupP              float64 // write a server frame twice
+	WSCloseP            float64 // after a server frame, close with 1012, 1001, 4008 or 4029 (with retry_after_ms)
+	WSKillP             float64 // after a server frame, drop the TCP connection without a close
+	WSLoseAckP          float64 // drop the connection instead of passing a send_ack: the send happened, the client does not know
+	WSRetryMS           int64   // retry_after_ms of the 4029 (default 200)
+	WSDelayMax          time.Duration
 }
 
 // faultProxy is an HTTP server between clients and the gateway that
@@ -168,6 +174,12 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	time.Sleep(p.randDur(f.Delay))
+	if f.ForceStatus != 0 && strings.HasPrefix(r.URL.Path, f.ForcePath) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(f.ForceStatus)
+		fmt.Fprintf(w, `{"error":{"code":%q,"message":"forced by the test proxy","retryable":false}}`, f.ForceCode)
+		return
+	}
 	if p.roll(f.StatusP) {
 		p.stats.status.Add(1)
 		status, code := http.StatusServiceUnavailable, "unavailable"
@@ -328,6 +340,10 @@ func (p *faultProxy) serveWS(w http.ResponseWriter, r *http.Request, f faults) {
 		if cc.WriteMessage(mt, b) != nil {
 			break
 		}
+		if head.Type == "welcome" && f.WSCloseAfterWelcome != 0 {
+			_ = cc.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(f.WSCloseAfterWelcome, "forced"), time.Now().Add(time.Second))
+			break
+		}
 		if head.Type == "entries" && p.roll(f.WSDupP) {
 			p.stats.wsDup.Add(1)
 			_ = cc.WriteMessage(mt, b)
@@ -383,6 +399,18 @@ type tcpProxy struct {
 	wg     sync.WaitGroup
 	cuts   atomic.Int64
 	closed bool
+	down   bool // accepted connections are closed at once
+}
+
+// setDown makes the proxy refuse (accept and close) every connection, as a
+// server that is down behind a load balancer does, or pass them again.
+func (p *tcpProxy) setDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
+	if down {
+		p.killAll()
+	}
 }
 
 func newTCPProxy(t testing.TB, upstreamURL string, seed uint64) *tcpProxy {
@@ -435,6 +463,13 @@ func (p *tcpProxy) accept() {
 
 func (p *tcpProxy) serve(c net.Conn) {
 	defer p.wg.Done()
+	p.mu.Lock()
+	down := p.down
+	p.mu.Unlock()
+	if down {
+		_ = c.Close()
+		return
+	}
 	s, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
 	if err != nil {
 		_ = c.Close()

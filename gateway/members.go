@@ -121,7 +121,9 @@ type addMemberRequest struct {
 }
 
 // handleAddMember is POST /v1/conversations/{cid}/members: 202 once the
-// member.added event is appended.
+// member.added event is appended. Like every write below, it first waits up
+// to AckWait for the projection, so that the caller's next request (the new
+// member's first send, a list) sees the change; the answer is 202 either way.
 func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
@@ -139,13 +141,33 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
+	sub := g.hub.subscribeUser(user)
+	defer sub.Close()
 	e := events.New(events.MemberAdded, cid, user)
 	e.UserID = req.UserID
 	if err := g.appendEvent(ctx, e); err != nil {
 		return err
 	}
+	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
+		return g.memberSettled(ctx, cid, req.UserID, true, e.EventID)
+	}); err != nil {
+		return err
+	}
 	writeAccepted(w)
 	return nil
+}
+
+const sqlMemberSettled = `SELECT EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL),
+	EXISTS (SELECT 1 FROM rejections WHERE event_id = $3)`
+
+// memberSettled says whether a member change is visible: uid is (or, for a
+// removal, is no longer) a current member, or the event was refused.
+func (g *Gateway) memberSettled(ctx context.Context, cid, uid int64, member bool, eventID string) (bool, error) {
+	var is, rejected bool
+	if err := g.pool.QueryRow(ctx, sqlMemberSettled, cid, uid, eventID).Scan(&is, &rejected); err != nil {
+		return false, fmt.Errorf("membership of user %d in %d: %w", uid, cid, err)
+	}
+	return is == member || rejected, nil
 }
 
 // handleRemoveMember is DELETE /v1/conversations/{cid}/members/{uid}: any
@@ -165,14 +187,45 @@ func (g *Gateway) handleRemoveMember(w http.ResponseWriter, r *http.Request) err
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
+	sub := g.hub.subscribeUser(user)
+	defer sub.Close()
 	e := events.New(events.MemberRemoved, cid, user)
 	e.UserID = uid
 	if err := g.appendEvent(ctx, e); err != nil {
 		return err
 	}
+	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
+		return g.memberSettled(ctx, cid, uid, false, e.EventID)
+	}); err != nil {
+		return err
+	}
 	writeAccepted(w)
 	return nil
 }
+
+const sqlRecordVersion = `SELECT COALESCE((SELECT record_version FROM users WHERE id = $1), 0)`
+
+func (g *Gateway) recordVersion(ctx context.Context, user int64) (int64, error) {
+	var v int64
+	if err := g.pool.QueryRow(ctx, sqlRecordVersion, user).Scan(&v); err != nil {
+		return 0, fmt.Errorf("record version of user %d: %w", user, err)
+	}
+	return v, nil
+}
+
+// sqlRecordSettled: a record change is visible once the user's record
+// version moved past the one read before the append, or the record already
+// has the asked values (the change was a no-op).
+const sqlRecordSettled = `SELECT COALESCE((SELECT record_version FROM users WHERE id = $1), 0) > $3
+	OR COALESCE((SELECT ($4::boolean IS NULL OR pinned = $4) AND ($5::boolean IS NULL OR muted = $5)
+		FROM records WHERE user_id = $1 AND conversation_id = $2), false)`
+
+// sqlReadSettled is sqlRecordSettled for a read position (capped at the
+// conversation's last seq by the projector).
+const sqlReadSettled = `SELECT COALESCE((SELECT record_version FROM users WHERE id = $1), 0) > $3
+	OR COALESCE((SELECT r.read_seq >= LEAST($4::bigint, c.last_seq)
+		FROM records r JOIN conversations c ON c.id = r.conversation_id
+		WHERE r.user_id = $1 AND r.conversation_id = $2), false)`
 
 type recordRequest struct {
 	Pinned *bool `json:"pinned"`
@@ -197,9 +250,22 @@ func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
+	sub := g.hub.subscribeUser(user)
+	defer sub.Close()
+	v0, err := g.recordVersion(ctx, user)
+	if err != nil {
+		return err
+	}
 	e := events.New(events.RecordUpdated, cid, user)
 	e.Pinned, e.Muted = req.Pinned, req.Muted
 	if err := g.appendEvent(ctx, e); err != nil {
+		return err
+	}
+	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
+		var done bool
+		err := g.pool.QueryRow(ctx, sqlRecordSettled, user, cid, v0, req.Pinned, req.Muted).Scan(&done)
+		return done, err
+	}); err != nil {
 		return err
 	}
 	writeAccepted(w)
@@ -230,9 +296,22 @@ func (g *Gateway) handleRead(w http.ResponseWriter, r *http.Request) error {
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
+	sub := g.hub.subscribeUser(user)
+	defer sub.Close()
+	v0, err := g.recordVersion(ctx, user)
+	if err != nil {
+		return err
+	}
 	e := events.New(events.ReadUpdated, cid, user)
 	e.ReadSeq = req.Seq
 	if err := g.appendEvent(ctx, e); err != nil {
+		return err
+	}
+	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
+		var done bool
+		err := g.pool.QueryRow(ctx, sqlReadSettled, user, cid, v0, *req.Seq).Scan(&done)
+		return done, err
+	}); err != nil {
 		return err
 	}
 	writeAccepted(w)

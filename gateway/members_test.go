@@ -162,3 +162,36 @@ func TestRemovedMember(t *testing.T) {
 	require.False(t, entries[1].Record.Removed)
 	tg.verify(t)
 }
+
+// TestReadYourWrites: a write answers 202 only once its projection is
+// visible (within the ack wait), so the caller's next request sees it: an
+// added member can send at once, a removed one cannot, a pin shows in the
+// list at once.
+func TestReadYourWrites(t *testing.T) {
+	tg := newGateway(t, nil)
+	a, b := tg.user(t, 1), tg.user(t, 2)
+	cid := a.create(t, "ryw")
+	for i := 0; i < 10; i++ {
+		r := a.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/members", cid), `{"user_id":2}`)
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+		b.send(t, cid, "in "+strconv.Itoa(i))
+
+		pinned := i%2 == 0
+		r = b.do(t, "PATCH", fmt.Sprintf("/v1/conversations/%d/record", cid), map[string]bool{"pinned": pinned})
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+		var l wList
+		b.do(t, "GET", "/v1/conversations", nil).decode(t, &l)
+		require.Equal(t, pinned, l.Conversations[0].Pinned)
+
+		r = b.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/read", cid), map[string]int{"seq": 1000})
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+		b.do(t, "GET", "/v1/conversations", nil).decode(t, &l)
+		require.Equal(t, l.Conversations[0].LastSeq, l.Conversations[0].ReadSeq)
+
+		r = a.do(t, "DELETE", fmt.Sprintf("/v1/conversations/%d/members/2", cid), nil)
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+		r = b.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", cid), map[string]any{"msg_id": uuid.NewString(), "body": "out"})
+		require.Equal(t, http.StatusForbidden, r.status, "%s", r)
+	}
+	tg.verify(t)
+}

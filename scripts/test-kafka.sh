@@ -24,9 +24,15 @@ cleanup() {
 	fi
 	rm -rf "$INBOXD_KAFKA_RUN_DIR"
 }
+gopid=""
+interrupted() {
+	# go test and the test binaries it runs are one process group.
+	[[ -z "$gopid" ]] || kill -TERM -- "-$gopid" 2>/dev/null || true
+	exit "$1"
+}
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'interrupted 130' INT
+trap 'interrupted 143' TERM
 
 t0=$SECONDS
 scripts/kafka-local.sh install
@@ -49,11 +55,17 @@ fi
 
 echo "== go test against Apache Kafka $KAFKA_VERSION at $INBOXD_TEST_KAFKA_BROKERS: ${pkgs[*]} =="
 t0=$SECONDS
-set +e
+# In the background (its own process group: set -m) and waited for, so that
+# a TERM or INT reaches the trap (which ends the tests and stops the broker)
+# at once, not when go test is done.
+set -m
 # shellcheck disable=SC2086
-go test -count=1 -timeout 30m ${GOTESTFLAGS:-} "${pkgs[@]}" 2>&1 | tee "$LOG"
-status=${PIPESTATUS[0]}
-set -e
+go test -count=1 -timeout 30m ${GOTESTFLAGS:-} "${pkgs[@]}" > >(tee "$LOG") 2>&1 &
+gopid=$!
+set +m
+status=0
+wait "$gopid" || status=$?
+gopid=""
 t_test=$((SECONDS - t0))
 
 echo "== test-kafka summary: Apache Kafka $KAFKA_VERSION (KRaft, single node) =="

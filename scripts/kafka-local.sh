@@ -93,7 +93,8 @@ EOF
 	cp "$work/pom.xml" "$CACHE/pom.xml"
 	rm -rf "$work"
 	touch "$CACHE/.complete"
-	log "Kafka $VERSION: $(ls "$LIBS" | wc -l) jars in $LIBS ($((SECONDS - t0))s)"
+	local jars=("$LIBS"/*.jar)
+	log "Kafka $VERSION: ${#jars[@]} jars in $LIBS ($((SECONDS - t0))s)"
 }
 
 version() {

@@ -17,6 +17,7 @@ t_all=$SECONDS
 export INBOXD_KAFKA_RUN_DIR="${INBOXD_KAFKA_RUN_DIR:-${TMPDIR:-/tmp}/inboxd-kafka-test.$$}"
 LOG="${INBOXD_TEST_KAFKA_LOG:-/tmp/inboxd-test-kafka.log}"
 
+# shellcheck disable=SC2317 # called by the traps
 cleanup() {
 	scripts/kafka-local.sh stop || true
 	if [[ -f "$INBOXD_KAFKA_RUN_DIR/kafka.log" ]]; then
@@ -25,6 +26,7 @@ cleanup() {
 	rm -rf "$INBOXD_KAFKA_RUN_DIR"
 }
 gopid=""
+# shellcheck disable=SC2317 # called by the traps
 interrupted() {
 	# go test and the test binaries it runs are one process group.
 	[[ -z "$gopid" ]] || kill -TERM -- "-$gopid" 2>/dev/null || true

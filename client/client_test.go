@@ -74,18 +74,19 @@ func TestLive(t *testing.T) {
 			require.NoError(t, err)
 			r := start(t, c, a)
 
-			var ids []string
+			var ids, bobs []string
 			for i := 0; i < 5; i++ {
-				_, err := bob.Send(ctx, cid, fmt.Sprintf("from bob %d", i))
+				id, err := bob.Send(ctx, cid, fmt.Sprintf("from bob %d", i))
 				require.NoError(t, err)
-				id, err := c.Send(ctx, cid, fmt.Sprintf("from alice %d", i))
+				bobs = append(bobs, id)
+				id, err = c.Send(ctx, cid, fmt.Sprintf("from alice %d", i))
 				require.NoError(t, err)
 				ids = append(ids, id)
 			}
 			// bob's client is not running: its sends sit in its outbox.
 			require.Len(t, bob.Outbox(), 5)
 			rb := start(t, bob, newApp())
-			_ = rb
+			waitSends(t, rb, bobs)
 			converge(t, w, 1, r, ids)
 			requireExactlyOnce(t, w, 1, a.snapshot())
 			requireSent(t, w, a, ids)

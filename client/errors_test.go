@@ -246,6 +246,9 @@ func TestPendingSends(t *testing.T) {
 	bob := w.direct(t, 2)
 	cid, err := bob.CreateConversation(ctx, "slow acks", 1)
 	require.NoError(t, err)
+	// With this ack wait the creation answers before its projection, and
+	// a send to a conversation not projected yet is refused with 404.
+	w.env.WaitCaughtUp(t, 60*time.Second)
 	for _, overHTTP := range []bool{true, false} {
 		a := newApp()
 		cfg := w.config(t, w.url, 1, a)

@@ -46,7 +46,10 @@ type createResponse struct {
 
 const (
 	sqlNextConversationID = `SELECT nextval('conversation_ids')`
-	sqlConversationExists = `SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1)`
+	// The created system message has the event's id as msg_id: it names
+	// this creation, not any conversation that might hold the id.
+	sqlCreateSettled = `SELECT EXISTS (SELECT 1 FROM messages WHERE msg_id = $2 AND conversation_id = $1),
+	EXISTS (SELECT 1 FROM rejections WHERE event_id = $2)`
 )
 
 // handleCreate is POST /v1/conversations. The id comes from the
@@ -83,14 +86,20 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := g.appendEvent(ctx, e); err != nil {
 		return err
 	}
+	var rejected bool
 	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
-		var ok bool
-		err := g.pool.QueryRow(ctx, sqlConversationExists, cid).Scan(&ok)
-		return ok, err
+		var exists bool
+		err := g.pool.QueryRow(ctx, sqlCreateSettled, cid, e.EventID).Scan(&exists, &rejected)
+		return exists || rejected, err
 	}); err != nil {
 		return err
 	}
-	w.Header().Set("Location", fmt.Sprintf("/v1/conversations/%d", cid))
+	if rejected {
+		// Only possible if the sequence fell behind the log (a restore
+		// without replay's setval): a retry allocates a fresh id.
+		return unavailable("conversation id already taken, retry", time.Second,
+			fmt.Errorf("conversation.created %d refused: id exists", cid))
+	}
 	writeJSON(w, http.StatusCreated, createResponse{ConversationID: cid})
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inboxd/inboxd/projector"
 )
 
 // syncParams is one "entries after N" question.
@@ -92,7 +94,7 @@ func (g *Gateway) readSync(ctx context.Context, user int64, p syncParams) (*sync
 			continue // the head row without entries
 		}
 		e := entry{InboxSeq: *inboxSeq, ConversationID: *conv}
-		if *kind == 2 {
+		if *kind == projector.KindRecord {
 			e.Kind, e.Record = entryKindRecord, rec.record()
 		} else {
 			e.Kind, e.Message = entryKindMessage, m.message()

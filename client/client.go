@@ -195,8 +195,7 @@ func (c *Client) runSync(ctx context.Context) error {
 				lastErr = err
 				continue
 			}
-			c.log.Error("client stopped by a permanent error", "transport", transport, "err", err)
-			return p
+			return p // Run's caller reports it
 		}
 		if errors.Is(err, errTryWebSocket) {
 			pollUntil, lastErr = time.Time{}, nil

@@ -286,7 +286,7 @@ func (c *Client) applyTooLong(ctx context.Context, ans *syncAnswer) error {
 		}
 	}
 	c.mu.Unlock()
-	c.log.Warn("inbox too far behind, jumped to the head", "epoch", t.Epoch, "head", t.Head,
+	c.log.Info("inbox too far behind, jumped to the head", "epoch", t.Epoch, "head", t.Head,
 		"previous_epoch", t.PreviousEpoch, "previous_cursor", t.PreviousCursor, "conversations", len(recs))
 
 	if h := c.cfg.Handler.OnTooLong; h != nil {

@@ -146,7 +146,8 @@ func (c *Client) sendDone(ctx context.Context, r SendResult, waiters []chan Send
 		ch <- r
 	}
 	if r.Err != nil {
-		c.log.Warn("send refused", "msg_id", r.MsgID, "conversation_id", r.ConversationID, "err", r.Err)
+		// The app gets the error in OnSendResult / WaitSent.
+		c.log.Debug("send refused", "msg_id", r.MsgID, "conversation_id", r.ConversationID, "err", r.Err)
 	}
 	if h := c.cfg.Handler.OnSendResult; h != nil {
 		h(ctx, r)

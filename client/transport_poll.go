@@ -34,7 +34,9 @@ func (c *Client) runPoll(ctx context.Context, up func(), until time.Time, rnd fu
 			return ctx.Err()
 		}
 		start := time.Now()
-		req := c.syncRequestAt(true)
+		// The first request of a session answers at once: it tells that
+		// the server is reachable (up) and catches up without a hold.
+		req := c.syncRequestAt(!first)
 		req.etag = etag
 		ans, tag, notModified, err := c.api.sync(ctx, req)
 		if err != nil {

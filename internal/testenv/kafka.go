@@ -26,10 +26,6 @@ type Kafka struct {
 	Topic   string
 }
 
-// External reports whether the tests run against the brokers of
-// INBOXD_TEST_KAFKA_BROKERS (a real Kafka) rather than kfake.
-func External() bool { return os.Getenv(EnvBrokers) != "" }
-
 // NewKafka returns the Kafka of a test; a kfake cluster (with partitions
 // as its default for created topics) is closed at the test's end.
 func NewKafka(t testing.TB, partitions int32) *Kafka {

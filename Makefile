@@ -2,7 +2,7 @@
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: run test test-short build vet bench-fanout clean
+.PHONY: run test test-kafka test-short build vet bench-fanout clean
 
 run: ## start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it)
 	$(GO) run ./cmd/inboxd dev
@@ -13,6 +13,9 @@ build:
 test: ## every test, against a real PostgreSQL and kfake started by the tests
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 40m $(GOTESTFLAGS) ./...
+
+test-kafka: ## the integration tests against a real Apache Kafka 4.1.1 (KRaft, jars from Maven Central; needs java 17+, mvn)
+	GOTESTFLAGS="$(GOTESTFLAGS)" scripts/test-kafka.sh
 
 test-short:
 	$(GO) test -count=1 -short ./...

@@ -228,6 +228,10 @@ func (f *Fanout) Run(ctx context.Context) error {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200 * time.Millisecond),
+		// A lost broker connection refreshes metadata after 0.5 s rather
+		// than franz-go's default 5 s, so fetches and dead letters resume
+		// quickly.
+		kgo.MetadataMinAge(500 * time.Millisecond),
 		kgo.SessionTimeout(f.cfg.SessionTimeout),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			f.cfg.Logger.Info("partitions revoked", "partitions", m)
@@ -246,11 +250,10 @@ func (f *Fanout) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fanout client: %w", err)
 	}
-	defer func() {
-		// Leave the group so that partitions move at once, not after the
-		// session timeout.
-		cl.Close()
-	}()
+	// Close leaves the group, so a dynamic member's partitions move at
+	// once; a static member (InstanceID) keeps them until it comes back or
+	// its session times out, which is the point of static membership.
+	defer cl.Close()
 	f.cfg.Logger.Info("fanout started", "topic", f.cfg.Topic, "group", f.cfg.Group)
 	for {
 		fetches := cl.PollRecords(ctx, f.cfg.MaxPollRecords)

@@ -40,14 +40,24 @@ func converge(t testing.TB, w *world, user int64, r *running, msgIDs []string) {
 }
 
 // requireSent checks that every send got exactly one message row, with the
-// seq the client reported.
+// seq the client reported (WaitSent), and that the app was told once
+// (OnSendResult, which may run just after WaitSent returned).
 func requireSent(t testing.TB, w *world, a *app, msgIDs []string) {
 	t.Helper()
+	waitFor(t, 30*time.Second, "OnSendResult of every send", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, id := range msgIDs {
+			if _, ok := a.results[id]; !ok {
+				return false
+			}
+		}
+		return true
+	})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, id := range msgIDs {
-		r, ok := a.results[id]
-		require.True(t, ok, "no result for %s", id)
+		r := a.results[id]
 		require.NoError(t, r.Err, "send %s", id)
 		n, conv, seq := w.rowsOf(t, id)
 		require.Equal(t, 1, n, "rows of msg_id %s", id)

@@ -59,7 +59,8 @@ func (c *Client) Send(ctx context.Context, conversationID int64, body string) (s
 
 // WaitSent waits until the send msgID ended and returns how (see
 // SendResult). It needs Run to be running to make progress. The results of
-// the last 4096 sends are kept.
+// the last 4096 sends are kept. It may return before Handler.OnSendResult
+// has run for the same send.
 func (c *Client) WaitSent(ctx context.Context, msgID string) (SendResult, error) {
 	c.mu.Lock()
 	if r, ok := c.results[msgID]; ok {

@@ -37,6 +37,7 @@ type Client struct {
 	sess        *wsSession // the WebSocket session up, for sends
 
 	kick    chan struct{} // wakes the outbox
+	ownHTTP bool          // HTTPClient is the default one: Run closes its idle connections
 	running atomic.Bool
 	seed    atomic.Uint64
 }
@@ -44,6 +45,7 @@ type Client struct {
 // New checks cfg, applies the defaults and loads the saved state from
 // cfg.Store. It does not connect.
 func New(cfg Config) (*Client, error) {
+	ownHTTP := cfg.HTTPClient == nil
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -76,6 +78,7 @@ func New(cfg Config) (*Client, error) {
 		results: map[string]SendResult{},
 		waiters: map[string][]chan SendResult{},
 		kick:    make(chan struct{}, 1),
+		ownHTTP: ownHTTP,
 	}
 	c.seed.Store(rand.Uint64())
 	return c, nil
@@ -110,6 +113,9 @@ func (c *Client) Run(ctx context.Context) error {
 		g.Go(func() error { return c.runSync(gctx) })
 	}
 	err := g.Wait()
+	if c.ownHTTP {
+		c.cfg.HTTPClient.CloseIdleConnections()
+	}
 	if serr := c.save(ctx); err == nil {
 		err = serr
 	}

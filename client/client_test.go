@@ -71,6 +71,7 @@ func requireSent(t testing.TB, w *world, a *app, msgIDs []string) {
 func TestLive(t *testing.T) {
 	for _, tr := range []client.Transport{client.TransportWebSocket, client.TransportPolling} {
 		t.Run(tr.String(), func(t *testing.T) {
+			noClientGoroutines(t)
 			w := newWorld(t, nil, nil)
 			ctx := context.Background()
 			bob := w.direct(t, 2)

@@ -18,6 +18,7 @@ import (
 // stop Run with a *PermanentError that says what happened, instead of
 // retrying forever.
 func TestPermanentErrors(t *testing.T) {
+	noClientGoroutines(t)
 	w := newWorld(t, nil, nil)
 	var epoch int64
 	require.NoError(t, w.env.Pool.QueryRow(context.Background(), `SELECT epoch FROM meta`).Scan(&epoch))
@@ -119,6 +120,7 @@ func TestPermanentErrors(t *testing.T) {
 // client keeps running and the sends after it go through, over the
 // WebSocket and over HTTP.
 func TestSendRefusals(t *testing.T) {
+	noClientGoroutines(t)
 	w := newWorld(t, nil, nil)
 	ctx := context.Background()
 	bob := w.direct(t, 2)
@@ -177,6 +179,7 @@ func TestSendRefusals(t *testing.T) {
 // sends; when the gateway is back, it catches up and sends each queued
 // message once.
 func TestServerDownAndBack(t *testing.T) {
+	noClientGoroutines(t)
 	w := newWorld(t, nil, nil)
 	ctx := context.Background()
 	bob := w.direct(t, 2)
@@ -241,6 +244,7 @@ func TestServerDownAndBack(t *testing.T) {
 // keeps asking with the same msg_id, or sees the message in its inbox,
 // and every send ends with exactly one message.
 func TestPendingSends(t *testing.T) {
+	noClientGoroutines(t)
 	w := newWorld(t, func(c *gateway.Config) { c.AckWait = time.Millisecond }, nil)
 	ctx := context.Background()
 	bob := w.direct(t, 2)

@@ -108,6 +108,7 @@ func TestFaults(t *testing.T) {
 	users := []int64{1, 2, 3, 4}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
+			noClientGoroutines(t)
 			w := newWorld(t, nil, nil)
 			ctx := context.Background()
 			carol := w.direct(t, 5)

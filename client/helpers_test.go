@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,6 +103,36 @@ func newWorld(t testing.TB, tweak func(*gateway.Config), wsTweak func(*gateway.W
 		return false
 	})
 	return w
+}
+
+// noClientGoroutines registers a check, run after every other cleanup of
+// the test (servers, proxies, clients), that no goroutine of the client
+// package is left.
+func noClientGoroutines(t testing.TB) {
+	t.Helper()
+	t.Cleanup(func() {
+		var stacks string
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			var left []string
+			for _, g := range strings.Split(string(buf), "\n\n") {
+				if strings.Contains(g, "inboxd/client.") {
+					left = append(left, g)
+				}
+			}
+			if len(left) == 0 {
+				return
+			}
+			stacks = strings.Join(left, "\n\n")
+			if time.Now().After(deadline) {
+				t.Errorf("client goroutines left after the test:\n%s", stacks)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 }
 
 // token is a valid token of user.

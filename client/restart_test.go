@@ -35,6 +35,7 @@ func (s *failingStore) Save(ctx context.Context, st *client.State) error {
 // run. A crash after the handler but before the save hands that entry over
 // again: the at-least-once boundary of CommitEvery=1 is one entry.
 func TestRestart(t *testing.T) {
+	noClientGoroutines(t)
 	w := newWorld(t, nil, nil)
 	ctx := context.Background()
 	bob := w.direct(t, 2)

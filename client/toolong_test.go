@@ -134,6 +134,7 @@ func backfillAll(t testing.TB, c *client.Client, a *app, cid int64) (calls int) 
 func TestTooLongAndBackfill(t *testing.T) {
 	for _, tr := range []client.Transport{client.TransportWebSocket, client.TransportPolling} {
 		t.Run(tr.String(), func(t *testing.T) {
+			noClientGoroutines(t)
 			w := newWorld(t, nil, nil)
 			ctx := context.Background()
 			bob := w.direct(t, 2)

@@ -63,6 +63,8 @@ type wsOpts struct {
 	// extra mounts more WebSocket endpoints with other configs (and
 	// registries of their own) at these paths.
 	extra map[string]WSConfig
+	// routes adds handlers (the web demo) to the server's mux.
+	routes func(mux *http.ServeMux)
 }
 
 // newWSGateway starts a world (PostgreSQL, kfake, fanout) and a gateway
@@ -118,6 +120,9 @@ func newWSGatewayOn(t testing.TB, env *testenv.Env, o wsOpts) *wsgw {
 			cfg.Registerer = prometheus.NewRegistry()
 		}
 		w.extra[path] = mount(path, cfg)
+	}
+	if o.routes != nil {
+		o.routes(mux)
 	}
 	srv := httptest.NewUnstartedServer(mux)
 	if o.wrapLn != nil {

@@ -51,19 +51,19 @@ func (a *api) do(ctx context.Context, method, path string, q url.Values, in any,
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var last string
-	for attempt := 0; ; attempt++ {
-		tok, err := a.token(ctx)
-		if err != nil {
-			return 0, nil, fmt.Errorf("token for %s %s: %w", method, path, err)
-		}
-		status, h, err := a.once(ctx, method, path, q, body, hdr, out, tok)
-		if status == http.StatusUnauthorized && a.refresh && attempt == 0 && tok != last {
-			last = tok
-			continue // a token source may have a fresh token now
-		}
-		return status, h, err
+	tok, err := a.token(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("token for %s %s: %w", method, path, err)
 	}
+	status, h, err := a.once(ctx, method, path, q, body, hdr, out, tok)
+	if status == http.StatusUnauthorized && a.refresh {
+		// A token source may have a fresh token now; the same one would
+		// only be refused again.
+		if fresh, terr := a.token(ctx); terr == nil && fresh != tok {
+			return a.once(ctx, method, path, q, body, hdr, out, fresh)
+		}
+	}
+	return status, h, err
 }
 
 func (a *api) once(ctx context.Context, method, path string, q url.Values, body []byte, hdr http.Header, out any, tok string) (int, http.Header, error) {

@@ -103,7 +103,7 @@ type wsSession struct {
 	closed bool
 	done   chan struct{} // closed when the session ends
 
-	idle int64 // read idle limit in ns, atomic via mu (set once at welcome)
+	idle int64 // read idle limit in ns (under mu): RequestTimeout until the welcome, then from the heartbeat
 }
 
 // runWS runs one WebSocket session until it fails or ctx ends. up is
@@ -123,6 +123,7 @@ func (c *Client) runWS(ctx context.Context, up func()) error {
 	if err != nil {
 		return handshakeError(err, resp)
 	}
+	conn.SetReadLimit(maxAnswerBytes)
 	s := &wsSession{c: c, conn: conn, acks: map[string]chan wsReply{}, done: make(chan struct{}),
 		idle: int64(c.cfg.RequestTimeout)}
 	defer s.end()

@@ -111,7 +111,16 @@ func (a *api) once(ctx context.Context, method, path string, q url.Values, body 
 		}
 		return res.StatusCode, res.Header, nil
 	}
-	ae := &APIError{Op: op, Status: res.StatusCode, RetryAfter: parseRetryAfter(res.Header.Get("Retry-After"), time.Now())}
+	now := time.Now()
+	ae := &APIError{Op: op, Status: res.StatusCode, RetryAfter: parseRetryAfter(res.Header.Get("Retry-After"), now)}
+	if ae.RetryAfter == 0 && res.StatusCode == http.StatusTooManyRequests {
+		// Without Retry-After, the bucket's reset time says when to come back.
+		if reset, err := strconv.ParseInt(res.Header.Get("X-RateLimit-Reset"), 10, 64); err == nil {
+			if d := time.Unix(reset, 0).Sub(now); d > 0 {
+				ae.RetryAfter = min(d, time.Hour)
+			}
+		}
+	}
 	var eb struct {
 		Error struct {
 			Code      string `json:"code"`

@@ -92,32 +92,31 @@ type Store interface {
 // is the default Store, for tests, benchmarks and short-lived tools. It is
 // safe for concurrent use.
 type MemoryStore struct {
-	mu  sync.Mutex
-	raw []byte
+	mu sync.Mutex
+	s  *State
 }
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore { return &MemoryStore{} }
 
-// Load implements Store.
+// Load implements Store. It returns a copy.
 func (m *MemoryStore) Load(context.Context) (*State, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.raw == nil {
+	if m.s == nil {
 		return nil, nil
 	}
-	return decodeState(m.raw)
+	return m.s.Clone(), nil
 }
 
-// Save implements Store. It keeps an encoded copy, so that a later Load
-// sees exactly what a durable store would.
+// Save implements Store. It keeps a copy.
 func (m *MemoryStore) Save(_ context.Context, s *State) error {
-	raw, err := json.Marshal(s)
-	if err != nil {
-		return err
+	c := s.Clone()
+	if c.Conversations == nil {
+		c.Conversations = map[int64]*ConversationState{}
 	}
 	m.mu.Lock()
-	m.raw = raw
+	m.s = c
 	m.mu.Unlock()
 	return nil
 }

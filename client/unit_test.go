@@ -6,8 +6,10 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -273,4 +275,70 @@ func FuzzFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAPIErrors: the error body, Retry-After and, for a 429 without it,
+// X-RateLimit-Reset; a 401 is retried once with a different token of the
+// TokenSource, not with the same one.
+func TestAPIErrors(t *testing.T) {
+	var calls int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		switch r.URL.Path {
+		case "/v1/limited":
+			w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(5*time.Second).Unix()+1, 10))
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"error":{"code":"rate_limited","message":"slow down","retryable":true}}`))
+		case "/v1/busy":
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/v1/auth":
+			if r.Header.Get("Authorization") != "Bearer good" {
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(`{"error":{"code":"unauthorized","message":"expired","retryable":false}}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{}`))
+		}
+	}))
+	defer srv.Close()
+	base, err := parseBaseURL(srv.URL)
+	require.NoError(t, err)
+	ctx := context.Background()
+	tokens := []string{"old", "good"}
+	a := &api{base: base, hc: srv.Client(), timeout: 5 * time.Second, refresh: true,
+		token: func(context.Context) (string, error) {
+			tok := tokens[0]
+			if len(tokens) > 1 {
+				tokens = tokens[1:]
+			}
+			return tok, nil
+		}}
+
+	_, _, err = a.do(ctx, http.MethodGet, "/v1/limited", nil, nil, nil, nil, 0)
+	var ae *APIError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, CodeRateLimited, ae.Code)
+	require.Equal(t, "slow down", ae.Message)
+	require.True(t, ae.Temporary())
+	require.Greater(t, ae.RetryAfter, 3*time.Second)
+
+	_, _, err = a.do(ctx, http.MethodGet, "/v1/busy", nil, nil, nil, nil, 0)
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, 7*time.Second, ae.RetryAfter)
+
+	tokens = []string{"old", "good"}
+	calls = 0
+	status, _, err := a.do(ctx, http.MethodGet, "/v1/auth", nil, nil, nil, &struct{}{}, 0)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, 2, calls)
+
+	tokens = []string{"bad"}
+	calls = 0
+	_, _, err = a.do(ctx, http.MethodGet, "/v1/auth", nil, nil, nil, nil, 0)
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, http.StatusUnauthorized, ae.Status)
+	require.Equal(t, 1, calls, "the same token is not tried twice")
+	require.NotNil(t, permanent(err))
 }

@@ -31,6 +31,10 @@ type pageToken struct {
 	pinned    bool      // else: last (pinned, activity, conversation id) returned
 	activity  time.Time // microsecond precision, as PostgreSQL keeps it
 	conv      int64
+	// number is a 1-based page number (page=2 asks for the second page of
+	// limit records), accepted beside the keyset tokens for clients that
+	// count pages; it is an offset, so it can shift when records move.
+	number int64
 }
 
 func (t pageToken) String() string {
@@ -48,7 +52,13 @@ func (t pageToken) String() string {
 }
 
 func parsePageToken(s string) (*pageToken, error) {
-	bad := badRequest("page is not a next_page value of this API")
+	bad := badRequest("page is not a next_page value of this API nor a page number")
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && len(s) <= 7 {
+		if n < 1 {
+			return nil, bad
+		}
+		return &pageToken{number: n}, nil
+	}
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
 		return nil, bad
@@ -88,7 +98,7 @@ const sqlListRecords = `SELECT * FROM (
 ) x
 WHERE $2::boolean IS NULL OR (x.pinned, x.activity, x.conversation_id) < ($2::boolean, $3::timestamptz, $4::bigint)
 ORDER BY x.pinned DESC, x.activity DESC, x.conversation_id DESC
-LIMIT $5`
+LIMIT $5 OFFSET $6`
 
 // sqlRecordsSince is one page of the records changed after a version, in
 // version order, removals included.
@@ -96,13 +106,18 @@ const sqlRecordsSince = `SELECT ` + sqlRecordCols + `
 FROM records r` + sqlRecordJoins + `
 WHERE r.user_id = $1 AND r.version > $2
 ORDER BY r.version
-LIMIT $3`
+LIMIT $3 OFFSET $4`
 
 // listRecords reads one page of user's records and the next_page token
 // (nil on the last page). It is the list behind GET /v1/conversations and
 // the too-long answers.
 func (g *Gateway) listRecords(ctx context.Context, user int64, p listParams) ([]record, *string, error) {
 	byVersion := p.hasSince || (p.page != nil && p.page.byVersion)
+	var offset int64
+	if p.page != nil && p.page.number > 0 {
+		offset = (p.page.number - 1) * int64(p.limit)
+		p.page = nil
+	}
 	var rows pgx.Rows
 	var err error
 	if byVersion {
@@ -110,13 +125,13 @@ func (g *Gateway) listRecords(ctx context.Context, user int64, p listParams) ([]
 		if p.page != nil {
 			since = p.page.version
 		}
-		rows, err = g.pool.Query(ctx, sqlRecordsSince, user, since, p.limit+1)
+		rows, err = g.pool.Query(ctx, sqlRecordsSince, user, since, p.limit+1, offset)
 	} else {
 		var pinned, activity, conv any
 		if p.page != nil {
 			pinned, activity, conv = p.page.pinned, p.page.activity, p.page.conv
 		}
-		rows, err = g.pool.Query(ctx, sqlListRecords, user, pinned, activity, conv, p.limit+1)
+		rows, err = g.pool.Query(ctx, sqlListRecords, user, pinned, activity, conv, p.limit+1, offset)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list records of user %d: %w", user, err)
@@ -182,7 +197,7 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
 		if p.page, err = parsePageToken(vs[0]); err != nil {
 			return err
 		}
-		if p.hasSince && !p.page.byVersion {
+		if p.hasSince && !p.page.byVersion && p.page.number == 0 {
 			return badRequest("page belongs to a list without since_version")
 		}
 	}

@@ -214,7 +214,7 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if res.tooLong || len(res.entries) > 0 || sub == nil || g.isDraining() {
-		return g.writeSync(w, r, user, p, res)
+		return g.writeSync(w, r, user, p, res, sub == nil)
 	}
 	if !g.acquireHold() {
 		return unavailable("too many held long-polls on this node, retry later", 2*time.Second, nil)
@@ -230,7 +230,7 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 			}
 			if res.tooLong || len(res.entries) > 0 {
 				g.metrics.polls.WithLabelValues("woken").Inc()
-				return g.writeSync(w, r, user, p, res)
+				return g.writeSync(w, r, user, p, res, false)
 			}
 		case <-timer.C:
 			// A last read covers a notification lost with the LISTEN connection.
@@ -238,11 +238,11 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 			if res, err = g.readSync(ctx, user, p); err != nil {
 				return err
 			}
-			return g.writeSync(w, r, user, p, res)
+			return g.writeSync(w, r, user, p, res, false)
 		case <-g.draining:
 			g.metrics.polls.WithLabelValues("drained").Inc()
 			w.Header().Set("Connection", "close")
-			return g.writeSync(w, r, user, p, res)
+			return g.writeSync(w, r, user, p, res, false)
 		case <-ctx.Done():
 			g.metrics.polls.WithLabelValues("gone").Inc()
 			return errClientGone
@@ -250,7 +250,10 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, p syncParams, res *syncResult) error {
+// writeSync answers a sync. allow304 is false for a long-poll: PROTOCOL.md
+// says a wait that ends with nothing new answers 200 with entries: [], so a
+// held request never turns into a 304.
+func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, p syncParams, res *syncResult, allow304 bool) error {
 	h := w.Header()
 	h.Set("ETag", res.etag())
 	h.Set("Cache-Control", "private, no-cache")
@@ -262,7 +265,7 @@ func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, 
 		writeJSON(w, http.StatusOK, ans)
 		return nil
 	}
-	if len(res.entries) == 0 && etagMatch(r.Header.Get("If-None-Match"), res.etag()) {
+	if allow304 && len(res.entries) == 0 && etagMatch(r.Header.Get("If-None-Match"), res.etag()) {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}

@@ -72,21 +72,17 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 	}
 	ws := &WebSocket{
 		g: g, cfg: cfg, log: g.log,
-		origins:  map[string]bool{},
 		sessions: map[*wsSession]struct{}{},
 		perUser:  map[int64]int{},
 		stopping: make(chan struct{}),
 	}
-	for _, o := range cfg.AllowedOrigins {
-		if o == "*" {
-			ws.allowAll = true
-		}
-		ws.origins[strings.ToLower(strings.TrimRight(o, "/"))] = true
-	}
+	ws.allowAll, ws.origins = parseOrigins(cfg.AllowedOrigins)
 	ws.up = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		ReadBufferSize:   1024,
-		WriteBufferSize:  4096,
+		// Zero: reuse the HTTP server's read buffer (it stays referenced
+		// by the connection's goroutine anyway) rather than add one.
+		ReadBufferSize:  0,
+		WriteBufferSize: 4096,
 		// Write buffers are only held while a frame is written: an idle
 		// connection costs no write buffer.
 		WriteBufferPool: &sync.Pool{},
@@ -125,7 +121,8 @@ func (ws *WebSocket) stalledWrites(d time.Duration) int {
 
 // Run runs the pusher until ctx ends; then it closes every session with
 // 1012 (service restart), waits for their goroutines and returns nil.
-// ServeHTTP refuses connections (HTTP 503) unless Run is running.
+// ServeHTTP refuses connections (HTTP 503, before the upgrade) unless Run
+// is running.
 // g.Drain also closes every session with 1012.
 func (ws *WebSocket) Run(ctx context.Context) error {
 	ws.mu.Lock()
@@ -154,6 +151,15 @@ func (ws *WebSocket) Run(ctx context.Context) error {
 	return nil
 }
 
+func (ws *WebSocket) isStopping() bool {
+	select {
+	case <-ws.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
 // Sessions returns the number of open sessions.
 func (ws *WebSocket) Sessions() int {
 	ws.mu.Lock()
@@ -179,13 +185,14 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.mu.Lock()
-	if !ws.running {
+	if !ws.running || ws.stopped {
+		// Not yet or no longer running: nothing would push to the
+		// session, and Run no longer waits for new ones.
 		ws.mu.Unlock()
 		ws.g.writeError(w, r, unavailable("WebSocket endpoint not running", time.Second, nil))
 		return
 	}
 	ws.conns.Add(1)
-	stopped := ws.stopped
 	ws.mu.Unlock()
 	defer ws.conns.Done()
 
@@ -193,7 +200,7 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader answered with an HTTP error
 	}
-	if stopped || ws.g.isDraining() {
+	if ws.g.isDraining() || ws.isStopping() {
 		ws.reject(conn, CloseServiceRestart, "service restart", nil)
 		return
 	}
@@ -239,17 +246,32 @@ func (ws *WebSocket) authenticate(r *http.Request) (int64, error) {
 	return u, nil
 }
 
+// parseOrigins turns WSConfig.AllowedOrigins into "any" or a set.
+func parseOrigins(list []string) (all bool, set map[string]bool) {
+	set = map[string]bool{}
+	for _, o := range list {
+		if o == "*" {
+			all = true
+		}
+		set[strings.ToLower(strings.TrimRight(o, "/"))] = true
+	}
+	return all, set
+}
+
 // originAllowed implements WSConfig.AllowedOrigins.
 func (ws *WebSocket) originAllowed(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" || ws.allowAll {
+	return originAllowed(ws.allowAll, ws.origins, r.Header.Get("Origin"), r.Host)
+}
+
+func originAllowed(all bool, set map[string]bool, origin, host string) bool {
+	if origin == "" || all {
 		return true
 	}
-	if len(ws.origins) > 0 {
-		return ws.origins[strings.ToLower(strings.TrimRight(origin, "/"))]
+	if len(set) > 0 {
+		return set[strings.ToLower(strings.TrimRight(origin, "/"))]
 	}
 	u, err := url.Parse(origin)
-	return err == nil && strings.EqualFold(u.Host, r.Host)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, host)
 }
 
 // register admits a session under the connection caps.

@@ -60,7 +60,8 @@ func TestWSFigures(t *testing.T) {
 type figClient struct {
 	c    *wsClient
 	mu   sync.Mutex
-	lat  []float64
+	lat  []float64 // send to push, of others' messages
+	ack  []float64 // send to send_ack, of its own
 	seen map[string]time.Time
 	done chan struct{}
 }
@@ -80,7 +81,18 @@ func startFigClient(t testing.TB, w *wsgw, u *user, sentAt *sync.Map) *figClient
 			}
 			now := time.Now()
 			var f wFrame
-			if json.Unmarshal(raw, &f) != nil || f.Type != "entries" {
+			if json.Unmarshal(raw, &f) != nil {
+				continue
+			}
+			if f.Type == "send_ack" {
+				if v, ok := sentAt.Load(f.MsgID); ok {
+					fc.mu.Lock()
+					fc.ack = append(fc.ack, float64(now.Sub(v.(time.Time)).Microseconds())/1000)
+					fc.mu.Unlock()
+				}
+				continue
+			}
+			if f.Type != "entries" {
 				continue
 			}
 			fc.mu.Lock()
@@ -165,10 +177,11 @@ func wsFigureLatency(t *testing.T) {
 		return n == total*(members-1)
 	})
 	elapsed := time.Since(start).Seconds()
-	var all []float64
+	var all, acks []float64
 	for _, fc := range clients {
 		fc.mu.Lock()
 		all = append(all, fc.lat...)
+		acks = append(acks, fc.ack...)
 		fc.mu.Unlock()
 	}
 	h := w.ws.m.pushLatency
@@ -178,6 +191,7 @@ func wsFigureLatency(t *testing.T) {
 	}
 	t.Logf("FIGURE send->push latency at %.0f msg/s offered (%d messages in %.1fs, all %d pushes done after %.1fs), %d members: %s",
 		float64(total)/sendSecs, total, sendSecs, total*(members-1), elapsed, members, quantiles(all))
+	t.Logf("FIGURE send->send_ack (appended, projected, acknowledged): %s", quantiles(acks))
 	t.Logf("FIGURE gateway push_latency_seconds (hub wake-up to frame written): mean %.2fms over %.0f frames; push queries: %.0f, mean %.1f sessions each",
 		1000*hs/max(hc, 1), hc, histCount(w.ws.m.batchSize), histMean(w.ws.m.batchSize))
 }

@@ -140,37 +140,41 @@ func (s *wsSession) readLoop() {
 // handle acts on one client frame. Bad frames get an error frame and the
 // connection stays open; only a bad hello closes it.
 func (s *wsSession) handle(mt int, data []byte) {
-	m := s.ws.m.received
-	if mt != websocket.TextMessage {
-		m.WithLabelValues("invalid").Inc()
-		s.pushControl(errorFrame(badRequest("frames must be JSON text messages"), ""), "error")
+	in, err := decodeInbound(mt, data)
+	if err != nil {
+		s.ws.m.received.WithLabelValues("invalid").Inc()
+		s.pushControl(errorFrame(err, ""), "error")
 		return
 	}
+	s.ws.m.received.WithLabelValues(in.Type).Inc()
+	switch in.Type {
+	case "hello":
+		s.hello(in)
+	case "send":
+		s.send(in)
+	case "ping":
+		s.pushControl(encodeFrame(wsPong{Type: "pong"}), "pong")
+	}
+}
+
+// decodeInbound decodes one client frame: a JSON text message with a known
+// type. Errors are bad_request.
+func decodeInbound(mt int, data []byte) (*wsInbound, error) {
+	if mt != websocket.TextMessage {
+		return nil, badRequest("frames must be JSON text messages")
+	}
 	if !utf8.Valid(data) {
-		m.WithLabelValues("invalid").Inc()
-		s.pushControl(errorFrame(badRequest("frame is not valid UTF-8"), ""), "error")
-		return
+		return nil, badRequest("frame is not valid UTF-8")
 	}
 	var in wsInbound
 	if err := json.Unmarshal(data, &in); err != nil {
-		m.WithLabelValues("invalid").Inc()
-		s.pushControl(errorFrame(badRequest("%s", describeJSONError(err)), ""), "error")
-		return
+		return nil, badRequest("%s", describeJSONError(err))
 	}
 	switch in.Type {
-	case "hello":
-		m.WithLabelValues("hello").Inc()
-		s.hello(&in)
-	case "send":
-		m.WithLabelValues("send").Inc()
-		s.send(&in)
-	case "ping":
-		m.WithLabelValues("ping").Inc()
-		s.pushControl(encodeFrame(wsPong{Type: "pong"}), "pong")
-	default:
-		m.WithLabelValues("invalid").Inc()
-		s.pushControl(errorFrame(badRequest("unknown frame type %q (hello, send, ping)", in.Type), ""), "error")
+	case "hello", "send", "ping":
+		return &in, nil
 	}
+	return nil, badRequest("unknown frame type %q (hello, send, ping)", in.Type)
 }
 
 // hello answers the client's cursor: welcome, then too_long or the first

@@ -1,9 +1,8 @@
 package gateway
 
 import (
-	"time"
-
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,6 +82,7 @@ func newWSGateway(t testing.TB, tweak func(*Config), wcfg WSConfig) *wsgw {
 // HTTP server.
 func newWSGatewayOn(t testing.TB, env *testenv.Env, o wsOpts) *wsgw {
 	t.Helper()
+	noWSGoroutinesAtEnd(t)
 	g, err := New(wsTestConfig(env, o.tweak), env.Pool, env.Producer)
 	require.NoError(t, err)
 	g.hub.beforeConnect = o.beforeConnect
@@ -450,4 +452,28 @@ func (ws *WebSocket) sessionsOf(user int64) []*wsSession {
 		}
 	}
 	return out
+}
+
+var wsLeakCheck sync.Map // testing.TB -> struct{}
+
+// noWSGoroutinesAtEnd checks, after every other cleanup of the test, that
+// no goroutine of the WebSocket code is left (sessions, writers, sends,
+// pusher workers).
+func noWSGoroutinesAtEnd(t testing.TB) {
+	if _, dup := wsLeakCheck.LoadOrStore(t, struct{}{}); dup {
+		return
+	}
+	t.Cleanup(func() {
+		defer wsLeakCheck.Delete(t)
+		waitFor(t, 30*time.Second, "the WebSocket goroutines to end", func() bool {
+			buf := make([]byte, 1<<22)
+			stacks := string(buf[:runtime.Stack(buf, true)])
+			for _, fn := range []string{"gateway.(*wsSession)", "gateway.(*pusher)", "gateway.(*WebSocket)"} {
+				if strings.Contains(stacks, fn) {
+					return false
+				}
+			}
+			return true
+		})
+	})
 }

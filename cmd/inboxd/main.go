@@ -20,14 +20,18 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"dev":       {"run everything in one process on an embedded Kafka and PostgreSQL", runDev},
-	"gateway":   {"serve the HTTP and WebSocket API", runGateway},
-	"fanout":    {"consume the event log into the PostgreSQL projections", runFanout},
-	"migrate":   {"apply the database migrations", runMigrate},
-	"verify":    {"check invariants I1-I8 on the projections", runVerify},
-	"analytics": {"live figures from the event log in its own consumer group", runAnalytics},
-	"bench":     {"measure throughput (see docs/benchmarks.md)", runBench},
-	"replay":    {"rebuild the projections from the log (or --verify them)", runReplay},
+	"dev":           {"run everything in one process on an embedded Kafka and PostgreSQL", runDev},
+	"gateway":       {"serve the HTTP and WebSocket API", runGateway},
+	"fanout":        {"consume the event log into the PostgreSQL projections", runFanout},
+	"migrate":       {"apply the database migrations", runMigrate},
+	"verify":        {"check invariants I1-I8 on the projections", runVerify},
+	"login":         {"get a dev token (or store one) for send, tail and conversations", runLogin},
+	"send":          {"send a message to a conversation and print its seq", runSend},
+	"tail":          {"print your inbox live, resuming where the last run stopped", runTail},
+	"conversations": {"list your conversations", runConversations},
+	"analytics":     {"live figures from the event log in its own consumer group", runAnalytics},
+	"bench":         {"measure throughput (see docs/benchmarks.md)", runBench},
+	"replay":        {"rebuild the projections from the log (or --verify them)", runReplay},
 }
 
 func usage() {
@@ -38,7 +42,7 @@ func usage() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(os.Stderr, "  %-14s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintf(os.Stderr, "\nrun 'inboxd <command> -h' for its flags\n")
 }

@@ -179,14 +179,17 @@ func TestWSTwoGateways(t *testing.T) {
 // TestWSListenKilled is acceptance 3: the LISTEN connection is killed while
 // messages flow and kept from coming back; heartbeats alone (each one a
 // batched re-read of the head and what lies before it) bring every
-// connected client every entry. When the hub is back, pushes resume.
+// connected client every entry. Clients of a second endpoint whose
+// heartbeats are too rare to help get them from the hub's wake-all when it
+// is back. Then pushes resume.
 func TestWSListenKilled(t *testing.T) {
 	env := testenv.New(t, testenv.Options{})
 	env.StartFanout(t)
 	var hold atomic.Bool
 	release := make(chan struct{})
 	w := newWSGatewayOn(t, env, wsOpts{
-		ws: WSConfig{HeartbeatInterval: 300 * time.Millisecond},
+		ws:    WSConfig{HeartbeatInterval: 300 * time.Millisecond},
+		extra: map[string]WSConfig{"/v1/ws-rare": {HeartbeatInterval: 10 * time.Minute}},
 		beforeConnect: func(ctx context.Context) {
 			if hold.Load() {
 				select {
@@ -200,13 +203,35 @@ func TestWSListenKilled(t *testing.T) {
 	u1 := w.user(t, 1)
 	cid := u1.create(t, "group", 2, 3, 4, 5)
 	streams := map[int64]*wsStream{}
+	rare := map[int64]*wsStream{}
 	for id := int64(1); id <= n; id++ {
 		u := w.user(t, id)
 		streams[id] = dialWS(t, w, u).stream(t, u.head(t), nil)
+		c, err := dialWSE(w.wsURLAt("/v1/ws-rare"), map[string][]string{"Authorization": {"Bearer " + u.token}}, nil)
+		require.NoError(t, err)
+		c.user = id
+		rare[id] = c.stream(t, u.head(t), nil)
 	}
-	for id, s := range streams {
-		s.waitCursor(t, w.user(t, id).head(t))
+	for id := int64(1); id <= n; id++ {
+		streams[id].waitCursor(t, w.user(t, id).head(t))
+		rare[id].waitCursor(t, w.user(t, id).head(t))
 	}
+	// Their reads after the hello are done: from now on only a heartbeat
+	// or a hub wake-up can make them read.
+	waitFor(t, 30*time.Second, "idle rare sessions", func() bool {
+		for id := int64(1); id <= n; id++ {
+			for _, ss := range w.extra["/v1/ws-rare"].sessionsOf(id) {
+				ss.mu.Lock()
+				idle := ss.fetch == fetchIdle && len(ss.data) == 0
+				ss.mu.Unlock()
+				if !idle {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	rareFrames := counterValue(w.extra["/v1/ws-rare"].m.frames.WithLabelValues("entries"))
 
 	hold.Store(true)
 	var killed int
@@ -225,19 +250,26 @@ func TestWSListenKilled(t *testing.T) {
 		s.waitCursor(t, w.user(t, id).head(t))
 	}
 	require.False(t, w.g.hub.connected.Load(), "repaired by heartbeats, not by the hub's wake-all")
+	// The rare-heartbeat sessions heard nothing meanwhile.
+	require.Equal(t, rareFrames, counterValue(w.extra["/v1/ws-rare"].m.frames.WithLabelValues("entries")))
 
 	hold.Store(false)
 	close(release)
 	waitFor(t, 30*time.Second, "the hub to reconnect", func() bool { return w.g.hub.connected.Load() })
+	for id, s := range rare { // woken by the wake-all, they re-read
+		s.waitCursor(t, w.user(t, id).head(t))
+	}
 	for i := 0; i < 5; i++ {
 		u1.send(t, cid, fmt.Sprintf("heard %d", i))
 	}
-	for id, s := range streams {
+	for id := int64(1); id <= n; id++ {
 		u := w.user(t, id)
-		s.waitCursor(t, u.head(t))
 		want, _, _ := u.syncAll(t, 0, 200)
-		_, got := s.state()
-		requireSameEntries(t, want[len(want)-len(got):], got)
+		for _, s := range []*wsStream{streams[id], rare[id]} {
+			s.waitCursor(t, u.head(t))
+			_, got := s.state()
+			requireSameEntries(t, want[len(want)-len(got):], got)
+		}
 	}
 }
 

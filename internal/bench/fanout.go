@@ -1,17 +1,9 @@
-// Package bench holds the measurements behind `inboxd bench`. Each figure is
-// reported next to a reference measured in the same run, so that the ratio
-// carries over to other machines.
 package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -19,27 +11,38 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
-	"github.com/inboxd/inboxd/internal/pgserver"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/migrations"
 	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projector"
 	"github.com/inboxd/inboxd/replay"
 )
 
-// FanoutConfig configures Fanout.
+// FanoutConfig configures Fanout. Zero fields take the defaults in brackets.
 type FanoutConfig struct {
-	DatabaseURL    string // admin URL; empty starts a private server
-	Messages       int
-	Members        int
-	Conversations  int
-	Partitions     int
-	MaxPollRecords int
-	JSONOut        string
+	Messages       int // [100000]
+	Members        int // [7] per conversation
+	Conversations  int // [2000]
+	Partitions     int // [12]
+	MaxPollRecords int // [5000] fanout batch size
+	// SkipReplay leaves out the replay figure (bench all measures it
+	// once, with 7 members).
+	SkipReplay bool
+}
+
+func (c *FanoutConfig) setDefaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Messages, 100000)
+	def(&c.Members, 7)
+	def(&c.Conversations, 2000)
+	def(&c.Partitions, 12)
+	def(&c.MaxPollRecords, 5000)
 }
 
 // FanoutResult is the outcome of Fanout.
@@ -56,21 +59,41 @@ type FanoutResult struct {
 	IdleP50Ms       float64 `json:"idle_append_to_notify_p50_ms"`
 	IdleP99Ms       float64 `json:"idle_append_to_notify_p99_ms"`
 	IdleBatchMeanMs float64 `json:"idle_batch_apply_mean_ms"`
+	IdleCommitP50Ms float64 `json:"idle_commit_p50_ms"`
+	IdleCommitP99Ms float64 `json:"idle_commit_p99_ms"`
 	VerifyOK        bool    `json:"verify_ok"`
 	LiveRecPerSec   float64 `json:"live_records_per_sec"`
-	ReplayRecPerSec float64 `json:"replay_records_per_sec"`
-	ReplayRatio     float64 `json:"replay_ratio_to_live"`
+	ReplayRecPerSec float64 `json:"replay_records_per_sec,omitempty"`
+	ReplayRatio     float64 `json:"replay_ratio_to_live,omitempty"`
 }
 
-// Print writes the result table.
+// Rows implements Result.
+func (r FanoutResult) Rows() []Row {
+	rows := []Row{{
+		Figure:    fmt.Sprintf("fan-out, committed inbox rows/s (%d members, %s messages, producer -> kfake -> fanout -> PostgreSQL)", r.Members, num(float64(r.Messages))),
+		Value:     num(r.RowsPerSec),
+		Reference: fmt.Sprintf("plain COPY of the same %s inbox rows into an identical table: %s rows/s", num(float64(r.CopyRows)), num(r.CopyRowsPerSec)),
+		Ratio:     ratio(r.RowsPerSec, r.CopyRowsPerSec),
+	}, {
+		Figure:    fmt.Sprintf("idle fan-out (%d members): append -> NOTIFY of its commit, p50 / p99", r.Members),
+		Value:     fmt.Sprintf("%s / %s", ms(r.IdleP50Ms), ms(r.IdleP99Ms)),
+		Reference: fmt.Sprintf("single-row INSERT+COMMIT round trip, same phase: %s / %s", ms(r.IdleCommitP50Ms), ms(r.IdleCommitP99Ms)),
+		Ratio:     fmt.Sprintf("p50 %s, p99 %s", ratio(r.IdleP50Ms, r.IdleCommitP50Ms), ratio(r.IdleP99Ms, r.IdleCommitP99Ms)),
+	}}
+	if r.ReplayRecPerSec > 0 {
+		rows = append(rows, Row{
+			Figure:    fmt.Sprintf("replay (rebuild from offset 0, %d members), records/s", r.Members),
+			Value:     num(r.ReplayRecPerSec),
+			Reference: fmt.Sprintf("live fan-out of the same log: %s records/s", num(r.LiveRecPerSec)),
+			Ratio:     ratio(r.ReplayRecPerSec, r.LiveRecPerSec),
+		})
+	}
+	return rows
+}
+
+// Print writes the result table and the invariant check.
 func (r FanoutResult) Print(w io.Writer) {
-	fmt.Fprintf(w, "\n| figure | value | reference (same run) | ratio |\n|---|---|---|---|\n")
-	fmt.Fprintf(w, "| fan-out, committed inbox rows/s (%d members, %d messages) | %.0f | plain COPY of %d inbox rows: %.0f rows/s | %.3f |\n",
-		r.Members, r.Messages, r.RowsPerSec, r.CopyRows, r.CopyRowsPerSec, r.Ratio)
-	fmt.Fprintf(w, "| idle: append -> NOTIFY of the commit, p50 / p99 | %.1f / %.1f ms | fanout batch apply mean %.1f ms | |\n",
-		r.IdleP50Ms, r.IdleP99Ms, r.IdleBatchMeanMs)
-	fmt.Fprintf(w, "| replay (rebuild from offset 0), records/s | %.0f | live fan-out: %.0f records/s | %.2f |\n",
-		r.ReplayRecPerSec, r.LiveRecPerSec, r.ReplayRatio)
+	WriteTable(w, r.Rows())
 	fmt.Fprintf(w, "\nverify after the run: %v\n", map[bool]string{true: "all invariants hold", false: "VIOLATED"}[r.VerifyOK])
 }
 
@@ -78,45 +101,25 @@ func (r FanoutResult) Print(w io.Writer) {
 // appended through the producer to an in-process kfake, consumed by an
 // in-process fanout into PostgreSQL, until the stored offsets reach the end
 // of the log; then a plain COPY of the same number of inbox-shaped rows into
-// an identically indexed table, on the same server.
-func Fanout(ctx context.Context, cfg FanoutConfig, progress io.Writer) (FanoutResult, error) {
+// an identically indexed table, on the same server. Before the load, the
+// idle latency (one message at a time); after it, unless cfg.SkipReplay, a
+// replay of the whole log against the live rate.
+func Fanout(ctx context.Context, env *Env, cfg FanoutConfig) (FanoutResult, error) {
+	cfg.setDefaults()
+	progress := env.Progress
 	res := FanoutResult{Messages: cfg.Messages, Members: cfg.Members}
-	log := slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	admin := cfg.DatabaseURL
-	if admin == "" {
-		dir, err := os.MkdirTemp("", "inboxd-bench-")
-		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(dir)
-		s, err := pgserver.Start(ctx, pgserver.Config{Dir: filepath.Join(dir, "pg"), Logger: log})
-		if err != nil {
-			return res, err
-		}
-		defer s.Stop()
-		admin = s.URL
-	}
-	dbName := fmt.Sprintf("inboxd_bench_%d", time.Now().UnixNano())
-	ac, err := pgx.Connect(ctx, admin)
+	log := env.Log
+	url, drop, err := env.newDatabase(ctx, "fanout")
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		_, _ = ac.Exec(context.Background(), "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)")
-		ac.Close(context.Background())
-	}()
-	if _, err := ac.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
-		return res, err
-	}
-	pool, err := pgxpool.New(ctx, withDB(admin, dbName))
+	defer drop()
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return res, err
 	}
 	defer pool.Close()
-	if err := migrations.Up(ctx, pool); err != nil {
-		return res, err
-	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(cfg.Partitions))
+	cluster, err := newKafka(cfg.Partitions)
 	if err != nil {
 		return res, err
 	}
@@ -243,13 +246,15 @@ func Fanout(ctx context.Context, cfg FanoutConfig, progress io.Writer) (FanoutRe
 	stopFanout()
 	<-fdone
 	fdone <- nil
-	rres, err := replay.Run(ctx, replay.Config{Brokers: cluster.ListenAddrs(), Logger: log, Progress: progress}, pool)
-	if err != nil {
-		return res, fmt.Errorf("replay: %w", err)
+	if !cfg.SkipReplay {
+		rres, err := replay.Run(ctx, replay.Config{Brokers: cluster.ListenAddrs(), Logger: log, Progress: progress}, pool)
+		if err != nil {
+			return res, fmt.Errorf("replay: %w", err)
+		}
+		res.ReplayRecPerSec = rres.Rate()
+		fmt.Fprintf(progress, "bench fanout: replay %v, of which %v applying\n", rres.Duration, rres.ApplyTime)
+		res.ReplayRatio = res.ReplayRecPerSec / res.LiveRecPerSec
 	}
-	res.ReplayRecPerSec = rres.Rate()
-	fmt.Fprintf(progress, "bench fanout: replay %v, of which %v applying\n", rres.Duration, rres.ApplyTime)
-	res.ReplayRatio = res.ReplayRecPerSec / res.LiveRecPerSec
 
 	// Reference: COPY of as many inbox-shaped rows into an identical table.
 	if _, err := pool.Exec(ctx, `CREATE TABLE bench_inbox (LIKE inbox INCLUDING ALL)`); err != nil {
@@ -277,12 +282,6 @@ func Fanout(ctx context.Context, cfg FanoutConfig, progress io.Writer) (FanoutRe
 	res.CopyRows = n
 	res.CopyRowsPerSec = float64(n) / res.CopySeconds
 	res.Ratio = res.RowsPerSec / res.CopyRowsPerSec
-	if cfg.JSONOut != "" {
-		raw, _ := json.MarshalIndent(res, "", "  ")
-		if err := os.WriteFile(cfg.JSONOut, raw, 0o644); err != nil {
-			return res, err
-		}
-	}
 	return res, nil
 }
 
@@ -295,7 +294,10 @@ func idleLatency(ctx context.Context, pool *pgxpool.Pool, prod *producer.Produce
 	if _, err := conn.Exec(ctx, "LISTEN "+projector.DefaultChannel); err != nil {
 		return err
 	}
-	var lat []float64
+	if _, err := conn.Exec(ctx, `CREATE TABLE bench_commit_probe (id bigserial PRIMARY KEY, at timestamptz NOT NULL)`); err != nil {
+		return err
+	}
+	var lat, commits []float64
 	body := "ping"
 	for i := 0; i < 50; i++ {
 		e := events.New(events.MessageSent, 1, senders[0])
@@ -319,11 +321,18 @@ func idleLatency(ctx context.Context, pool *pgxpool.Pool, prod *producer.Produce
 		cancel()
 		d := time.Since(t0)
 		lat = append(lat, float64(d.Microseconds())/1000)
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
+		// The reference: one commit of one row, between two messages.
+		t1 := time.Now()
+		if _, err := conn.Exec(ctx, `INSERT INTO bench_commit_probe (at) VALUES (now())`); err != nil {
+			return err
+		}
+		commits = append(commits, float64(time.Since(t1).Microseconds())/1000)
+		time.Sleep(5 * time.Millisecond)
 	}
-	sort.Float64s(lat)
-	res.IdleP50Ms = lat[len(lat)/2]
-	res.IdleP99Ms = lat[len(lat)*99/100]
+	l, c := newDist(lat), newDist(commits)
+	res.IdleP50Ms, res.IdleP99Ms = l.P50, l.P99
+	res.IdleCommitP50Ms, res.IdleCommitP99Ms = c.P50, c.P99
 	return nil
 }
 
@@ -340,13 +349,4 @@ func batchSeconds(reg *prometheus.Registry) (float64, uint64) {
 		}
 	}
 	return 0, 0
-}
-
-func withDB(u, db string) string {
-	i := strings.LastIndex(u, "/")
-	q := ""
-	if j := strings.Index(u[i:], "?"); j >= 0 {
-		q = u[i+j:]
-	}
-	return u[:i+1] + db + q
 }

@@ -1,0 +1,253 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// AllConfig configures All. Each figure's zero config takes its defaults.
+type AllConfig struct {
+	Fanout7  FanoutConfig // [7 members, 100,000 messages]
+	Fanout50 FanoutConfig // [50 members, 20,000 messages, no replay]
+	E2E      E2EConfig
+	Sync     SyncConfig
+	Idle     IdleConfig
+	Storm    StormConfig
+	// Only runs these figures (fanout, e2e, sync, idle, storm); empty: all.
+	Only []string
+	// Docs is the report to update between its marker comments (empty:
+	// none); Images the directory of its charts.
+	Docs   string
+	Images string
+	// NoProfiles skips the CPU profiles.
+	NoProfiles bool
+}
+
+// AllResult is every figure of one run.
+type AllResult struct {
+	Machine     Machine           `json:"machine"`
+	Started     time.Time         `json:"started"`
+	Seconds     float64           `json:"seconds"`
+	LoadAtStart float64           `json:"load_average_1m_at_start"`
+	LoadAtEnd   float64           `json:"load_average_1m_at_end"`
+	Fanout7     *FanoutResult     `json:"fanout_7,omitempty"`
+	Fanout50    *FanoutResult     `json:"fanout_50,omitempty"`
+	E2E         *E2EResult        `json:"e2e,omitempty"`
+	Sync        *SyncResult       `json:"sync,omitempty"`
+	Idle        *IdleResult       `json:"idle,omitempty"`
+	Storm       *StormResult      `json:"storm,omitempty"`
+	Errors      map[string]string `json:"errors,omitempty"`
+	Charts      []string          `json:"charts,omitempty"`
+}
+
+// section is one figure's rows under a heading.
+type section struct {
+	Name string
+	Rows []Row
+}
+
+func (r AllResult) sections() []section {
+	var s []section
+	if r.Fanout7 != nil || r.Fanout50 != nil {
+		var rows []Row
+		if r.Fanout7 != nil {
+			rows = append(rows, r.Fanout7.Rows()...)
+		}
+		if r.Fanout50 != nil {
+			rows = append(rows, r.Fanout50.Rows()...)
+		}
+		s = append(s, section{"Fan-out (`inboxd bench fanout`)", rows})
+	}
+	if r.E2E != nil {
+		s = append(s, section{"End-to-end latency, send -> WebSocket push (`inboxd bench e2e`)", r.E2E.Rows()})
+	}
+	if r.Sync != nil {
+		s = append(s, section{"Sync (`inboxd bench sync`)", r.Sync.Rows()})
+	}
+	if r.Idle != nil {
+		s = append(s, section{"Idle WebSockets (`inboxd bench idle`)", r.Idle.Rows()})
+	}
+	if r.Storm != nil {
+		s = append(s, section{"Reconnect storm (`inboxd bench storm`)", r.Storm.Rows()})
+	}
+	return s
+}
+
+// Rows implements Result.
+func (r AllResult) Rows() []Row {
+	var rows []Row
+	for _, s := range r.sections() {
+		rows = append(rows, s.Rows...)
+	}
+	return rows
+}
+
+// Profiles are the CPU profiles of the run.
+func (r AllResult) Profiles() []Profile {
+	var p []Profile
+	if r.E2E != nil {
+		p = append(p, r.E2E.Profiles...)
+	}
+	if r.Sync != nil {
+		p = append(p, r.Sync.Profiles...)
+	}
+	if r.Idle != nil && r.Idle.Gateway.Profile != nil {
+		p = append(p, *r.Idle.Gateway.Profile)
+	}
+	return p
+}
+
+func (c AllConfig) wants(fig string) bool {
+	if len(c.Only) == 0 {
+		return true
+	}
+	for _, o := range c.Only {
+		if o == fig {
+			return true
+		}
+	}
+	return false
+}
+
+// All runs every figure on one PostgreSQL, one after the other, then
+// writes the charts and updates the report. A figure that fails is
+// reported in Errors and the others still run.
+func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
+	res := AllResult{Started: time.Now().UTC(), LoadAtStart: loadAverage(), Errors: map[string]string{}}
+	res.Machine = DescribeMachine(ctx, env.AdminURL)
+	pr := env.Progress
+	progressf(pr, "bench all: %d CPUs, %.1f GiB, %s, PostgreSQL %s, load average %.2f", res.Machine.CPUs,
+		res.Machine.MemoryGiB, res.Machine.Go, res.Machine.PostgreSQL, res.LoadAtStart)
+	if res.LoadAtStart > float64(res.Machine.CPUs)/2 {
+		progressf(pr, "bench all: warning: the machine is busy (load %.2f on %d CPUs); the ratios hold better than the absolute figures", res.LoadAtStart, res.Machine.CPUs)
+	}
+	step := func(name string, f func() error) {
+		if ctx.Err() != nil {
+			return
+		}
+		t0 := time.Now()
+		progressf(pr, "bench all: == %s ==", name)
+		if err := f(); err != nil {
+			res.Errors[name] = err.Error()
+			progressf(pr, "bench all: %s failed: %v", name, err)
+			return
+		}
+		progressf(pr, "bench all: %s done in %.0fs", name, time.Since(t0).Seconds())
+	}
+	if cfg.wants("fanout") {
+		step("fanout, 7 members", func() error {
+			c := cfg.Fanout7
+			if c.Members == 0 {
+				c.Members = 7
+			}
+			r, err := Fanout(ctx, env, c)
+			res.Fanout7 = &r
+			return err
+		})
+		step("fanout, 50 members", func() error {
+			c := cfg.Fanout50
+			if c.Members == 0 {
+				c.Members = 50
+			}
+			if c.Messages == 0 {
+				c.Messages = 20000
+			}
+			c.SkipReplay = true
+			r, err := Fanout(ctx, env, c)
+			res.Fanout50 = &r
+			return err
+		})
+	}
+	if cfg.wants("e2e") {
+		step("e2e", func() error {
+			c := cfg.E2E
+			c.Profile = !cfg.NoProfiles
+			if res.Fanout7 != nil {
+				c.FanoutRowsPerSec = res.Fanout7.RowsPerSec
+			}
+			r, err := E2E(ctx, env, c)
+			res.E2E = &r
+			return err
+		})
+	}
+	if cfg.wants("sync") {
+		step("sync", func() error {
+			c := cfg.Sync
+			c.Profile = !cfg.NoProfiles
+			r, err := Sync(ctx, env, c)
+			res.Sync = &r
+			return err
+		})
+	}
+	if cfg.wants("idle") {
+		step("idle", func() error {
+			r, err := Idle(ctx, env, cfg.Idle)
+			res.Idle = &r
+			return err
+		})
+	}
+	if cfg.wants("storm") {
+		step("storm", func() error {
+			r, err := Storm(ctx, env, cfg.Storm)
+			res.Storm = &r
+			return err
+		})
+	}
+	res.Seconds = time.Since(res.Started).Seconds()
+	res.LoadAtEnd = loadAverage()
+	if cfg.Images != "" {
+		charts, err := writeCharts(res, cfg.Images)
+		if err != nil {
+			res.Errors["charts"] = err.Error()
+		}
+		res.Charts = charts
+	}
+	if cfg.Docs != "" {
+		if err := updateReport(cfg.Docs, res); err != nil {
+			res.Errors["report"] = err.Error()
+		} else {
+			progressf(pr, "bench all: %s updated", cfg.Docs)
+		}
+	}
+	if len(res.Errors) > 0 {
+		var names []string
+		for n := range res.Errors {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return res, fmt.Errorf("bench all: %s failed", strings.Join(names, ", "))
+	}
+	if len(res.Errors) == 0 {
+		res.Errors = nil
+	}
+	return res, nil
+}
+
+// writeCharts draws the charts of res into dir and returns their paths.
+func writeCharts(res AllResult, dir string) ([]string, error) {
+	var out []string
+	if res.E2E != nil && len(res.E2E.Phases) > 0 {
+		p := filepath.Join(dir, "e2e-latency.png")
+		if err := e2eChart(*res.E2E).writePNG(p); err != nil {
+			return out, err
+		}
+		out = append(out, p)
+	}
+	if res.Storm != nil && len(res.Storm.Runs) > 0 {
+		p := filepath.Join(dir, "storm-requests.png")
+		if err := stormChart(*res.Storm, false).writePNG(p); err != nil {
+			return out, err
+		}
+		out = append(out, p)
+		p = filepath.Join(dir, "storm-connected.png")
+		if err := stormChart(*res.Storm, true).writePNG(p); err != nil {
+			return out, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

@@ -1,0 +1,352 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/producer"
+)
+
+// E2EConfig configures E2E. Zero fields take the defaults in brackets.
+type E2EConfig struct {
+	Conversations int       // [300] conversations, each with its own members
+	Members       int       // [7] members per conversation (one WebSocket each)
+	Partitions    int       // [12]
+	Loads         []float64 // [100, 1000] fixed offered loads, msg/s
+	PhaseSeconds  float64   // [10] length of a fixed load
+	RampSeconds   float64   // [4] length of a ramp step
+	RampSteps     int       // [6] most ramp steps
+	DrainSeconds  float64   // [3] wait for the last pushes after a phase
+	// MaxP99Ms is the push p99 above which a load counts as not
+	// sustained [500].
+	MaxP99Ms float64
+	// Profile takes CPU profiles of the gateway and of the orchestrator
+	// (fanout and kfake) during the last fixed load.
+	Profile bool
+	// DBMaxConns is the gateway's PostgreSQL pool size [0: pgx's default,
+	// max(4, CPUs), as `inboxd gateway` without --db-max-conns].
+	DBMaxConns int
+	// FanoutRowsPerSec, when known (bench all), is the reference of the
+	// highest sustainable load: fan-out alone, same run.
+	FanoutRowsPerSec float64
+}
+
+func (c *E2EConfig) setDefaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	deff := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Conversations, 300)
+	def(&c.Members, 7)
+	def(&c.Partitions, 12)
+	def(&c.RampSteps, 6)
+	deff(&c.PhaseSeconds, 10)
+	deff(&c.RampSeconds, 4)
+	deff(&c.DrainSeconds, 3)
+	deff(&c.MaxP99Ms, 500)
+	if len(c.Loads) == 0 {
+		c.Loads = []float64{100, 1000}
+	}
+}
+
+// E2EResult is the outcome of E2E.
+type E2EResult struct {
+	Conversations int        `json:"conversations"`
+	Members       int        `json:"members"`
+	Connections   int        `json:"websockets"`
+	Phases        []E2EPhase `json:"phases"` // the fixed loads, then the highest sustainable
+	Ramp          []E2EPhase `json:"ramp"`
+	// MaxSustainable is the highest offered load of the ramp that was
+	// sustained (0: none); MaxPhase its index in Phases (-1: none).
+	MaxSustainable   float64    `json:"max_sustainable_msgs_per_sec"`
+	MaxPhase         int        `json:"max_phase"`
+	MaxP99Ms         float64    `json:"sustained_p99_bound_ms"`
+	CPUPhase         string     `json:"cpu_phase"`
+	CPU              []CPUShare `json:"cpu"`
+	Profiles         []Profile  `json:"profiles"`
+	FanoutRowsPerSec float64    `json:"fanout_rows_per_sec_reference"`
+}
+
+// Rows implements Result.
+func (r E2EResult) Rows() []Row {
+	var rows []Row
+	for i, p := range r.Phases {
+		name := fmt.Sprintf("send -> WebSocket push at %s msg/s offered (%d members), p50 / p90 / p99 / max", num(p.Offered), r.Members)
+		if i == r.MaxPhase {
+			name = fmt.Sprintf("send -> WebSocket push at the highest sustained load, %s msg/s (%d members), p50 / p90 / p99 / max", num(p.Offered), r.Members)
+		}
+		rows = append(rows, Row{
+			Figure:    name,
+			Value:     fmt.Sprintf("%s / %s / %s / %s", ms(p.Push.P50), ms(p.Push.P90), ms(p.Push.P99), ms(p.Push.Max)),
+			Reference: fmt.Sprintf("single-row INSERT+COMMIT round trip, same time: %s / %s / %s / %s", ms(p.Commit.P50), ms(p.Commit.P90), ms(p.Commit.P99), ms(p.Commit.Max)),
+			Ratio:     fmt.Sprintf("p50 %s, p99 %s", ratio(p.Push.P50, p.Commit.P50), ratio(p.Push.P99, p.Commit.P99)),
+		})
+		if !p.Sustained {
+			rows[len(rows)-1].Figure += " (not sustained: " + p.verdict(r.MaxP99Ms) + ")"
+		}
+	}
+	if r.MaxSustainable > 0 {
+		ref, rt := "fan-out alone: run `bench all`", "n/a"
+		if r.FanoutRowsPerSec > 0 {
+			ref = fmt.Sprintf("fan-out alone (bench fanout, %d members, same run): %s inbox rows/s", 7, num(r.FanoutRowsPerSec))
+			rt = ratio(r.MaxSustainable*float64(r.Members), r.FanoutRowsPerSec)
+		}
+		rows = append(rows, Row{
+			Figure:    fmt.Sprintf("highest sustained load through the gateway (push p99 <= %s, every push within %gs)", ms(r.MaxP99Ms), 3.0),
+			Value:     fmt.Sprintf("%s msg/s = %s inbox rows/s", num(r.MaxSustainable), num(r.MaxSustainable*float64(r.Members))),
+			Reference: ref, Ratio: rt,
+		})
+	}
+	var total float64
+	for _, c := range r.CPU {
+		total += c.Cores
+	}
+	for _, c := range r.CPU {
+		rows = append(rows, Row{
+			Figure:    fmt.Sprintf("CPU during e2e at %s: %s", r.CPUPhase, c.Group),
+			Value:     fmt.Sprintf("%.2f cores", c.Cores),
+			Reference: fmt.Sprintf("all measured processes: %.2f cores", total),
+			Ratio:     ratio(c.Cores, total),
+		})
+	}
+	return rows
+}
+
+// verdict says why a phase was not sustained.
+func (p E2EPhase) verdict(maxP99 float64) string {
+	switch {
+	case p.Dropped > 0:
+		return fmt.Sprintf("%d sends dropped at the in-flight cap", p.Dropped)
+	case p.Achieved < 0.95*p.Offered:
+		return fmt.Sprintf("achieved %s msg/s", num(p.Achieved))
+	case p.SendErrors > p.Sent/1000:
+		return fmt.Sprintf("%d send errors (%s)", p.SendErrors, p.FirstErrText)
+	case p.Received < p.Expected:
+		return fmt.Sprintf("%d of %d pushes in time", p.Received, p.Expected)
+	case p.Push.P99 > maxP99:
+		return fmt.Sprintf("p99 %s", ms(p.Push.P99))
+	}
+	return "sustained"
+}
+
+func (p *E2EPhase) judge(maxP99 float64) {
+	p.Sustained = p.verdict(maxP99) == "sustained"
+}
+
+func randomSecret() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// E2E measures the latency from a send (HTTP POST, the worker's clock) to
+// the push of the message on the WebSocket of each member, at fixed offered
+// loads and at the highest load a short ramp finds sustainable, next to
+// the commit latency of the same PostgreSQL at the same time. The gateway
+// runs as a child process, the load generator as another; fanout and kfake
+// run in the orchestrator.
+func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
+	cfg.setDefaults()
+	res := E2EResult{Conversations: cfg.Conversations, Members: cfg.Members, MaxPhase: -1, MaxP99Ms: cfg.MaxP99Ms,
+		FanoutRowsPerSec: cfg.FanoutRowsPerSec}
+	pr := env.Progress
+	url, drop, err := env.newDatabase(ctx, "e2e")
+	if err != nil {
+		return res, err
+	}
+	defer drop()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	cluster, err := newKafka(cfg.Partitions)
+	if err != nil {
+		return res, err
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	prod, err := producer.New(producer.Config{Brokers: brokers, CreateTopics: true, Partitions: int32(cfg.Partitions), Logger: env.Log})
+	if err != nil {
+		return res, err
+	}
+	defer prod.Close()
+	if err := prod.EnsureTopics(ctx); err != nil {
+		return res, err
+	}
+	fo, err := fanout.New(fanout.Config{Brokers: brokers, Logger: env.Log}, pool)
+	if err != nil {
+		return res, err
+	}
+	fctx, stopFanout := context.WithCancel(ctx)
+	fdone := make(chan error, 1)
+	go func() { fdone <- fo.Run(fctx) }()
+	defer func() { stopFanout(); <-fdone }()
+
+	// Conversations of distinct users: one WebSocket per user.
+	convs := make([]e2eConv, cfg.Conversations)
+	for i := range convs {
+		c := e2eConv{ID: int64(i + 1)}
+		for k := 0; k < cfg.Members; k++ {
+			c.Members = append(c.Members, int64(i*cfg.Members+k+1))
+		}
+		convs[i] = c
+		e := events.New(events.ConversationCreated, c.ID, c.Members[0])
+		e.Title = "bench"
+		e.Members = c.Members[1:]
+		if _, err := prod.Append(ctx, e); err != nil {
+			return res, fmt.Errorf("create conversation %d: %w", c.ID, err)
+		}
+	}
+	if err := testenv.WaitCaughtUp(ctx, pool, prod, 2*time.Minute); err != nil {
+		return res, err
+	}
+	progressf(pr, "bench e2e: %d conversations of %d members created", cfg.Conversations, cfg.Members)
+
+	secret := randomSecret()
+	gw, ready, err := startServe(ctx, env, "gateway", serveConfig{Mode: "gateway", DatabaseURL: url, Brokers: brokers,
+		Partitions: cfg.Partitions, Secret: secret, MaxConns: 19000, DBMaxConns: cfg.DBMaxConns})
+	if err != nil {
+		return res, err
+	}
+	defer gw.kill()
+	wk, err := env.Runner.start(pr, "e2e-load", []string{"worker", "e2e"}, e2eWorkerConfig{
+		Addr: ready.Addr, Secret: secret, Convs: convs, SrcIPs: sourceIPs(2, 4), DatabaseURL: url,
+		Deadline: 20 * time.Minute})
+	if err != nil {
+		return res, err
+	}
+	defer wk.kill()
+	var rd struct {
+		Connections int `json:"connections"`
+	}
+	if err := wk.expectJSON(ctx, "ready", 3*time.Minute, &rd); err != nil {
+		return res, err
+	}
+	res.Connections = rd.Connections
+	progressf(pr, "bench e2e: %d WebSockets connected", rd.Connections)
+
+	run := func(name string, rate, secs float64) (E2EPhase, error) {
+		progressf(pr, "bench e2e: %s: offering %s msg/s for %gs ...", name, num(rate), secs)
+		cmd, _ := json.Marshal(e2ePhaseCmd{Name: name, Rate: rate, Seconds: secs, DrainSeconds: cfg.DrainSeconds})
+		if err := wk.send("phase " + string(cmd)); err != nil {
+			return E2EPhase{}, err
+		}
+		var p E2EPhase
+		if err := wk.expectJSON(ctx, "result", time.Duration(secs+cfg.DrainSeconds+120)*time.Second, &p); err != nil {
+			return p, err
+		}
+		p.judge(cfg.MaxP99Ms)
+		progressf(pr, "bench e2e: %s: achieved %s msg/s, push p50 %s p99 %s (commit p50 %s p99 %s), %d/%d pushes, %s",
+			name, num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), ms(p.Commit.P99), p.Received, p.Expected, p.verdict(cfg.MaxP99Ms))
+		return p, nil
+	}
+
+	groups := map[string]func() []int{
+		"gateway (child process)":        func() []int { return []int{ready.Pid} },
+		"fanout + kfake (orchestrator)":  func() []int { return []int{os.Getpid()} },
+		"load generator (child process)": func() []int { return []int{wk.pid()} },
+		"PostgreSQL (all its processes)": env.postgresPids,
+	}
+	if env.PGData == "" {
+		delete(groups, "PostgreSQL (all its processes)")
+	}
+	for i, rate := range cfg.Loads {
+		last := i == len(cfg.Loads)-1
+		var meter *cpuMeter
+		var profs []<-chan error
+		if last {
+			meter = newCPUMeter(groups)
+			if cfg.Profile {
+				secs := max(1, int(cfg.PhaseSeconds)-1)
+				gp := filepath.Join(env.OutDir, "e2e-gateway.pprof")
+				fp := filepath.Join(env.OutDir, "e2e-orchestrator.pprof")
+				profs = append(profs, profileGateway(ctx, ready.Ctl, secs, gp), profileSelf(ctx, time.Duration(secs)*time.Second, fp))
+				res.Profiles = append(res.Profiles,
+					Profile{Name: fmt.Sprintf("gateway during e2e at %s msg/s", num(rate)), Path: gp, Seconds: float64(secs)},
+					Profile{Name: fmt.Sprintf("orchestrator (fanout + kfake) during e2e at %s msg/s", num(rate)), Path: fp, Seconds: float64(secs)})
+			}
+		}
+		p, err := run(fmt.Sprintf("load %s msg/s", num(rate)), rate, cfg.PhaseSeconds)
+		if err != nil {
+			return res, err
+		}
+		if meter != nil {
+			res.CPU = meter.stop()
+			res.CPUPhase = num(rate) + " msg/s"
+		}
+		for _, c := range profs {
+			if err := <-c; err != nil {
+				progressf(pr, "bench e2e: profile: %v", err)
+			}
+		}
+		res.Phases = append(res.Phases, p)
+	}
+
+	// The ramp, from the last fixed load: up by half while sustained, else
+	// down until sustained.
+	last := res.Phases[len(res.Phases)-1]
+	rate, best := last.Offered, 0.0
+	if last.Sustained {
+		best = rate
+	}
+	for step := 0; step < cfg.RampSteps; step++ {
+		if last.Sustained {
+			rate *= 1.5
+		} else {
+			rate *= 0.6
+		}
+		p, err := run(fmt.Sprintf("ramp step %d", step+1), rate, cfg.RampSeconds)
+		if err != nil {
+			return res, err
+		}
+		res.Ramp = append(res.Ramp, p)
+		if p.Sustained {
+			best = max(best, rate)
+		}
+		if p.Sustained != last.Sustained && (best > 0) {
+			break // crossed the edge
+		}
+	}
+	res.MaxSustainable = best
+	if best > 0 {
+		found := false
+		for i, p := range res.Phases {
+			if p.Offered == best && p.Sustained {
+				res.MaxPhase, found = i, true
+			}
+		}
+		if !found {
+			p, err := run("highest sustained load", best, cfg.PhaseSeconds)
+			if err != nil {
+				return res, err
+			}
+			res.Phases = append(res.Phases, p)
+			res.MaxPhase = len(res.Phases) - 1
+		}
+	}
+	_ = wk.send("quit")
+	_ = wk.stop(10 * time.Second)
+	_ = gw.stop(20 * time.Second)
+	for i := range res.Profiles {
+		res.Profiles[i].Top = pprofTop(ctx, res.Profiles[i].Path, 25)
+	}
+	return res, nil
+}

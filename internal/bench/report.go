@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The report's generated blocks lie between these marker comments; the
+// prose around them is written by hand.
+const (
+	markBegin         = "<!-- bench:begin -->"
+	markEnd           = "<!-- bench:end -->"
+	markProfilesBegin = "<!-- bench:profiles:begin -->"
+	markProfilesEnd   = "<!-- bench:profiles:end -->"
+)
+
+// e2eChart is the latency percentile chart of the e2e phases, each next
+// to the commit latency measured at the same time.
+func e2eChart(r E2EResult) lineChart {
+	ch := lineChart{
+		Title:  fmt.Sprintf("Send -> WebSocket push latency (%d members), and a single-row commit at the same time", r.Members),
+		XLabel: "percentile", YLabel: "latency (ms)", LogY: true,
+		XTicks: []chartTick{{0, "0%"}, {math.Log10(2), "50%"}, {1, "90%"}, {2, "99%"}, {3, "99.9%"}},
+	}
+	for i, p := range r.Phases {
+		col := palette[i%len(palette)]
+		label := fmt.Sprintf("push, %s msg/s", num(p.Offered))
+		if i == r.MaxPhase {
+			label += " (highest sustained)"
+		}
+		ch.Series = append(ch.Series, percentileSeries(label, p.Push, col, false),
+			percentileSeries(fmt.Sprintf("commit, during %s msg/s", num(p.Offered)), p.Commit, col, true))
+	}
+	return ch
+}
+
+func percentileSeries(name string, d Dist, col color.RGBA, dash bool) chartSeries {
+	s := chartSeries{Name: name, Color: col, Dash: dash}
+	for i, q := range cdfQuantiles {
+		if q >= 1 || i >= len(d.CDF) {
+			continue
+		}
+		s.X = append(s.X, -math.Log10(1-q))
+		s.Y = append(s.Y, d.CDF[i])
+	}
+	return s
+}
+
+// stormChart is the request rate (or the clients up) over time, both
+// kinds of client on one chart, with the gateway's return marked.
+func stormChart(r StormResult, connected bool) lineChart {
+	ch := lineChart{
+		Title:  fmt.Sprintf("Reconnect storm: %s clients, gateway restarted at t = 0", num(float64(r.Clients))),
+		XLabel: "seconds since the gateway was stopped",
+		YLabel: "requests/s (100 ms buckets)", LogY: true, YMin: 1,
+	}
+	if connected {
+		ch.YLabel, ch.LogY, ch.YMin = "clients connected", false, 0
+		ch.Title = fmt.Sprintf("Reconnect storm: clients connected, %s clients, gateway restarted at t = 0", num(float64(r.Clients)))
+	}
+	names := map[string]string{"sdk": "SDK (client package, jittered backoff)", "naive": "naive client (reconnects at once)"}
+	for i, run := range r.Runs {
+		col := palette[i%len(palette)]
+		s := chartSeries{Name: names[run.Mode], Color: col, X: run.T}
+		if connected {
+			for _, c := range run.Connected {
+				s.Y = append(s.Y, float64(c))
+			}
+		} else {
+			s.Y = run.Rate
+		}
+		ch.Series = append(ch.Series, s)
+		ch.Marks = append(ch.Marks, chartMark{X: run.Downtime, Color: col,
+			Label: fmt.Sprintf("gateway back (%s run)", run.Mode)})
+	}
+	if len(ch.Marks) == 2 && math.Abs(ch.Marks[0].X-ch.Marks[1].X) < 0.8 {
+		// Close together: one label is enough.
+		ch.Marks[1].Label = ""
+		ch.Marks[0].Label = "gateway back"
+	}
+	return ch
+}
+
+// renderTables is the generated block of the report: the machine, the
+// run and every figure.
+func renderTables(r AllResult, charts []string, docDir string) string {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "Run of %s UTC, %.1f minutes. Machine: %d CPUs (%s), %.1f GiB of memory, Linux %s, %s, PostgreSQL %s (private server of internal/pgserver, fsync on), kfake in process; open files limit %d.\n",
+		r.Started.Format("2006-01-02 15:04"), r.Seconds/60, m.CPUs, m.CPUModel, m.MemoryGiB, m.Kernel, m.Go, m.PostgreSQL, m.OpenFiles)
+	fmt.Fprintf(&b, "Load average (1 min) at the start %.2f, at the end %.2f.\n", r.LoadAtStart, r.LoadAtEnd)
+	for _, s := range r.sections() {
+		fmt.Fprintf(&b, "\n#### %s\n\n", s.Name)
+		WriteTable(&b, s.Rows)
+	}
+	if r.E2E != nil && len(r.E2E.Ramp) > 0 {
+		fmt.Fprintf(&b, "\nThe ramp of the e2e figure (each step %s msg/s offered for a few seconds):\n\n| offered msg/s | achieved msg/s | push p50 | push p99 | commit p50 | verdict |\n|---|---|---|---|---|---|\n", "")
+		for _, p := range r.E2E.Ramp {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", num(p.Offered), num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), p.verdict(r.E2E.MaxP99Ms))
+		}
+	}
+	if len(charts) > 0 {
+		b.WriteString("\n")
+		for _, c := range charts {
+			rel, err := filepath.Rel(docDir, c)
+			if err != nil {
+				rel = c
+			}
+			name := strings.TrimSuffix(filepath.Base(c), ".png")
+			fmt.Fprintf(&b, "![%s](%s)\n", name, filepath.ToSlash(rel))
+		}
+	}
+	if len(r.Errors) > 0 {
+		b.WriteString("\nFailed in this run:\n\n")
+		for n, e := range r.Errors {
+			fmt.Fprintf(&b, "- %s: %s\n", n, e)
+		}
+	}
+	return b.String()
+}
+
+// renderProfiles is the generated block of the CPU profiles.
+func renderProfiles(r AllResult) string {
+	var b strings.Builder
+	for _, p := range r.Profiles() {
+		if p.Heap {
+			fmt.Fprintf(&b, "\n`go tool pprof -top -sample_index=inuse_space` of the %s:\n\n```\n", p.Name)
+		} else {
+			fmt.Fprintf(&b, "\n`go tool pprof -top` of the %s (%gs of CPU profile):\n\n```\n", p.Name, p.Seconds)
+		}
+		top := strings.TrimSpace(p.Top)
+		if top == "" {
+			top = "(no go command to summarise " + filepath.Base(p.Path) + ")"
+		}
+		b.WriteString(top)
+		b.WriteString("\n```\n")
+	}
+	return b.String()
+}
+
+// updateReport replaces the generated blocks of the report at path.
+func updateReport(path string, r AllResult) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	raw, err = replaceBlock(raw, markBegin, markEnd, renderTables(r, r.Charts, filepath.Dir(path)))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if len(r.Profiles()) > 0 {
+		raw, err = replaceBlock(raw, markProfilesBegin, markProfilesEnd, renderProfiles(r))
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return os.WriteFile(path, raw, 0o644)
+}
+
+func replaceBlock(doc []byte, begin, end, content string) ([]byte, error) {
+	i := bytes.Index(doc, []byte(begin))
+	j := bytes.Index(doc, []byte(end))
+	if i < 0 || j < i {
+		return nil, fmt.Errorf("no %s ... %s block", begin, end)
+	}
+	var b bytes.Buffer
+	b.Write(doc[:i+len(begin)])
+	b.WriteString("\n")
+	b.WriteString(strings.TrimSpace(content))
+	b.WriteString("\n")
+	b.Write(doc[j:])
+	return b.Bytes(), nil
+}

@@ -1,0 +1,205 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"image/color"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// envChild marks a run of this test binary as a child of a bench (the
+// server under test or a load generator), as `inboxd bench serve|worker`.
+const envChild = "INBOXD_BENCH_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := RunChild(ctx, os.Args[1:])
+		stop()
+		if err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	pgtest.Main(m)
+}
+
+// syncWriter lets the children's goroutines write progress into one buffer.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func testEnv(t *testing.T) (*Env, *syncWriter) {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	var progress syncWriter
+	env, err := NewEnv(context.Background(), EnvConfig{DatabaseURL: pgtest.AdminURL(t), OutDir: t.TempDir(),
+		Runner: &Runner{Exe: exe, Env: []string{envChild + "=1"}}, Progress: &progress})
+	require.NoError(t, err)
+	t.Cleanup(env.Close)
+	return env, &progress
+}
+
+// The whole suite at a tiny size, with the report and the charts: every
+// figure comes out next to its reference. A check that the suite works,
+// not a measurement (`inboxd bench all` is that).
+func TestBenchAllSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a dozen processes")
+	}
+	env, progress := testEnv(t)
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "benchmarks.md")
+	require.NoError(t, os.WriteFile(doc, []byte("# hand\n"+markBegin+"\nold\n"+markEnd+"\nprose\n"+markProfilesBegin+"\n"+markProfilesEnd+"\n"), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	res, err := All(ctx, env, AllConfig{
+		Fanout7:  FanoutConfig{Messages: 2000, Conversations: 200},
+		Fanout50: FanoutConfig{Messages: 300, Conversations: 40},
+		E2E: E2EConfig{Conversations: 15, Loads: []float64{50, 200}, PhaseSeconds: 1.5, RampSeconds: 1, RampSteps: 1,
+			DrainSeconds: 1},
+		Sync:   SyncConfig{Users: 100, Messages: 10, Seconds: 1, Conns: 4},
+		Idle:   IdleConfig{Conns: 300, Workers: 2, Settle: 0.2},
+		Storm:  StormConfig{Clients: 100, Hold: 2200 * time.Millisecond, Down: 300 * time.Millisecond, Tail: 300 * time.Millisecond, RecoverTimeout: 20 * time.Second},
+		Docs:   doc,
+		Images: dir,
+	})
+	t.Log(progress.String())
+	require.NoError(t, err)
+
+	require.True(t, res.Fanout7.VerifyOK)
+	require.Equal(t, int64(2000*7), res.Fanout7.InboxRows)
+	require.Positive(t, res.Fanout7.Ratio)
+	require.Positive(t, res.Fanout7.ReplayRatio)
+	require.Equal(t, int64(300*50), res.Fanout50.InboxRows)
+	require.Len(t, res.E2E.Phases[:2], 2)
+	for _, p := range res.E2E.Phases {
+		require.Positive(t, p.Push.N, p.Name)
+		require.Positive(t, p.Commit.N, p.Name)
+	}
+	require.NotEmpty(t, res.E2E.CPU)
+	require.Positive(t, res.Sync.Page.PerSec)
+	require.Positive(t, res.Sync.NotModified.PerSec)
+	require.Positive(t, res.Sync.Trivial.PerSec)
+	require.Zero(t, res.Sync.Page.BadPages)
+	require.Equal(t, 300, res.Idle.Gateway.Held)
+	require.Equal(t, 300, res.Idle.Echo.Held)
+	require.Positive(t, res.Idle.Gateway.RSSPerConn)
+	require.Len(t, res.Storm.Runs, 2)
+	for _, r := range res.Storm.Runs {
+		require.Equal(t, 100, r.ConnectedAtCut, r.Mode)
+		require.Positive(t, r.PeakPerSec, r.Mode)
+	}
+	for _, row := range res.Rows() {
+		require.NotEmpty(t, row.Reference, row.Figure)
+		require.NotEmpty(t, row.Ratio, row.Figure)
+	}
+
+	raw, err := os.ReadFile(doc)
+	require.NoError(t, err)
+	report := string(raw)
+	require.True(t, strings.HasPrefix(report, "# hand\n"+markBegin))
+	require.NotContains(t, report, "\nold\n")
+	require.Contains(t, report, "\nprose\n")
+	require.Contains(t, report, "sync pages/s")
+	require.Contains(t, report, "naive/SDK")
+	for _, c := range []string{"e2e-latency.png", "storm-requests.png", "storm-connected.png"} {
+		require.FileExists(t, filepath.Join(dir, c))
+		require.Contains(t, report, "("+c+")")
+	}
+	var out bytes.Buffer
+	WriteTable(&out, res.Rows())
+	t.Log("\n" + out.String())
+}
+
+// The generated inbox is what the fanout would have projected: every
+// invariant holds on it.
+func TestSyncDataInvariants(t *testing.T) {
+	pool, _ := pgtest.NewPool(t)
+	ctx := context.Background()
+	d, err := generateSyncData(ctx, pool, 60, 7, 9, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(2*7+9*7), d.Head)
+	rep, err := projector.Verify(ctx, pool)
+	require.NoError(t, err)
+	var b bytes.Buffer
+	rep.Print(&b)
+	require.True(t, rep.OK(), b.String())
+	require.Equal(t, d.Rows, rep.InboxRows)
+	var heads []int64
+	rows, err := pool.Query(ctx, `SELECT DISTINCT inbox_seq FROM users`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var h int64
+		require.NoError(t, rows.Scan(&h))
+		heads = append(heads, h)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []int64{d.Head}, heads)
+}
+
+func TestReplaceBlock(t *testing.T) {
+	doc := []byte("a\n<!-- x -->\nold\nlines\n<!-- /x -->\nb\n")
+	out, err := replaceBlock(doc, "<!-- x -->", "<!-- /x -->", "\nnew\n\n")
+	require.NoError(t, err)
+	require.Equal(t, "a\n<!-- x -->\nnew\n<!-- /x -->\nb\n", string(out))
+	_, err = replaceBlock([]byte("no markers"), "<!-- x -->", "<!-- /x -->", "new")
+	require.Error(t, err)
+}
+
+func TestChartDraws(t *testing.T) {
+	ch := lineChart{Title: "t", XLabel: "x", YLabel: "y", LogY: true, YMin: 1,
+		Series: []chartSeries{{Name: "a", X: []float64{0, 1, 2}, Y: []float64{1, 100, 0}, Color: palette[0]}},
+		Marks:  []chartMark{{X: 1, Label: "m", Color: palette[1]}}}
+	img := ch.render()
+	require.Equal(t, 960, img.Bounds().Dx())
+	inked := 0
+	for y := 0; y < img.Bounds().Dy(); y++ {
+		for x := 0; x < img.Bounds().Dx(); x++ {
+			if img.RGBAAt(x, y) == (color.RGBA{0x00, 0x72, 0xb2, 0xff}) {
+				inked++
+			}
+		}
+	}
+	require.Greater(t, inked, 100, "the series is drawn")
+	for r := range glyphs {
+		require.Len(t, glyphs[r], 41, "glyph %q", r)
+	}
+}
+
+func TestMergeStorm(t *testing.T) {
+	cut := time.UnixMilli(10_000)
+	run := StormRun{}
+	mergeStorm(&run, cut, []stormSeries{
+		{StartMS: 8_000, BucketMS: 100, Attempts: make([]int32, 50), Connected: make([]int32, 50), RecoveredMS: 11_000},
+		{StartMS: 8_050, BucketMS: 100, Attempts: make([]int32, 50), Connected: make([]int32, 50), RecoveredMS: 11_500},
+	})
+	require.InDelta(t, 1.5, run.RecoverSeconds, 1e-9)
+	require.Equal(t, -1.0, run.T[0])
+}

@@ -1,0 +1,316 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// StormConfig configures Storm. Zero fields take the defaults in brackets.
+type StormConfig struct {
+	Clients int // [3000]
+	Workers int // [2] client processes
+	IPs     int // [2] source addresses per worker
+	// Hold is how long the clients stay connected before the cut [3s]; it
+	// exceeds StablePeriod [2s] of the SDK, so the connections count as
+	// long-lived ones (the SDK's default is 30s).
+	Hold         time.Duration
+	StablePeriod time.Duration
+	// RecoverTimeout bounds the wait for every client to be back [45s].
+	RecoverTimeout time.Duration
+	Tail           time.Duration // recorded after the recovery [2s]
+	// Down is how long the gateway stays down after the old process has
+	// exited, before the new one starts [3s]: a deploy or a crash and its
+	// supervisor's restart delay, during which connections are refused.
+	Down time.Duration
+	Nice int // of the client processes [10]
+	// Modes to run, of "sdk" and "naive" [both].
+	Modes []string
+}
+
+func (c *StormConfig) setDefaults() {
+	if c.Clients == 0 {
+		c.Clients = 3000
+	}
+	if c.Workers == 0 {
+		c.Workers = 2
+	}
+	if c.IPs == 0 {
+		c.IPs = 2
+	}
+	if c.Hold == 0 {
+		c.Hold = 3 * time.Second
+	}
+	if c.StablePeriod == 0 {
+		c.StablePeriod = 2 * time.Second
+	}
+	if c.RecoverTimeout == 0 {
+		c.RecoverTimeout = 45 * time.Second
+	}
+	if c.Tail == 0 {
+		c.Tail = 2 * time.Second
+	}
+	if c.Down == 0 {
+		c.Down = 3 * time.Second
+	}
+	if c.Nice == 0 {
+		c.Nice = 10
+	}
+	if len(c.Modes) == 0 {
+		c.Modes = []string{"sdk", "naive"}
+	}
+}
+
+// StormRun is one kind of client through one gateway restart.
+type StormRun struct {
+	Mode           string  `json:"mode"`
+	Clients        int     `json:"clients"`
+	ConnectedAtCut int     `json:"connected_at_cut"`
+	StopSeconds    float64 `json:"gateway_stop_seconds"` // cut -> old process gone
+	Downtime       float64 `json:"gateway_downtime_seconds"`
+	RecoverSeconds float64 `json:"recover_seconds"` // cut -> every client up again; -1: not within the timeout
+	Recovered      int     `json:"recovered"`
+	Polling        int     `json:"recovered_on_long_polling"`
+	PeakPerSec     float64 `json:"peak_requests_per_sec"` // highest 1-s window from the cut on
+	Requests       int64   `json:"requests_until_recovered"`
+	// The series, per bucket: seconds from the cut, requests/s, clients up.
+	T         []float64 `json:"t"`
+	Rate      []float64 `json:"rate"`
+	Connected []int     `json:"connected"`
+}
+
+// StormResult is the outcome of Storm.
+type StormResult struct {
+	Clients int        `json:"clients"`
+	Workers int        `json:"workers"`
+	Runs    []StormRun `json:"runs"`
+}
+
+func (r StormResult) run(mode string) (StormRun, bool) {
+	for _, x := range r.Runs {
+		if x.Mode == mode {
+			return x, true
+		}
+	}
+	return StormRun{}, false
+}
+
+// Rows implements Result.
+func (r StormResult) Rows() []Row {
+	sdk, ok1 := r.run("sdk")
+	nv, ok2 := r.run("naive")
+	secs := func(v float64) string {
+		if v < 0 {
+			return "not within the timeout"
+		}
+		return fmt.Sprintf("%.1f s", v)
+	}
+	var rows []Row
+	if ok1 && ok2 {
+		rows = append(rows, Row{
+			Figure:    fmt.Sprintf("reconnect storm, %s clients, gateway restarted: peak request rate (1 s window), SDK (jittered backoff)", num(float64(r.Clients))),
+			Value:     num(sdk.PeakPerSec) + " req/s",
+			Reference: "naive client (reconnects at once), same run: " + num(nv.PeakPerSec) + " req/s",
+			Ratio:     "naive/SDK " + ratio(nv.PeakPerSec, sdk.PeakPerSec),
+		}, Row{
+			Figure:    "reconnect storm: requests until every client is back, SDK",
+			Value:     num(float64(sdk.Requests)),
+			Reference: "naive client: " + num(float64(nv.Requests)),
+			Ratio:     "naive/SDK " + ratio(float64(nv.Requests), float64(sdk.Requests)),
+		}, Row{
+			Figure:    "reconnect storm: time from the cut until every client is back, SDK",
+			Value:     secs(sdk.RecoverSeconds),
+			Reference: "naive client: " + secs(nv.RecoverSeconds),
+			Ratio:     "naive/SDK " + ratio(nv.RecoverSeconds, sdk.RecoverSeconds),
+		})
+	}
+	for _, x := range r.Runs {
+		rows = append(rows, Row{
+			Figure:    fmt.Sprintf("reconnect storm, %s: time until every client is back", x.Mode),
+			Value:     secs(x.RecoverSeconds),
+			Reference: fmt.Sprintf("gateway downtime (cut -> new process serving): %.1f s", x.Downtime),
+			Ratio:     ratio(x.RecoverSeconds, x.Downtime),
+		})
+	}
+	return rows
+}
+
+// Storm connects cfg.Clients clients (SDK, then naive) split over
+// cfg.Workers processes, restarts the gateway (SIGTERM: its sessions are
+// closed with 1012; cfg.Down later a new process on the same address), and records
+// the requests per 100 ms the clients make until every one is back.
+// Requests are counted at the clients: WebSocket handshakes attempted
+// (connects refused included) and HTTP requests.
+func Storm(ctx context.Context, env *Env, cfg StormConfig) (StormResult, error) {
+	cfg.setDefaults()
+	res := StormResult{Clients: cfg.Clients, Workers: cfg.Workers}
+	pr := env.Progress
+	url, drop, err := env.newDatabase(ctx, "storm")
+	if err != nil {
+		return res, err
+	}
+	defer drop()
+	cluster, err := newKafka(4)
+	if err != nil {
+		return res, err
+	}
+	defer cluster.Close()
+	scfg := serveConfig{Mode: "gateway", DatabaseURL: url, Brokers: cluster.ListenAddrs(), Partitions: 4,
+		Secret: randomSecret(), MaxConns: cfg.Clients + 1000}
+	gw, ready, err := startServe(ctx, env, "gateway", scfg)
+	if err != nil {
+		return res, err
+	}
+	defer func() { gw.kill() }()
+	scfg.Addr = ready.Addr // restarts listen where the clients connect
+
+	for mi, mode := range cfg.Modes {
+		run := StormRun{Mode: mode, Clients: cfg.Clients}
+		var ws children
+		per := (cfg.Clients + cfg.Workers - 1) / cfg.Workers
+		for i := 0; i < cfg.Workers; i++ {
+			n := min(per, cfg.Clients-i*per)
+			if n <= 0 {
+				break
+			}
+			w, err := env.Runner.start(pr, fmt.Sprintf("storm-%s-%d", mode, i+1), []string{"worker", "storm"}, stormWorkerConfig{
+				Addr: ready.Addr, Secret: scfg.Secret, FirstUser: int64(1 + i*per + mi*cfg.Clients), Count: n, Mode: mode,
+				SrcIPs: sourceIPs(30+(mi*cfg.Workers+i)*cfg.IPs, cfg.IPs), StablePeriod: cfg.StablePeriod, Nice: cfg.Nice,
+				Deadline: 4 * time.Minute})
+			if err != nil {
+				ws.killAll()
+				return res, err
+			}
+			ws = append(ws, w)
+		}
+		err := func() error {
+			defer ws.killAll()
+			progressf(pr, "bench storm: %s: connecting %s clients from %d processes ...", mode, num(float64(cfg.Clients)), len(ws))
+			for _, w := range ws {
+				var r struct {
+					Connected int `json:"connected"`
+				}
+				if err := w.expectJSON(ctx, "ready", 3*time.Minute, &r); err != nil {
+					return err
+				}
+				run.ConnectedAtCut += r.Connected
+			}
+			progressf(pr, "bench storm: %s: %d connected; holding %v, then restarting the gateway", mode, run.ConnectedAtCut, cfg.Hold)
+			sleepCtx(ctx, cfg.Hold)
+			cut := time.Now()
+			for _, w := range ws {
+				if err := w.send("cut " + strconv.FormatInt(cut.UnixNano(), 10)); err != nil {
+					return err
+				}
+			}
+			_ = gw.stop(30 * time.Second)
+			run.StopSeconds = time.Since(cut).Seconds()
+			sleepCtx(ctx, cfg.Down)
+			ngw, _, err := startServe(ctx, env, "gateway", scfg)
+			if err != nil {
+				return fmt.Errorf("restart the gateway: %w", err)
+			}
+			gw = ngw
+			run.Downtime = time.Since(cut).Seconds()
+			progressf(pr, "bench storm: %s: gateway back after %.1fs (old one gone after %.1fs); waiting for the clients", mode, run.Downtime, run.StopSeconds)
+			deadline := cut.Add(cfg.RecoverTimeout)
+			for _, w := range ws {
+				if _, err := w.expect(ctx, "recovered", max(time.Until(deadline), time.Millisecond)); err != nil {
+					progressf(pr, "bench storm: %s: %v", mode, err)
+					break
+				}
+			}
+			sleepCtx(ctx, cfg.Tail)
+			var series []stormSeries
+			for _, w := range ws {
+				if err := w.send("stop"); err != nil {
+					return err
+				}
+			}
+			for _, w := range ws {
+				var s stormSeries
+				if err := w.expectJSON(ctx, "result", time.Minute, &s); err != nil {
+					return err
+				}
+				series = append(series, s)
+			}
+			for _, w := range ws {
+				_ = w.stop(30 * time.Second)
+			}
+			mergeStorm(&run, cut, series)
+			return nil
+		}()
+		if err != nil {
+			return res, err
+		}
+		progressf(pr, "bench storm: %s: peak %s req/s, %s requests, all back after %.1fs (%d recovered, %d on long-polling)",
+			mode, num(run.PeakPerSec), num(float64(run.Requests)), run.RecoverSeconds, run.Recovered, run.Polling)
+		res.Runs = append(res.Runs, run)
+	}
+	_ = gw.stop(30 * time.Second)
+	return res, nil
+}
+
+// mergeStorm sums the workers' series on one grid relative to the cut.
+func mergeStorm(run *StormRun, cut time.Time, series []stormSeries) {
+	if len(series) == 0 {
+		return
+	}
+	b := int64(series[0].BucketMS)
+	cutMS := cut.UnixMilli()
+	// The grid: from 1 s before the cut to the end of the longest series.
+	lo, hi := int64(-1000)/b, int64(math.MinInt64)
+	for _, s := range series {
+		end := (s.StartMS + int64(len(s.Attempts))*b - cutMS) / b
+		hi = max(hi, end)
+	}
+	if hi <= lo {
+		return
+	}
+	n := int(hi - lo)
+	att := make([]int64, n)
+	conn := make([]int, n)
+	recovered, allBack := 0, true
+	var recMS int64
+	for _, s := range series {
+		for i := range s.Attempts {
+			k := (s.StartMS+int64(i)*b-cutMS)/b - lo
+			if k >= 0 && k < int64(n) {
+				att[k] += int64(s.Attempts[i])
+				conn[k] += int(s.Connected[i])
+			}
+		}
+		recovered += s.Recovered
+		run.Polling += s.Polling
+		if s.RecoveredMS == 0 {
+			allBack = false
+		}
+		recMS = max(recMS, s.RecoveredMS)
+	}
+	run.Recovered = recovered
+	run.RecoverSeconds = -1
+	if allBack {
+		run.RecoverSeconds = float64(recMS-cutMS) / 1000
+	}
+	for k := 0; k < n; k++ {
+		t := float64((int64(k)+lo)*b) / 1000
+		run.T = append(run.T, t)
+		run.Rate = append(run.Rate, float64(att[k])*1000/float64(b))
+		run.Connected = append(run.Connected, conn[k])
+		if t >= 0 && (run.RecoverSeconds < 0 || t < run.RecoverSeconds) {
+			run.Requests += att[k]
+		}
+	}
+	// The peak: the busiest window of one second from the cut on (the
+	// last windows run past the record and hold what there is).
+	w := int(1000 / b)
+	for k := int(-lo); k < n; k++ {
+		var s int64
+		for j := k; j < min(k+w, n); j++ {
+			s += att[j]
+		}
+		run.PeakPerSec = max(run.PeakPerSec, float64(s))
+	}
+}

@@ -1,0 +1,429 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/gateway"
+)
+
+// e2eWorkerConfig configures the load generator of the e2e figure: it
+// holds a WebSocket for every member of Convs, sends messages over HTTP at
+// the offered rate of each phase, and times every push from the send.
+type e2eWorkerConfig struct {
+	Addr          string // the gateway, host:port
+	Secret        string
+	Convs         []e2eConv
+	SrcIPs        []string
+	DatabaseURL   string        // of the commit probe
+	ProbeInterval time.Duration // between two probe commits
+	MaxInflight   int           // sends in flight; past it a send is dropped (the load is not sustained)
+	Deadline      time.Duration
+}
+
+type e2eConv struct {
+	ID      int64   `json:"id"`
+	Members []int64 `json:"members"`
+}
+
+// e2ePhaseCmd runs one phase: Rate messages/s for Seconds, then up to
+// DrainSeconds for the last pushes.
+type e2ePhaseCmd struct {
+	Name         string  `json:"name"`
+	Rate         float64 `json:"rate"`
+	Seconds      float64 `json:"seconds"`
+	DrainSeconds float64 `json:"drain_seconds"`
+}
+
+// E2EPhase is the outcome of one offered load.
+type E2EPhase struct {
+	Name         string  `json:"name"`
+	Offered      float64 `json:"offered_msgs_per_sec"`
+	Seconds      float64 `json:"seconds"`
+	Sent         int64   `json:"sent"`
+	Created      int64   `json:"answered_201"`
+	Pending      int64   `json:"answered_202"`
+	SendErrors   int64   `json:"send_errors"`
+	Dropped      int64   `json:"dropped"` // not sent: MaxInflight reached
+	Achieved     float64 `json:"achieved_msgs_per_sec"`
+	Expected     int64   `json:"pushes_expected"`
+	Received     int64   `json:"pushes_received"`
+	Reconnects   int64   `json:"reconnects"`
+	Push         Dist    `json:"push"`   // send -> push at each member's WebSocket
+	Send         Dist    `json:"send"`   // HTTP send round trip (201 after projection)
+	Commit       Dist    `json:"commit"` // INSERT+COMMIT round trip, same time, same server
+	Sustained    bool    `json:"sustained"`
+	FirstErrText string  `json:"first_error,omitempty"`
+}
+
+type e2ePhaseRec struct {
+	mu       sync.Mutex
+	push     []float32
+	send     []float32
+	commit   []float32
+	received atomic.Int64
+}
+
+type e2eWorker struct {
+	cfg     e2eWorkerConfig
+	tokens  map[int64]string
+	hc      *http.Client
+	dialer  *websocket.Dialer
+	mu      sync.Mutex
+	phases  map[int]*e2ePhaseRec
+	reconns atomic.Int64
+}
+
+func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
+	var cfg e2eWorkerConfig
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return err
+	}
+	ctx, cancel := withDeadline(ctx, cfg.Deadline)
+	defer cancel()
+	if cfg.MaxInflight == 0 {
+		cfg.MaxInflight = 4000
+	}
+	if cfg.ProbeInterval == 0 {
+		cfg.ProbeInterval = 20 * time.Millisecond
+	}
+	dial := sourceDialer(cfg.SrcIPs, 10*time.Second)
+	w := &e2eWorker{
+		cfg:    cfg,
+		tokens: map[int64]string{},
+		phases: map[int]*e2ePhaseRec{},
+		hc: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			DialContext: dial, MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute}},
+		dialer: &websocket.Dialer{NetDialContext: dial, HandshakeTimeout: 10 * time.Second,
+			ReadBufferSize: 4096, WriteBufferSize: 1024},
+	}
+	for _, c := range cfg.Convs {
+		for _, u := range c.Members {
+			if _, ok := w.tokens[u]; !ok {
+				tok, err := gateway.IssueToken([]byte(cfg.Secret), u, 2*time.Hour)
+				if err != nil {
+					return err
+				}
+				w.tokens[u] = tok
+			}
+		}
+	}
+	// One WebSocket per user, each told apart by its first welcome.
+	var welcomed sync.WaitGroup
+	welcomed.Add(len(w.tokens))
+	rctx, stopReceivers := context.WithCancel(ctx)
+	var receivers sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for u, tok := range w.tokens {
+		receivers.Add(1)
+		go func() {
+			defer receivers.Done()
+			w.receive(rctx, u, tok, sem, welcomed.Done)
+		}()
+	}
+	defer func() { stopReceivers(); receivers.Wait() }()
+	if err := waitGroupCtx(ctx, &welcomed); err != nil {
+		return fmt.Errorf("connect %d WebSockets: %w", len(w.tokens), err)
+	}
+	cio.emit("ready", map[string]int{"connections": len(w.tokens)})
+
+	probe, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("commit probe: %w", err)
+	}
+	defer probe.Close(context.Background())
+	if _, err := probe.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_commit_probe (id bigserial PRIMARY KEY, at timestamptz NOT NULL)`); err != nil {
+		return err
+	}
+	for idx := 0; ; idx++ {
+		line, ok := cio.next(ctx)
+		if !ok || line == "quit" {
+			return nil
+		}
+		kind, arg, _ := strings.Cut(line, " ")
+		if kind != "phase" {
+			return fmt.Errorf("e2e worker: unknown command %q", line)
+		}
+		var cmd e2ePhaseCmd
+		if err := json.Unmarshal([]byte(arg), &cmd); err != nil {
+			return err
+		}
+		res, err := w.runPhase(ctx, idx, cmd, probe)
+		if err != nil {
+			return err
+		}
+		cio.emit("result", res)
+	}
+}
+
+func waitGroupCtx(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// wsFrame is what the load generators read of the server's frames.
+type wsFrame struct {
+	Type    string `json:"type"`
+	Head    int64  `json:"head"`
+	Entries []struct {
+		InboxSeq int64 `json:"inbox_seq"`
+		Message  *struct {
+			Body string `json:"body"`
+		} `json:"message"`
+	} `json:"entries"`
+}
+
+type wsHello struct {
+	Type  string `json:"type"`
+	After int64  `json:"after"`
+}
+
+// receive keeps one user's WebSocket up (reconnecting with its cursor) and
+// times the pushes of bench messages.
+func (w *e2eWorker) receive(ctx context.Context, user int64, tok string, sem chan struct{}, welcomed func()) {
+	hdr := http.Header{"Authorization": {"Bearer " + tok}}
+	var after int64
+	first := true
+	for ctx.Err() == nil {
+		sem <- struct{}{}
+		conn, _, err := w.dialer.DialContext(ctx, "ws://"+w.cfg.Addr+"/v1/ws", hdr)
+		if err == nil {
+			err = conn.WriteJSON(wsHello{Type: "hello", After: after})
+		}
+		<-sem
+		if err != nil {
+			if conn != nil {
+				conn.Close()
+			}
+			sleepCtx(ctx, 200*time.Millisecond)
+			continue
+		}
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		for {
+			_, data, err := conn.ReadMessage()
+			if err != nil {
+				break
+			}
+			now := time.Now().UnixNano()
+			var f wsFrame
+			if json.Unmarshal(data, &f) != nil {
+				continue
+			}
+			switch f.Type {
+			case "welcome":
+				if first {
+					first = false
+					welcomed()
+				}
+			case "too_long":
+				after = f.Head
+			case "entries":
+				for _, e := range f.Entries {
+					after = max(after, e.InboxSeq)
+					if e.Message != nil {
+						w.recordPush(e.Message.Body, now)
+					}
+				}
+			}
+		}
+		stop()
+		conn.Close()
+		if ctx.Err() == nil {
+			w.reconns.Add(1)
+		}
+	}
+}
+
+// recordPush times a push whose body is "bench:<phase>:<send unix ns>".
+func (w *e2eWorker) recordPush(body string, now int64) {
+	rest, ok := strings.CutPrefix(body, "bench:")
+	if !ok {
+		return
+	}
+	ps, ts, ok := strings.Cut(rest, ":")
+	if !ok {
+		return
+	}
+	p, err1 := strconv.Atoi(ps)
+	t0, err2 := strconv.ParseInt(ts, 10, 64)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	w.mu.Lock()
+	rec := w.phases[p]
+	w.mu.Unlock()
+	if rec == nil {
+		return
+	}
+	rec.mu.Lock()
+	rec.push = append(rec.push, float32(float64(now-t0)/1e6))
+	rec.mu.Unlock()
+	rec.received.Add(1)
+}
+
+func (w *e2eWorker) runPhase(ctx context.Context, idx int, cmd e2ePhaseCmd, probe *pgx.Conn) (E2EPhase, error) {
+	rec := &e2ePhaseRec{}
+	w.mu.Lock()
+	w.phases[idx] = rec
+	w.mu.Unlock()
+	res := E2EPhase{Name: cmd.Name, Offered: cmd.Rate}
+	reconns0 := w.reconns.Load()
+
+	pctx, stopProbe := context.WithCancel(ctx)
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		w.commitProbe(pctx, probe, rec)
+	}()
+
+	var (
+		sent, created, pending, errs, dropped, expected atomic.Int64
+		inflight                                        atomic.Int64
+		wg                                              sync.WaitGroup
+		firstErr                                        atomic.Value
+	)
+	interval := time.Duration(float64(time.Second) / cmd.Rate)
+	start := time.Now()
+	end := start.Add(time.Duration(cmd.Seconds * float64(time.Second)))
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if !at.Before(end) || ctx.Err() != nil {
+			break
+		}
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		if inflight.Load() >= int64(w.cfg.MaxInflight) {
+			dropped.Add(1)
+			continue
+		}
+		conv := w.cfg.Convs[i%len(w.cfg.Convs)]
+		sender := conv.Members[(i/len(w.cfg.Convs))%len(conv.Members)]
+		inflight.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer inflight.Add(-1)
+			sent.Add(1)
+			t0 := time.Now()
+			code, err := w.send(ctx, conv.ID, w.tokens[sender], fmt.Sprintf("bench:%d:%d", idx, t0.UnixNano()))
+			d := float32(float64(time.Since(t0).Microseconds()) / 1000)
+			switch {
+			case err == nil && (code == http.StatusCreated || code == http.StatusOK):
+				created.Add(1)
+			case err == nil && code == http.StatusAccepted:
+				pending.Add(1)
+			default:
+				errs.Add(1)
+				if err == nil {
+					err = fmt.Errorf("HTTP %d", code)
+				}
+				firstErr.CompareAndSwap(nil, err.Error())
+				return
+			}
+			expected.Add(int64(len(conv.Members)))
+			rec.mu.Lock()
+			rec.send = append(rec.send, d)
+			rec.mu.Unlock()
+		}()
+	}
+	res.Seconds = time.Since(start).Seconds()
+	wg.Wait()
+	// The last pushes: wait for them up to the drain time.
+	drainEnd := time.Now().Add(time.Duration(cmd.DrainSeconds * float64(time.Second)))
+	for rec.received.Load() < expected.Load() && time.Now().Before(drainEnd) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopProbe()
+	<-probeDone
+	w.mu.Lock()
+	delete(w.phases, idx) // later pushes of this phase are not counted
+	w.mu.Unlock()
+
+	res.Sent, res.Created, res.Pending, res.SendErrors, res.Dropped = sent.Load(), created.Load(), pending.Load(), errs.Load(), dropped.Load()
+	res.Achieved = float64(res.Created+res.Pending) / res.Seconds
+	res.Expected, res.Received = expected.Load(), rec.received.Load()
+	res.Reconnects = w.reconns.Load() - reconns0
+	if v, ok := firstErr.Load().(string); ok {
+		res.FirstErrText = v
+	}
+	rec.mu.Lock()
+	res.Push = newDist(f32to64(rec.push))
+	res.Send = newDist(f32to64(rec.send))
+	res.Commit = newDist(f32to64(rec.commit))
+	rec.mu.Unlock()
+	return res, ctx.Err()
+}
+
+func (w *e2eWorker) send(ctx context.Context, conv int64, tok, body string) (int, error) {
+	raw, _ := json.Marshal(map[string]string{"msg_id": uuid.NewString(), "body": body})
+	req, err := http.NewRequestWithContext(ctx, "POST",
+		"http://"+w.cfg.Addr+"/v1/conversations/"+strconv.FormatInt(conv, 10)+"/messages", bytes.NewReader(raw))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	discard(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// commitProbe times a single-row INSERT (autocommit: INSERT+COMMIT in one
+// round trip) every ProbeInterval on the server under test.
+func (w *e2eWorker) commitProbe(ctx context.Context, conn *pgx.Conn, rec *e2ePhaseRec) {
+	t := time.NewTicker(w.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// Not ctx: pgx closes a connection whose query is cancelled.
+		qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t0 := time.Now()
+		_, err := conn.Exec(qctx, `INSERT INTO bench_commit_probe (at) VALUES (now())`)
+		cancel()
+		if err != nil {
+			return
+		}
+		d := float32(float64(time.Since(t0).Microseconds()) / 1000)
+		rec.mu.Lock()
+		rec.commit = append(rec.commit, d)
+		rec.mu.Unlock()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

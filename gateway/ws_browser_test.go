@@ -165,4 +165,11 @@ func TestWSBrowserDemo(t *testing.T) {
 	// And live again, both ways.
 	say(bob, "back")
 	do(alice, "see bob's answer", until(has("back")))
+	if dir := os.Getenv("INBOXD_TEST_SCREENSHOTS"); dir != "" {
+		for name, ctx := range map[string]context.Context{"alice": alice, "bob": bob} {
+			png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(dir+"/demo-"+name+".png", png, 0o644))
+		}
+	}
 }

@@ -115,6 +115,11 @@ func newWSGatewayOn(t testing.TB, env *testenv.Env, o wsOpts) *wsgw {
 		})
 		return ws
 	}
+	// Own registries: the test's endpoints must not collide with one the
+	// gateway may build itself.
+	if o.ws.Registerer == nil {
+		o.ws.Registerer = prometheus.NewRegistry()
+	}
 	w.ws = mount("/v1/ws", o.ws)
 	w.stopWS = stops[0]
 	for path, cfg := range o.extra {

@@ -134,6 +134,9 @@ type Config struct {
 	// long-polls were released. Default 10s.
 	ShutdownTimeout time.Duration
 
+	// WebSocket configures GET /v1/ws; see WSConfig.
+	WebSocket WSConfig
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 

@@ -37,6 +37,7 @@ type Gateway struct {
 	sendLimits *limiters
 	syncLimits *limiters
 
+	ws        *WebSocket    // GET /v1/ws, run by Listen
 	held      atomic.Int64  // long-polls currently held
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -74,6 +75,9 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	}
 	g.metrics = m
 	g.hub = newHub(cfg.Logger, cfg.WakeJitter, cfg.WakeBurst, m)
+	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
+		return nil, err
+	}
 	g.promHandler = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
 	g.routes = g.routeTable()
 	g.handler = g.buildHandler()
@@ -84,7 +88,7 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Listen runs the notification hub (one dedicated LISTEN connection,
-// reconnected with backoff) until ctx ends. Without it, long-polls only end
+// reconnected with backoff) and the WebSocket pusher until ctx ends. Without it, long-polls only end
 // by their timeout and sends answer 202. Run calls it; tests that serve
 // Handler themselves run it beside.
 func (g *Gateway) Listen(ctx context.Context) error {
@@ -93,11 +97,18 @@ func (g *Gateway) Listen(ctx context.Context) error {
 		cc.RuntimeParams = map[string]string{}
 	}
 	cc.RuntimeParams["application_name"] = "inboxd-gateway-listen"
-	return g.hub.run(ctx, g.cfg.Channel, g.cfg.ListenBackoffMax, func(ctx context.Context) (*pgx.Conn, error) {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		return pgx.ConnectConfig(cctx, cc)
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error {
+		return g.hub.run(ctx, g.cfg.Channel, g.cfg.ListenBackoffMax, func(ctx context.Context) (*pgx.Conn, error) {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return pgx.ConnectConfig(cctx, cc)
+		})
 	})
+	// The WebSocket pusher lives as long as the hub that feeds it; when
+	// ctx ends every session is closed with 1012.
+	eg.Go(func() error { return g.ws.Run(ctx) })
+	return eg.Wait()
 }
 
 // Drain releases every held long-poll (each answers at once, with

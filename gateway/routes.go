@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"net/http"
+
+	"github.com/inboxd/inboxd/web"
 	"strings"
 	"time"
 )
@@ -40,6 +42,9 @@ func (g *Gateway) routeTable() []route {
 		{"PATCH", "/v1/conversations/{cid}/record", true, bucketSend, g.handleRecord},
 		{"POST", "/v1/conversations/{cid}/read", true, bucketSend, g.handleRead},
 		{"GET", "/v1/sync", true, bucketSync, g.handleSync},
+		// The WebSocket authenticates after the upgrade (browsers cannot
+		// read a refused handshake) and charges one sync token per connection.
+		{"GET", "/v1/ws", false, bucketNone, g.handleWS},
 		{"GET", "/healthz", false, bucketNone, g.handleHealthz},
 		{"GET", "/readyz", false, bucketNone, g.handleReadyz},
 		{"GET", "/metrics", false, bucketNone, g.handleMetrics},
@@ -54,7 +59,16 @@ func (g *Gateway) routeTable() []route {
 func (g *Gateway) buildHandler() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range g.routes {
-		mux.Handle(rt.pattern(), g.instrument(rt.pattern(), g.wrap(rt)))
+		h := g.wrap(rt)
+		if rt.path != "/v1/ws" { // a connection's lifetime is no request latency
+			h = g.instrument(rt.pattern(), h)
+		}
+		mux.Handle(rt.pattern(), h)
+	}
+	if g.cfg.DevMode {
+		// The demo page (dev mode only: it logs in through /v1/dev/token).
+		mux.Handle("GET /{$}", web.Handler())
+		mux.Handle("GET /demo/", web.Handler())
 	}
 	unmatched := g.instrument("unmatched", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.writeUnmatched(mux, w, r)

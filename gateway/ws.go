@@ -327,3 +327,9 @@ func (ws *WebSocket) reject(conn *websocket.Conn, code int, reason string, cause
 	}
 	_ = conn.Close()
 }
+
+// handleWS is GET /v1/ws on the gateway's own endpoint.
+func (g *Gateway) handleWS(w http.ResponseWriter, r *http.Request) error {
+	g.ws.ServeHTTP(w, r)
+	return nil
+}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,11 +54,39 @@ func newWSMetrics(reg prometheus.Registerer, stalled func() float64) (*wsMetrics
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "frames_received_total",
 			Help: "Client frames by type (hello, send, ping, invalid)."}, []string{"type"}),
 	}
-	for _, c := range []prometheus.Collector{m.conns, m.closes, m.frames, m.entries, m.pushLatency, m.lagging,
-		m.stalled, m.slowCloses, m.batchSize, m.batchLatency, m.batchErrors, m.received} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
+	// A second endpoint on the same registry (tests mount extra ones)
+	// shares the first one's collectors.
+	var err error
+	reuse := func(c prometheus.Collector) prometheus.Collector {
+		if err != nil {
+			return c
 		}
+		e := reg.Register(c)
+		var are prometheus.AlreadyRegisteredError
+		switch {
+		case e == nil:
+			return c
+		case errors.As(e, &are):
+			return are.ExistingCollector
+		default:
+			err = e
+			return c
+		}
+	}
+	m.conns = reuse(m.conns).(prometheus.Gauge)
+	m.closes = reuse(m.closes).(*prometheus.CounterVec)
+	m.frames = reuse(m.frames).(*prometheus.CounterVec)
+	m.entries = reuse(m.entries).(prometheus.Counter)
+	m.pushLatency = reuse(m.pushLatency).(prometheus.Histogram)
+	m.lagging = reuse(m.lagging).(prometheus.Gauge)
+	m.stalled = reuse(m.stalled).(prometheus.GaugeFunc)
+	m.slowCloses = reuse(m.slowCloses).(*prometheus.CounterVec)
+	m.batchSize = reuse(m.batchSize).(prometheus.Histogram)
+	m.batchLatency = reuse(m.batchLatency).(prometheus.Histogram)
+	m.batchErrors = reuse(m.batchErrors).(prometheus.Counter)
+	m.received = reuse(m.received).(*prometheus.CounterVec)
+	if err != nil {
+		return nil, err
 	}
 	return m, nil
 }

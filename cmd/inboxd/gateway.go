@@ -29,6 +29,12 @@ type gatewayFlags struct {
 	syncBurst       int
 	tooLongLag      int64
 	shutdownTimeout time.Duration
+	wsHeartbeat     time.Duration
+	wsOrigins       string
+	wsMaxConns      int
+	wsMaxPerUser    int
+	wsWriteTimeout  time.Duration
+	wsSlowTimeout   time.Duration
 }
 
 func (f *gatewayFlags) bind(fs *flag.FlagSet) {
@@ -43,6 +49,12 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.syncBurst, "sync-burst", gateway.DefaultSyncBurst, "per-user read burst")
 	fs.Int64Var(&f.tooLongLag, "too-long-lag", gateway.DefaultTooLongLag, "lag above which sync answers too long")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", gateway.DefaultShutdownTimeout, "time for requests in flight at shutdown")
+	fs.DurationVar(&f.wsHeartbeat, "ws-heartbeat", gateway.DefaultWSHeartbeat, "mean interval of WebSocket heartbeats (each carries the head)")
+	fs.StringVar(&f.wsOrigins, "ws-allowed-origins", "", "comma-separated browser origins allowed on /v1/ws (* for any; empty: same origin only)")
+	fs.IntVar(&f.wsMaxConns, "ws-max-conns", gateway.DefaultWSMaxConns, "WebSocket connections per process; beyond it close 4029")
+	fs.IntVar(&f.wsMaxPerUser, "ws-max-conns-per-user", gateway.DefaultWSMaxConnsPerUser, "WebSocket connections per user per process")
+	fs.DurationVar(&f.wsWriteTimeout, "ws-write-timeout", gateway.DefaultWSWriteTimeout, "bound of every WebSocket write")
+	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", gateway.DefaultWSSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
 }
 
 func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
@@ -59,7 +71,15 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 		SyncBurst:       f.syncBurst,
 		TooLongLag:      f.tooLongLag,
 		ShutdownTimeout: f.shutdownTimeout,
-		Logger:          log,
+		WebSocket: gateway.WSConfig{
+			HeartbeatInterval: f.wsHeartbeat,
+			AllowedOrigins:    config.SplitList(f.wsOrigins),
+			MaxConns:          f.wsMaxConns,
+			MaxConnsPerUser:   f.wsMaxPerUser,
+			WriteTimeout:      f.wsWriteTimeout,
+			SlowTimeout:       f.wsSlowTimeout,
+		},
+		Logger: log,
 	}
 }
 

@@ -329,6 +329,13 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches 
 		return fmt.Errorf("apply batch of %d records: %w", len(recs), err)
 	}
 	f.m.observe(res, time.Since(start))
+	// Lag per partition: the log's high watermark as this fetch saw it,
+	// minus the next offset to apply.
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if n := len(p.Records); n > 0 {
+			f.m.lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - (p.Records[n-1].Offset + 1)))
+		}
+	})
 	if res.Rejected > 0 {
 		f.cfg.Logger.Info("events rejected at their log position", "count", res.Rejected)
 	}

@@ -12,6 +12,7 @@ type metrics struct {
 	records, skipped, inboxRows, messages, rejected, dead, retries prometheus.Counter
 	batch                                                          prometheus.Histogram
 	pruned, pruneRuns                                              prometheus.Counter
+	lag                                                            *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -21,6 +22,8 @@ func newMetrics() *metrics {
 	pruned, runs := retentionMetrics()
 	return &metrics{
 		pruned: pruned, pruneRuns: runs,
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "inboxd", Subsystem: "fanout", Name: "lag_records",
+			Help: "Records of a partition not applied yet, as of the last batch (high watermark - next offset)."}, []string{"partition"}),
 		records:   c("records_total", "Records applied."),
 		skipped:   c("records_skipped_total", "Records below the stored offsets (already applied), skipped."),
 		inboxRows: c("inbox_rows_total", "Inbox rows written."),
@@ -35,7 +38,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch, m.pruned, m.pruneRuns} {
+	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch, m.pruned, m.pruneRuns, m.lag} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

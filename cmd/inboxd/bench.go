@@ -24,6 +24,7 @@ figures, each next to a reference measured in the same run:
   idle     bytes per idle WebSocket of the gateway, vs a bare gorilla/websocket echo server
   storm    reconnect storm after a gateway restart: the SDK vs a naive client
   all      every figure, then the tables and charts of docs/benchmarks.md
+  report   the tables and charts again from the JSON of a bench all (--json)
 
 run 'inboxd bench <figure> -h' for its flags`
 
@@ -38,6 +39,9 @@ func runBench(ctx context.Context, args []string) error {
 		return bench.RunChild(ctx, args)
 	}
 	fig := args[0]
+	if fig == "report" {
+		return benchReport(args[1:])
+	}
 	fs := flag.NewFlagSet("bench "+fig, flag.ContinueOnError)
 	var (
 		dbURL, jsonOut, mdOut, outDir string
@@ -114,7 +118,7 @@ func runBench(ctx context.Context, args []string) error {
 		fs.IntVar(&c.Workers, "workers", 2, "client processes")
 		fs.DurationVar(&c.RecoverTimeout, "recover-timeout", 45*time.Second, "longest wait for every client to be back")
 		fs.DurationVar(&c.Down, "down", 3*time.Second, "how long the gateway stays down between the old process's exit and the new one's start")
-		fs.StringVar(&modes, "modes", "sdk,naive", "kinds of client, in order")
+		fs.StringVar(&modes, "modes", "sdk,sdk-ws,naive", "kinds of client, in order: sdk (client package defaults), sdk-ws (WebSocket only), naive")
 		summary = "inboxd bench storm: request rate during a reconnect storm, the SDK vs a naive client"
 		run = func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 			c.Modes = config.SplitList(modes)
@@ -134,7 +138,7 @@ func runBench(ctx context.Context, args []string) error {
 		run = func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 			c.Only = config.SplitList(only)
 			if quick {
-				c = quickSizes(c)
+				c = c.Quick()
 			}
 			if c.Docs != "" {
 				if _, err := os.Stat(c.Docs); err != nil {
@@ -178,15 +182,25 @@ func runBench(ctx context.Context, args []string) error {
 	return runErr
 }
 
-// quickSizes shrinks every figure to check the suite end to end.
-func quickSizes(c bench.AllConfig) bench.AllConfig {
-	c.Fanout7 = bench.FanoutConfig{Messages: 10000, Conversations: 500}
-	c.Fanout50 = bench.FanoutConfig{Messages: 2000, Conversations: 200}
-	c.E2E = bench.E2EConfig{Conversations: 60, PhaseSeconds: 3, RampSeconds: 2, RampSteps: 2, DrainSeconds: 2}
-	c.Sync = bench.SyncConfig{Users: 500, Seconds: 2, Conns: 16}
-	c.Idle = bench.IdleConfig{Conns: 2000, Workers: 2, Settle: 1}
-	c.Storm = bench.StormConfig{Clients: 400, Hold: 2500 * time.Millisecond, RecoverTimeout: 30 * time.Second}
-	return c
+// benchReport redraws the report and charts from the JSON of a bench all.
+func benchReport(args []string) error {
+	fs := flag.NewFlagSet("bench report", flag.ContinueOnError)
+	var in, docs, images string
+	fs.StringVar(&in, "from", "", "JSON written by bench all --json (required)")
+	fs.StringVar(&docs, "docs", "docs/benchmarks.md", "report whose generated blocks are replaced (empty: none)")
+	fs.StringVar(&images, "images", "docs/images", "directory of the charts (empty: none)")
+	fs.Usage = config.Usage(fs, "inboxd bench report: the tables and charts again from the results of a bench all")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	if in == "" {
+		return errors.New("--from is required")
+	}
+	res, err := bench.ReadAllResult(in)
+	if err != nil {
+		return err
+	}
+	return bench.WriteReport(&res, docs, images)
 }
 
 func parseFloats(s string) ([]float64, error) {

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -25,6 +27,31 @@ type AllConfig struct {
 	Images string
 	// NoProfiles skips the CPU profiles.
 	NoProfiles bool
+}
+
+// Quick returns c with every figure shrunk, to check the suite end to end
+// in a minute or two; its figures are not the report's.
+func (c AllConfig) Quick() AllConfig {
+	c.Fanout7 = FanoutConfig{Messages: 10000, Conversations: 500}
+	c.Fanout50 = FanoutConfig{Messages: 2000, Conversations: 200}
+	c.E2E = E2EConfig{Conversations: 60, PhaseSeconds: 3, RampSeconds: 2, RampSteps: 2, DrainSeconds: 2}
+	c.Sync = SyncConfig{Users: 500, Seconds: 2, Conns: 16}
+	c.Idle = IdleConfig{Conns: 2000, Workers: 2, Settle: 1}
+	c.Storm = StormConfig{Clients: 400, Hold: 2500 * time.Millisecond, RecoverTimeout: 30 * time.Second}
+	return c
+}
+
+// ReadAllResult reads the JSON of a bench all.
+func ReadAllResult(path string) (AllResult, error) {
+	var res AllResult
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return res, err
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return res, fmt.Errorf("%s: %w", path, err)
+	}
+	return res, nil
 }
 
 // AllResult is every figure of one run.
@@ -199,19 +226,10 @@ func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
 	}
 	res.Seconds = time.Since(res.Started).Seconds()
 	res.LoadAtEnd = loadAverage()
-	if cfg.Images != "" {
-		charts, err := writeCharts(res, cfg.Images)
-		if err != nil {
-			res.Errors["charts"] = err.Error()
-		}
-		res.Charts = charts
-	}
-	if cfg.Docs != "" {
-		if err := updateReport(cfg.Docs, res); err != nil {
-			res.Errors["report"] = err.Error()
-		} else {
-			progressf(pr, "bench all: %s updated", cfg.Docs)
-		}
+	if err := WriteReport(&res, cfg.Docs, cfg.Images); err != nil {
+		res.Errors["report"] = err.Error()
+	} else if cfg.Docs != "" {
+		progressf(pr, "bench all: %s updated", cfg.Docs)
 	}
 	if len(res.Errors) > 0 {
 		var names []string
@@ -225,6 +243,22 @@ func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
 		res.Errors = nil
 	}
 	return res, nil
+}
+
+// WriteReport draws the charts of res into images (empty: none) and
+// replaces the generated blocks of the report at docs (empty: none).
+func WriteReport(res *AllResult, docs, images string) error {
+	if images != "" {
+		charts, err := writeCharts(*res, images)
+		res.Charts = charts
+		if err != nil {
+			return fmt.Errorf("charts: %w", err)
+		}
+	}
+	if docs != "" {
+		return updateReport(docs, *res)
+	}
+	return nil
 }
 
 // writeCharts draws the charts of res into dir and returns their paths.

@@ -40,6 +40,7 @@ type lineChart struct {
 	LogX, LogY            bool
 	XTicks                []chartTick // custom ticks; default computed
 	YMin                  float64     // lower bound of Y (log: above 0); 0 = from data
+	XMin, XMax            float64     // bounds of X when XMax > XMin; else from data
 	Series                []chartSeries
 	Marks                 []chartMark
 	W, H                  int
@@ -178,24 +179,31 @@ func fmtTick(v float64) string {
 // render draws the chart.
 func (ch lineChart) render() *image.RGBA {
 	if ch.W == 0 {
-		ch.W, ch.H = 960, 540
+		ch.W, ch.H = 1040, 560
 	}
+	// The legend goes under the chart, two entries a line.
+	legendRows := (len(ch.Series) + 1) / 2
+	plotH := ch.H
+	ch.H += legendRows*(glyphH+10) + 8
 	img := image.NewRGBA(image.Rect(0, 0, ch.W, ch.H))
 	c := canvas{img}
 	c.rect(0, 0, ch.W, ch.H, color.RGBA{0xff, 0xff, 0xff, 0xff})
-	left, right, top, bottom := 110, 24, 56, 72
+	left, right, top, bottom := 110, 48, 56, 72
 	px0, px1 := float64(left), float64(ch.W-right)
-	py0, py1 := float64(ch.H-bottom), float64(top)
+	py0, py1 := float64(plotH-bottom), float64(top)
 
 	// Data ranges.
 	xlo, xhi, ylo, yhi := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, s := range ch.Series {
 		for i := range s.X {
 			x, y := s.X[i], s.Y[i]
-			if (ch.LogX && x <= 0) || (ch.LogY && y <= 0) || math.IsNaN(x) || math.IsNaN(y) || math.IsInf(y, 0) {
+			if (ch.LogX && x <= 0) || math.IsNaN(x) || math.IsInf(x, 0) {
 				continue
 			}
 			xlo, xhi = math.Min(xlo, x), math.Max(xhi, x)
+			if (ch.LogY && y <= 0) || math.IsNaN(y) || math.IsInf(y, 0) {
+				continue
+			}
 			ylo, yhi = math.Min(ylo, y), math.Max(yhi, y)
 		}
 	}
@@ -203,10 +211,16 @@ func (ch lineChart) render() *image.RGBA {
 		xlo, xhi = math.Min(xlo, t.V), math.Max(xhi, t.V)
 	}
 	if math.IsInf(xlo, 0) {
-		xlo, xhi, ylo, yhi = 0, 1, 0, 1
+		xlo, xhi = 0, 1
+	}
+	if math.IsInf(ylo, 0) {
+		ylo, yhi = 1, 10
 	}
 	if ch.YMin != 0 || (!ch.LogY && ylo > 0) {
 		ylo = ch.YMin
+	}
+	if ch.XMax > ch.XMin {
+		xlo, xhi = ch.XMin, ch.XMax
 	}
 	if xhi == xlo {
 		xhi = xlo + 1
@@ -214,13 +228,15 @@ func (ch lineChart) render() *image.RGBA {
 	if yhi <= ylo {
 		yhi = ylo + 1
 	}
+	fixedX := ch.XMax > ch.XMin
 	mk := func(lo, hi float64, log bool, p0, p1 float64) axis {
 		if log {
 			lo, hi = math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
 			if hi == lo {
 				hi++
 			}
-		} else {
+		} else if p1 < p0 || !fixedX {
+			// Y always, and X unless given: out to round ticks.
 			t := niceTicks(lo, hi, 6)
 			step := 1.0
 			if len(t) > 1 {
@@ -295,18 +311,11 @@ func (ch lineChart) render() *image.RGBA {
 
 	// Title, axis labels, legend.
 	c.text((ch.W-textWidth(ch.Title))/2, 16, ch.Title, colBlack, false)
-	c.text((int(px0+px1)-textWidth(ch.XLabel))/2, ch.H-28, ch.XLabel, colBlack, false)
+	c.text((int(px0+px1)-textWidth(ch.XLabel))/2, plotH-30, ch.XLabel, colBlack, false)
 	c.text(14, (int(py0+py1)+textWidth(ch.YLabel))/2, ch.YLabel, colBlack, true)
-	lw := 0
-	for _, s := range ch.Series {
-		lw = max(lw, textWidth(s.Name))
-	}
-	lx, ly := int(px1)-lw-60, int(py1)+12
-	if len(ch.Series) > 0 {
-		c.rect(lx-10, ly-8, int(px1)-6, ly+len(ch.Series)*(glyphH+10)+2, color.RGBA{0xff, 0xff, 0xff, 0xf0})
-	}
+	colW := (ch.W - left) / 2
 	for i, s := range ch.Series {
-		y := ly + i*(glyphH+10)
+		lx, y := left+(i%2)*colW, plotH+(i/2)*(glyphH+10)
 		c.line(float64(lx), float64(y+glyphH/2), float64(lx+36), float64(y+glyphH/2), 3, s.Color, s.Dash)
 		c.text(lx+44, y, s.Name, colBlack, false)
 	}

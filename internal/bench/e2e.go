@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -26,7 +27,7 @@ type E2EConfig struct {
 	Loads         []float64 // [100, 1000] fixed offered loads, msg/s
 	PhaseSeconds  float64   // [10] length of a fixed load
 	RampSeconds   float64   // [4] length of a ramp step
-	RampSteps     int       // [6] most ramp steps
+	RampSteps     int       // [6] most ramp steps (a bisection after the first failure)
 	DrainSeconds  float64   // [3] wait for the last pushes after a phase
 	// MaxP99Ms is the push p99 above which a load counts as not
 	// sustained [500].
@@ -78,6 +79,7 @@ type E2EResult struct {
 	MaxSustainable   float64    `json:"max_sustainable_msgs_per_sec"`
 	MaxPhase         int        `json:"max_phase"`
 	MaxP99Ms         float64    `json:"sustained_p99_bound_ms"`
+	DrainSeconds     float64    `json:"drain_seconds"`
 	CPUPhase         string     `json:"cpu_phase"`
 	CPU              []CPUShare `json:"cpu"`
 	Profiles         []Profile  `json:"profiles"`
@@ -105,7 +107,7 @@ func (r E2EResult) Rows() []Row {
 	if r.MaxSustainable > 0 {
 		ref, rt := "fan-out alone: run `bench all`", "n/a"
 		if r.FanoutRowsPerSec > 0 {
-			ref = fmt.Sprintf("fan-out alone (bench fanout, %d members, same run): %s inbox rows/s", 7, num(r.FanoutRowsPerSec))
+			ref = fmt.Sprintf("fan-out alone (bench fanout, 7 members, same run): %s inbox rows/s", num(r.FanoutRowsPerSec))
 			rt = ratio(r.MaxSustainable*float64(r.Members), r.FanoutRowsPerSec)
 		}
 		rows = append(rows, Row{
@@ -164,7 +166,7 @@ func randomSecret() string {
 // run in the orchestrator.
 func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 	cfg.setDefaults()
-	res := E2EResult{Conversations: cfg.Conversations, Members: cfg.Members, MaxPhase: -1, MaxP99Ms: cfg.MaxP99Ms,
+	res := E2EResult{Conversations: cfg.Conversations, Members: cfg.Members, MaxPhase: -1, MaxP99Ms: cfg.MaxP99Ms, DrainSeconds: cfg.DrainSeconds,
 		FanoutRowsPerSec: cfg.FanoutRowsPerSec}
 	pr := env.Progress
 	url, drop, err := env.newDatabase(ctx, "e2e")
@@ -300,31 +302,45 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		res.Phases = append(res.Phases, p)
 	}
 
-	// The ramp, from the last fixed load: up by half while sustained, else
-	// down until sustained.
-	last := res.Phases[len(res.Phases)-1]
-	rate, best := last.Offered, 0.0
-	if last.Sustained {
-		best = rate
+	// The ramp: between the highest sustained load and the lowest one that
+	// was not, up by half while nothing failed, down by 40% while nothing
+	// was sustained, then halving the interval, until it is within 15%.
+	lo, hi := 0.0, 0.0
+	note := func(p E2EPhase) {
+		if p.Sustained {
+			lo = max(lo, p.Offered)
+		} else if hi == 0 || p.Offered < hi {
+			hi = p.Offered
+		}
+	}
+	for _, p := range res.Phases {
+		note(p)
 	}
 	for step := 0; step < cfg.RampSteps; step++ {
-		if last.Sustained {
-			rate *= 1.5
-		} else {
-			rate *= 0.6
+		var next float64
+		switch {
+		case hi == 0:
+			next = lo * 1.5
+		case lo == 0:
+			next = hi * 0.6
+		case hi/lo > 1.15:
+			next = math.Round((lo+hi)/2/10) * 10
 		}
-		p, err := run(fmt.Sprintf("ramp step %d", step+1), rate, cfg.RampSeconds)
+		if next <= lo || (hi > 0 && next >= hi) {
+			break
+		}
+		p, err := run(fmt.Sprintf("ramp step %d", step+1), next, cfg.RampSeconds)
 		if err != nil {
 			return res, err
 		}
 		res.Ramp = append(res.Ramp, p)
-		if p.Sustained {
-			best = max(best, rate)
-		}
-		if p.Sustained != last.Sustained && (best > 0) {
-			break // crossed the edge
+		note(p)
+		if !p.Sustained {
+			// Let the backlog of an overload drain before the next step.
+			sleepCtx(ctx, time.Duration(cfg.DrainSeconds*float64(time.Second)))
 		}
 	}
+	best := lo
 	res.MaxSustainable = best
 	if best > 0 {
 		found := false
@@ -347,6 +363,7 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 	_ = gw.stop(20 * time.Second)
 	for i := range res.Profiles {
 		res.Profiles[i].Top = pprofTop(ctx, res.Profiles[i].Path, 25)
+		res.Profiles[i].TopCum = pprofTop(ctx, res.Profiles[i].Path, 30, "-cum")
 	}
 	return res, nil
 }

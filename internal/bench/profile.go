@@ -19,6 +19,7 @@ type Profile struct {
 	Path    string  `json:"path"`    // the profile file
 	Seconds float64 `json:"seconds"` // length of the profile
 	Top     string  `json:"top"`     // `go tool pprof -top` of it (empty without go)
+	TopCum  string  `json:"top_cum"` // the same sorted by cumulative time
 	Heap    bool    `json:"heap"`    // a heap profile (in-use bytes), not CPU
 }
 

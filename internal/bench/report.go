@@ -23,18 +23,18 @@ const (
 // to the commit latency measured at the same time.
 func e2eChart(r E2EResult) lineChart {
 	ch := lineChart{
-		Title:  fmt.Sprintf("Send -> WebSocket push latency (%d members), and a single-row commit at the same time", r.Members),
+		Title:  fmt.Sprintf("Send -> WebSocket push, %d members (dashed: a 1-row commit, same time)", r.Members),
 		XLabel: "percentile", YLabel: "latency (ms)", LogY: true,
 		XTicks: []chartTick{{0, "0%"}, {math.Log10(2), "50%"}, {1, "90%"}, {2, "99%"}, {3, "99.9%"}},
 	}
 	for i, p := range r.Phases {
 		col := palette[i%len(palette)]
-		label := fmt.Sprintf("push, %s msg/s", num(p.Offered))
+		label := fmt.Sprintf("push at %s msg/s", num(p.Offered))
 		if i == r.MaxPhase {
 			label += " (highest sustained)"
 		}
 		ch.Series = append(ch.Series, percentileSeries(label, p.Push, col, false),
-			percentileSeries(fmt.Sprintf("commit, during %s msg/s", num(p.Offered)), p.Commit, col, true))
+			percentileSeries(fmt.Sprintf("commit during %s msg/s", num(p.Offered)), p.Commit, col, true))
 	}
 	return ch
 }
@@ -55,18 +55,22 @@ func percentileSeries(name string, d Dist, col color.RGBA, dash bool) chartSerie
 // kinds of client on one chart, with the gateway's return marked.
 func stormChart(r StormResult, connected bool) lineChart {
 	ch := lineChart{
-		Title:  fmt.Sprintf("Reconnect storm: %s clients, gateway restarted at t = 0", num(float64(r.Clients))),
+		Title:  fmt.Sprintf("Reconnect storm: requests of %s clients, gateway stopped at t = 0", num(float64(r.Clients))),
 		XLabel: "seconds since the gateway was stopped",
 		YLabel: "requests/s (100 ms buckets)", LogY: true, YMin: 1,
 	}
 	if connected {
 		ch.YLabel, ch.LogY, ch.YMin = "clients connected", false, 0
-		ch.Title = fmt.Sprintf("Reconnect storm: clients connected, %s clients, gateway restarted at t = 0", num(float64(r.Clients)))
+		ch.Title = fmt.Sprintf("Reconnect storm: %s clients, connected ones, gateway stopped at t = 0", num(float64(r.Clients)))
 	}
-	names := map[string]string{"sdk": "SDK (client package, jittered backoff)", "naive": "naive client (reconnects at once)"}
+	for _, run := range r.Runs {
+		if len(run.T) > 0 {
+			ch.XMin, ch.XMax = run.T[0], max(ch.XMax, run.T[len(run.T)-1])
+		}
+	}
 	for i, run := range r.Runs {
 		col := palette[i%len(palette)]
-		s := chartSeries{Name: names[run.Mode], Color: col, X: run.T}
+		s := chartSeries{Name: stormNames[run.Mode], Color: col, X: run.T}
 		if connected {
 			for _, c := range run.Connected {
 				s.Y = append(s.Y, float64(c))
@@ -78,9 +82,11 @@ func stormChart(r StormResult, connected bool) lineChart {
 		ch.Marks = append(ch.Marks, chartMark{X: run.Downtime, Color: col,
 			Label: fmt.Sprintf("gateway back (%s run)", run.Mode)})
 	}
-	if len(ch.Marks) == 2 && math.Abs(ch.Marks[0].X-ch.Marks[1].X) < 0.8 {
+	if len(ch.Marks) > 1 {
 		// Close together: one label is enough.
-		ch.Marks[1].Label = ""
+		for i := range ch.Marks {
+			ch.Marks[i].Label = ""
+		}
 		ch.Marks[0].Label = "gateway back"
 	}
 	return ch
@@ -99,9 +105,9 @@ func renderTables(r AllResult, charts []string, docDir string) string {
 		WriteTable(&b, s.Rows)
 	}
 	if r.E2E != nil && len(r.E2E.Ramp) > 0 {
-		fmt.Fprintf(&b, "\nThe ramp of the e2e figure (each step %s msg/s offered for a few seconds):\n\n| offered msg/s | achieved msg/s | push p50 | push p99 | commit p50 | verdict |\n|---|---|---|---|---|---|\n", "")
+		b.WriteString("\nThe ramp of the e2e figure, from the last fixed load (a short step per load; the highest sustained one is then measured as long as the fixed loads):\n\n| offered msg/s | achieved msg/s | push p50 | push p99 | commit p50 | commit p99 | verdict |\n|---|---|---|---|---|---|---|\n")
 		for _, p := range r.E2E.Ramp {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", num(p.Offered), num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), p.verdict(r.E2E.MaxP99Ms))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", num(p.Offered), num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), ms(p.Commit.P99), p.verdict(r.E2E.MaxP99Ms))
 		}
 	}
 	if len(charts) > 0 {
@@ -139,6 +145,9 @@ func renderProfiles(r AllResult) string {
 		}
 		b.WriteString(top)
 		b.WriteString("\n```\n")
+		if cum := strings.TrimSpace(p.TopCum); cum != "" {
+			fmt.Fprintf(&b, "\n<details><summary>the same by cumulative time (<code>-top -cum</code>)</summary>\n\n```\n%s\n```\n</details>\n", cum)
+		}
 	}
 	return b.String()
 }

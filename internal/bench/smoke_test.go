@@ -111,7 +111,7 @@ func TestBenchAllSmoke(t *testing.T) {
 	require.Equal(t, 300, res.Idle.Gateway.Held)
 	require.Equal(t, 300, res.Idle.Echo.Held)
 	require.Positive(t, res.Idle.Gateway.RSSPerConn)
-	require.Len(t, res.Storm.Runs, 2)
+	require.Len(t, res.Storm.Runs, 3)
 	for _, r := range res.Storm.Runs {
 		require.Equal(t, 100, r.ConnectedAtCut, r.Mode)
 		require.Positive(t, r.PeakPerSec, r.Mode)
@@ -178,7 +178,7 @@ func TestChartDraws(t *testing.T) {
 		Series: []chartSeries{{Name: "a", X: []float64{0, 1, 2}, Y: []float64{1, 100, 0}, Color: palette[0]}},
 		Marks:  []chartMark{{X: 1, Label: "m", Color: palette[1]}}}
 	img := ch.render()
-	require.Equal(t, 960, img.Bounds().Dx())
+	require.Equal(t, 1040, img.Bounds().Dx())
 	inked := 0
 	for y := 0; y < img.Bounds().Dy(); y++ {
 		for x := 0; x < img.Bounds().Dx(); x++ {

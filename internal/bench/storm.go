@@ -26,7 +26,9 @@ type StormConfig struct {
 	// supervisor's restart delay, during which connections are refused.
 	Down time.Duration
 	Nice int // of the client processes [10]
-	// Modes to run, of "sdk" and "naive" [both].
+	// Modes to run, of "sdk" (the client package with its defaults),
+	// "sdk-ws" (the same on WebSocket only, no long-polling fallback) and
+	// "naive" [all three].
 	Modes []string
 }
 
@@ -59,7 +61,7 @@ func (c *StormConfig) setDefaults() {
 		c.Nice = 10
 	}
 	if len(c.Modes) == 0 {
-		c.Modes = []string{"sdk", "naive"}
+		c.Modes = []string{"sdk", "sdk-ws", "naive"}
 	}
 }
 
@@ -97,10 +99,16 @@ func (r StormResult) run(mode string) (StormRun, bool) {
 	return StormRun{}, false
 }
 
+// stormNames names the kinds of client.
+var stormNames = map[string]string{
+	"sdk":    "SDK (client package, defaults)",
+	"sdk-ws": "SDK on WebSocket only",
+	"naive":  "naive client (reconnects at once)",
+}
+
 // Rows implements Result.
 func (r StormResult) Rows() []Row {
-	sdk, ok1 := r.run("sdk")
-	nv, ok2 := r.run("naive")
+	nv, okNaive := r.run("naive")
 	secs := func(v float64) string {
 		if v < 0 {
 			return "not within the timeout"
@@ -108,29 +116,37 @@ func (r StormResult) Rows() []Row {
 		return fmt.Sprintf("%.1f s", v)
 	}
 	var rows []Row
-	if ok1 && ok2 {
+	for _, mode := range []string{"sdk", "sdk-ws"} {
+		x, ok := r.run(mode)
+		if !ok || !okNaive {
+			continue
+		}
+		name := stormNames[mode]
+		if x.Polling > 0 {
+			name += fmt.Sprintf(", %s of them back on long-polling", num(float64(x.Polling)))
+		}
 		rows = append(rows, Row{
-			Figure:    fmt.Sprintf("reconnect storm, %s clients, gateway restarted: peak request rate (1 s window), SDK (jittered backoff)", num(float64(r.Clients))),
-			Value:     num(sdk.PeakPerSec) + " req/s",
+			Figure:    fmt.Sprintf("reconnect storm, %s clients, gateway restarted: peak request rate (1 s window), %s", num(float64(r.Clients)), name),
+			Value:     num(x.PeakPerSec) + " req/s",
 			Reference: "naive client (reconnects at once), same run: " + num(nv.PeakPerSec) + " req/s",
-			Ratio:     "naive/SDK " + ratio(nv.PeakPerSec, sdk.PeakPerSec),
+			Ratio:     "naive/SDK " + ratio(nv.PeakPerSec, x.PeakPerSec),
 		}, Row{
-			Figure:    "reconnect storm: requests until every client is back, SDK",
-			Value:     num(float64(sdk.Requests)),
+			Figure:    "reconnect storm: requests until every client is back, " + stormNames[mode],
+			Value:     num(float64(x.Requests)),
 			Reference: "naive client: " + num(float64(nv.Requests)),
-			Ratio:     "naive/SDK " + ratio(float64(nv.Requests), float64(sdk.Requests)),
+			Ratio:     "naive/SDK " + ratio(float64(nv.Requests), float64(x.Requests)),
 		}, Row{
-			Figure:    "reconnect storm: time from the cut until every client is back, SDK",
-			Value:     secs(sdk.RecoverSeconds),
+			Figure:    "reconnect storm: time from the stop until every client is back, " + stormNames[mode],
+			Value:     secs(x.RecoverSeconds),
 			Reference: "naive client: " + secs(nv.RecoverSeconds),
-			Ratio:     "naive/SDK " + ratio(nv.RecoverSeconds, sdk.RecoverSeconds),
+			Ratio:     "naive/SDK " + ratio(nv.RecoverSeconds, x.RecoverSeconds),
 		})
 	}
 	for _, x := range r.Runs {
 		rows = append(rows, Row{
-			Figure:    fmt.Sprintf("reconnect storm, %s: time until every client is back", x.Mode),
+			Figure:    "reconnect storm: time until every client is back, " + stormNames[x.Mode],
 			Value:     secs(x.RecoverSeconds),
-			Reference: fmt.Sprintf("gateway downtime (cut -> new process serving): %.1f s", x.Downtime),
+			Reference: fmt.Sprintf("gateway downtime (stop -> new process serving): %.1f s", x.Downtime),
 			Ratio:     ratio(x.RecoverSeconds, x.Downtime),
 		})
 	}
@@ -260,11 +276,12 @@ func mergeStorm(run *StormRun, cut time.Time, series []stormSeries) {
 	}
 	b := int64(series[0].BucketMS)
 	cutMS := cut.UnixMilli()
-	// The grid: from 1 s before the cut to the end of the longest series.
-	lo, hi := int64(-1000)/b, int64(math.MinInt64)
+	// The grid: from 1 s before the cut.
+	// It ends with the shortest series, less its last, partial bucket.
+	lo, hi := int64(-1000)/b, int64(math.MaxInt64)
 	for _, s := range series {
-		end := (s.StartMS + int64(len(s.Attempts))*b - cutMS) / b
-		hi = max(hi, end)
+		end := (s.StartMS+int64(len(s.Attempts))*b-cutMS)/b - 1
+		hi = min(hi, end)
 	}
 	if hi <= lo {
 		return

@@ -200,6 +200,7 @@ func Sync(ctx context.Context, env *Env, cfg SyncConfig) (SyncResult, error) {
 	_ = gw.stop(20 * time.Second)
 	for i := range res.Profiles {
 		res.Profiles[i].Top = pprofTop(ctx, res.Profiles[i].Path, 25)
+		res.Profiles[i].TopCum = pprofTop(ctx, res.Profiles[i].Path, 30, "-cum")
 	}
 	return res, nil
 }

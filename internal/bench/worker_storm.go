@@ -29,7 +29,7 @@ type stormWorkerConfig struct {
 	Secret    string
 	FirstUser int64
 	Count     int
-	Mode      string // "sdk" or "naive"
+	Mode      string // "sdk", "sdk-ws" (the SDK on WebSocket only) or "naive"
 	SrcIPs    []string
 	BucketMS  int
 	// StablePeriod of the SDK: how long a connection must have lasted to
@@ -158,10 +158,14 @@ func runStormWorker(ctx context.Context, cio *childIO, raw []byte) error {
 			return err
 		}
 		switch cfg.Mode {
-		case "sdk":
+		case "sdk", "sdk-ws":
+			tr := client.TransportAuto
+			if cfg.Mode == "sdk-ws" {
+				tr = client.TransportWebSocket
+			}
 			cl, err := client.New(client.Config{
 				BaseURL: "http://" + cfg.Addr, Token: tok, HTTPClient: hc, Dialer: dialer, Logger: quiet,
-				StablePeriod: cfg.StablePeriod,
+				StablePeriod: cfg.StablePeriod, Transport: tr,
 				Handler: client.Handler{OnStatus: func(s client.Status) {
 					w.setUp(c, s.State == client.StateConnected, s.Transport == "polling")
 				}},

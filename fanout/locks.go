@@ -46,8 +46,14 @@ func (f *Fanout) holdFanoutLock(ctx context.Context, pool *pgxpool.Pool, ready c
 				}
 			}
 		}
-		// Unlocking by closing the connection: it is not returned to the pool.
-		_ = conn.Conn().Close(context.Background())
+		// Unlock explicitly: a closed connection's locks are only released
+		// when its backend notices, which a replay started right after this
+		// fanout stopped could still see as held.
+		uctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock_all()`); err != nil {
+			_ = conn.Conn().Close(uctx) // the lock goes with the session
+		}
+		cancel()
 		conn.Release()
 	}
 }

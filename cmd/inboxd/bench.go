@@ -142,8 +142,11 @@ func runBench(ctx context.Context, args []string) error {
 			}
 			if c.Docs != "" {
 				if _, err := os.Stat(c.Docs); err != nil {
-					fmt.Fprintf(os.Stderr, "bench all: %s not found, the report is not updated\n", c.Docs)
+					fmt.Fprintf(os.Stderr, "bench all: %s not found (run from the repository root), the report is not updated\n", c.Docs)
 					c.Docs = ""
+					if !given(fs, "images") {
+						c.Images = ""
+					}
 				}
 			}
 			if c.Images != "" {
@@ -201,6 +204,13 @@ func benchReport(args []string) error {
 		return err
 	}
 	return bench.WriteReport(&res, docs, images)
+}
+
+// given reports whether flag name was set on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 func parseFloats(s string) ([]float64, error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
@@ -152,6 +153,33 @@ func (p *E2EPhase) judge(maxP99 float64) {
 	p.Sustained = p.verdict(maxP99) == "sustained"
 }
 
+// finalPhaseName names the phase at the highest sustained load.
+const finalPhaseName = "highest sustained load"
+
+// fanoutTotals are the fanout's batch counters.
+type fanoutTotals struct{ seconds, batches, records float64 }
+
+func gatherFanout(reg *prometheus.Registry) fanoutTotals {
+	var t fanoutTotals
+	mfs, err := reg.Gather()
+	if err != nil {
+		return t
+	}
+	for _, mf := range mfs {
+		if len(mf.GetMetric()) == 0 {
+			continue
+		}
+		switch mf.GetName() {
+		case "inboxd_fanout_batch_seconds":
+			h := mf.GetMetric()[0].GetHistogram()
+			t.seconds, t.batches = h.GetSampleSum(), float64(h.GetSampleCount())
+		case "inboxd_fanout_records_total":
+			t.records = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return t
+}
+
 func randomSecret() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
@@ -193,7 +221,8 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 	if err := prod.EnsureTopics(ctx); err != nil {
 		return res, err
 	}
-	fo, err := fanout.New(fanout.Config{Brokers: brokers, Logger: env.Log}, pool)
+	reg := prometheus.NewRegistry()
+	fo, err := fanout.New(fanout.Config{Brokers: brokers, Logger: env.Log, Registerer: reg}, pool)
 	if err != nil {
 		return res, err
 	}
@@ -248,6 +277,8 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 	run := func(name string, rate, secs float64) (E2EPhase, error) {
 		progressf(pr, "bench e2e: %s: offering %s msg/s for %gs ...", name, num(rate), secs)
 		cmd, _ := json.Marshal(e2ePhaseCmd{Name: name, Rate: rate, Seconds: secs, DrainSeconds: cfg.DrainSeconds})
+		f0 := gatherFanout(reg)
+		t0 := time.Now()
 		if err := wk.send("phase " + string(cmd)); err != nil {
 			return E2EPhase{}, err
 		}
@@ -255,9 +286,16 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		if err := wk.expectJSON(ctx, "result", time.Duration(secs+cfg.DrainSeconds+120)*time.Second, &p); err != nil {
 			return p, err
 		}
+		f1 := gatherFanout(reg)
+		if n := f1.batches - f0.batches; n > 0 {
+			p.FanoutBusy = (f1.seconds - f0.seconds) / time.Since(t0).Seconds()
+			p.FanoutBatchMs = (f1.seconds - f0.seconds) / n * 1000
+			p.FanoutPerBatch = (f1.records - f0.records) / n
+		}
 		p.judge(cfg.MaxP99Ms)
-		progressf(pr, "bench e2e: %s: achieved %s msg/s, push p50 %s p99 %s (commit p50 %s p99 %s), %d/%d pushes, %s",
-			name, num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), ms(p.Commit.P99), p.Received, p.Expected, p.verdict(cfg.MaxP99Ms))
+		progressf(pr, "bench e2e: %s: achieved %s msg/s, push p50 %s p99 %s (commit p50 %s p99 %s), %d/%d pushes, fanout busy %.0f%% (batches of %.1f records in %s), %s",
+			name, num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), ms(p.Commit.P99), p.Received, p.Expected,
+			p.FanoutBusy*100, p.FanoutPerBatch, ms(p.FanoutBatchMs), p.verdict(cfg.MaxP99Ms))
 		return p, nil
 	}
 
@@ -350,7 +388,7 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 			}
 		}
 		if !found {
-			p, err := run("highest sustained load", best, cfg.PhaseSeconds)
+			p, err := run(finalPhaseName, best, cfg.PhaseSeconds)
 			if err != nil {
 				return res, err
 			}

@@ -104,10 +104,23 @@ func renderTables(r AllResult, charts []string, docDir string) string {
 		fmt.Fprintf(&b, "\n#### %s\n\n", s.Name)
 		WriteTable(&b, s.Rows)
 	}
-	if r.E2E != nil && len(r.E2E.Ramp) > 0 {
-		b.WriteString("\nThe ramp of the e2e figure, from the last fixed load (a short step per load; the highest sustained one is then measured as long as the fixed loads):\n\n| offered msg/s | achieved msg/s | push p50 | push p99 | commit p50 | commit p99 | verdict |\n|---|---|---|---|---|---|---|\n")
-		for _, p := range r.E2E.Ramp {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", num(p.Offered), num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), ms(p.Commit.P99), p.verdict(r.E2E.MaxP99Ms))
+	if r.E2E != nil {
+		b.WriteString("\nEvery phase of the e2e figure: the fixed loads, the ramp (short steps) and the highest sustained load measured as long as the fixed ones. The send is the HTTP round trip (it answers 201 once the message is projected); fanout busy is the share of the phase the fanout spent applying batches.\n\n" +
+			"| phase | offered msg/s | achieved msg/s | push p50 / p99 | send p50 / p99 | commit p50 / p99 | fanout busy | records per batch | verdict |\n|---|---|---|---|---|---|---|---|---|\n")
+		// In the order they ran: the fixed loads, the ramp, the final one.
+		var phases, final []E2EPhase
+		for _, p := range r.E2E.Phases {
+			if p.Name == finalPhaseName {
+				final = append(final, p)
+			} else {
+				phases = append(phases, p)
+			}
+		}
+		phases = append(append(phases, r.E2E.Ramp...), final...)
+		for _, p := range phases {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s / %s | %s / %s | %s / %s | %.0f%% | %.1f | %s |\n", p.Name, num(p.Offered), num(p.Achieved),
+				ms(p.Push.P50), ms(p.Push.P99), ms(p.Send.P50), ms(p.Send.P99), ms(p.Commit.P50), ms(p.Commit.P99),
+				p.FanoutBusy*100, p.FanoutPerBatch, p.verdict(r.E2E.MaxP99Ms))
 		}
 	}
 	if len(charts) > 0 {

@@ -49,23 +49,28 @@ type e2ePhaseCmd struct {
 
 // E2EPhase is the outcome of one offered load.
 type E2EPhase struct {
-	Name         string  `json:"name"`
-	Offered      float64 `json:"offered_msgs_per_sec"`
-	Seconds      float64 `json:"seconds"`
-	Sent         int64   `json:"sent"`
-	Created      int64   `json:"answered_201"`
-	Pending      int64   `json:"answered_202"`
-	SendErrors   int64   `json:"send_errors"`
-	Dropped      int64   `json:"dropped"` // not sent: MaxInflight reached
-	Achieved     float64 `json:"achieved_msgs_per_sec"`
-	Expected     int64   `json:"pushes_expected"`
-	Received     int64   `json:"pushes_received"`
-	Reconnects   int64   `json:"reconnects"`
-	Push         Dist    `json:"push"`   // send -> push at each member's WebSocket
-	Send         Dist    `json:"send"`   // HTTP send round trip (201 after projection)
-	Commit       Dist    `json:"commit"` // INSERT+COMMIT round trip, same time, same server
-	Sustained    bool    `json:"sustained"`
-	FirstErrText string  `json:"first_error,omitempty"`
+	Name       string  `json:"name"`
+	Offered    float64 `json:"offered_msgs_per_sec"`
+	Seconds    float64 `json:"seconds"`
+	Sent       int64   `json:"sent"`
+	Created    int64   `json:"answered_201"`
+	Pending    int64   `json:"answered_202"`
+	SendErrors int64   `json:"send_errors"`
+	Dropped    int64   `json:"dropped"` // not sent: MaxInflight reached
+	Achieved   float64 `json:"achieved_msgs_per_sec"`
+	Expected   int64   `json:"pushes_expected"`
+	Received   int64   `json:"pushes_received"`
+	Reconnects int64   `json:"reconnects"`
+	Push       Dist    `json:"push"`   // send -> push at each member's WebSocket
+	Send       Dist    `json:"send"`   // HTTP send round trip (201 after projection)
+	Commit     Dist    `json:"commit"` // INSERT+COMMIT round trip, same time, same server
+	Sustained  bool    `json:"sustained"`
+	// The fanout over the phase (the orchestrator fills these in): the
+	// share of the time it spent applying batches, and their mean size.
+	FanoutBusy     float64 `json:"fanout_busy"`
+	FanoutBatchMs  float64 `json:"fanout_batch_mean_ms"`
+	FanoutPerBatch float64 `json:"fanout_records_per_batch"`
+	FirstErrText   string  `json:"first_error,omitempty"`
 }
 
 type e2ePhaseRec struct {

@@ -11,7 +11,6 @@ import (
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
-	"github.com/inboxd/inboxd/producer"
 )
 
 func runDev(ctx context.Context, args []string) error {
@@ -52,19 +51,11 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("inboxd dev\n  DATABASE_URL=%s\n  INBOXD_KAFKA_BROKERS=%s\n  http://%s\n", c.databaseURL, c.brokers, gf.httpAddr)
 
-	pool, err := app.OpenDB(ctx, c.databaseURL, int32(c.dbMaxConns), true, log)
+	pool, prod, closeDeps, err := c.connect(ctx, log)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	prod, err := producer.New(c.producerConfig(log))
-	if err != nil {
-		return err
-	}
-	defer prod.Close()
-	if err := prod.EnsureTopics(ctx); err != nil {
-		return err
-	}
+	defer closeDeps()
 	reg := app.NewRegistry()
 	fcfg := f.config(&c, log.With("service", "fanout"))
 	fcfg.Registerer = reg

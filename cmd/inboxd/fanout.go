@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
-	"github.com/inboxd/inboxd/producer"
 )
 
 func runFanout(ctx context.Context, args []string) error {
@@ -29,25 +27,11 @@ func runFanout(ctx context.Context, args []string) error {
 		return err
 	}
 	log = log.With("service", "fanout")
-	if len(config.SplitList(c.brokers)) == 0 {
-		return fmt.Errorf("no Kafka brokers (set --kafka-brokers or INBOXD_KAFKA_BROKERS)")
-	}
-	pool, err := app.OpenDB(ctx, c.databaseURL, int32(c.dbMaxConns), true, log)
+	pool, prod, closeDeps, err := c.connect(ctx, log)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := app.WaitKafka(ctx, config.SplitList(c.brokers), log); err != nil {
-		return err
-	}
-	prod, err := producer.New(c.producerConfig(log))
-	if err != nil {
-		return err
-	}
-	defer prod.Close()
-	if err := prod.EnsureTopics(ctx); err != nil {
-		return err
-	}
+	defer closeDeps()
 	reg := app.NewRegistry()
 	cfg := f.config(&c, log)
 	cfg.Registerer = reg

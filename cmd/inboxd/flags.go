@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/producer"
 )
@@ -40,6 +45,31 @@ func (c *common) bind(fs *flag.FlagSet, kafka bool) {
 }
 
 func (c *common) logger() (*slog.Logger, error) { return config.Logger(c.logLevel, c.logFormat) }
+
+// connect opens PostgreSQL (migrated) and a producer with its topics, each
+// waited for with backoff. close releases both.
+func (c *common) connect(ctx context.Context, log *slog.Logger) (pool *pgxpool.Pool, prod *producer.Producer, close func(), err error) {
+	brokers := config.SplitList(c.brokers)
+	if len(brokers) == 0 {
+		return nil, nil, nil, errors.New("no Kafka brokers (set --kafka-brokers or INBOXD_KAFKA_BROKERS)")
+	}
+	if pool, err = app.OpenDB(ctx, c.databaseURL, int32(c.dbMaxConns), true, log); err != nil {
+		return nil, nil, nil, err
+	}
+	if err = app.WaitKafka(ctx, brokers, log); err == nil {
+		prod, err = producer.New(c.producerConfig(log))
+	}
+	if err == nil {
+		if err = prod.EnsureTopics(ctx); err != nil {
+			prod.Close()
+		}
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	return pool, prod, func() { prod.Close(); pool.Close() }, nil
+}
 
 func (c *common) producerConfig(log *slog.Logger) producer.Config {
 	return producer.Config{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
-	"github.com/inboxd/inboxd/producer"
 )
 
 // gatewayFlags are the settings of a gateway.
@@ -101,26 +99,11 @@ func runGateway(ctx context.Context, args []string) error {
 	if f.authSecret == "" {
 		return errors.New("no auth secret (set --auth-secret or INBOXD_AUTH_SECRET)")
 	}
-	brokers := config.SplitList(c.brokers)
-	if len(brokers) == 0 {
-		return fmt.Errorf("no Kafka brokers (set --kafka-brokers or INBOXD_KAFKA_BROKERS)")
-	}
-	pool, err := app.OpenDB(ctx, c.databaseURL, int32(c.dbMaxConns), true, log)
+	pool, prod, closeDeps, err := c.connect(ctx, log)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := app.WaitKafka(ctx, brokers, log); err != nil {
-		return err
-	}
-	prod, err := producer.New(c.producerConfig(log))
-	if err != nil {
-		return err
-	}
-	defer prod.Close()
-	if err := prod.EnsureTopics(ctx); err != nil {
-		return err
-	}
+	defer closeDeps()
 	reg := app.NewRegistry()
 	cfg := f.config(&c, log)
 	cfg.Registerer = reg

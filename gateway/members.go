@@ -259,26 +259,36 @@ func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
+	e := events.New(events.RecordUpdated, cid, user)
+	e.Pinned, e.Muted = req.Pinned, req.Muted
+	if err := g.appendRecordChange(ctx, e, sqlRecordSettled, req.Pinned, req.Muted); err != nil {
+		return err
+	}
+	writeAccepted(w)
+	return nil
+}
+
+// appendRecordChange appends e, a change of the actor's own record, and
+// waits (up to AckWait, woken by NOTIFY) until settled — a query of (user,
+// conversation, record version before the append, args...) — says it is
+// projected, so that the caller's next request reads its own write.
+func (g *Gateway) appendRecordChange(ctx context.Context, e *events.Event, settled string, args ...any) error {
+	user, cid := e.ActorID, e.ConversationID
 	sub := g.hub.subscribeUser(user)
 	defer sub.Close()
 	v0, err := g.recordVersion(ctx, user)
 	if err != nil {
 		return err
 	}
-	e := events.New(events.RecordUpdated, cid, user)
-	e.Pinned, e.Muted = req.Pinned, req.Muted
 	if err := g.appendEvent(ctx, e); err != nil {
 		return err
 	}
-	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
+	qargs := append([]any{user, cid, v0}, args...)
+	return g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
 		var done bool
-		err := g.pool.QueryRow(ctx, sqlRecordSettled, user, cid, v0, req.Pinned, req.Muted).Scan(&done)
+		err := g.pool.QueryRow(ctx, settled, qargs...).Scan(&done)
 		return done, err
-	}); err != nil {
-		return err
-	}
-	writeAccepted(w)
-	return nil
+	})
 }
 
 type readRequest struct {
@@ -305,22 +315,9 @@ func (g *Gateway) handleRead(w http.ResponseWriter, r *http.Request) error {
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
-	sub := g.hub.subscribeUser(user)
-	defer sub.Close()
-	v0, err := g.recordVersion(ctx, user)
-	if err != nil {
-		return err
-	}
 	e := events.New(events.ReadUpdated, cid, user)
 	e.ReadSeq = req.Seq
-	if err := g.appendEvent(ctx, e); err != nil {
-		return err
-	}
-	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
-		var done bool
-		err := g.pool.QueryRow(ctx, sqlReadSettled, user, cid, v0, *req.Seq).Scan(&done)
-		return done, err
-	}); err != nil {
+	if err := g.appendRecordChange(ctx, e, sqlReadSettled, *req.Seq); err != nil {
 		return err
 	}
 	writeAccepted(w)

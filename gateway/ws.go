@@ -79,9 +79,10 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 	ws.allowAll, ws.origins = parseOrigins(cfg.AllowedOrigins)
 	ws.up = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		// Zero: reuse the HTTP server's read buffer (it stays referenced
-		// by the connection's goroutine anyway) rather than add one.
-		ReadBufferSize:  0,
+		// A small read buffer of our own: the HTTP server's 4 KiB one is
+		// let go with the upgrade request (frames larger than the buffer
+		// are read in pieces; client frames are small).
+		ReadBufferSize:  1024,
 		WriteBufferSize: 4096,
 		// Write buffers are only held while a frame is written: an idle
 		// connection costs no write buffer.
@@ -194,7 +195,12 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.conns.Add(1)
 	ws.mu.Unlock()
-	defer ws.conns.Done()
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			ws.conns.Done()
+		}
+	}()
 
 	conn, err := ws.up.Upgrade(w, r, nil)
 	if err != nil {
@@ -225,8 +231,15 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ws.reject(conn, CloseRateLimited, "too many connections", refusal)
 		return
 	}
-	s.run()
-	ws.unregister(s)
+	// The session runs on a goroutine of its own so that this one, and
+	// with it the HTTP server's request, response and buffers of the
+	// upgrade, end now: an idle connection keeps only what it needs.
+	handedOver = true
+	go func() {
+		defer ws.conns.Done()
+		s.run()
+		ws.unregister(s)
+	}()
 }
 
 // authenticate reads the token from the Authorization header or, for

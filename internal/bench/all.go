@@ -61,6 +61,7 @@ type AllResult struct {
 	Seconds     float64           `json:"seconds"`
 	LoadAtStart float64           `json:"load_average_1m_at_start"`
 	LoadAtEnd   float64           `json:"load_average_1m_at_end"`
+	LoadMax     float64           `json:"load_average_1m_max"` // sampled every 5 s
 	Fanout7     *FanoutResult     `json:"fanout_7,omitempty"`
 	Fanout50    *FanoutResult     `json:"fanout_50,omitempty"`
 	E2E         *E2EResult        `json:"e2e,omitempty"`
@@ -146,6 +147,24 @@ func (c AllConfig) wants(fig string) bool {
 func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
 	res := AllResult{Started: time.Now().UTC(), LoadAtStart: loadAverage(), Errors: map[string]string{}}
 	res.Machine = DescribeMachine(ctx, env.AdminURL)
+	// The load average over the run says whether something else ran
+	// beside it (the bench itself keeps 2 cores busy at most).
+	lctx, stopLoad := context.WithCancel(ctx)
+	loadDone := make(chan float64, 1)
+	go func() {
+		m := loadAverage()
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				loadDone <- m
+				return
+			case <-t.C:
+				m = max(m, loadAverage())
+			}
+		}
+	}()
 	pr := env.Progress
 	progressf(pr, "bench all: %d CPUs, %.1f GiB, %s, PostgreSQL %s, load average %.2f", res.Machine.CPUs,
 		res.Machine.MemoryGiB, res.Machine.Go, res.Machine.PostgreSQL, res.LoadAtStart)
@@ -226,6 +245,8 @@ func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
 	}
 	res.Seconds = time.Since(res.Started).Seconds()
 	res.LoadAtEnd = loadAverage()
+	stopLoad()
+	res.LoadMax = <-loadDone
 	if err := WriteReport(&res, cfg.Docs, cfg.Images); err != nil {
 		res.Errors["report"] = err.Error()
 	} else if cfg.Docs != "" {

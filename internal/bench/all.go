@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -56,20 +57,24 @@ func ReadAllResult(path string) (AllResult, error) {
 
 // AllResult is every figure of one run.
 type AllResult struct {
-	Machine     Machine           `json:"machine"`
-	Started     time.Time         `json:"started"`
-	Seconds     float64           `json:"seconds"`
-	LoadAtStart float64           `json:"load_average_1m_at_start"`
-	LoadAtEnd   float64           `json:"load_average_1m_at_end"`
-	LoadMax     float64           `json:"load_average_1m_max"` // sampled every 5 s
-	Fanout7     *FanoutResult     `json:"fanout_7,omitempty"`
-	Fanout50    *FanoutResult     `json:"fanout_50,omitempty"`
-	E2E         *E2EResult        `json:"e2e,omitempty"`
-	Sync        *SyncResult       `json:"sync,omitempty"`
-	Idle        *IdleResult       `json:"idle,omitempty"`
-	Storm       *StormResult      `json:"storm,omitempty"`
-	Errors      map[string]string `json:"errors,omitempty"`
-	Charts      []string          `json:"charts,omitempty"`
+	Machine     Machine   `json:"machine"`
+	Started     time.Time `json:"started"`
+	Seconds     float64   `json:"seconds"`
+	LoadAtStart float64   `json:"load_average_1m_at_start"`
+	LoadAtEnd   float64   `json:"load_average_1m_at_end"`
+	LoadMax     float64   `json:"load_average_1m_max"` // sampled every 5 s
+	// LoadByFigure is the highest 1-minute load average seen during each
+	// figure; the suite's own processes count in it (the storm's naive
+	// clients and the e2e run alone keep well over two threads runnable).
+	LoadByFigure map[string]float64 `json:"load_average_1m_max_by_figure"`
+	Fanout7      *FanoutResult      `json:"fanout_7,omitempty"`
+	Fanout50     *FanoutResult      `json:"fanout_50,omitempty"`
+	E2E          *E2EResult         `json:"e2e,omitempty"`
+	Sync         *SyncResult        `json:"sync,omitempty"`
+	Idle         *IdleResult        `json:"idle,omitempty"`
+	Storm        *StormResult       `json:"storm,omitempty"`
+	Errors       map[string]string  `json:"errors,omitempty"`
+	Charts       []string           `json:"charts,omitempty"`
 }
 
 // section is one figure's rows under a heading.
@@ -149,6 +154,11 @@ func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
 	res.Machine = DescribeMachine(ctx, env.AdminURL)
 	// The load average over the run says whether something else ran
 	// beside it (the bench itself keeps 2 cores busy at most).
+	var (
+		loadMu  sync.Mutex
+		loadFig string
+	)
+	res.LoadByFigure = map[string]float64{}
 	lctx, stopLoad := context.WithCancel(ctx)
 	loadDone := make(chan float64, 1)
 	go func() {
@@ -161,7 +171,13 @@ func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
 				loadDone <- m
 				return
 			case <-t.C:
-				m = max(m, loadAverage())
+				l := loadAverage()
+				m = max(m, l)
+				loadMu.Lock()
+				if loadFig != "" {
+					res.LoadByFigure[loadFig] = max(res.LoadByFigure[loadFig], l)
+				}
+				loadMu.Unlock()
 			}
 		}
 	}()
@@ -176,13 +192,19 @@ func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
 			return
 		}
 		t0 := time.Now()
+		loadMu.Lock()
+		loadFig = name
+		loadMu.Unlock()
 		progressf(pr, "bench all: == %s ==", name)
 		if err := f(); err != nil {
 			res.Errors[name] = err.Error()
 			progressf(pr, "bench all: %s failed: %v", name, err)
 			return
 		}
-		progressf(pr, "bench all: %s done in %.0fs", name, time.Since(t0).Seconds())
+		loadMu.Lock()
+		l := res.LoadByFigure[name]
+		loadMu.Unlock()
+		progressf(pr, "bench all: %s done in %.0fs (load average up to %.2f)", name, time.Since(t0).Seconds(), l)
 	}
 	if cfg.wants("fanout") {
 		step("fanout, 7 members", func() error {
@@ -246,7 +268,7 @@ func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
 	res.Seconds = time.Since(res.Started).Seconds()
 	res.LoadAtEnd = loadAverage()
 	stopLoad()
-	res.LoadMax = <-loadDone
+	res.LoadMax = <-loadDone // the sampler has stopped writing LoadByFigure
 	if err := WriteReport(&res, cfg.Docs, cfg.Images); err != nil {
 		res.Errors["report"] = err.Error()
 	} else if cfg.Docs != "" {

@@ -104,8 +104,17 @@ func renderTables(r AllResult, charts []string, docDir string) string {
 	m := r.Machine
 	fmt.Fprintf(&b, "Run of %s UTC, %.1f minutes. Machine: %d CPUs (%s), %.1f GiB of memory, Linux %s, %s, PostgreSQL %s (private server of internal/pgserver, fsync on), kfake in process; open files limit %d.\n",
 		r.Started.Format("2006-01-02 15:04"), r.Seconds/60, m.CPUs, m.CPUModel, m.MemoryGiB, m.Kernel, m.Go, m.PostgreSQL, m.OpenFiles)
-	fmt.Fprintf(&b, "Load average (1 min) at the start %.2f, at the end %.2f, at most %.2f during the run (the suite alone keeps about %d busy).\n",
-		r.LoadAtStart, r.LoadAtEnd, r.LoadMax, m.CPUs)
+	fmt.Fprintf(&b, "Load average (1 min) at the start %.2f, at the end %.2f, at most %.2f during the run", r.LoadAtStart, r.LoadAtEnd, r.LoadMax)
+	if len(r.LoadByFigure) > 0 {
+		var parts []string
+		for _, s := range []string{"fanout, 7 members", "fanout, 50 members", "e2e", "sync", "idle", "storm"} {
+			if l, ok := r.LoadByFigure[s]; ok {
+				parts = append(parts, fmt.Sprintf("%s %.2f", s, l))
+			}
+		}
+		fmt.Fprintf(&b, " (highest per figure: %s; the suite's own processes count in it)", strings.Join(parts, ", "))
+	}
+	b.WriteString(".\n")
 	for _, s := range r.sections() {
 		fmt.Fprintf(&b, "\n#### %s\n\n", s.Name)
 		WriteTable(&b, s.Rows)

@@ -202,4 +202,19 @@ func TestMergeStorm(t *testing.T) {
 	})
 	require.InDelta(t, 1.5, run.RecoverSeconds, 1e-9)
 	require.Equal(t, -1.0, run.T[0])
+	// One bucket per 100 ms on both sides of the cut, even when the
+	// workers' buckets straddle it: no bucket counted twice.
+	run = StormRun{}
+	att := make([]int32, 40)
+	conn := make([]int32, 40)
+	for i := range att {
+		att[i], conn[i] = 1, 1
+	}
+	mergeStorm(&run, cut, []stormSeries{{StartMS: 8_050, BucketMS: 100, Attempts: att, Connected: conn}})
+	for i, c := range run.Connected {
+		require.LessOrEqual(t, c, 1, "bucket %d (t=%.1f)", i, run.T[i])
+	}
+	require.Equal(t, int64(-1), floorDiv(-50, 100))
+	require.Equal(t, int64(0), floorDiv(50, 100))
+	require.Equal(t, int64(-1), floorDiv(-100, 100))
 }

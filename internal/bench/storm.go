@@ -278,9 +278,9 @@ func mergeStorm(run *StormRun, cut time.Time, series []stormSeries) {
 	cutMS := cut.UnixMilli()
 	// The grid: from 1 s before the cut.
 	// It ends with the shortest series, less its last, partial bucket.
-	lo, hi := int64(-1000)/b, int64(math.MaxInt64)
+	lo, hi := floorDiv(-1000, b), int64(math.MaxInt64)
 	for _, s := range series {
-		end := (s.StartMS+int64(len(s.Attempts))*b-cutMS)/b - 1
+		end := floorDiv(s.StartMS+int64(len(s.Attempts))*b-cutMS, b) - 1
 		hi = min(hi, end)
 	}
 	if hi <= lo {
@@ -293,7 +293,7 @@ func mergeStorm(run *StormRun, cut time.Time, series []stormSeries) {
 	var recMS int64
 	for _, s := range series {
 		for i := range s.Attempts {
-			k := (s.StartMS+int64(i)*b-cutMS)/b - lo
+			k := floorDiv(s.StartMS+int64(i)*b-cutMS, b) - lo
 			if k >= 0 && k < int64(n) {
 				att[k] += int64(s.Attempts[i])
 				conn[k] += int(s.Connected[i])
@@ -330,4 +330,13 @@ func mergeStorm(run *StormRun, cut time.Time, series []stormSeries) {
 		}
 		run.PeakPerSec = max(run.PeakPerSec, float64(s))
 	}
+}
+
+// floorDiv is a/b rounded down (Go's / truncates towards zero).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -209,6 +210,11 @@ func (c *Client) runSync(ctx context.Context) error {
 		}
 		if useWS && c.cfg.Transport == TransportAuto {
 			switch {
+			case !established && serverAway(err):
+				// The gateway is down or restarting: long-polling would
+				// fail the same way, so this says nothing against the
+				// WebSocket (a restart must not send every client to
+				// long-polling for PollingPeriod).
 			case !established || lasted < c.cfg.StablePeriod:
 				wsFails++
 			default:
@@ -352,4 +358,22 @@ func (c *Client) SetRecord(ctx context.Context, conversationID int64, pinned, mu
 	_, _, err := c.api.do(ctx, http.MethodPatch, "/v1/conversations/"+strconv.FormatInt(conversationID, 10)+"/record", nil,
 		body, nil, nil, 0)
 	return err
+}
+
+// serverAway says whether err means the gateway could not be reached or is
+// shedding load (refused connection, timeout before an answer, 429/502/503/504),
+// rather than that the WebSocket path fails.
+func serverAway(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var api *APIError
+	if errors.As(err, &api) {
+		switch api.Status {
+		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+	}
+	return false
 }

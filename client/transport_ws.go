@@ -188,6 +188,13 @@ func (s *wsSession) end() {
 	_ = s.conn.Close()
 }
 
+// idleForHeartbeat is how long a connection may stay silent when the
+// server sends a heartbeat every hbMS milliseconds (jittered).
+func (c *Client) idleForHeartbeat(hbMS int64) time.Duration {
+	hb := time.Duration(hbMS) * time.Millisecond
+	return 2*hb + hb/2 + c.cfg.HeadWait
+}
+
 func (s *wsSession) setIdle(d time.Duration) {
 	s.mu.Lock()
 	s.idle = int64(d)
@@ -252,6 +259,11 @@ func (s *wsSession) readLoop(frames chan<- *wsFrame, errc chan<- error) {
 			s.c.log.Info("WebSocket error frame", "code", f.Code, "message", string(f.Message))
 		case f.Type == "pong":
 			continue
+		case f.Type == "welcome" && f.HeartbeatMS > 0:
+			// Raise the idle limit here, before the next read arms its
+			// deadline: the session loop setting it later would leave this
+			// read with the pre-welcome limit, shorter than a heartbeat.
+			s.setIdle(s.c.idleForHeartbeat(f.HeartbeatMS))
 		}
 		select {
 		case frames <- f:
@@ -334,8 +346,7 @@ func (s *wsSession) run(ctx context.Context, up func()) error {
 				c.noteEpoch(f.Epoch)
 				serverHead = max(serverHead, f.Head)
 				if f.HeartbeatMS > 0 {
-					hb := time.Duration(f.HeartbeatMS) * time.Millisecond
-					s.setIdle(2*hb + hb/2 + c.cfg.HeadWait)
+					s.setIdle(c.idleForHeartbeat(f.HeartbeatMS))
 				}
 				c.mu.Lock()
 				c.sess = s

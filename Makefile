@@ -2,7 +2,7 @@
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: run test test-kafka test-short build vet bench-fanout clean
+.PHONY: run test test-kafka test-short build vet bench clean
 
 run: ## start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it)
 	$(GO) run ./cmd/inboxd dev
@@ -20,8 +20,8 @@ test-kafka: ## the integration tests against a real Apache Kafka 4.1.1 (KRaft, j
 test-short:
 	$(GO) test -count=1 -short ./...
 
-bench-fanout:
-	$(GO) run ./cmd/inboxd bench fanout
+bench: ## every figure of docs/benchmarks.md (about 4 minutes on 2 cores); regenerates its tables and charts
+	$(GO) run ./cmd/inboxd bench all
 
 clean:
 	rm -rf bin data

@@ -30,7 +30,7 @@ var commands = map[string]command{
 	"tail":          {"print your inbox live, resuming where the last run stopped", runTail},
 	"conversations": {"list your conversations", runConversations},
 	"analytics":     {"live figures from the event log in its own consumer group", runAnalytics},
-	"bench":         {"measure throughput (see docs/benchmarks.md)", runBench},
+	"bench":         {"the figures of docs/benchmarks.md, each against a reference (fanout, e2e, sync, idle, storm, all)", runBench},
 	"replay":        {"rebuild the projections from the log (or --verify them)", runReplay},
 }
 

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/analytics"
+	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/gateway"
+	"github.com/inboxd/inboxd/producer"
+)
+
+// nameRecorder is a Registerer that keeps the metric names registered.
+type nameRecorder struct{ names map[string]bool }
+
+var fqName = regexp.MustCompile(`fqName: "([a-z_:]+)"`)
+
+func (n *nameRecorder) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc, 16)
+	go func() { c.Describe(ch); close(ch) }()
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			n.names[m[1]] = true
+		}
+	}
+	return nil
+}
+func (n *nameRecorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		_ = n.Register(c)
+	}
+}
+func (n *nameRecorder) Unregister(prometheus.Collector) bool { return true }
+
+// Every metric the Grafana dashboard queries is one the services export.
+func TestDashboardMetricsExist(t *testing.T) {
+	rec := &nameRecorder{names: map[string]bool{}}
+	// Nothing here connects: the pool and the producer dial lazily.
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
+	require.NoError(t, err)
+	defer pool.Close()
+	prod, err := producer.New(producer.Config{Brokers: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	defer prod.Close()
+	_, err = fanout.New(fanout.Config{Brokers: []string{"127.0.0.1:1"}, Registerer: rec}, pool)
+	require.NoError(t, err)
+	_, err = gateway.New(gateway.Config{AuthSecret: []byte("dashboard-test-secret-01234567"), Registerer: rec}, pool, prod)
+	require.NoError(t, err)
+	_, err = analytics.New(analytics.Config{Brokers: []string{"127.0.0.1:1"}, Registerer: rec})
+	require.NoError(t, err)
+
+	raw, err := os.ReadFile("../../docs/grafana/inboxd-dashboard.json")
+	require.NoError(t, err)
+	used := regexp.MustCompile(`inboxd_[a-z_]+`).FindAllString(string(raw), -1)
+	require.NotEmpty(t, used)
+	for _, m := range used {
+		base := m
+		for _, suf := range []string{"_bucket", "_sum", "_count"} {
+			base = strings.TrimSuffix(base, suf)
+		}
+		require.True(t, rec.names[base], "the dashboard queries %s, which no service exports", m)
+	}
+}

@@ -224,23 +224,21 @@ func (p *Projector) apply(ctx context.Context, tx pgx.Tx, recs []Record) (Result
 		partIDs = append(partIDs, pt)
 	}
 	sort.Slice(partIDs, func(i, j int) bool { return partIDs[i] < partIDs[j] })
-	if _, err := tx.Exec(ctx, sqlEnsureOffsets, topic, partIDs); err != nil {
-		return res, fmt.Errorf("ensure offsets of %s: %w", topic, err)
-	}
 	stored := map[int32]int64{}
-	rows, err := tx.Query(ctx, sqlLockOffsets, topic, partIDs)
-	if err != nil {
-		return res, fmt.Errorf("lock offsets of %s: %w", topic, err)
-	}
-	for rows.Next() {
-		var pt int32
-		var next int64
-		if err := rows.Scan(&pt, &next); err != nil {
-			return res, err
+	bt := &pgx.Batch{}
+	bt.Queue(sqlEnsureOffsets, topic, partIDs)
+	bt.Queue(sqlLockOffsets, topic, partIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var pt int32
+			var next int64
+			if err := rows.Scan(&pt, &next); err != nil {
+				return err
+			}
+			stored[pt] = next
 		}
-		stored[pt] = next
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
 		return res, fmt.Errorf("lock offsets of %s: %w", topic, err)
 	}
 	live := make([]Record, 0, len(recs))
@@ -322,67 +320,57 @@ func (p *Projector) load(ctx context.Context, tx pgx.Tx, b *batch, live []Record
 		}
 	}
 	sort.Slice(convIDs, func(i, j int) bool { return convIDs[i] < convIDs[j] })
-	rows, err := tx.Query(ctx, sqlLockConversations, convIDs)
-	if err != nil {
-		return fmt.Errorf("lock conversations: %w", err)
-	}
-	for rows.Next() {
-		var id, last int64
-		if err := rows.Scan(&id, &last); err != nil {
-			return err
-		}
-		c := b.convs[id]
-		c.exists, c.lastSeq, c.loadedAt = true, last, last
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("lock conversations: %w", err)
-	}
-	rows, err = tx.Query(ctx, sqlCurrentMembers, convIDs)
-	if err != nil {
-		return fmt.Errorf("load members: %w", err)
-	}
-	for rows.Next() {
-		var c, u int64
-		if err := rows.Scan(&c, &u); err != nil {
-			return err
-		}
-		b.convs[c].members[u] = true
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("load members: %w", err)
-	}
-	if len(msgIDs) > 0 {
-		rows, err = tx.Query(ctx, sqlKnownMsgIDs, msgIDs)
-		if err != nil {
-			return fmt.Errorf("look up msg ids: %w", err)
-		}
+	// One pipelined round trip: the conversation locks first (in id
+	// order), then the reads that depend only on the batch.
+	bt := &pgx.Batch{}
+	bt.Queue(sqlLockConversations, convIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
+			var id, last int64
+			if err := rows.Scan(&id, &last); err != nil {
 				return err
 			}
-			b.known[id] = true
+			c := b.convs[id]
+			c.exists, c.lastSeq, c.loadedAt = true, last, last
 		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("look up msg ids: %w", err)
+		return rows.Err()
+	})
+	bt.Queue(sqlCurrentMembers, convIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var c, u int64
+			if err := rows.Scan(&c, &u); err != nil {
+				return err
+			}
+			b.convs[c].members[u] = true
 		}
+		return rows.Err()
+	})
+	if len(msgIDs) > 0 {
+		bt.Queue(sqlKnownMsgIDs, msgIDs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				b.known[id] = true
+			}
+			return rows.Err()
+		})
 	}
 	if len(recUsers) > 0 {
-		rows, err = tx.Query(ctx, sqlRecords, recUsers, recConvs)
-		if err != nil {
-			return fmt.Errorf("load records: %w", err)
-		}
-		for rows.Next() {
-			var k recKey
-			r := &recState{}
-			if err := rows.Scan(&k.user, &k.conv, &r.pinned, &r.muted, &r.readSeq, &r.removed); err != nil {
-				return err
+		bt.Queue(sqlRecords, recUsers, recConvs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k recKey
+				r := &recState{}
+				if err := rows.Scan(&k.user, &k.conv, &r.pinned, &r.muted, &r.readSeq, &r.removed); err != nil {
+					return err
+				}
+				b.records[k] = r
 			}
-			b.records[k] = r
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("load records: %w", err)
-		}
+			return rows.Err()
+		})
+	}
+	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
+		return fmt.Errorf("lock conversations and load their state: %w", err)
 	}
 	return nil
 }
@@ -579,23 +567,21 @@ func (p *Projector) assign(ctx context.Context, tx pgx.Tx, b *batch) (map[int64]
 		}
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	if _, err := tx.Exec(ctx, sqlEnsureUsers, ids); err != nil {
-		return nil, fmt.Errorf("create users: %w", err)
-	}
-	rows, err := tx.Query(ctx, sqlLockUsers, ids)
-	if err != nil {
-		return nil, fmt.Errorf("lock users: %w", err)
-	}
-	for rows.Next() {
-		var id int64
-		h := &head{}
-		if err := rows.Scan(&id, &h.inbox, &h.version); err != nil {
-			return nil, err
+	bt := &pgx.Batch{}
+	bt.Queue(sqlEnsureUsers, ids)
+	bt.Queue(sqlLockUsers, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id int64
+			h := &head{}
+			if err := rows.Scan(&id, &h.inbox, &h.version); err != nil {
+				return err
+			}
+			heads[id] = h
 		}
-		heads[id] = h
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lock users: %w", err)
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
+		return nil, fmt.Errorf("create and lock users: %w", err)
 	}
 	return heads, nil
 }

@@ -11,13 +11,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/producer"
 )
 
 // E2EConfig configures E2E. Zero fields take the defaults in brackets.
@@ -198,30 +196,12 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 	res := E2EResult{Conversations: cfg.Conversations, Members: cfg.Members, MaxPhase: -1, MaxP99Ms: cfg.MaxP99Ms, DrainSeconds: cfg.DrainSeconds,
 		FanoutRowsPerSec: cfg.FanoutRowsPerSec}
 	pr := env.Progress
-	url, drop, err := env.newDatabase(ctx, "e2e")
+	pl, err := env.newPipeline(ctx, "e2e", cfg.Partitions)
 	if err != nil {
 		return res, err
 	}
-	defer drop()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return res, err
-	}
-	defer pool.Close()
-	cluster, err := newKafka(cfg.Partitions)
-	if err != nil {
-		return res, err
-	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
-	prod, err := producer.New(producer.Config{Brokers: brokers, CreateTopics: true, Partitions: int32(cfg.Partitions), Logger: env.Log})
-	if err != nil {
-		return res, err
-	}
-	defer prod.Close()
-	if err := prod.EnsureTopics(ctx); err != nil {
-		return res, err
-	}
+	defer pl.Close()
+	pool, prod, brokers, url := pl.pool, pl.prod, pl.brokers, pl.url
 	reg := prometheus.NewRegistry()
 	fo, err := fanout.New(fanout.Config{Brokers: brokers, Logger: env.Log, Registerer: reg}, pool)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/pgserver"
 	"github.com/inboxd/inboxd/migrations"
+	"github.com/inboxd/inboxd/producer"
 )
 
 // EnvConfig configures NewEnv.
@@ -341,4 +342,56 @@ func (cs children) killAll() {
 	for _, c := range cs {
 		c.kill()
 	}
+}
+
+// pipeline is what a figure that projects a log needs: a fresh database, a
+// pool on it, an in-process kfake and a producer with the topics created.
+type pipeline struct {
+	url     string
+	pool    *pgxpool.Pool
+	brokers []string
+	prod    *producer.Producer
+	closers []func()
+}
+
+// newPipeline builds a pipeline; Close releases it in reverse order.
+func (e *Env) newPipeline(ctx context.Context, name string, partitions int) (p *pipeline, err error) {
+	p = &pipeline{}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	url, drop, err := e.newDatabase(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	p.url = url
+	p.closers = append(p.closers, drop)
+	if p.pool, err = pgxpool.New(ctx, url); err != nil {
+		return nil, err
+	}
+	p.closers = append(p.closers, p.pool.Close)
+	cluster, err := newKafka(partitions)
+	if err != nil {
+		return nil, err
+	}
+	p.closers = append(p.closers, cluster.Close)
+	p.brokers = cluster.ListenAddrs()
+	if p.prod, err = producer.New(producer.Config{Brokers: p.brokers, CreateTopics: true, Partitions: int32(partitions), Logger: e.Log}); err != nil {
+		return nil, err
+	}
+	p.closers = append(p.closers, p.prod.Close)
+	if err := p.prod.EnsureTopics(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Close releases what newPipeline built.
+func (p *pipeline) Close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+	p.closers = nil
 }

@@ -109,32 +109,14 @@ func Fanout(ctx context.Context, env *Env, cfg FanoutConfig) (FanoutResult, erro
 	progress := env.Progress
 	res := FanoutResult{Messages: cfg.Messages, Members: cfg.Members}
 	log := env.Log
-	url, drop, err := env.newDatabase(ctx, "fanout")
+	pl, err := env.newPipeline(ctx, "fanout", cfg.Partitions)
 	if err != nil {
 		return res, err
 	}
-	defer drop()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return res, err
-	}
-	defer pool.Close()
-	cluster, err := newKafka(cfg.Partitions)
-	if err != nil {
-		return res, err
-	}
-	defer cluster.Close()
-	pcfg := producer.Config{Brokers: cluster.ListenAddrs(), CreateTopics: true, Partitions: int32(cfg.Partitions), Logger: log}
-	prod, err := producer.New(pcfg)
-	if err != nil {
-		return res, err
-	}
-	defer prod.Close()
-	if err := prod.EnsureTopics(ctx); err != nil {
-		return res, err
-	}
+	defer pl.Close()
+	pool, prod := pl.pool, pl.prod
 	reg := prometheus.NewRegistry()
-	fo, err := fanout.New(fanout.Config{Brokers: cluster.ListenAddrs(), MaxPollRecords: cfg.MaxPollRecords, Logger: log, Registerer: reg}, pool)
+	fo, err := fanout.New(fanout.Config{Brokers: pl.brokers, MaxPollRecords: cfg.MaxPollRecords, Logger: log, Registerer: reg}, pool)
 	if err != nil {
 		return res, err
 	}
@@ -247,7 +229,7 @@ func Fanout(ctx context.Context, env *Env, cfg FanoutConfig) (FanoutResult, erro
 	<-fdone
 	fdone <- nil
 	if !cfg.SkipReplay {
-		rres, err := replay.Run(ctx, replay.Config{Brokers: cluster.ListenAddrs(), Logger: log, Progress: progress}, pool)
+		rres, err := replay.Run(ctx, replay.Config{Brokers: pl.brokers, Logger: log, Progress: progress}, pool)
 		if err != nil {
 			return res, fmt.Errorf("replay: %w", err)
 		}

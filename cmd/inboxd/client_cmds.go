@@ -65,6 +65,24 @@ func (f *clientFlags) stateDir() (string, error) {
 	return filepath.Join(dir, "inboxd"), nil
 }
 
+// open resolves the session and the logger and opens the command's own
+// state file (name) in the user's state directory.
+func (f *clientFlags) open(name string) (cliLogin, *slog.Logger, *client.FileStore, error) {
+	l, dir, err := f.session()
+	if err != nil {
+		return l, nil, nil, err
+	}
+	log, err := f.logger()
+	if err != nil {
+		return l, nil, nil, err
+	}
+	store, err := client.OpenFileStore(filepath.Join(userDir(dir, l), name))
+	if err != nil {
+		return l, nil, nil, err
+	}
+	return l, log, store, nil
+}
+
 // session resolves the URL, token and user from the flags and the saved
 // login.
 func (f *clientFlags) session() (cliLogin, string, error) {
@@ -216,17 +234,9 @@ func runSend(ctx context.Context, args []string) error {
 	if text == "" {
 		return errors.New("nothing to send: give the text as arguments (or - for stdin)")
 	}
-	l, dir, err := f.session()
-	if err != nil {
-		return err
-	}
-	log, err := f.logger()
-	if err != nil {
-		return err
-	}
 	// The outbox file is the send command's own (tail keeps the cursor in
 	// another file, so both can run at once).
-	store, err := client.OpenFileStore(filepath.Join(userDir(dir, l), "send.json"))
+	l, log, store, err := f.open("send.json")
 	if err != nil {
 		return err
 	}
@@ -335,15 +345,7 @@ func runTail(ctx context.Context, args []string) error {
 	default:
 		return fmt.Errorf("--transport %q: want auto, websocket or polling", *transport)
 	}
-	l, dir, err := f.session()
-	if err != nil {
-		return err
-	}
-	log, err := f.logger()
-	if err != nil {
-		return err
-	}
-	store, err := client.OpenFileStore(filepath.Join(userDir(dir, l), "tail.json"))
+	l, log, store, err := f.open("tail.json")
 	if err != nil {
 		return err
 	}

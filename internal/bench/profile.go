@@ -28,47 +28,30 @@ type Profile struct {
 func profileGateway(ctx context.Context, ctl string, seconds int, path string) <-chan error {
 	errc := make(chan error, 1)
 	go func() {
-		errc <- func() error {
-			req, err := http.NewRequestWithContext(ctx, "GET",
-				fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", ctl, seconds), nil)
-			if err != nil {
-				return err
-			}
-			resp, err := (&http.Client{Timeout: time.Duration(seconds+30) * time.Second}).Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("profile: %s", resp.Status)
-			}
-			f, err := os.Create(path)
-			if err != nil {
-				return err
-			}
-			if _, err := io.Copy(f, resp.Body); err != nil {
-				f.Close()
-				return err
-			}
-			return f.Close()
-		}()
+		hc := &http.Client{Timeout: time.Duration(seconds+30) * time.Second}
+		errc <- fetchToFile(ctx, hc, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", ctl, seconds), path)
 	}()
 	return errc
 }
 
 // heapProfile fetches the heap profile of a serve child into path.
 func heapProfile(ctx context.Context, ctl, path string) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+ctl+"/debug/pprof/heap?gc=1", nil)
+	return fetchToFile(ctx, http.DefaultClient, "http://"+ctl+"/debug/pprof/heap?gc=1", path)
+}
+
+// fetchToFile writes the body of a 200 answer to GET url into path.
+func fetchToFile(ctx context.Context, hc *http.Client, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("heap profile: %s", resp.Status)
+		return fmt.Errorf("profile %s: %s", url, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {

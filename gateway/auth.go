@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -37,19 +38,99 @@ func IssueToken(secret []byte, user int64, ttl time.Duration) (string, error) {
 // verifyToken returns the user id of a valid token: HS256 with our secret,
 // exp required and in the future, sub a positive decimal user id.
 func verifyToken(secret []byte, raw string) (int64, error) {
+	u, _, err := verifyClaims(secret, raw)
+	return u, err
+}
+
+// verifyClaims is verifyToken that also returns the token's expiry.
+func verifyClaims(secret []byte, raw string) (user int64, exp time.Time, err error) {
 	var claims jwt.RegisteredClaims
-	_, err := jwt.ParseWithClaims(raw, &claims, func(*jwt.Token) (any, error) { return secret, nil },
+	_, err = jwt.ParseWithClaims(raw, &claims, func(*jwt.Token) (any, error) { return secret, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 	)
 	if err != nil {
-		return 0, err
+		return 0, exp, err
 	}
 	u, err := strconv.ParseInt(claims.Subject, 10, 64)
 	if err != nil || u <= 0 || strconv.FormatInt(u, 10) != claims.Subject {
-		return 0, errors.New("sub is not a user id")
+		return 0, exp, errors.New("sub is not a user id")
 	}
-	return u, nil
+	return u, claims.ExpiresAt.Time, nil
+}
+
+// tokenCache remembers verified tokens until their expiry, so that a
+// client's token is verified (HMAC, base64, JSON claims) once rather than
+// on every request. Only tokens that passed verifyToken enter it, keyed by
+// the whole token; a forged or altered token never matches one. A shard
+// that fills up is emptied. A nil *tokenCache remembers nothing.
+type tokenCache struct {
+	max       int
+	shards    [16]tokenShard
+	hit, miss func()
+}
+
+type tokenShard struct {
+	mu sync.Mutex
+	m  map[string]cachedToken
+}
+
+type cachedToken struct {
+	user int64
+	exp  time.Time
+}
+
+func newTokenCache(n int, hit, miss func()) *tokenCache {
+	if n <= 0 {
+		return nil
+	}
+	c := &tokenCache{max: max(n/16, 1), hit: hit, miss: miss}
+	for i := range c.shards {
+		c.shards[i].m = map[string]cachedToken{}
+	}
+	return c
+}
+
+func (c *tokenCache) shard(tok string) *tokenShard {
+	// The signature ends the token: its last bytes are as good as a hash.
+	var h byte
+	if n := len(tok); n > 0 {
+		h = tok[n-1] ^ tok[n/2]
+	}
+	return &c.shards[h%16]
+}
+
+func (c *tokenCache) get(tok string, now time.Time) (int64, bool) {
+	if c == nil {
+		return 0, false
+	}
+	sh := c.shard(tok)
+	sh.mu.Lock()
+	t, ok := sh.m[tok]
+	if ok && !now.Before(t.exp) {
+		delete(sh.m, tok)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if ok {
+		c.hit()
+	} else {
+		c.miss()
+	}
+	return t.user, ok
+}
+
+func (c *tokenCache) put(tok string, user int64, exp time.Time) {
+	if c == nil {
+		return
+	}
+	sh := c.shard(tok)
+	sh.mu.Lock()
+	if len(sh.m) >= c.max {
+		clear(sh.m)
+	}
+	sh.m[tok] = cachedToken{user: user, exp: exp}
+	sh.mu.Unlock()
 }
 
 // authenticate resolves the bearer token of r.
@@ -62,7 +143,14 @@ func (g *Gateway) authenticate(r *http.Request) (int64, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 		return 0, unauthorized("authorization is not a bearer token")
 	}
-	u, err := verifyToken(g.cfg.AuthSecret, strings.TrimSpace(tok))
+	tok = strings.TrimSpace(tok)
+	if u, ok := g.tokens.get(tok, time.Now()); ok {
+		return u, nil
+	}
+	u, exp, err := verifyClaims(g.cfg.AuthSecret, tok)
+	if err == nil {
+		g.tokens.put(tok, u, exp)
+	}
 	if err != nil {
 		msg := "invalid token"
 		if errors.Is(err, jwt.ErrTokenExpired) {

@@ -34,6 +34,8 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultListenBackoff   = 5 * time.Second
 	DefaultMaxTitle        = 256
+	DefaultMessageCache    = 256 << 20
+	DefaultTokenCache      = 1 << 16
 )
 
 // Config configures a Gateway. The zero value of every field means its
@@ -134,6 +136,24 @@ type Config struct {
 	// long-polls were released. Default 10s.
 	ShutdownTimeout time.Duration
 
+	// MessageCacheBytes bounds the memory of the message cache: the wire
+	// form of messages read for sync pages and pushes, reused for every
+	// page, frame and member that carries them (messages never change).
+	// Negative disables it. Default 256 MiB.
+	MessageCacheBytes int64
+
+	// HeadCacheUsers bounds the users whose inbox heads the gateway
+	// remembers (learned from reads, moved by the notifications) to answer
+	// a client at its head with 304 without a query. Forgotten whenever the
+	// LISTEN connection drops and when a replay announces a new epoch.
+	// Negative disables it. Default 1,048,576.
+	HeadCacheUsers int
+
+	// TokenCache bounds the verified bearer tokens remembered (until their
+	// expiry) so that a token is verified once, not on every request.
+	// Negative disables it. Default 65,536.
+	TokenCache int
+
 	// WebSocket configures GET /v1/ws; see WSConfig.
 	WebSocket WSConfig
 
@@ -215,6 +235,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.MessageCacheBytes == 0 {
+		c.MessageCacheBytes = DefaultMessageCache
+	}
+	if c.HeadCacheUsers == 0 {
+		c.HeadCacheUsers = DefaultHeadCacheUsers
+	}
+	if c.TokenCache == 0 {
+		c.TokenCache = DefaultTokenCache
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -29,6 +29,8 @@ type Gateway struct {
 	log     *slog.Logger
 	metrics *metrics
 	hub     *hub
+	msgs    *msgCache   // nil when disabled
+	tokens  *tokenCache // nil when disabled
 	handler http.Handler
 	routes  []route
 
@@ -75,6 +77,11 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	}
 	g.metrics = m
 	g.hub = newHub(cfg.Logger, cfg.WakeJitter, cfg.WakeBurst, m)
+	g.hub.heads = newHeadCache(cfg.HeadCacheUsers)
+	g.msgs = newMsgCache(cfg.MessageCacheBytes, m.cache.WithLabelValues("messages", "hit").Inc,
+		m.cache.WithLabelValues("messages", "miss").Inc)
+	g.tokens = newTokenCache(cfg.TokenCache, m.cache.WithLabelValues("tokens", "hit").Inc,
+		m.cache.WithLabelValues("tokens", "miss").Inc)
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err
 	}

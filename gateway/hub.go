@@ -33,6 +33,8 @@ type hub struct {
 	rejMu sync.Mutex
 	rej   map[string]map[*subscription]struct{}
 
+	heads *headCache // nil when disabled
+
 	connected atomic.Bool
 	listening atomic.Bool
 	spread    sync.WaitGroup // goroutines spreading the wake-ups of one notification
@@ -138,6 +140,10 @@ func (h *hub) subscribeRejection(msgID string) *subscription {
 // dispatch wakes the waiters of one notification payload.
 func (h *hub) dispatch(payload string) {
 	n := projector.ParseNotification(payload)
+	if n.Epoch != 0 {
+		h.heads.reset(true) // a replay swapped the projections
+	}
+	h.heads.notified(n.Heads) // before any waiter re-reads
 	var wake []*subscription
 	for user, head := range n.Heads {
 		sh := &h.users[uint64(user)%hubShards]
@@ -288,6 +294,8 @@ func (h *hub) listen(ctx context.Context, channel string, connect func(context.C
 		return fmt.Errorf("listen %s: %w", channel, err)
 	}
 	h.connected.Store(true)
+	h.heads.reset(true)
+	defer h.heads.reset(false)
 	h.log.Debug("listening for notifications", "channel", channel)
 	// Notifications may have been missed before this connection listened.
 	h.wakeAll()

@@ -19,6 +19,8 @@ type metrics struct {
 	listenerReconnects prometheus.Counter
 	sends              *prometheus.CounterVec
 	polls              *prometheus.CounterVec
+	cache              *prometheus.CounterVec
+	headHit, headMiss  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, held func() float64, connected func() float64) (*metrics, error) {
@@ -53,12 +55,17 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 			Help: "Held long-polls by how they ended (woken, timeout, drained, gone).",
 		}, []string{"outcome"}),
 	}
+	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "inboxd", Subsystem: "gateway", Name: "cache_lookups_total",
+		Help: "Lookups of the in-memory caches by cache (messages: wire form of messages; heads: inbox heads answering 304s; tokens: verified bearer tokens) and result (hit, miss).",
+	}, []string{"cache", "result"})
+	m.headHit, m.headMiss = m.cache.WithLabelValues("heads", "hit"), m.cache.WithLabelValues("heads", "miss")
 	listening := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "inboxd", Subsystem: "gateway", Name: "listener_connected",
 		Help: "1 while the LISTEN connection is up.",
 	}, connected)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
-		m.listenerReconnects, m.sends, m.polls, listening} {
+		m.listenerReconnects, m.sends, m.polls, m.cache, listening} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -36,19 +36,14 @@ type record struct {
 
 // entry is an inbox entry. A record entry carries the record as it is when
 // read (the projections keep only the current state), with its current
-// version; versions only grow, so a client keeps the highest.
+// version; versions only grow, so a client keeps the highest. raw is the
+// message or record as JSON (see appendEntry).
 type entry struct {
-	InboxSeq       int64    `json:"inbox_seq"`
-	ConversationID int64    `json:"conversation_id"`
-	Kind           string   `json:"kind"`
-	Message        *message `json:"message,omitempty"`
-	Record         *record  `json:"record,omitempty"`
+	InboxSeq       int64
+	ConversationID int64
+	record         bool
+	raw            []byte
 }
-
-const (
-	entryKindMessage = "message"
-	entryKindRecord  = "record"
-)
 
 func messageBody(kind, body string) json.RawMessage {
 	if kind == "system" && json.Valid([]byte(body)) {

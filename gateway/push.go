@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -147,31 +148,6 @@ type pushResult struct {
 	err                               error
 }
 
-// sqlPush reads, in one statement and so one snapshot, for every
-// (user, after, limit) of the arrays: the epoch, the user's head, floor
-// and record version, and up to limit entries after `after`, with their
-// messages or records inline as GET /v1/sync has them. ord keys the rows
-// back to the sessions (a user may have several, at different cursors).
-//
-// $1 users, $2 afters, $3 limits.
-const sqlPush = `WITH h AS (
-	SELECT q.ord, q.user_id, q.after, q.lim, COALESCE(u.inbox_seq, 0) AS head,
-		COALESCE(u.inbox_floor, 0) AS floor, COALESCE(u.record_version, 0) AS record_version
-	FROM unnest($1::bigint[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(user_id, after, lim, ord)
-	LEFT JOIN users u ON u.id = q.user_id
-)
-SELECT h.ord, (SELECT epoch FROM meta), h.head, h.floor, h.record_version, e.inbox_seq, e.conversation_id, e.kind,
-	` + sqlMessageCols + `, ` + sqlRecordCols + `
-FROM h
-LEFT JOIN LATERAL (
-	SELECT i.inbox_seq, i.conversation_id, i.kind, i.seq FROM inbox i
-	WHERE i.user_id = h.user_id AND i.inbox_seq > h.after AND i.inbox_seq <= h.head AND h.after >= h.floor
-	ORDER BY i.inbox_seq LIMIT h.lim
-) e ON true
-LEFT JOIN messages m ON e.kind = 1 AND m.conversation_id = e.conversation_id AND m.seq = e.seq
-LEFT JOIN records r ON e.kind = 2 AND r.user_id = h.user_id AND r.conversation_id = e.conversation_id` + sqlRecordJoins + `
-ORDER BY h.ord, e.inbox_seq`
-
 // work reads one batch and delivers every session's result.
 func (p *pusher) work(ctx context.Context, batch []*wsSession) {
 	sessions := batch[:0]
@@ -213,47 +189,22 @@ func (p *pusher) work(ctx context.Context, batch []*wsSession) {
 	}
 }
 
-// read runs sqlPush.
+// read reads every session's entries after its cursor (readInbox: one
+// statement for all of them, plus one for messages not cached).
 func (p *pusher) read(ctx context.Context, users, afters []int64, limits []int32) ([]pushResult, error) {
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rows, err := p.ws.g.pool.Query(qctx, sqlPush, users, afters, limits)
+	reqs := make([]inboxReq, len(users))
+	for i := range reqs {
+		reqs[i] = inboxReq{user: users[i], after: afters[i], limit: limits[i]}
+	}
+	pages, err := p.ws.g.readInbox(qctx, reqs, math.MaxInt64)
 	if err != nil {
 		return nil, fmt.Errorf("push read of %d sessions: %w", len(users), err)
 	}
-	defer rows.Close()
-	results := make([]pushResult, len(users))
-	for rows.Next() {
-		var (
-			ord                               int64
-			epoch, head, floor, recordVersion int64
-			inboxSeq, conv                    *int64
-			kind                              *int16
-			ms                                msgScan
-			rec                               recScan
-		)
-		targets := append([]any{&ord, &epoch, &head, &floor, &recordVersion, &inboxSeq, &conv, &kind}, ms.targets()...)
-		if err := rows.Scan(append(targets, rec.targets()...)...); err != nil {
-			return nil, fmt.Errorf("push read: %w", err)
-		}
-		if ord < 1 || ord > int64(len(results)) {
-			return nil, fmt.Errorf("push read: ordinal %d out of range", ord)
-		}
-		r := &results[ord-1]
-		r.epoch, r.head, r.floor, r.recordVersion = epoch, head, floor, recordVersion
-		if inboxSeq == nil {
-			continue // a session with nothing new
-		}
-		e := entry{InboxSeq: *inboxSeq, ConversationID: *conv}
-		if *kind == 2 {
-			e.Kind, e.Record = entryKindRecord, rec.record()
-		} else {
-			e.Kind, e.Message = entryKindMessage, ms.message()
-		}
-		r.entries = append(r.entries, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("push read: %w", err)
+	results := make([]pushResult, len(pages))
+	for i, pg := range pages {
+		results[i] = pushResult{epoch: pg.epoch, head: pg.head, floor: pg.floor, recordVersion: pg.recordVersion, entries: pg.entries}
 	}
 	return results, nil
 }
@@ -303,7 +254,7 @@ func (p *pusher) finish(ctx context.Context, s *wsSession, r *pushResult) {
 	case len(r.entries) > 0:
 		n := len(r.entries)
 		s.pushDataLocked(queued{kind: "entries", entries: n, signalAt: s.signalAt,
-			b: encodeFrame(wsEntries{Type: "entries", Entries: r.entries, Head: r.head})})
+			b: entriesFrame(r.entries, r.head)})
 		s.cursor = r.entries[n-1].InboxSeq
 		s.signalAt = time.Time{}
 	}

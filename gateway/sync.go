@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/inboxd/inboxd/projector"
 )
 
 // syncParams is one "entries after N" question.
@@ -31,79 +29,27 @@ type syncResult struct {
 }
 
 // etag is the validator of the answer: the epoch and head it was read at.
-func (r *syncResult) etag() string {
-	return `"` + strconv.FormatInt(r.epoch, 10) + "." + strconv.FormatInt(r.head, 10) + `"`
+func (r *syncResult) etag() string { return etagOf(r.epoch, r.head) }
+
+func etagOf(epoch, head int64) string {
+	return `"` + strconv.FormatInt(epoch, 10) + "." + strconv.FormatInt(head, 10) + `"`
 }
 
-// sqlSync reads, in one statement and so one snapshot, the epoch, the
-// user's head and floor and, unless the answer is too long, the page of
-// entries after the cursor with their messages or records inline. A user
-// without a row has head 0.
-//
-// $1 user, $2 after, $3 limit, $4 too-long lag, $5 epoch of the client or NULL.
-//
-// The head row is built from scalar subqueries so that the planner knows it
-// is one row: a join with the (rarely analyzed) meta table is estimated at
-// thousands of rows, which prices the query high enough to trigger JIT
-// compilation, hundreds of milliseconds per execution.
-const sqlSync = `WITH h AS (
-	SELECT (SELECT epoch FROM meta) AS epoch, COALESCE(u.inbox_seq, 0) AS head,
-		COALESCE(u.inbox_floor, 0) AS floor, COALESCE(u.record_version, 0) AS record_version
-	FROM (SELECT 1) one LEFT JOIN users u ON u.id = $1
-), e AS (
-	SELECT i.inbox_seq, i.conversation_id, i.kind, i.seq FROM h, inbox i
-	WHERE i.user_id = $1 AND i.inbox_seq > $2 AND i.inbox_seq <= h.head
-		AND h.head - $2 <= $4 AND $2 >= h.floor AND ($5::bigint IS NULL OR $2 = 0 OR $5 = h.epoch)
-	ORDER BY i.inbox_seq LIMIT $3
-)
-SELECT h.epoch, h.head, h.floor, h.record_version, e.inbox_seq, e.conversation_id, e.kind,
-	` + sqlMessageCols + `, ` + sqlRecordCols + `
-FROM h LEFT JOIN e ON true
-LEFT JOIN messages m ON e.kind = 1 AND m.conversation_id = e.conversation_id AND m.seq = e.seq
-LEFT JOIN records r ON e.kind = 2 AND r.user_id = $1 AND r.conversation_id = e.conversation_id` + sqlRecordJoins + `
-ORDER BY e.inbox_seq`
-
-// readSync answers p for user. It is the query behind GET /v1/sync and the
+// readSync answers p for user. It is the read behind GET /v1/sync and the
 // WebSocket catch-up. The too-long rules are PROTOCOL.md's: head - after over
 // TooLongLag, after below the retained floor, or an epoch that is not the
 // current one (with after > 0). A cursor beyond the head (of the current
-// epoch) is refused: no answer could ever fill the gap up to it.
+// epoch) is refused: no answer could ever fill the gap up to it. The epoch,
+// head, floor and entries come from one snapshot (readInbox).
 func (g *Gateway) readSync(ctx context.Context, user int64, p syncParams) (*syncResult, error) {
-	var epoch any
-	if p.hasEpoch {
-		epoch = p.epoch
-	}
-	rows, err := g.pool.Query(ctx, sqlSync, user, p.after, p.limit, g.cfg.TooLongLag, epoch)
+	gen := g.hub.heads.generation()
+	pages, err := g.readInbox(ctx, []inboxReq{{user: user, after: p.after, limit: int32(p.limit)}}, g.cfg.TooLongLag)
 	if err != nil {
 		return nil, fmt.Errorf("sync of user %d after %d: %w", user, p.after, err)
 	}
-	defer rows.Close()
-	res := &syncResult{}
-	for rows.Next() {
-		var (
-			inboxSeq, conv *int64
-			kind           *int16
-			m              msgScan
-			rec            recScan
-		)
-		targets := append([]any{&res.epoch, &res.head, &res.floor, &res.recordVersion, &inboxSeq, &conv, &kind}, m.targets()...)
-		if err := rows.Scan(append(targets, rec.targets()...)...); err != nil {
-			return nil, fmt.Errorf("sync of user %d: %w", user, err)
-		}
-		if inboxSeq == nil {
-			continue // the head row without entries
-		}
-		e := entry{InboxSeq: *inboxSeq, ConversationID: *conv}
-		if *kind == projector.KindRecord {
-			e.Kind, e.Record = entryKindRecord, rec.record()
-		} else {
-			e.Kind, e.Message = entryKindMessage, m.message()
-		}
-		res.entries = append(res.entries, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sync of user %d: %w", user, err)
-	}
+	pg := pages[0]
+	g.hub.heads.learn(gen, user, pg.epoch, pg.head)
+	res := &syncResult{epoch: pg.epoch, head: pg.head, floor: pg.floor, recordVersion: pg.recordVersion, entries: pg.entries}
 	switch {
 	case p.hasEpoch && p.epoch != res.epoch && p.after > 0,
 		res.head-p.after > g.cfg.TooLongLag,
@@ -203,6 +149,9 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if wait == 0 && g.notModified(w, r, user, p) {
+		return nil
+	}
 	var sub *subscription
 	if wait > 0 {
 		// Before the first read: a commit after it must wake us.
@@ -269,9 +218,54 @@ func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, 
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
-	writeJSON(w, http.StatusOK, syncResponse{Epoch: res.epoch, Head: res.head, Entries: res.entries,
-		HasMore: res.hasMore, Polling: g.pollingHint()})
+	g.writeSyncPage(w, res)
 	return nil
+}
+
+// notModified answers 304 from the head cache when the client is at its
+// head with the current ETag: no query. Anything else (an unknown user,
+// a cache that is not valid, a stale epoch) goes the way of a read.
+func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64, p syncParams) bool {
+	inm := r.Header.Get("If-None-Match")
+	if inm == "" {
+		return false
+	}
+	epoch, head, ok := g.hub.heads.get(user)
+	if ok && p.after == head && (!p.hasEpoch || p.epoch == epoch || p.after == 0) {
+		tag := etagOf(epoch, head)
+		if etagMatch(inm, tag) {
+			g.metrics.headHit.Inc()
+			h := w.Header()
+			h["Etag"] = []string{tag}
+			h["Cache-Control"] = []string{"private, no-cache"}
+			w.WriteHeader(http.StatusNotModified)
+			return true
+		}
+	}
+	g.metrics.headMiss.Inc()
+	return false
+}
+
+// writeSyncPage writes the 200 answer of a page by hand (the entries'
+// messages are cached JSON; see appendEntry), in syncResponse's shape.
+func (g *Gateway) writeSyncPage(w http.ResponseWriter, res *syncResult) {
+	b := make([]byte, 0, 128+entriesSize(res.entries))
+	b = append(b, `{"epoch":`...)
+	b = strconv.AppendInt(b, res.epoch, 10)
+	b = append(b, `,"head":`...)
+	b = strconv.AppendInt(b, res.head, 10)
+	b = append(b, `,"entries":`...)
+	b = appendEntries(b, res.entries)
+	b = append(b, `,"has_more":`...)
+	b = strconv.AppendBool(b, res.hasMore)
+	b = append(b, `,"_polling":{"next_interval_ms":`...)
+	b = strconv.AppendInt(b, g.pollingHint().NextIntervalMS, 10)
+	b = append(b, "}}\n"...)
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json; charset=utf-8"}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
 }
 
 // etagMatch implements If-None-Match's weak comparison against one tag.

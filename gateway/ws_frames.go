@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 )
 
 // The frames of PROTOCOL.md's WebSocket section. Every frame is one JSON
@@ -83,6 +84,17 @@ type wsPong struct {
 
 // encodeFrame encodes v as a frame: JSON without HTML escaping (as the
 // HTTP bodies) and without the trailing newline.
+// entriesFrame is the entries frame of wsEntries, written by hand (see
+// appendEntry).
+func entriesFrame(entries []entry, head int64) []byte {
+	b := make([]byte, 0, 64+entriesSize(entries))
+	b = append(b, `{"type":"entries","entries":`...)
+	b = appendEntries(b, entries)
+	b = append(b, `,"head":`...)
+	b = strconv.AppendInt(b, head, 10)
+	return append(b, '}')
+}
+
 func encodeFrame(v any) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

@@ -765,7 +765,11 @@ func (p *Projector) notify(ctx context.Context, tx pgx.Tx, b *batch, heads map[i
 type Notification struct {
 	Heads    map[int64]int64 // user id -> inbox head
 	Rejected []string        // msg ids
+	Epoch    int64           // a new epoch (a replay swapped the projections), 0 if none
 }
+
+// EpochToken is the notification of a replay's swap to epoch.
+func EpochToken(epoch int64) string { return "e" + strconv.FormatInt(epoch, 10) }
 
 // ParseNotification decodes a payload written by Apply. Unknown tokens are
 // skipped so that newer writers can add kinds.
@@ -785,6 +789,10 @@ func ParseNotification(payload string) Notification {
 			}
 		case 'r':
 			n.Rejected = append(n.Rejected, tok[1:])
+		case 'e':
+			if ep, err := strconv.ParseInt(tok[1:], 10, 64); err == nil {
+				n.Epoch = ep
+			}
 		}
 	}
 	return n

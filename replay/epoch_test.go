@@ -48,6 +48,19 @@ func (c *client) do(method, path string, body any, out any) int {
 	return resp.StatusCode
 }
 
+// status sends GET path with If-None-Match and returns the status.
+func (c *client) status(path, ifNoneMatch string) int {
+	c.t.Helper()
+	req, err := http.NewRequest("GET", c.base+path, nil)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("If-None-Match", ifNoneMatch)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 type world struct {
 	env        *testenv.Env
 	stopFanout func()
@@ -105,12 +118,23 @@ func TestOldEpochCursorGetsTooLongAfterReplay(t *testing.T) {
 	require.Equal(t, 200, c.do("GET", "/v1/sync?after=0", nil, &s1))
 	require.False(t, s1.TooLong)
 	require.NotEmpty(t, s1.Entries)
+	oldTag := fmt.Sprintf(`"%d.%d"`, s1.Epoch, s1.Head)
+	atHead := fmt.Sprintf("/v1/sync?after=%d", s1.Head)
+	require.Equal(t, 304, c.status(atHead, oldTag), "at the head: 304 (from the gateway's head cache)")
 
 	stopFanout()
 	res, err := replay.Run(context.Background(), cfg(env), env.Pool)
 	require.NoError(t, err)
 	require.NotEqual(t, s1.Epoch, res.Epoch)
 	env.StartFanout(t)
+
+	// The swap announced the new epoch: the gateway forgets the heads it
+	// knew, and the old tag no longer gets a 304.
+	deadline := time.Now().Add(10 * time.Second)
+	for c.status(atHead, oldTag) == 304 {
+		require.True(t, time.Now().Before(deadline), "still 304 for a tag of the old epoch")
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	var s2 syncResp
 	require.Equal(t, 200, c.do("GET", fmt.Sprintf("/v1/sync?after=%d&epoch=%d", s1.Head, s1.Epoch), nil, &s2))

@@ -38,6 +38,10 @@ type Config struct {
 	BatchRecords int
 	// Shadow is the schema rebuilt into. Default "inboxd_shadow".
 	Shadow string
+	// Channel is the live NOTIFY channel (fanout's and the gateways'): the
+	// swap announces the new epoch on it, so gateways drop what they
+	// remember of the old one. Default projector.DefaultChannel.
+	Channel string
 	// Verify compares the rebuilt shadow with the live projections instead
 	// of swapping it in; it may run while fanout is live.
 	Verify bool
@@ -49,6 +53,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
+	if c.Channel == "" {
+		c.Channel = projector.DefaultChannel
+	}
 	if c.Topic == "" {
 		c.Topic = producer.DefaultTopic
 	}
@@ -180,7 +187,7 @@ ALTER TABLE messages ADD CONSTRAINT messages_pkey PRIMARY KEY (conversation_id, 
 		return res, nil
 	}
 	shadow.Close()
-	epoch, err := swap(ctx, pool, cfg.Shadow)
+	epoch, err := swap(ctx, pool, cfg.Shadow, cfg.Channel)
 	if err != nil {
 		return res, err
 	}
@@ -309,7 +316,7 @@ var tables = []string{"meta", "conversations", "member_spans", "messages", "user
 
 // swap makes the shadow the live generation in one transaction, with a new
 // epoch, keeping the live conversation id sequence ahead of every id.
-func swap(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, error) {
+func swap(ctx context.Context, pool *pgxpool.Pool, schema, channel string) (int64, error) {
 	q := pgx.Identifier{schema}.Sanitize()
 	var epoch int64
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
@@ -333,6 +340,10 @@ func swap(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, error)
 		}
 		if _, err := tx.Exec(ctx, "DROP SCHEMA "+q+" CASCADE"); err != nil {
 			return fmt.Errorf("drop shadow: %w", err)
+		}
+		// Delivered at commit: gateways forget the heads of the old epoch.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, projector.EpochToken(epoch)); err != nil {
+			return fmt.Errorf("announce epoch %d: %w", epoch, err)
 		}
 		return nil
 	})

@@ -33,6 +33,9 @@ type gatewayFlags struct {
 	wsMaxPerUser    int
 	wsWriteTimeout  time.Duration
 	wsSlowTimeout   time.Duration
+	msgCacheBytes   int64
+	headCacheUsers  int
+	tokenCache      int
 }
 
 func (f *gatewayFlags) bind(fs *flag.FlagSet) {
@@ -52,23 +55,29 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.wsMaxConns, "ws-max-conns", gateway.DefaultWSMaxConns, "WebSocket connections per process; beyond it close 4029")
 	fs.IntVar(&f.wsMaxPerUser, "ws-max-conns-per-user", gateway.DefaultWSMaxConnsPerUser, "WebSocket connections per user per process")
 	fs.DurationVar(&f.wsWriteTimeout, "ws-write-timeout", gateway.DefaultWSWriteTimeout, "bound of every WebSocket write")
+	fs.Int64Var(&f.msgCacheBytes, "message-cache-bytes", gateway.DefaultMessageCache, "memory of the cache of messages' wire form shared by sync pages and pushes (negative: off)")
+	fs.IntVar(&f.headCacheUsers, "head-cache-users", gateway.DefaultHeadCacheUsers, "users whose inbox heads are remembered to answer 304 without a query (negative: off)")
+	fs.IntVar(&f.tokenCache, "token-cache", gateway.DefaultTokenCache, "verified bearer tokens remembered until their expiry (negative: off)")
 	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", gateway.DefaultWSSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
 }
 
 func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 	return gateway.Config{
-		Addr:            f.httpAddr,
-		AuthSecret:      []byte(f.authSecret),
-		AckWait:         f.ackWait,
-		MaxBody:         c.maxBody,
-		LongPollMax:     f.longPollMax,
-		MaxHeldPolls:    f.maxHeldPolls,
-		SendRate:        rate.Limit(f.sendRate),
-		SendBurst:       f.sendBurst,
-		SyncRate:        rate.Limit(f.syncRate),
-		SyncBurst:       f.syncBurst,
-		TooLongLag:      f.tooLongLag,
-		ShutdownTimeout: f.shutdownTimeout,
+		Addr:              f.httpAddr,
+		AuthSecret:        []byte(f.authSecret),
+		AckWait:           f.ackWait,
+		MaxBody:           c.maxBody,
+		LongPollMax:       f.longPollMax,
+		MaxHeldPolls:      f.maxHeldPolls,
+		SendRate:          rate.Limit(f.sendRate),
+		SendBurst:         f.sendBurst,
+		SyncRate:          rate.Limit(f.syncRate),
+		SyncBurst:         f.syncBurst,
+		TooLongLag:        f.tooLongLag,
+		ShutdownTimeout:   f.shutdownTimeout,
+		MessageCacheBytes: f.msgCacheBytes,
+		HeadCacheUsers:    f.headCacheUsers,
+		TokenCache:        f.tokenCache,
 		WebSocket: gateway.WSConfig{
 			HeartbeatInterval: f.wsHeartbeat,
 			AllowedOrigins:    config.SplitList(f.wsOrigins),

@@ -1,0 +1,251 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestHeadCacheAnswers304sAndFollowsCommits: a client at its head gets its
+// 304s from the head cache (no query), and a commit moves the cached head
+// so that the same request then answers the new entry.
+func TestHeadCacheAnswers304sAndFollowsCommits(t *testing.T) {
+	tg := newGateway(t, nil)
+	a, b := tg.user(t, 1), tg.user(t, 2)
+	cid := a.create(t, "heads", 2)
+	_, head, _ := b.syncAll(t, 0, 50) // teaches the cache b's head
+	s := b.sync(t, "after="+strconv.FormatInt(head, 10))
+	etag := fmt.Sprintf(`"%d.%d"`, s.Epoch, head)
+	q := "/v1/sync?after=" + strconv.FormatInt(head, 10)
+
+	hits := counterValue(tg.g.metrics.headHit)
+	for range 5 {
+		r := b.do(t, "GET", q, nil, "If-None-Match", etag)
+		require.Equal(t, http.StatusNotModified, r.status, "%s", r)
+		require.Equal(t, etag, r.header.Get("ETag"))
+	}
+	require.Equal(t, hits+5, counterValue(tg.g.metrics.headHit), "the 304s came from the cache")
+
+	m := a.send(t, cid, "moves the head")
+	r := b.do(t, "GET", q, nil, "If-None-Match", etag)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	r.decode(t, &s)
+	require.Len(t, s.Entries, 1)
+	require.Equal(t, m.MsgID, s.Entries[0].Message.MsgID)
+	require.Equal(t, fmt.Sprintf(`"%d.%d"`, s.Epoch, head+1), r.header.Get("ETag"))
+
+	// A stale epoch is never answered from the cache.
+	r = b.do(t, "GET", fmt.Sprintf("/v1/sync?after=%d&epoch=%d", head+1, s.Epoch-1), nil,
+		"If-None-Match", fmt.Sprintf(`"%d.%d"`, s.Epoch, head+1))
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.Contains(t, string(r.body), `"too_long":true`)
+}
+
+// TestHeadCacheForgetsWhileDeaf: while the LISTEN connection is down,
+// notifications are lost, so the cache must not answer: a message committed
+// meanwhile is served to a client presenting the old ETag.
+func TestHeadCacheForgetsWhileDeaf(t *testing.T) {
+	tg := buildGateway(t, func(c *Config) {
+		c.ListenBackoffMax = 50 * time.Millisecond
+		c.AckWait = 500 * time.Millisecond
+	})
+	gate := make(chan struct{})
+	var gated sync.Mutex
+	blocking := false
+	tg.g.hub.beforeConnect = func(ctx context.Context) {
+		gated.Lock()
+		bl := blocking
+		gated.Unlock()
+		if bl {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}
+	}
+	tg.serve(t)
+	a, b := tg.user(t, 1), tg.user(t, 2)
+	cid := a.create(t, "deaf", 2)
+	_, head, _ := b.syncAll(t, 0, 50)
+	s := b.sync(t, "after="+strconv.FormatInt(head, 10))
+	etag := fmt.Sprintf(`"%d.%d"`, s.Epoch, head)
+	q := "/v1/sync?after=" + strconv.FormatInt(head, 10)
+	hits := counterValue(tg.g.metrics.headHit)
+	r := b.do(t, "GET", q, nil, "If-None-Match", etag)
+	require.Equal(t, http.StatusNotModified, r.status)
+	require.Equal(t, hits+1, counterValue(tg.g.metrics.headHit))
+
+	gated.Lock()
+	blocking = true
+	gated.Unlock()
+	_, err := tg.env.Pool.Exec(context.Background(),
+		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'inboxd-gateway-listen'`)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "LISTEN connection to drop", func() bool { return !tg.g.hub.connected.Load() })
+
+	r = a.do(t, "POST", "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages",
+		`{"msg_id":"0b8e2a52-7f0e-4a57-9d8e-3c1f2f7a0001","body":"while deaf"}`)
+	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, r.status, "%s", r)
+	tg.env.WaitCaughtUp(t, 30*time.Second)
+
+	r = b.do(t, "GET", q, nil, "If-None-Match", etag)
+	require.Equal(t, http.StatusOK, r.status, "no 304 from a cache that may have missed a commit: %s", r)
+	r.decode(t, &s)
+	require.Len(t, s.Entries, 1)
+	require.Equal(t, hits+1, counterValue(tg.g.metrics.headHit), "no hit while deaf")
+	close(gate)
+}
+
+func TestHeadCacheUnit(t *testing.T) {
+	c := newHeadCache(1000)
+	gen := c.generation()
+	c.learn(gen, 1, 7, 10)
+	_, _, ok := c.get(1)
+	require.False(t, ok, "not valid before the LISTEN connection is up")
+
+	c.reset(true)
+	gen = c.generation()
+	c.learn(gen, 1, 7, 10)
+	ep, h, ok := c.get(1)
+	require.True(t, ok)
+	require.Equal(t, [2]int64{7, 10}, [2]int64{ep, h})
+	c.notified(map[int64]int64{1: 12, 2: 5})
+	_, h, _ = c.get(1)
+	require.EqualValues(t, 12, h)
+	_, _, ok = c.get(2)
+	require.False(t, ok, "notifications do not add users")
+	c.learn(gen, 1, 7, 11) // an older read never moves a head back
+	_, h, _ = c.get(1)
+	require.EqualValues(t, 12, h)
+
+	stale := c.generation()
+	c.reset(false) // the connection dropped
+	_, _, ok = c.get(1)
+	require.False(t, ok)
+	c.reset(true)
+	c.learn(stale, 3, 7, 1) // a read from before the outage
+	_, _, ok = c.get(3)
+	require.False(t, ok)
+
+	gen = c.generation()
+	c.learn(gen, 1, 7, 20)
+	c.learn(gen, 4, 8, 3) // the database moved to epoch 8: everything goes
+	_, _, ok = c.get(1)
+	require.False(t, ok)
+
+	// A replay's announcement resets through the hub.
+	h2 := newHub(nil, 0, 1, nil)
+	h2.heads = newHeadCache(1000)
+	h2.heads.reset(true)
+	h2.heads.learn(h2.heads.generation(), 5, 9, 1)
+	_, _, ok = h2.heads.get(5)
+	require.True(t, ok)
+	h2.dispatch("e10")
+	_, _, ok = h2.heads.get(5)
+	require.False(t, ok)
+
+	var nilCache *headCache
+	nilCache.learn(1, 1, 1, 1)
+	nilCache.reset(true)
+	_, _, ok = nilCache.get(1)
+	require.False(t, ok)
+}
+
+func TestMsgCacheBudget(t *testing.T) {
+	var hits, misses int
+	c := newMsgCache(64*1024, func() { hits++ }, func() { misses++ })
+	body := bytes.Repeat([]byte("x"), 100)
+	for i := range 10000 {
+		c.put(msgKey{epoch: 1, conv: int64(i % 97), seq: int64(i)}, body)
+	}
+	// Two generations per shard, each within its share of the budget.
+	require.LessOrEqual(t, c.len()*(len(body)+msgOverhead), 64*1024+msgCacheShards*(len(body)+msgOverhead))
+	require.Greater(t, c.len(), 100)
+	b, ok := c.get(msgKey{epoch: 1, conv: 9999 % 97, seq: 9999})
+	require.True(t, ok, "the newest stays")
+	require.Equal(t, body, b)
+	_, ok = c.get(msgKey{epoch: 2, conv: 9999 % 97, seq: 9999})
+	require.False(t, ok, "another epoch is another message")
+	_, ok = c.get(msgKey{epoch: 1, conv: 0, seq: 0})
+	require.False(t, ok, "the oldest went")
+	require.Equal(t, 1, hits)
+	require.Equal(t, 2, misses)
+
+	var off *msgCache
+	off.put(msgKey{}, body)
+	_, ok = off.get(msgKey{})
+	require.False(t, ok)
+}
+
+// TestCachedPagesAreTheSame: a page served from the message cache is the
+// same bytes as the first one, which read PostgreSQL, and its messages are
+// what encoding/json makes of them.
+func TestCachedPagesAreTheSame(t *testing.T) {
+	tg := newGateway(t, nil)
+	a, b := tg.user(t, 1), tg.user(t, 2)
+	cid := a.create(t, "cache <&> \u2028", 2)
+	for i := range 5 {
+		a.send(t, cid, fmt.Sprintf("m%d <b>&amp;</b> \"quoted\" \u00e9\u2028", i))
+	}
+	first := b.do(t, "GET", "/v1/sync?after=0", nil)
+	require.Equal(t, http.StatusOK, first.status)
+	hits := counterValue(tg.g.metrics.cache.WithLabelValues("messages", "hit"))
+	second := b.do(t, "GET", "/v1/sync?after=0", nil)
+	require.Equal(t, string(first.body), string(second.body))
+	require.Greater(t, counterValue(tg.g.metrics.cache.WithLabelValues("messages", "hit")), hits)
+	require.True(t, json.Valid(second.body))
+
+	var s struct {
+		Entries []struct {
+			Kind    string          `json:"kind"`
+			Message json.RawMessage `json:"message"`
+			Record  json.RawMessage `json:"record"`
+		} `json:"entries"`
+	}
+	require.NoError(t, json.Unmarshal(second.body, &s))
+	require.Len(t, s.Entries, 7) // creation, record, 5 messages
+	for _, e := range s.Entries {
+		raw := e.Message
+		if e.Kind == "record" {
+			raw = e.Record
+		}
+		require.NotEmpty(t, raw, "kind %s", e.Kind)
+		var m message
+		if e.Kind == "message" {
+			require.NoError(t, json.Unmarshal(raw, &m))
+			require.Equal(t, string(marshalWire(&m)), string(raw))
+		}
+	}
+}
+
+// TestTokenCache: a remembered token still expires, and only the exact
+// token that was verified is remembered.
+func TestTokenCache(t *testing.T) {
+	tg := newGateway(t, nil)
+	tok, err := IssueToken(testSecret, 3, 1500*time.Millisecond)
+	require.NoError(t, err)
+	u := &user{tg: tg, id: 3, token: tok}
+	hits := counterValue(tg.g.metrics.cache.WithLabelValues("tokens", "hit"))
+	require.Equal(t, http.StatusOK, u.do(t, "GET", "/v1/sync", nil).status)
+	require.Equal(t, http.StatusOK, u.do(t, "GET", "/v1/sync", nil).status)
+	require.Equal(t, hits+1, counterValue(tg.g.metrics.cache.WithLabelValues("tokens", "hit")))
+
+	forged := &user{tg: tg, id: 3, token: tok[:len(tok)-2] + "AA"}
+	if forged.token == tok {
+		forged.token = tok[:len(tok)-2] + "BB"
+	}
+	require.Equal(t, http.StatusUnauthorized, forged.do(t, "GET", "/v1/sync", nil).status)
+
+	time.Sleep(time.Until(time.Now().Add(1600 * time.Millisecond)))
+	r := u.do(t, "GET", "/v1/sync", nil)
+	require.Equal(t, http.StatusUnauthorized, r.status, "%s", r)
+	require.Contains(t, string(r.body), "token expired")
+}

@@ -1,0 +1,453 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxd/inboxd/projector"
+)
+
+// The read path of GET /v1/sync and of the WebSocket push. Inbox entries
+// are read from PostgreSQL as bare keys (inbox_seq, conversation, kind,
+// message seq) in one statement, and the messages they point at come from
+// msgCache: a message never changes once committed (PROTOCOL.md has no
+// edits), so its wire form is rendered once and reused by every page and
+// frame that carries it, for every member. Only the messages the cache
+// lacks, and the records of record entries (current state, rare), take a
+// second statement.
+
+// inboxReq is one "entries after N" read: up to limit entries of user's
+// inbox after after.
+type inboxReq struct {
+	user, after int64
+	limit       int32
+}
+
+// inboxPage is what readInbox read for one inboxReq: the epoch, the user's
+// head, floor and record version, all from the snapshot of the entries.
+type inboxPage struct {
+	epoch, head, floor, recordVersion int64
+	entries                           []entry
+}
+
+// sqlInboxFrom builds the key read over a source q(user_id, after, lim, ord).
+// Entries are read only when the answer can carry them: after at or above
+// the floor and head - after within maxLag ($4 in both forms).
+func sqlInboxFrom(src string) string {
+	return `SELECT q.ord, (SELECT epoch FROM meta), COALESCE(u.inbox_seq, 0), COALESCE(u.inbox_floor, 0),
+	COALESCE(u.record_version, 0), e.inbox_seq, e.conversation_id, e.kind, e.seq
+FROM ` + src + `
+LEFT JOIN users u ON u.id = q.user_id
+LEFT JOIN LATERAL (
+	SELECT i.inbox_seq, i.conversation_id, i.kind, i.seq FROM inbox i
+	WHERE i.user_id = q.user_id AND i.inbox_seq > q.after AND i.inbox_seq <= u.inbox_seq
+		AND q.after >= u.inbox_floor AND u.inbox_seq - q.after <= $4
+	ORDER BY i.inbox_seq LIMIT q.lim
+) e ON true
+ORDER BY q.ord, e.inbox_seq`
+}
+
+// sqlInboxOne reads one user ($1 user, $2 after, $3 limit, $4 max lag);
+// sqlInboxMany reads many ($1 users, $2 afters, $3 limits, $4 max lag).
+// The scalar form keeps the planner's row estimate at one.
+var (
+	sqlInboxOne  = sqlInboxFrom(`(SELECT 1::bigint AS ord, $1::bigint AS user_id, $2::bigint AS after, $3::int AS lim) q`)
+	sqlInboxMany = sqlInboxFrom(`unnest($1::bigint[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(user_id, after, lim, ord)`)
+)
+
+// sqlMessagesByKey reads messages by (conversation, seq), with the epoch of
+// the snapshot. $1 conversations, $2 seqs.
+const sqlMessagesByKey = `SELECT (SELECT epoch FROM meta), ` + sqlMessageCols + `
+FROM unnest($1::bigint[], $2::bigint[]) AS k(conversation_id, seq)
+JOIN messages m ON m.conversation_id = k.conversation_id AND m.seq = k.seq`
+
+// sqlRecordsByKey reads records by (user, conversation), with the epoch of
+// the snapshot. $1 users, $2 conversations.
+const sqlRecordsByKey = `SELECT (SELECT epoch FROM meta), k.user_id, ` + sqlRecordCols + `
+FROM unnest($1::bigint[], $2::bigint[]) AS k(user_id, conversation_id)
+JOIN records r ON r.user_id = k.user_id AND r.conversation_id = k.conversation_id` + sqlRecordJoins
+
+// errEpochMoved says that a replay swapped the projections between the
+// statements of one read; the read starts over.
+var errEpochMoved = errors.New("the epoch changed during the read")
+
+// readInbox answers reqs. maxLag bounds head - after for entries to be read
+// (the too-long rule; the push passes no bound).
+func (g *Gateway) readInbox(ctx context.Context, reqs []inboxReq, maxLag int64) ([]inboxPage, error) {
+	for attempt := 0; ; attempt++ {
+		pages, err := g.readInboxOnce(ctx, reqs, maxLag)
+		if errors.Is(err, errEpochMoved) && attempt < 3 {
+			continue
+		}
+		return pages, err
+	}
+}
+
+// entryRef points back from a message or record to the entry that needs it.
+type entryRef struct {
+	page, idx int
+	user      int64
+}
+
+func (g *Gateway) readInboxOnce(ctx context.Context, reqs []inboxReq, maxLag int64) ([]inboxPage, error) {
+	var rows pgx.Rows
+	var err error
+	if len(reqs) == 1 {
+		rows, err = g.pool.Query(ctx, sqlInboxOne, reqs[0].user, reqs[0].after, reqs[0].limit, maxLag)
+	} else {
+		users := make([]int64, len(reqs))
+		afters := make([]int64, len(reqs))
+		limits := make([]int32, len(reqs))
+		for i, r := range reqs {
+			users[i], afters[i], limits[i] = r.user, r.after, r.limit
+		}
+		rows, err = g.pool.Query(ctx, sqlInboxMany, users, afters, limits, maxLag)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the inbox of %d users: %w", len(reqs), err)
+	}
+	pages := make([]inboxPage, len(reqs))
+	var (
+		misses  map[msgKey][]entryRef
+		records map[[2]int64][]entryRef
+		epoch   int64
+	)
+	for rows.Next() {
+		var v [9]int64
+		var null [9]bool
+		if err := rawInts(rows.FieldDescriptions(), rows.RawValues(), v[:], null[:]); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read the inbox: %w", err)
+		}
+		ord := v[0]
+		if ord < 1 || ord > int64(len(pages)) {
+			rows.Close()
+			return nil, fmt.Errorf("read the inbox: ordinal %d out of range", ord)
+		}
+		p := &pages[ord-1]
+		p.epoch, p.head, p.floor, p.recordVersion = v[1], v[2], v[3], v[4]
+		epoch = v[1]
+		if null[5] {
+			continue // nothing to read for this request
+		}
+		user := reqs[ord-1].user
+		e := entry{InboxSeq: v[5], ConversationID: v[6]}
+		ref := entryRef{page: int(ord - 1), idx: len(p.entries), user: user}
+		if v[7] == projector.KindRecord {
+			e.record = true
+			if records == nil {
+				records = map[[2]int64][]entryRef{}
+			}
+			k := [2]int64{user, e.ConversationID}
+			records[k] = append(records[k], ref)
+		} else {
+			k := msgKey{epoch: epoch, conv: e.ConversationID, seq: v[8]}
+			if b, ok := g.msgs.get(k); ok {
+				e.raw = b
+			} else {
+				if misses == nil {
+					misses = map[msgKey][]entryRef{}
+				}
+				misses[k] = append(misses[k], ref)
+			}
+		}
+		p.entries = append(p.entries, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the inbox: %w", err)
+	}
+	if len(misses) > 0 {
+		if err := g.loadMessages(ctx, epoch, misses, pages); err != nil {
+			return nil, err
+		}
+	}
+	if len(records) > 0 {
+		if err := g.loadRecords(ctx, epoch, records, pages); err != nil {
+			return nil, err
+		}
+	}
+	return pages, nil
+}
+
+// loadMessages reads the messages the cache lacked, caches their wire form
+// and sets it on the entries that point at them.
+func (g *Gateway) loadMessages(ctx context.Context, epoch int64, misses map[msgKey][]entryRef, pages []inboxPage) error {
+	convs := make([]int64, 0, len(misses))
+	seqs := make([]int64, 0, len(misses))
+	for k := range misses {
+		convs, seqs = append(convs, k.conv), append(seqs, k.seq)
+	}
+	rows, err := g.pool.Query(ctx, sqlMessagesByKey, convs, seqs)
+	if err != nil {
+		return fmt.Errorf("read %d messages: %w", len(convs), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var at int64
+		var s msgScan
+		if err := rows.Scan(append([]any{&at}, s.targets()...)...); err != nil {
+			return fmt.Errorf("read messages: %w", err)
+		}
+		if at != epoch {
+			return errEpochMoved
+		}
+		m := s.message()
+		if m == nil {
+			continue
+		}
+		k := msgKey{epoch: epoch, conv: m.ConversationID, seq: m.Seq}
+		b := marshalWire(m)
+		g.msgs.put(k, b)
+		for _, ref := range misses[k] {
+			pages[ref.page].entries[ref.idx].raw = b
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read messages: %w", err)
+	}
+	return nil
+}
+
+// loadRecords reads the records of record entries as they are now (the
+// projections keep only the current state; versions only grow).
+func (g *Gateway) loadRecords(ctx context.Context, epoch int64, want map[[2]int64][]entryRef, pages []inboxPage) error {
+	users := make([]int64, 0, len(want))
+	convs := make([]int64, 0, len(want))
+	for k := range want {
+		users, convs = append(users, k[0]), append(convs, k[1])
+	}
+	rows, err := g.pool.Query(ctx, sqlRecordsByKey, users, convs)
+	if err != nil {
+		return fmt.Errorf("read %d records: %w", len(users), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var at, user int64
+		var s recScan
+		if err := rows.Scan(append([]any{&at, &user}, s.targets()...)...); err != nil {
+			return fmt.Errorf("read records: %w", err)
+		}
+		if at != epoch {
+			return errEpochMoved
+		}
+		r := s.record()
+		if r == nil {
+			continue
+		}
+		b := marshalWire(r)
+		for _, ref := range want[[2]int64{user, r.ConversationID}] {
+			pages[ref.page].entries[ref.idx].raw = b
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read records: %w", err)
+	}
+	return nil
+}
+
+// marshalWire is the JSON of v as the API writes it (no HTML escaping, no
+// trailing newline).
+func marshalWire(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic("gateway: encode " + err.Error()) // only our own types
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// rawInts decodes a row of integer columns (NULL allowed) without the
+// reflection of Scan: binary int2/int4/int8, or text.
+func rawInts(fds []pgconn.FieldDescription, raw [][]byte, v []int64, null []bool) error {
+	if len(raw) != len(v) {
+		return fmt.Errorf("%d columns, want %d", len(raw), len(v))
+	}
+	for i, b := range raw {
+		if b == nil {
+			v[i], null[i] = 0, true
+			continue
+		}
+		null[i] = false
+		if fds[i].Format == pgx.BinaryFormatCode {
+			switch len(b) {
+			case 2:
+				v[i] = int64(int16(binary.BigEndian.Uint16(b)))
+			case 4:
+				v[i] = int64(int32(binary.BigEndian.Uint32(b)))
+			case 8:
+				v[i] = int64(binary.BigEndian.Uint64(b))
+			default:
+				return fmt.Errorf("column %s: %d bytes is no integer", fds[i].Name, len(b))
+			}
+			continue
+		}
+		n, err := strconv.ParseInt(string(b), 10, 64)
+		if err != nil {
+			return fmt.Errorf("column %s: %w", fds[i].Name, err)
+		}
+		v[i] = n
+	}
+	return nil
+}
+
+// The wire form of entries, written by hand: encoding/json would reflect
+// over every entry and re-validate every cached message.
+
+// appendEntry appends e as PROTOCOL.md's Entry.
+func appendEntry(b []byte, e *entry) []byte {
+	b = append(b, `{"inbox_seq":`...)
+	b = strconv.AppendInt(b, e.InboxSeq, 10)
+	b = append(b, `,"conversation_id":`...)
+	b = strconv.AppendInt(b, e.ConversationID, 10)
+	switch {
+	case e.record:
+		b = append(b, `,"kind":"record"`...)
+		if e.raw != nil {
+			b = append(b, `,"record":`...)
+			b = append(b, e.raw...)
+		}
+	default:
+		b = append(b, `,"kind":"message"`...)
+		if e.raw != nil {
+			b = append(b, `,"message":`...)
+			b = append(b, e.raw...)
+		}
+	}
+	return append(b, '}')
+}
+
+// appendEntries appends entries as a JSON array.
+func appendEntries(b []byte, entries []entry) []byte {
+	b = append(b, '[')
+	for i := range entries {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendEntry(b, &entries[i])
+	}
+	return append(b, ']')
+}
+
+// MarshalJSON lets entries still go through encoding/json where speed does
+// not matter.
+func (e entry) MarshalJSON() ([]byte, error) { return appendEntry(nil, &e), nil }
+
+// entriesSize estimates the encoded size of entries, to size buffers.
+func entriesSize(entries []entry) int {
+	n := 2
+	for i := range entries {
+		n += 72 + len(entries[i].raw)
+	}
+	return n
+}
+
+// msgKey identifies a message within one epoch (a replay may renumber).
+type msgKey struct{ epoch, conv, seq int64 }
+
+const msgCacheShards = 64
+
+// msgCache holds the wire form of messages, bounded by bytes. Each shard
+// keeps two generations: lookups promote from the old to the current one,
+// and when the current one is full it becomes the old one and the previous
+// old one is dropped. Recently read messages stay; a cold sweep cannot
+// evict more than one generation. A nil *msgCache caches nothing.
+type msgCache struct {
+	shards      [msgCacheShards]msgShard
+	shardBudget int
+	hits        func()
+	missesFn    func()
+}
+
+type msgShard struct {
+	mu       sync.Mutex
+	cur, old map[msgKey][]byte
+	curBytes int
+}
+
+// msgOverhead approximates the bytes a cached message costs beyond its JSON.
+const msgOverhead = 96
+
+func newMsgCache(budget int64, hit, miss func()) *msgCache {
+	if budget <= 0 {
+		return nil
+	}
+	c := &msgCache{shardBudget: int(max(budget/msgCacheShards/2, 1)), hits: hit, missesFn: miss}
+	for i := range c.shards {
+		c.shards[i].cur = map[msgKey][]byte{}
+	}
+	return c
+}
+
+func (c *msgCache) shard(k msgKey) *msgShard {
+	h := uint64(k.conv)*0x9E3779B97F4A7C15 ^ uint64(k.seq)*0xC2B2AE3D27D4EB4F ^ uint64(k.epoch)
+	return &c.shards[(h>>32)%msgCacheShards]
+}
+
+func (c *msgCache) get(k msgKey) ([]byte, bool) {
+	if c == nil {
+		return nil, false
+	}
+	sh := c.shard(k)
+	sh.mu.Lock()
+	b, ok := sh.cur[k]
+	if !ok {
+		// Promoted, not deleted from old: deletions leave tombstones
+		// that lengthen every later probe of the old map.
+		if b, ok = sh.old[k]; ok {
+			sh.putLocked(k, b, c.shardBudget)
+		}
+	}
+	sh.mu.Unlock()
+	if ok {
+		c.hits()
+	} else {
+		c.missesFn()
+	}
+	return b, ok
+}
+
+func (c *msgCache) put(k msgKey, b []byte) {
+	if c == nil {
+		return
+	}
+	sh := c.shard(k)
+	sh.mu.Lock()
+	if _, ok := sh.cur[k]; !ok {
+		sh.putLocked(k, b, c.shardBudget)
+	}
+	sh.mu.Unlock()
+}
+
+func (sh *msgShard) putLocked(k msgKey, b []byte, budget int) {
+	if sh.curBytes+len(b)+msgOverhead > budget && len(sh.cur) > 0 {
+		sh.old, sh.cur, sh.curBytes = sh.cur, make(map[msgKey][]byte, len(sh.cur)), 0
+	}
+	sh.cur[k] = b
+	sh.curBytes += len(b) + msgOverhead
+}
+
+// len counts the cached messages (tests).
+func (c *msgCache) len() int {
+	if c == nil {
+		return 0
+	}
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.cur) + len(sh.old)
+		sh.mu.Unlock()
+	}
+	return n
+}

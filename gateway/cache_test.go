@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 )
 
@@ -248,4 +251,90 @@ func TestTokenCache(t *testing.T) {
 	r := u.do(t, "GET", "/v1/sync", nil)
 	require.Equal(t, http.StatusUnauthorized, r.status, "%s", r)
 	require.Contains(t, string(r.body), "token expired")
+}
+
+func TestRawIntArray(t *testing.T) {
+	bin := pgconn.FieldDescription{Name: "a", Format: pgx.BinaryFormatCode}
+	txt := pgconn.FieldDescription{Name: "a", Format: pgx.TextFormatCode}
+	enc := func(size int, vals ...int64) []byte {
+		b := binary.BigEndian.AppendUint32(nil, 1)
+		b = binary.BigEndian.AppendUint32(b, 0)
+		b = binary.BigEndian.AppendUint32(b, 20)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(vals)))
+		b = binary.BigEndian.AppendUint32(b, 1)
+		for _, v := range vals {
+			b = binary.BigEndian.AppendUint32(b, uint32(size))
+			switch size {
+			case 2:
+				b = binary.BigEndian.AppendUint16(b, uint16(v))
+			case 8:
+				b = binary.BigEndian.AppendUint64(b, uint64(v))
+			}
+		}
+		return b
+	}
+	got, err := rawIntArray(bin, enc(8, 1, -2, 1<<40), nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, -2, 1 << 40}, got)
+	got, err = rawIntArray(bin, enc(2, 1, 2), nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2}, got)
+	got, err = rawIntArray(bin, nil, nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	got, err = rawIntArray(txt, []byte("{3,-4,5}"), nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{3, -4, 5}, got)
+	_, err = rawIntArray(bin, enc(8, 1, 2)[:30], nil)
+	require.Error(t, err)
+	null := enc(8, 1)
+	binary.BigEndian.PutUint32(null[20:], 0xFFFFFFFF)
+	_, err = rawIntArray(bin, null, nil)
+	require.Error(t, err)
+
+	cols := [4][]int64{{3, 1, 2}, {30, 10, 20}, {1, 2, 1}, {300, 100, 200}}
+	sortColumns(&cols)
+	require.Equal(t, [4][]int64{{1, 2, 3}, {10, 20, 30}, {2, 1, 1}, {100, 200, 300}}, cols)
+}
+
+// TestSendAnsweredFromTheNotification: the 201 of a send is built from the
+// notification of its projection (no read), goes into the message cache,
+// and is the same JSON as the message every later read returns.
+func TestSendAnsweredFromTheNotification(t *testing.T) {
+	tg := newGateway(t, nil)
+	a, b := tg.user(t, 1), tg.user(t, 2)
+	cid := a.create(t, "acks", 2)
+	_, head, _ := b.syncAll(t, 0, 50) // teaches the epoch
+	before := tg.g.msgs.len()
+	r := a.do(t, "POST", "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages",
+		`{"msg_id":"0b8e2a52-7f0e-4a57-9d8e-3c1f2f7a00a1","body":"caf\u00e9 <ok> \"q\""}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	require.Equal(t, before+1, tg.g.msgs.len(), "the answer went into the cache")
+	hits := counterValue(tg.g.metrics.cache.WithLabelValues("messages", "hit"))
+
+	p := b.do(t, "GET", "/v1/sync?after="+strconv.FormatInt(head, 10), nil)
+	require.Equal(t, http.StatusOK, p.status)
+	var s struct {
+		Entries []struct {
+			Message json.RawMessage `json:"message"`
+		} `json:"entries"`
+	}
+	require.NoError(t, json.Unmarshal(p.body, &s))
+	require.Len(t, s.Entries, 1)
+	require.Equal(t, string(bytes.TrimSpace(r.body)), string(s.Entries[0].Message))
+	require.Equal(t, hits+1, counterValue(tg.g.metrics.cache.WithLabelValues("messages", "hit")))
+
+	// And as PostgreSQL has it, read around the cache.
+	h := b.do(t, "GET", "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages", nil)
+	var hist struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(h.body, &hist))
+	require.Equal(t, string(s.Entries[0].Message), string(hist.Messages[len(hist.Messages)-1]))
+
+	// A retry of the same msg_id answers 200 with the original.
+	r2 := a.do(t, "POST", "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages",
+		`{"msg_id":"0b8e2a52-7f0e-4a57-9d8e-3c1f2f7a00a1","body":"caf\u00e9 <ok> \"q\""}`)
+	require.Equal(t, http.StatusOK, r2.status, "%s", r2)
+	require.Equal(t, string(r.body), string(r2.body))
 }

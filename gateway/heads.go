@@ -140,3 +140,11 @@ func (c *headCache) get(user int64) (epoch, head int64, ok bool) {
 	}
 	return epoch, head, ok
 }
+
+// currentEpoch is the epoch of the heads, 0 when unknown or not valid.
+func (c *headCache) currentEpoch() int64 {
+	if c == nil || c.gen.Load()%2 == 0 {
+		return 0
+	}
+	return c.epoch.Load()
+}

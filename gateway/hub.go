@@ -19,8 +19,8 @@ import (
 const hubShards = 64
 
 // hub routes notifications to waiters. Waiters subscribe by user id (held
-// long-polls, sends waiting for their ack, WebSocket sessions) or by msg_id
-// (a send waiting for a possible rejection). A subscription is a coalescing
+// long-polls, WebSocket sessions) or by key: a send waits on its event id
+// (projected, with the seq, or a duplicate) and on its msg_id (refused). A subscription is a coalescing
 // signal: any number of notifications between two reads wake the waiter once,
 // and the waiter re-reads PostgreSQL. It is safe for concurrent use.
 type hub struct {
@@ -30,8 +30,8 @@ type hub struct {
 	metrics *metrics
 
 	users [hubShards]hubShard
-	rejMu sync.Mutex
-	rej   map[string]map[*subscription]struct{}
+	keyMu sync.Mutex
+	keyed map[string]map[*subscription]struct{} // "r"+msg_id, "e"+event_id
 
 	heads *headCache // nil when disabled
 
@@ -52,16 +52,20 @@ type hubShard struct {
 // when the waiter should re-read; Head is the highest inbox head notified
 // for the user since the subscription began (0 if none).
 type subscription struct {
-	c     chan struct{}
-	head  atomic.Int64
-	h     *hub
-	user  int64
-	msgID string
-	once  sync.Once
+	c    chan struct{}
+	head atomic.Int64
+	h    *hub
+	user int64
+	key  string
+	once sync.Once
+	// For an event subscription: the seq its message was projected at, or
+	// dup when its msg_id had been taken.
+	seq atomic.Int64
+	dup atomic.Bool
 }
 
 func newHub(log *slog.Logger, jitter time.Duration, burst int, m *metrics) *hub {
-	h := &hub{log: log, jitter: jitter, burst: burst, metrics: m, rej: map[string]map[*subscription]struct{}{}}
+	h := &hub{log: log, jitter: jitter, burst: burst, metrics: m, keyed: map[string]map[*subscription]struct{}{}}
 	for i := range h.users {
 		h.users[i].subs = map[int64]map[*subscription]struct{}{}
 	}
@@ -84,15 +88,15 @@ func (s *subscription) signal() {
 // Close unsubscribes; it is idempotent.
 func (s *subscription) Close() {
 	s.once.Do(func() {
-		if s.msgID != "" {
-			s.h.rejMu.Lock()
-			if set := s.h.rej[s.msgID]; set != nil {
+		if s.key != "" {
+			s.h.keyMu.Lock()
+			if set := s.h.keyed[s.key]; set != nil {
 				delete(set, s)
 				if len(set) == 0 {
-					delete(s.h.rej, s.msgID)
+					delete(s.h.keyed, s.key)
 				}
 			}
-			s.h.rejMu.Unlock()
+			s.h.keyMu.Unlock()
 			return
 		}
 		sh := &s.h.users[uint64(s.user)%hubShards]
@@ -124,16 +128,23 @@ func (h *hub) subscribeUser(user int64) *subscription {
 }
 
 // subscribeRejection registers a waiter for the rejection of msgID.
-func (h *hub) subscribeRejection(msgID string) *subscription {
-	s := &subscription{c: make(chan struct{}, 1), h: h, msgID: msgID}
-	h.rejMu.Lock()
-	set := h.rej[msgID]
+func (h *hub) subscribeRejection(msgID string) *subscription { return h.subscribeKey("r" + msgID) }
+
+// subscribeEvent registers a waiter for the projection of the message.sent
+// event eventID: Seq is set when it was projected, Dup when its msg_id was
+// already taken.
+func (h *hub) subscribeEvent(eventID string) *subscription { return h.subscribeKey("e" + eventID) }
+
+func (h *hub) subscribeKey(key string) *subscription {
+	s := &subscription{c: make(chan struct{}, 1), h: h, key: key}
+	h.keyMu.Lock()
+	set := h.keyed[key]
 	if set == nil {
 		set = map[*subscription]struct{}{}
-		h.rej[msgID] = set
+		h.keyed[key] = set
 	}
 	set[s] = struct{}{}
-	h.rejMu.Unlock()
+	h.keyMu.Unlock()
 	return s
 }
 
@@ -159,14 +170,26 @@ func (h *hub) dispatch(payload string) {
 		}
 		sh.mu.Unlock()
 	}
-	if len(n.Rejected) > 0 {
-		h.rejMu.Lock()
+	if len(n.Rejected)+len(n.Projected)+len(n.Duplicates) > 0 {
+		h.keyMu.Lock()
 		for _, id := range n.Rejected {
-			for s := range h.rej[id] {
+			for s := range h.keyed["r"+id] {
 				wake = append(wake, s)
 			}
 		}
-		h.rejMu.Unlock()
+		for id, seq := range n.Projected {
+			for s := range h.keyed["e"+id] {
+				s.seq.Store(seq)
+				s.signal() // a sender waits: no jitter
+			}
+		}
+		for _, id := range n.Duplicates {
+			for s := range h.keyed["e"+id] {
+				s.dup.Store(true)
+				s.signal()
+			}
+		}
+		h.keyMu.Unlock()
 	}
 	h.wake(wake)
 }
@@ -185,13 +208,13 @@ func (h *hub) wakeAll() {
 		}
 		sh.mu.Unlock()
 	}
-	h.rejMu.Lock()
-	for _, set := range h.rej {
+	h.keyMu.Lock()
+	for _, set := range h.keyed {
 		for s := range set {
 			wake = append(wake, s)
 		}
 	}
-	h.rejMu.Unlock()
+	h.keyMu.Unlock()
 	h.wake(wake)
 }
 

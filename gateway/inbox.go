@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -39,21 +42,28 @@ type inboxPage struct {
 	entries                           []entry
 }
 
-// sqlInboxFrom builds the key read over a source q(user_id, after, lim, ord).
-// Entries are read only when the answer can carry them: after at or above
-// the floor and head - after within maxLag ($4 in both forms).
+// sqlInboxFrom builds the key read over a source q(user_id, after, lim,
+// ord): one row per request with the epoch, the user's head, floor and
+// record version, and the entries' keys as four arrays (one row rather than
+// one per entry: less work for PostgreSQL and for the decoding). The arrays
+// aggregate an ordered subquery, which PostgreSQL keeps in order in
+// practice; readInboxOnce sorts them should that ever not hold. Entries are
+// read only when the answer can carry them: after at or above the floor and
+// head - after within the max lag ($4 in both forms).
 func sqlInboxFrom(src string) string {
 	return `SELECT q.ord, (SELECT epoch FROM meta), COALESCE(u.inbox_seq, 0), COALESCE(u.inbox_floor, 0),
-	COALESCE(u.record_version, 0), e.inbox_seq, e.conversation_id, e.kind, e.seq
+	COALESCE(u.record_version, 0), e.seqs, e.convs, e.kinds, e.mseqs
 FROM ` + src + `
 LEFT JOIN users u ON u.id = q.user_id
 LEFT JOIN LATERAL (
-	SELECT i.inbox_seq, i.conversation_id, i.kind, i.seq FROM inbox i
-	WHERE i.user_id = q.user_id AND i.inbox_seq > q.after AND i.inbox_seq <= u.inbox_seq
-		AND q.after >= u.inbox_floor AND u.inbox_seq - q.after <= $4
-	ORDER BY i.inbox_seq LIMIT q.lim
+	SELECT array_agg(x.inbox_seq) AS seqs, array_agg(x.conversation_id) AS convs,
+		array_agg(x.kind) AS kinds, array_agg(x.seq) AS mseqs
+	FROM (SELECT i.inbox_seq, i.conversation_id, i.kind, i.seq FROM inbox i
+		WHERE i.user_id = q.user_id AND i.inbox_seq > q.after AND i.inbox_seq <= u.inbox_seq
+			AND q.after >= u.inbox_floor AND u.inbox_seq - q.after <= $4
+		ORDER BY i.inbox_seq LIMIT q.lim) x
 ) e ON true
-ORDER BY q.ord, e.inbox_seq`
+ORDER BY q.ord`
 }
 
 // sqlInboxOne reads one user ($1 user, $2 after, $3 limit, $4 max lag);
@@ -121,10 +131,16 @@ func (g *Gateway) readInboxOnce(ctx context.Context, reqs []inboxReq, maxLag int
 		records map[[2]int64][]entryRef
 		epoch   int64
 	)
+	var cols [4][]int64
 	for rows.Next() {
-		var v [9]int64
-		var null [9]bool
-		if err := rawInts(rows.FieldDescriptions(), rows.RawValues(), v[:], null[:]); err != nil {
+		var v [5]int64
+		var null [5]bool
+		fds, raw := rows.FieldDescriptions(), rows.RawValues()
+		if len(raw) != 9 {
+			rows.Close()
+			return nil, fmt.Errorf("read the inbox: %d columns", len(raw))
+		}
+		if err := rawInts(fds[:5], raw[:5], v[:], null[:]); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read the inbox: %w", err)
 		}
@@ -136,31 +152,48 @@ func (g *Gateway) readInboxOnce(ctx context.Context, reqs []inboxReq, maxLag int
 		p := &pages[ord-1]
 		p.epoch, p.head, p.floor, p.recordVersion = v[1], v[2], v[3], v[4]
 		epoch = v[1]
-		if null[5] {
+		for c := range cols {
+			if cols[c], err = rawIntArray(fds[5+c], raw[5+c], cols[c][:0]); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read the inbox: %w", err)
+			}
+		}
+		n := len(cols[0])
+		if len(cols[1]) != n || len(cols[2]) != n || len(cols[3]) != n {
+			rows.Close()
+			return nil, fmt.Errorf("read the inbox: arrays of %d, %d, %d, %d", n, len(cols[1]), len(cols[2]), len(cols[3]))
+		}
+		if n == 0 {
 			continue // nothing to read for this request
 		}
+		if !slices.IsSorted(cols[0]) {
+			sortColumns(&cols)
+		}
 		user := reqs[ord-1].user
-		e := entry{InboxSeq: v[5], ConversationID: v[6]}
-		ref := entryRef{page: int(ord - 1), idx: len(p.entries), user: user}
-		if v[7] == projector.KindRecord {
-			e.record = true
-			if records == nil {
-				records = map[[2]int64][]entryRef{}
+		p.entries = make([]entry, n)
+		for i := range n {
+			e := &p.entries[i]
+			e.InboxSeq, e.ConversationID = cols[0][i], cols[1][i]
+			ref := entryRef{page: int(ord - 1), idx: i, user: user}
+			if cols[2][i] == projector.KindRecord {
+				e.record = true
+				if records == nil {
+					records = map[[2]int64][]entryRef{}
+				}
+				k := [2]int64{user, e.ConversationID}
+				records[k] = append(records[k], ref)
+				continue
 			}
-			k := [2]int64{user, e.ConversationID}
-			records[k] = append(records[k], ref)
-		} else {
-			k := msgKey{epoch: epoch, conv: e.ConversationID, seq: v[8]}
+			k := msgKey{epoch: epoch, conv: e.ConversationID, seq: cols[3][i]}
 			if b, ok := g.msgs.get(k); ok {
 				e.raw = b
-			} else {
-				if misses == nil {
-					misses = map[msgKey][]entryRef{}
-				}
-				misses[k] = append(misses[k], ref)
+				continue
 			}
+			if misses == nil {
+				misses = map[msgKey][]entryRef{}
+			}
+			misses[k] = append(misses[k], ref)
 		}
-		p.entries = append(p.entries, e)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -299,6 +332,83 @@ func rawInts(fds []pgconn.FieldDescription, raw [][]byte, v []int64, null []bool
 		v[i] = n
 	}
 	return nil
+}
+
+// sortColumns orders the four key arrays by the first (inbox_seq).
+func sortColumns(cols *[4][]int64) {
+	idx := make([]int, len(cols[0]))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(cols[0][a], cols[0][b]) })
+	for c := range cols {
+		sorted := make([]int64, len(idx))
+		for i, j := range idx {
+			sorted[i] = cols[c][j]
+		}
+		cols[c] = sorted
+	}
+}
+
+// rawIntArray decodes a one-dimensional integer array without NULL
+// elements (binary int2[]/int4[]/int8[], or text), appending to dst. A NULL
+// array is empty.
+func rawIntArray(fd pgconn.FieldDescription, b []byte, dst []int64) ([]int64, error) {
+	if b == nil {
+		return dst, nil
+	}
+	if fd.Format != pgx.BinaryFormatCode {
+		s := string(b)
+		if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+			return nil, fmt.Errorf("column %s: %q is no array", fd.Name, s)
+		}
+		if s = s[1 : len(s)-1]; s == "" {
+			return dst, nil
+		}
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("column %s: %w", fd.Name, err)
+			}
+			dst = append(dst, n)
+		}
+		return dst, nil
+	}
+	be := binary.BigEndian
+	if len(b) < 12 {
+		return nil, fmt.Errorf("column %s: short array", fd.Name)
+	}
+	ndim := be.Uint32(b)
+	if ndim == 0 {
+		return dst, nil
+	}
+	if ndim != 1 || len(b) < 20 {
+		return nil, fmt.Errorf("column %s: array of %d dimensions", fd.Name, ndim)
+	}
+	n := int(be.Uint32(b[12:]))
+	b = b[20:]
+	for range n {
+		if len(b) < 4 {
+			return nil, fmt.Errorf("column %s: short array", fd.Name)
+		}
+		l := int(int32(be.Uint32(b)))
+		b = b[4:]
+		if l < 0 || len(b) < l {
+			return nil, fmt.Errorf("column %s: NULL or short element", fd.Name)
+		}
+		switch l {
+		case 2:
+			dst = append(dst, int64(int16(be.Uint16(b))))
+		case 4:
+			dst = append(dst, int64(int32(be.Uint32(b))))
+		case 8:
+			dst = append(dst, int64(be.Uint64(b)))
+		default:
+			return nil, fmt.Errorf("column %s: %d-byte element", fd.Name, l)
+		}
+		b = b[l:]
+	}
+	return dst, nil
 }
 
 // The wire form of entries, written by hand: encoding/json would reflect

@@ -2,14 +2,11 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"time"
 	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/projector"
@@ -31,7 +28,14 @@ type sendResult struct {
 	msgID   string
 }
 
-const sqlMessageByID = `SELECT ` + sqlMessageCols + ` FROM messages m WHERE m.msg_id = $1`
+// sqlSendCheck reads, in one statement, what a send must know before it
+// appends: the message already projected under the msg_id (a retry), if
+// any, and whether the conversation exists and the user is a member.
+// $1 msg_id, $2 conversation, $3 user.
+const sqlSendCheck = `SELECT ` + sqlMessageCols + `,
+	EXISTS (SELECT 1 FROM conversations WHERE id = $2),
+	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL)
+FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
 
 // sqlSendOutcome says whether msg_id is projected (the message) or the event
 // was refused (its reason), whichever happened.
@@ -69,10 +73,13 @@ func sameMessage(m *message, user, cid int64) error {
 
 // send appends a message.sent and waits up to AckWait for its projection.
 // It is shared by POST .../messages and the WebSocket send. The order
-// matters: subscribe (so a projection after the check wakes us), look the
-// msg_id up (a retry answers with the original), check membership, append,
-// then wait for a notification of the sender's head (the sender gets its own
-// message in its inbox) or of a rejection of the msg_id.
+// matters: subscribe (so that a notification after the check wakes us),
+// look the msg_id up (a retry answers with the original) and check
+// membership in one statement, append, then wait for the notification of
+// the event: projected (it carries the seq: the answer is built here, from
+// what was sent, with no read), a duplicate of a taken msg_id, or a
+// rejection of the msg_id; those two read the outcome, as does the end of
+// the wait.
 func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string) (*sendResult, error) {
 	if len(body) > g.cfg.MaxBody {
 		return nil, tooLarge("body is %d bytes, over the limit of %d", len(body), g.cfg.MaxBody)
@@ -83,30 +90,34 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 	if !utf8.ValidString(body) {
 		return nil, badRequest("body is not valid UTF-8")
 	}
-	sub := g.hub.subscribeUser(user)
-	defer sub.Close()
+	e := events.New(events.MessageSent, cid, user)
+	// PostgreSQL keeps microseconds: the answer built from e must be the
+	// message as it will be read.
+	e.At = e.At.Truncate(time.Microsecond)
+	e.MsgID, e.Body = msgID, &body
+	ack := g.hub.subscribeEvent(e.EventID)
+	defer ack.Close()
 	rej := g.hub.subscribeRejection(msgID)
 	defer rej.Close()
 
 	var ms msgScan
-	err := g.pool.QueryRow(ctx, sqlMessageByID, msgID).Scan(ms.targets()...)
-	switch {
-	case err == nil:
-		m := ms.message()
+	var exists, member bool
+	if err := g.pool.QueryRow(ctx, sqlSendCheck, msgID, cid, user).Scan(append(ms.targets(), &exists, &member)...); err != nil {
+		return nil, fmt.Errorf("check the send of msg_id %s: %w", msgID, err)
+	}
+	if m := ms.message(); m != nil {
 		if err := sameMessage(m, user, cid); err != nil {
 			return nil, err
 		}
 		g.metrics.sends.WithLabelValues("duplicate").Inc()
 		return &sendResult{status: sendDuplicate, message: m, msgID: msgID}, nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("look up msg_id %s: %w", msgID, err)
 	}
-	if err := g.requireMember(ctx, user, cid); err != nil {
-		return nil, err
+	if !exists {
+		return nil, notFound("conversation %d does not exist", cid)
 	}
-
-	e := events.New(events.MessageSent, cid, user)
-	e.MsgID, e.Body = msgID, &body
+	if !member {
+		return nil, notMember("user %d is not a member of conversation %d", user, cid)
+	}
 	if err := g.appendEvent(ctx, e); err != nil {
 		return nil, err
 	}
@@ -116,7 +127,7 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 	for {
 		last := false
 		select {
-		case <-sub.C():
+		case <-ack.C():
 		case <-rej.C():
 		case <-timer.C:
 			last = true
@@ -124,6 +135,16 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 			last = true
 		case <-ctx.Done():
 			return nil, errClientGone
+		}
+		if seq := ack.seq.Load(); seq > 0 {
+			m := &message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: "text",
+				Body: messageBody("text", body), CreatedAt: e.At.UTC()}
+			// The members' pushes read it next: from the cache.
+			if epoch := g.hub.heads.currentEpoch(); epoch != 0 {
+				g.msgs.put(msgKey{epoch: epoch, conv: cid, seq: seq}, marshalWire(m))
+			}
+			g.metrics.sends.WithLabelValues("projected").Inc()
+			return &sendResult{status: sendProjected, message: m, msgID: msgID}, nil
 		}
 		var reason *string
 		var out msgScan
@@ -134,8 +155,12 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 			if err := sameMessage(m, user, cid); err != nil {
 				return nil, err
 			}
-			g.metrics.sends.WithLabelValues("projected").Inc()
-			return &sendResult{status: sendProjected, message: m, msgID: msgID}, nil
+			outcome, status := "projected", sendProjected
+			if ack.dup.Load() {
+				outcome, status = "duplicate", sendDuplicate
+			}
+			g.metrics.sends.WithLabelValues(outcome).Inc()
+			return &sendResult{status: status, message: m, msgID: msgID}, nil
 		}
 		if reason != nil {
 			g.metrics.sends.WithLabelValues("rejected").Inc()

@@ -203,6 +203,14 @@ type batch struct {
 	closes    []span           // closes of spans opened before this batch
 	rejects   []rejection
 	recsOrder []recKey
+	acks      []ack    // message.sent events projected, for the senders' gateways
+	dups      []string // event ids of message.sent events whose msg_id was taken
+}
+
+// ack is a message.sent event and the seq its message got.
+type ack struct {
+	eventID string
+	seq     int64
 }
 
 func (p *Projector) apply(ctx context.Context, tx pgx.Tx, recs []Record) (Result, error) {
@@ -462,6 +470,7 @@ func (b *batch) step(r Record) {
 		b.record(e.UserID, c.id, e.At, func(rs *recState) { rs.removed = true })
 	case events.MessageSent:
 		if b.known[e.MsgID] {
+			b.dups = append(b.dups, e.EventID)
 			return // I5: a msg_id is projected at most once
 		}
 		if !c.exists {
@@ -472,7 +481,8 @@ func (b *batch) step(r Record) {
 			reject(ReasonNotMember)
 			return
 		}
-		b.message(c, e.MsgID, e.ActorID, "text", *e.Body, e.At)
+		seq := b.message(c, e.MsgID, e.ActorID, "text", *e.Body, e.At)
+		b.acks = append(b.acks, ack{eventID: e.EventID, seq: seq})
 	case events.RecordUpdated:
 		if !c.exists || !c.members[e.ActorID] {
 			return
@@ -740,6 +750,14 @@ func (p *Projector) notify(ctx context.Context, tx pgx.Tx, b *batch, heads map[i
 		buf = strconv.AppendInt(buf, heads[id].inbox, 10)
 		add(string(buf))
 	}
+	for _, a := range b.acks {
+		buf = append(append(append(buf[:0], 'm'), a.eventID...), ':')
+		buf = strconv.AppendInt(buf, a.seq, 10)
+		add(string(buf))
+	}
+	for _, id := range b.dups {
+		add("d" + id)
+	}
 	for _, r := range b.rejects {
 		if r.msgID != "" {
 			add("r" + r.msgID)
@@ -766,6 +784,12 @@ type Notification struct {
 	Heads    map[int64]int64 // user id -> inbox head
 	Rejected []string        // msg ids
 	Epoch    int64           // a new epoch (a replay swapped the projections), 0 if none
+	// Projected maps the event id of each message.sent projected to its
+	// message's seq: the sender's gateway answers the send from it.
+	Projected map[string]int64
+	// Duplicates are event ids of message.sent events whose msg_id was
+	// already projected (the sender's gateway reads the original).
+	Duplicates []string
 }
 
 // EpochToken is the notification of a replay's swap to epoch.
@@ -793,6 +817,16 @@ func ParseNotification(payload string) Notification {
 			if ep, err := strconv.ParseInt(tok[1:], 10, 64); err == nil {
 				n.Epoch = ep
 			}
+		case 'm':
+			id, seq, ok := strings.Cut(tok[1:], ":")
+			if sq, err := strconv.ParseInt(seq, 10, 64); ok && err == nil {
+				if n.Projected == nil {
+					n.Projected = map[string]int64{}
+				}
+				n.Projected[id] = sq
+			}
+		case 'd':
+			n.Duplicates = append(n.Duplicates, tok[1:])
 		}
 	}
 	return n

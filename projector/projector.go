@@ -692,8 +692,31 @@ func (p *Projector) write(ctx context.Context, tx pgx.Tx, b *batch, heads map[in
 		}
 		bt.Queue(sqlUpdateOffsets, p.cfg.Topic, ps, ns)
 	}
+	// A small batch (the live case: a few messages) writes its rows and its
+	// notifications in the same pipeline as the rest, one round trip; a
+	// large one (catching up) copies its rows, which is faster in bulk.
+	small := len(inboxRows) <= smallWriteRows && len(b.msgs) <= smallWriteRows
+	if small {
+		if err := queueMessages(bt, b.msgs); err != nil {
+			return err
+		}
+		if len(inboxRows) > 0 {
+			n := len(inboxRows)
+			us, is, cs, ss, vs := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+			ks := make([]int16, n)
+			ats := make([]time.Time, n)
+			for i, r := range inboxRows {
+				us[i], is[i], cs[i], ks[i], ss[i], vs[i], ats[i] = r[0].(int64), r[1].(int64), r[2].(int64), r[3].(int16), r[4].(int64), r[5].(int64), r[6].(time.Time)
+			}
+			bt.Queue(sqlInsertInbox, us, is, cs, ks, ss, vs, ats)
+		}
+		p.queueNotify(bt, b, heads)
+	}
 	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
 		return fmt.Errorf("write projections: %w", err)
+	}
+	if small {
+		return nil
 	}
 
 	if len(b.msgs) > 0 {
@@ -718,13 +741,57 @@ func (p *Projector) write(ctx context.Context, tx pgx.Tx, b *batch, heads map[in
 			return fmt.Errorf("copy inbox: %w", err)
 		}
 	}
-	return p.notify(ctx, tx, b, heads)
+	nb := &pgx.Batch{}
+	p.queueNotify(nb, b, heads)
+	if nb.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, nb).Close(); err != nil {
+		return fmt.Errorf("notify %d users: %w", len(heads), err)
+	}
+	return nil
+}
+
+// smallWriteRows is the most inbox rows (and messages) a batch writes with
+// INSERTs in its pipeline rather than with COPY.
+const smallWriteRows = 2000
+
+const (
+	sqlInsertMessages = `INSERT INTO messages (conversation_id, seq, msg_id, sender_id, kind, body, created_at)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[])`
+	sqlInsertInbox = `INSERT INTO inbox (user_id, inbox_seq, conversation_id, kind, seq, version, created_at)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[], $5::bigint[], $6::bigint[], $7::timestamptz[])`
+)
+
+// queueMessages queues the INSERT of msgs.
+func queueMessages(bt *pgx.Batch, msgs []msgRow) error {
+	n := len(msgs)
+	if n == 0 {
+		return nil
+	}
+	cs, ss, senders := make([]int64, n), make([]int64, n), make([]int64, n)
+	ids := make([]uuid.UUID, n)
+	kinds, bodies := make([]string, n), make([]string, n)
+	ats := make([]time.Time, n)
+	for i, m := range msgs {
+		id, err := uuid.Parse(m.msgID)
+		if err != nil {
+			return fmt.Errorf("msg id %q: %w", m.msgID, err)
+		}
+		cs[i], ss[i], ids[i], senders[i], kinds[i], bodies[i], ats[i] = m.conv, m.seq, id, m.sender, m.kind, m.body, m.at
+	}
+	bt.Queue(sqlInsertMessages, cs, ss, ids, senders, kinds, bodies, ats)
+	return nil
 }
 
 // maxPayload keeps each NOTIFY under PostgreSQL's 8000-byte limit.
 const maxPayload = 7900
 
-func (p *Projector) notify(ctx context.Context, tx pgx.Tx, b *batch, heads map[int64]*head) error {
+// queueNotify queues the notifications of the batch: the new head of every
+// user it touched, the seq of every message.sent it projected, the event ids
+// of refused duplicates and the msg ids of rejections, in payloads under
+// PostgreSQL's limit. They are delivered at commit.
+func (p *Projector) queueNotify(bt *pgx.Batch, b *batch, heads map[int64]*head) {
 	var payloads []string
 	var sb strings.Builder
 	add := func(tok string) {
@@ -766,17 +833,9 @@ func (p *Projector) notify(ctx context.Context, tx pgx.Tx, b *batch, heads map[i
 	if sb.Len() > 0 {
 		payloads = append(payloads, sb.String())
 	}
-	if len(payloads) == 0 {
-		return nil
-	}
-	bt := &pgx.Batch{}
 	for _, pl := range payloads {
 		bt.Queue(`SELECT pg_notify($1, $2)`, p.cfg.Channel, pl)
 	}
-	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
-		return fmt.Errorf("notify %d users: %w", len(heads), err)
-	}
-	return nil
 }
 
 // Notification is one decoded NOTIFY payload.

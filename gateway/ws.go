@@ -23,12 +23,16 @@ import (
 //
 // # Goroutines
 //
-// A connection has exactly one reader (the goroutine of ServeHTTP) and one
-// writer. Sends run in short-lived goroutines, at most MaxInflightSends per
-// connection, whose replies go through the writer's queue. Reads of entries
-// are not done by the connection: the pusher (see push.go) reads the
-// entries of every session signalled within PushWindow in one query and
-// queues the frames; the writer writes them.
+// A connection has one reader and one hub loop (waiting for the hub's
+// wake-ups of its user), both started by ServeHTTP, which then returns,
+// and at most one writer, alive only while frames are queued. The
+// heartbeat and the hello deadline are timers. Sends run in short-lived
+// goroutines, at most MaxInflightSends per connection, whose replies go
+// through the writer's queue. Reads of entries are not done by the
+// connection: the pusher (see push.go) reads the entries of every session
+// signalled within PushWindow in one query and queues the frames; a writer
+// writes them. Shutdown (Run's end) and Gateway.Drain close every session
+// with 1012 (closeAll).
 //
 // # Delivery
 //
@@ -135,10 +139,19 @@ func (ws *WebSocket) Run(ctx context.Context) error {
 	ws.mu.Unlock()
 
 	pctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		ws.push.run(pctx)
+	}()
+	go func() {
+		defer wg.Done()
+		select {
+		case <-ws.g.draining:
+			ws.closeAll()
+		case <-pctx.Done():
+		}
 	}()
 
 	<-ctx.Done()
@@ -146,10 +159,26 @@ func (ws *WebSocket) Run(ctx context.Context) error {
 	ws.stopped = true
 	close(ws.stopping)
 	ws.mu.Unlock()
+	ws.closeAll()
 	ws.conns.Wait() // every session has written its 1012 and ended
 	cancel()
-	<-done
+	wg.Wait()
 	return nil
+}
+
+// closeAll closes every session with 1012 (service restart). A session
+// registered after closeAll took its list is closed by ServeHTTP, which
+// looks at stopping and draining again after the registration.
+func (ws *WebSocket) closeAll() {
+	ws.mu.Lock()
+	sessions := make([]*wsSession, 0, len(ws.sessions))
+	for s := range ws.sessions {
+		sessions = append(sessions, s)
+	}
+	ws.mu.Unlock()
+	for _, s := range sessions {
+		s.closeWith(CloseServiceRestart, "service restart", nil)
+	}
 }
 
 func (ws *WebSocket) isStopping() bool {
@@ -231,15 +260,18 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ws.reject(conn, CloseRateLimited, "too many connections", refusal)
 		return
 	}
-	// The session runs on a goroutine of its own so that this one, and
+	// The session runs on goroutines of its own so that this one, and
 	// with it the HTTP server's request, response and buffers of the
-	// upgrade, end now: an idle connection keeps only what it needs.
+	// upgrade and the deep stack of the handler, end now: an idle
+	// connection keeps only what it needs. The reader's end (finish)
+	// unregisters the session and releases ws.conns.
 	handedOver = true
-	go func() {
-		defer ws.conns.Done()
-		s.run()
-		ws.unregister(s)
-	}()
+	s.start()
+	if ws.g.isDraining() || ws.isStopping() {
+		// closeAll may have taken its list before this registration.
+		s.closeWith(CloseServiceRestart, "service restart", nil)
+	}
+	go s.read()
 }
 
 // authenticate reads the token from the Authorization header or, for

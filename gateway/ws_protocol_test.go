@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -247,4 +248,43 @@ func mustToken(t testing.TB, secret []byte, user int64) string {
 	tok, err := IssueToken(secret, user, time.Hour)
 	require.NoError(t, err)
 	return tok
+}
+
+// TestWSIdleGoroutines: an idle connection holds two goroutines, its
+// reader and its hub loop, and no writer; a writer comes for each
+// heartbeat (its ping, then the heartbeat frame) and ends again.
+func TestWSIdleGoroutines(t *testing.T) {
+	w := newWSGateway(t, nil, WSConfig{HeartbeatInterval: 300 * time.Millisecond})
+	const n = 8
+	clients := make([]*wsClient, n)
+	for i := range clients {
+		c := dialWS(t, w, w.user(t, int64(100+i)))
+		c.hello(t, 0, nil)
+		require.Equal(t, "welcome", c.next(t).Type)
+		clients[i] = c
+	}
+	var last string
+	shape := func(what string) {
+		t.Helper()
+		waitFor(t, 30*time.Second, what, func() bool {
+			buf := make([]byte, 1<<22)
+			stacks := string(buf[:runtime.Stack(buf, true)])
+			r := strings.Count(stacks, "gateway.(*wsSession).read(")
+			h := strings.Count(stacks, "gateway.(*wsSession).hubLoop(")
+			wr := strings.Count(stacks, "gateway.(*wsSession).writer(")
+			last = fmt.Sprintf("%d readers, %d hub loops, %d writers", r, h, wr)
+			return r == n && h == n && wr == 0
+		})
+		t.Logf("%s: %s", what, last)
+	}
+	shape("idle after the hello")
+	for _, c := range clients {
+		for beats := 0; beats < 3; {
+			if f := c.next(t); f.Type == "heartbeat" {
+				beats++
+			}
+		}
+	}
+	shape("idle after three heartbeats")
+	require.Equal(t, n, w.ws.Sessions())
 }

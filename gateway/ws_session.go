@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -32,29 +33,40 @@ type queued struct {
 	signalAt time.Time // hub wake-up that led to it, for the push latency
 }
 
-// wsSession is one connection after its admission. The reader is the
-// goroutine of ServeHTTP (run), the writer is writeLoop; everything below
-// mu is shared with the pusher and the send goroutines.
+// wsSession is one connection after its admission.
+//
+// Goroutines: the reader (read, for the life of the connection), the hub
+// loop (hubLoop, for the life of the connection: it only waits for the
+// hub's wake-ups of the user) and at most one writer (writer), started
+// when a frame is queued and no writer runs, ending when the queues are
+// empty. The heartbeat and the hello deadline are timers whose callbacks
+// queue work and start the writer. An idle connection so has two parked
+// goroutines with small stacks and no writer; see docs/websocket.md.
+// Everything below mu is shared with the pusher, the sends and the timers.
 type wsSession struct {
-	ws     *WebSocket
-	conn   *websocket.Conn
-	id     uint64
-	user   int64
-	sub    *subscription
-	log    *slog.Logger
-	ctx    context.Context // ends when the reader ends
-	cancel context.CancelFunc
-	notify chan struct{} // cap 1: the writer has something to do
-	done   chan struct{} // closed when the writer has ended
-
-	sendSem chan struct{}
-	sends   sync.WaitGroup
+	ws       *WebSocket
+	conn     *websocket.Conn
+	id       uint64
+	user     int64
+	sub      *subscription
+	readDone chan struct{}  // closed when the reader has ended
+	bg       sync.WaitGroup // the hub loop and the writer
+	sends    sync.WaitGroup
 
 	mu           sync.Mutex
-	helloSeen    bool // a hello arrived (set by the reader)
-	started      bool // hello answered: the pusher may read
-	closing      bool // a close frame is to be written
-	closed       bool // the session has ended
+	sendSlot     sync.Cond          // on mu: a send finished or the writer is done
+	inflight     int                // sends running
+	sendCtx      context.Context    // the sends' context, made by the first send
+	sendCancel   context.CancelFunc // ends it when the reader ends
+	heartbeat    *time.Timer        // the next heartbeat (beat)
+	helloTimer   *time.Timer        // the hello deadline, nil once the hello came
+	helloSeen    bool               // a hello arrived (set by the reader)
+	started      bool               // hello answered: the pusher may read
+	closing      bool               // a close frame is to be written
+	closed       bool               // the reader has ended: nothing is queued or written any more
+	writing      bool               // a writer goroutine runs
+	writeDone    bool               // the close frame was written or the connection dropped
+	pingDue      bool               // the heartbeat's ping is to be written
 	closeCode    int
 	closeReason  string
 	epoch        int64
@@ -73,67 +85,215 @@ type wsSession struct {
 }
 
 func newSession(ws *WebSocket, conn *websocket.Conn, user int64) *wsSession {
-	id := ws.nextID.Add(1)
-	ctx, cancel := context.WithCancel(context.Background())
-	return &wsSession{
-		ws: ws, conn: conn, id: id, user: user,
-		sub:     ws.g.hub.subscribeUser(user),
-		log:     ws.log.With("conn_id", id, "user_id", user),
-		ctx:     ctx,
-		cancel:  cancel,
-		notify:  make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		sendSem: make(chan struct{}, ws.cfg.MaxInflightSends),
+	s := &wsSession{
+		ws: ws, conn: conn, id: ws.nextID.Add(1), user: user,
+		sub:      ws.g.hub.subscribeUser(user),
+		readDone: make(chan struct{}),
 	}
+	s.sendSlot.L = &s.mu
+	return s
 }
 
-// run serves the session until the connection ends, then waits for its
-// writer and sends and releases everything it holds.
-func (s *wsSession) run() {
-	s.log.Debug("WebSocket session open")
-	go s.writeLoop()
-	s.readLoop()
-	s.cancel()
+// start arms the timers and starts the hub loop; the caller then runs
+// read on a goroutine of its own.
+func (s *wsSession) start() {
+	s.logAt(slog.LevelDebug, "WebSocket session open")
+	s.mu.Lock()
+	s.heartbeat = time.AfterFunc(s.ws.heartbeatDelay(), s.beat)
+	s.helloTimer = time.AfterFunc(s.ws.cfg.HelloTimeout, s.helloExpired)
+	s.mu.Unlock()
+	s.bg.Add(1)
+	go s.hubLoop()
+}
+
+// finish ends the session once the reader has ended: it stops the timers,
+// the hub loop, the writer and the sends and releases what they hold.
+func (s *wsSession) finish() {
+	s.mu.Lock()
+	s.closed = true
+	hb, hello, cancel := s.heartbeat, s.helloTimer, s.sendCancel
+	s.helloTimer = nil
+	s.mu.Unlock()
+	close(s.readDone) // a writer waiting for the client's close goes on
+	hb.Stop()
+	if hello != nil {
+		hello.Stop()
+	}
+	if cancel != nil {
+		cancel()
+	}
 	_ = s.conn.Close() // unblocks a write to a client that went away
-	<-s.done
+	s.sub.signal()     // the hub loop sees closed and ends
+	s.bg.Wait()
 	s.sends.Wait()
 	s.sub.Close()
 	s.mu.Lock()
-	s.closed = true
-	if !s.laggingSince.IsZero() {
-		s.laggingSince = time.Time{}
-		s.ws.m.lagging.Dec()
-	}
+	s.clearLaggingLocked()
 	s.data, s.control, s.dataBytes = nil, nil, 0
 	s.mu.Unlock()
-	s.log.Debug("WebSocket session closed")
+	s.logAt(slog.LevelDebug, "WebSocket session closed")
+	s.ws.unregister(s)
+	s.ws.conns.Done()
 }
 
-// wake tells the writer to look at its queues.
-func (s *wsSession) wake() {
-	select {
-	case s.notify <- struct{}{}:
-	default:
+// logAt logs with the session's ids.
+func (s *wsSession) logAt(level slog.Level, msg string, args ...any) {
+	ctx := context.Background()
+	if l := s.ws.log; l.Enabled(ctx, level) {
+		l.Log(ctx, level, msg, append([]any{"conn_id", s.id, "user_id", s.user}, args...)...)
 	}
+}
+
+// wake starts a writer if something is queued and none runs.
+func (s *wsSession) wake() {
+	s.mu.Lock()
+	start := s.startWriterLocked()
+	s.mu.Unlock()
+	if start {
+		go s.writer()
+	}
+}
+
+// startWriterLocked reports whether the caller must start a writer (go
+// s.writer()): something is to be written and no writer runs. At most one
+// writer runs at a time, so gorilla's rule of one concurrent writer holds.
+func (s *wsSession) startWriterLocked() bool {
+	if s.writing || s.writeDone || s.closed {
+		return false
+	}
+	if !s.pingDue && !s.closing && len(s.control) == 0 && len(s.data) == 0 {
+		return false
+	}
+	s.writing = true
+	s.bg.Add(1)
+	return true
+}
+
+// --- timers ---
+
+// beat is the heartbeat: a ping and a re-read of the head (the heartbeat
+// frame follows the read).
+func (s *wsSession) beat() {
+	s.mu.Lock()
+	if s.closed || s.closing || s.writeDone {
+		s.mu.Unlock()
+		return
+	}
+	s.heartbeat.Reset(s.ws.heartbeatDelay())
+	s.pingDue = true
+	enq := false
+	if s.started {
+		s.hbDue = true
+		enq = s.markFetchLocked()
+	}
+	start := s.startWriterLocked()
+	s.mu.Unlock()
+	if start {
+		go s.writer()
+	}
+	if enq {
+		s.ws.push.add(s)
+	}
+}
+
+// helloExpired closes a connection whose hello did not come in time.
+func (s *wsSession) helloExpired() {
+	s.mu.Lock()
+	seen := s.helloSeen
+	s.helloTimer = nil
+	s.mu.Unlock()
+	if !seen {
+		s.closeWith(closeProtocol, "hello expected", errorFrame(badRequest("no hello within %v", s.ws.cfg.HelloTimeout), ""))
+	}
+}
+
+// --- hub ---
+
+// hubLoop takes the hub's wake-ups of the user until the session ends.
+// It is parked in one channel receive nearly all the time and never
+// writes, so its stack stays at the smallest size.
+func (s *wsSession) hubLoop() {
+	defer s.bg.Done()
+	for range s.sub.C() {
+		if !s.hubWake() {
+			return
+		}
+	}
+}
+
+// hubWake handles a wake-up of the user's hub subscription; it reports
+// false once the session has ended. It is kept out of hubLoop (noinline)
+// so that hubLoop's frame, which an idle connection holds, stays small.
+//
+//go:noinline
+func (s *wsSession) hubWake() bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	if h := s.sub.Head(); h > s.head {
+		s.head = h
+	}
+	if s.started && s.head > s.cursor && s.signalAt.IsZero() {
+		s.signalAt = time.Now()
+	}
+	enq := s.markFetchLocked()
+	s.mu.Unlock()
+	if enq {
+		s.ws.push.add(s)
+	}
+	return true
 }
 
 // --- reader ---
 
-func (s *wsSession) readLoop() {
+// read is the reader goroutine. The connection is idle in NextReader; the
+// frames of read and of what an idle read calls are what the connection's
+// stack holds, so the work is done in other functions (readFrame,
+// readSetup, readEnded), not inlined here: used below a quarter of 8 KiB,
+// the stack that a hello grew is halved back to 4 KiB by the next GCs.
+func (s *wsSession) read() {
+	s.readSetup()
+	for {
+		mt, r, err := s.conn.NextReader()
+		if err != nil {
+			s.readEnded(err)
+			break
+		}
+		if !s.readFrame(mt, r) {
+			break
+		}
+	}
+	s.finish()
+}
+
+//go:noinline
+func (s *wsSession) readSetup() {
 	c, cfg := s.conn, &s.ws.cfg
 	c.SetReadLimit(cfg.MaxFrameBytes)
 	_ = c.SetReadDeadline(time.Now().Add(cfg.ReadTimeout))
 	c.SetPongHandler(func(string) error { return c.SetReadDeadline(time.Now().Add(cfg.ReadTimeout)) })
-	for {
-		mt, data, err := c.ReadMessage()
-		if err != nil {
-			if !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
-				s.log.Debug("WebSocket read ended", "err", err)
-			}
-			return
-		}
-		_ = c.SetReadDeadline(time.Now().Add(cfg.ReadTimeout))
-		s.handle(mt, data)
+}
+
+// readFrame reads and handles one client frame; false ends the reader.
+//
+//go:noinline
+func (s *wsSession) readFrame(mt int, r io.Reader) bool {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		s.readEnded(err)
+		return false
+	}
+	_ = s.conn.SetReadDeadline(time.Now().Add(s.ws.cfg.ReadTimeout))
+	s.handle(mt, data)
+	return true
+}
+
+//go:noinline
+func (s *wsSession) readEnded(err error) {
+	if !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
+		s.logAt(slog.LevelDebug, "WebSocket read ended", "err", err)
 	}
 }
 
@@ -185,6 +345,10 @@ func (s *wsSession) hello(in *wsInbound) {
 	s.mu.Lock()
 	seen := s.helloSeen
 	s.helloSeen = true
+	if t := s.helloTimer; t != nil {
+		t.Stop()
+		s.helloTimer = nil
+	}
 	s.mu.Unlock()
 	if seen {
 		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), "error")
@@ -202,7 +366,8 @@ func (s *wsSession) hello(in *wsInbound) {
 	if in.Epoch != nil {
 		p.epoch, p.hasEpoch = *in.Epoch, true
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	// The hello runs on the reader, so the session cannot end under it.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := g.readSync(ctx, s.user, p)
 	var e *Error
@@ -220,10 +385,7 @@ func (s *wsSession) hello(in *wsInbound) {
 		tl, err = g.tooLongAnswer(ctx, s.user, res, g.cfg.PageDefault)
 	}
 	if err != nil {
-		if s.ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("WebSocket hello failed", "err", err)
+		s.logAt(slog.LevelWarn, "WebSocket hello failed", "err", err)
 		s.closeWith(closeInternal, "hello failed, reconnect", errorFrame(err, ""))
 		return
 	}
@@ -281,24 +443,40 @@ func (s *wsSession) send(in *wsInbound) {
 		fail(rateLimited(st), msgID)
 		return
 	}
-	select {
-	case s.sendSem <- struct{}{}:
-	case <-s.done:
-		return
+	// A send slot: while MaxInflightSends run, the connection's next
+	// frame is not read, unless nothing can be written any more.
+	s.mu.Lock()
+	for s.inflight >= s.ws.cfg.MaxInflightSends {
+		if s.writeDone {
+			s.mu.Unlock()
+			return
+		}
+		s.sendSlot.Wait()
 	}
+	s.inflight++
+	if s.sendCtx == nil {
+		s.sendCtx, s.sendCancel = context.WithCancel(context.Background())
+	}
+	ctx := s.sendCtx
+	s.mu.Unlock()
 	cid, body := in.ConversationID, *in.Body
 	s.sends.Add(1)
 	go func() {
 		defer s.sends.Done()
-		defer func() { <-s.sendSem }()
-		res, err := g.send(s.ctx, s.user, cid, msgID, body)
+		defer func() {
+			s.mu.Lock()
+			s.inflight--
+			s.sendSlot.Signal()
+			s.mu.Unlock()
+		}()
+		res, err := g.send(ctx, s.user, cid, msgID, body)
 		switch {
 		case err != nil:
-			if errors.Is(err, errClientGone) || s.ctx.Err() != nil {
+			if errors.Is(err, errClientGone) || ctx.Err() != nil {
 				return
 			}
 			if e := toError(err); e.Code == CodeInternal || e.Err != nil {
-				s.log.Warn("WebSocket send failed", "conversation_id", cid, "msg_id", msgID, "err", err)
+				s.logAt(slog.LevelWarn, "WebSocket send failed", "conversation_id", cid, "msg_id", msgID, "err", err)
 			}
 			fail(err, msgID)
 		case res.status == sendPending:
@@ -335,8 +513,11 @@ func (s *wsSession) pushControl(b []byte, kind string) {
 		return
 	}
 	s.control = append(s.control, queued{b: b, kind: kind})
+	start := s.startWriterLocked()
 	s.mu.Unlock()
-	s.wake()
+	if start {
+		go s.writer()
+	}
 }
 
 // closeWith makes the writer send frame (if any) and close with code; the
@@ -351,8 +532,11 @@ func (s *wsSession) closeWith(code int, reason string, frame []byte) {
 	if frame != nil {
 		s.control = append(s.control, queued{b: frame, kind: "error"})
 	}
+	start := s.startWriterLocked()
 	s.mu.Unlock()
-	s.wake()
+	if start {
+		go s.writer()
+	}
 }
 
 // markFetchLocked asks for a read of the session's entries unless one is
@@ -397,109 +581,26 @@ func (s *wsSession) clearLaggingLocked() {
 
 // --- writer ---
 
-func (s *wsSession) writeLoop() {
-	defer close(s.done)
-	cfg := &s.ws.cfg
-	hb := time.NewTimer(s.ws.heartbeatDelay())
-	defer hb.Stop()
-	hello := time.NewTimer(cfg.HelloTimeout)
-	defer hello.Stop()
+// writer writes the queued frames, replies first, and ends when the queues
+// are empty (a later frame starts a new writer) or the connection is done:
+// close frame written, write failed, or reader ended. Every write has a
+// deadline (WriteTimeout).
+func (s *wsSession) writer() {
+	defer s.bg.Done()
 	for {
-		select {
-		case <-s.notify:
-		case <-s.sub.C():
-			s.hubWake()
-			continue
-		case <-hb.C:
-			hb.Reset(s.ws.heartbeatDelay())
-			if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.WriteTimeout)); err != nil {
-				s.abort(err)
-				return
-			}
-			s.heartbeatDue()
-		case <-hello.C:
-			s.mu.Lock()
-			seen := s.helloSeen
-			s.mu.Unlock()
-			if !seen {
-				s.closeWith(closeProtocol, "hello expected", errorFrame(badRequest("no hello within %v", cfg.HelloTimeout), ""))
-			}
-		case <-s.ws.stopping:
-			s.closeWith(CloseServiceRestart, "service restart", nil)
-		case <-s.ws.g.draining:
-			s.closeWith(CloseServiceRestart, "service restart", nil)
-		case <-s.ctx.Done():
-			return
-		}
-		if !s.flush() {
-			return
-		}
-	}
-}
-
-// hubWake handles a wake-up of the user's hub subscription.
-func (s *wsSession) hubWake() {
-	s.mu.Lock()
-	if h := s.sub.Head(); h > s.head {
-		s.head = h
-	}
-	if s.started && s.head > s.cursor && s.signalAt.IsZero() {
-		s.signalAt = time.Now()
-	}
-	enq := s.markFetchLocked()
-	s.mu.Unlock()
-	if enq {
-		s.ws.push.add(s)
-	}
-}
-
-// heartbeatDue re-reads the head (and anything a lost notification left
-// behind); the heartbeat frame follows the read.
-func (s *wsSession) heartbeatDue() {
-	s.mu.Lock()
-	if !s.started {
-		s.mu.Unlock()
-		return
-	}
-	s.hbDue = true
-	enq := s.markFetchLocked()
-	s.mu.Unlock()
-	if enq {
-		s.ws.push.add(s)
-	}
-}
-
-// checkSlow closes a session that has been lagging for SlowTimeout.
-func (s *wsSession) checkSlow() {
-	s.mu.Lock()
-	since := s.laggingSince
-	s.mu.Unlock()
-	if !since.IsZero() && time.Since(since) > s.ws.cfg.SlowTimeout {
-		s.ws.m.slowCloses.WithLabelValues("lag").Inc()
-		s.log.Info("closing a WebSocket that cannot keep up", "lagging_for", time.Since(since))
-		s.closeWith(CloseTooSlow, "too slow", nil)
-	}
-}
-
-// flush writes the queued frames, replies first. It returns false when the
-// connection is done (closed or broken).
-func (s *wsSession) flush() bool {
-	for {
-		// Between two writes, take in the hub's news: a session that is
-		// slow to write learns that entries are waiting (and so whether
-		// it lags) without waiting for its queue to empty.
-		select {
-		case <-s.sub.C():
-			s.hubWake()
-		default:
-		}
 		s.checkSlow()
 		var q queued
-		var have, refetch bool
+		var ping, refetch bool
 		s.mu.Lock()
 		switch {
+		case s.closed:
+			s.writing = false
+			s.mu.Unlock()
+			return
+		case s.pingDue:
+			s.pingDue, ping = false, true
 		case len(s.control) > 0:
-			q, have = s.control[0], true
+			q = s.control[0]
 			s.control[0] = queued{}
 			if s.control = s.control[1:]; len(s.control) == 0 {
 				s.control = nil
@@ -507,11 +608,15 @@ func (s *wsSession) flush() bool {
 		case s.closing:
 			code, reason := s.closeCode, s.closeReason
 			s.data, s.dataBytes = nil, 0
+			s.setWriteDoneLocked()
 			s.mu.Unlock()
 			s.writeClose(code, reason)
-			return false
+			s.mu.Lock()
+			s.writing = false
+			s.mu.Unlock()
+			return
 		case len(s.data) > 0:
-			q, have = s.data[0], true
+			q = s.data[0]
 			s.data[0] = queued{}
 			if s.data = s.data[1:]; len(s.data) == 0 {
 				s.data = nil
@@ -521,25 +626,53 @@ func (s *wsSession) flush() bool {
 				s.wantMore = false
 				refetch = s.markFetchLocked()
 			}
+		default:
+			s.writing = false
+			s.mu.Unlock()
+			return
 		}
+		s.writeStart = time.Now()
 		s.mu.Unlock()
 		if refetch {
 			s.ws.push.add(s)
 		}
-		if !have {
-			return true
+		var err error
+		if ping {
+			err = s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.ws.cfg.WriteTimeout))
+		} else {
+			err = s.write(q)
 		}
 		s.mu.Lock()
-		s.writeStart = time.Now()
-		s.mu.Unlock()
-		err := s.write(q)
-		s.mu.Lock()
 		s.writeStart = time.Time{}
+		if err != nil {
+			s.setWriteDoneLocked()
+			s.writing = false
+		}
 		s.mu.Unlock()
 		if err != nil {
 			s.abort(err)
-			return false
+			return
 		}
+	}
+}
+
+// setWriteDoneLocked records that nothing more is written (a close frame
+// goes out, or the connection is dropped) and releases a reader waiting
+// for a send slot.
+func (s *wsSession) setWriteDoneLocked() {
+	s.writeDone = true
+	s.sendSlot.Broadcast()
+}
+
+// checkSlow closes a session that has been lagging for SlowTimeout.
+func (s *wsSession) checkSlow() {
+	s.mu.Lock()
+	since := s.laggingSince
+	s.mu.Unlock()
+	if !since.IsZero() && time.Since(since) > s.ws.cfg.SlowTimeout {
+		s.ws.m.slowCloses.WithLabelValues("lag").Inc()
+		s.logAt(slog.LevelInfo, "closing a WebSocket that cannot keep up", "lagging_for", time.Since(since))
+		s.closeWith(CloseTooSlow, "too slow", nil)
 	}
 }
 
@@ -566,11 +699,11 @@ func (s *wsSession) writeClose(code int, reason string) {
 	if err := s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), deadline); err == nil {
 		s.ws.m.closed(code)
 	} else {
-		s.log.Debug("WebSocket close frame not written", "code", code, "err", err)
+		s.logAt(slog.LevelDebug, "WebSocket close frame not written", "code", code, "err", err)
 	}
 	t := time.NewTimer(s.ws.cfg.CloseGrace)
 	select {
-	case <-s.ctx.Done():
+	case <-s.readDone:
 	case <-t.C:
 	}
 	t.Stop()
@@ -581,11 +714,17 @@ func (s *wsSession) writeClose(code int, reason string) {
 // client stopped reading: the socket is unusable, no close frame can follow.
 func (s *wsSession) abort(err error) {
 	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() && s.ctx.Err() == nil {
+	readerLive := true
+	select {
+	case <-s.readDone:
+		readerLive = false
+	default:
+	}
+	if errors.As(err, &ne) && ne.Timeout() && readerLive {
 		s.ws.m.slowCloses.WithLabelValues("write_timeout").Inc()
-		s.log.Info("WebSocket write timed out, dropping the connection", "err", err)
+		s.logAt(slog.LevelInfo, "WebSocket write timed out, dropping the connection", "err", err)
 	} else {
-		s.log.Debug("WebSocket write failed", "err", err)
+		s.logAt(slog.LevelDebug, "WebSocket write failed", "err", err)
 	}
 	_ = s.conn.Close()
 }

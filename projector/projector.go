@@ -85,14 +85,30 @@ type Result struct {
 
 // Apply projects recs (in log order within each partition) in one
 // transaction, skipping records already applied.
+//
+// The transaction's BEGIN travels in the pipeline of its first statements
+// and, for a batch written with INSERTs, its COMMIT in the pipeline of its
+// writes: a live batch is three round trips (offsets and state; users;
+// writes and commit).
 func (p *Projector) Apply(ctx context.Context, recs []Record) (Result, error) {
-	var res Result
-	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		var err error
-		res, err = p.apply(ctx, tx, recs)
-		return err
-	})
+	c, err := p.pool.Acquire(ctx)
 	if err != nil {
+		return Result{}, fmt.Errorf("acquire a connection: %w", err)
+	}
+	defer c.Release()
+	conn := c.Conn()
+	res, err := p.apply(ctx, conn, recs, true)
+	if err == nil && conn.PgConn().TxStatus() != 'I' {
+		// Returned before the writes (nothing new), or wrote with COPY.
+		_, err = conn.Exec(ctx, "COMMIT")
+	}
+	if err != nil {
+		if conn.PgConn().TxStatus() != 'I' {
+			if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+				// A connection in an unknown state is not reused.
+				_ = conn.Close(context.WithoutCancel(ctx))
+			}
+		}
 		return Result{}, err
 	}
 	return res, nil
@@ -100,7 +116,14 @@ func (p *Projector) Apply(ctx context.Context, recs []Record) (Result, error) {
 
 // ApplyTx is Apply inside a transaction the caller owns (replay).
 func (p *Projector) ApplyTx(ctx context.Context, tx pgx.Tx, recs []Record) (Result, error) {
-	return p.apply(ctx, tx, recs)
+	return p.apply(ctx, tx, recs, false)
+}
+
+// pipe is what a batch is written through: a transaction the caller owns,
+// or a connection on which apply opens (and may commit) its own.
+type pipe interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
 }
 
 const (
@@ -213,7 +236,10 @@ type ack struct {
 	seq     int64
 }
 
-func (p *Projector) apply(ctx context.Context, tx pgx.Tx, recs []Record) (Result, error) {
+// apply projects recs through tx; own says that apply begins the
+// transaction (its first pipeline starts with BEGIN) and commits it in the
+// pipeline of the writes when they are INSERTs.
+func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool) (Result, error) {
 	var res Result
 	if len(recs) == 0 {
 		return res, nil
@@ -234,6 +260,9 @@ func (p *Projector) apply(ctx context.Context, tx pgx.Tx, recs []Record) (Result
 	sort.Slice(partIDs, func(i, j int) bool { return partIDs[i] < partIDs[j] })
 	stored := map[int32]int64{}
 	bt := &pgx.Batch{}
+	if own {
+		bt.Queue("BEGIN")
+	}
 	bt.Queue(sqlEnsureOffsets, topic, partIDs)
 	bt.Queue(sqlLockOffsets, topic, partIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -246,8 +275,18 @@ func (p *Projector) apply(ctx context.Context, tx pgx.Tx, recs []Record) (Result
 		}
 		return rows.Err()
 	})
+	// The state the batch depends on is read in the same round trip, after
+	// the offset locks (lock order: offsets, conversations, users), for
+	// every record: those already applied only add a few rows.
+	b := &batch{
+		convs:   map[int64]*convState{},
+		records: map[recKey]*recState{},
+		known:   map[string]bool{},
+		openNew: map[recKey]*span{},
+	}
+	p.queueLoad(bt, b, recs)
 	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
-		return res, fmt.Errorf("lock offsets of %s: %w", topic, err)
+		return res, fmt.Errorf("lock offsets of %s and load the batch's state: %w", topic, err)
 	}
 	live := make([]Record, 0, len(recs))
 	for _, r := range recs {
@@ -262,15 +301,6 @@ func (p *Projector) apply(ctx context.Context, tx pgx.Tx, recs []Record) (Result
 		return res, nil
 	}
 
-	b := &batch{
-		convs:   map[int64]*convState{},
-		records: map[recKey]*recState{},
-		known:   map[string]bool{},
-		openNew: map[recKey]*span{},
-	}
-	if err := p.load(ctx, tx, b, live); err != nil {
-		return res, err
-	}
 	for _, r := range live {
 		if r.Event != nil {
 			b.step(r)
@@ -282,7 +312,7 @@ func (p *Projector) apply(ctx context.Context, tx pgx.Tx, recs []Record) (Result
 	if err != nil {
 		return res, err
 	}
-	if err := p.write(ctx, tx, b, heads, parts, stored); err != nil {
+	if err := p.write(ctx, tx, b, heads, parts, stored, own); err != nil {
 		return res, err
 	}
 	res.Messages = len(b.msgs)
@@ -292,8 +322,9 @@ func (p *Projector) apply(ctx context.Context, tx pgx.Tx, recs []Record) (Result
 	return res, nil
 }
 
-// load reads and locks the state the batch's events depend on.
-func (p *Projector) load(ctx context.Context, tx pgx.Tx, b *batch, live []Record) error {
+// queueLoad queues the reads and locks of the state the batch's events
+// depend on.
+func (p *Projector) queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 	convIDs := []int64{}
 	var msgIDs []string
 	recUsers, recConvs := []int64{}, []int64{}
@@ -328,9 +359,8 @@ func (p *Projector) load(ctx context.Context, tx pgx.Tx, b *batch, live []Record
 		}
 	}
 	sort.Slice(convIDs, func(i, j int) bool { return convIDs[i] < convIDs[j] })
-	// One pipelined round trip: the conversation locks first (in id
-	// order), then the reads that depend only on the batch.
-	bt := &pgx.Batch{}
+	// The conversation locks first (in id order), then the reads that
+	// depend only on the batch.
 	bt.Queue(sqlLockConversations, convIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id, last int64
@@ -377,10 +407,6 @@ func (p *Projector) load(ctx context.Context, tx pgx.Tx, b *batch, live []Record
 			return rows.Err()
 		})
 	}
-	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
-		return fmt.Errorf("lock conversations and load their state: %w", err)
-	}
-	return nil
 }
 
 func systemBody(fields map[string]any) string {
@@ -564,7 +590,7 @@ func (b *batch) closeSpan(conv, user, seq int64) {
 type head struct{ inbox, version int64 }
 
 // assign locks the users of the batch in id order and numbers their entries.
-func (p *Projector) assign(ctx context.Context, tx pgx.Tx, b *batch) (map[int64]*head, error) {
+func (p *Projector) assign(ctx context.Context, tx pipe, b *batch) (map[int64]*head, error) {
 	heads := map[int64]*head{}
 	if len(b.fan) == 0 {
 		return heads, nil
@@ -596,7 +622,7 @@ func (p *Projector) assign(ctx context.Context, tx pgx.Tx, b *batch) (map[int64]
 	return heads, nil
 }
 
-func (p *Projector) write(ctx context.Context, tx pgx.Tx, b *batch, heads map[int64]*head, parts map[int32]int64, stored map[int32]int64) error {
+func (p *Projector) write(ctx context.Context, tx pipe, b *batch, heads map[int64]*head, parts map[int32]int64, stored map[int32]int64, own bool) error {
 	// Number the inbox entries and record versions in batch order, which
 	// keeps each conversation's entries ascending in every inbox (I4).
 	inboxRows := make([][]any, len(b.fan))
@@ -711,6 +737,9 @@ func (p *Projector) write(ctx context.Context, tx pgx.Tx, b *batch, heads map[in
 			bt.Queue(sqlInsertInbox, us, is, cs, ks, ss, vs, ats)
 		}
 		p.queueNotify(bt, b, heads)
+		if own {
+			bt.Queue("COMMIT")
+		}
 	}
 	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
 		return fmt.Errorf("write projections: %w", err)

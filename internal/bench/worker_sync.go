@@ -66,10 +66,18 @@ func runSyncWorker(ctx context.Context, cio *childIO, raw []byte) error {
 		}
 		tokens[i] = tok
 	}
-	tr := &http.Transport{DialContext: sourceDialer(cfg.SrcIPs, 10*time.Second), MaxConnsPerHost: cfg.Conns,
-		MaxIdleConnsPerHost: cfg.Conns, MaxIdleConns: cfg.Conns, IdleConnTimeout: time.Minute, DisableCompression: true}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	// One lean keep-alive client per connection (rawhttp.go): net/http's
+	// client would take a large share of the cores it measures.
+	dial := sourceDialer(cfg.SrcIPs, 10*time.Second)
+	conns := make([]*rawConn, cfg.Conns)
+	for i := range conns {
+		conns[i] = newRawConn(dial, cfg.Addr, 30*time.Second)
+	}
+	defer func() {
+		for _, c := range conns {
+			c.close()
+		}
+	}()
 	cio.emit("ready", nil)
 	for {
 		line, ok := cio.next(ctx)
@@ -84,119 +92,112 @@ func runSyncWorker(ctx context.Context, cio *childIO, raw []byte) error {
 		if err := json.Unmarshal([]byte(arg), &cmd); err != nil {
 			return err
 		}
-		cio.emit("result", runSyncPhase(ctx, cfg, hc, tokens, cmd))
+		cio.emit("result", runSyncPhase(ctx, cfg, conns, tokens, cmd))
 	}
 }
 
-func runSyncPhase(ctx context.Context, cfg syncWorkerConfig, hc *http.Client, tokens []string, cmd syncPhaseCmd) SyncPhase {
+// runSyncPhase runs cmd over conns, one closed-loop client each.
+func runSyncPhase(ctx context.Context, cfg syncWorkerConfig, conns []*rawConn, tokens []string, cmd syncPhaseCmd) SyncPhase {
 	res := SyncPhase{Mode: cmd.Mode, Statuses: map[string]int{}}
 	var (
-		mu                       sync.Mutex
-		lat                      []float32
-		reqs, errs, checked, bad atomic.Int64
-		bytes                    atomic.Int64
-		firstErr                 atomic.Value
-		wg                       sync.WaitGroup
+		mu       sync.Mutex
+		lat      []float32
+		firstErr atomic.Value
+		wg       sync.WaitGroup
 	)
 	wantStatus := http.StatusOK
-	if cmd.Mode == "304" {
+	etag := ""
+	var fixedPath []byte
+	switch cmd.Mode {
+	case "page": // a random page per request, below
+	case "304":
 		wantStatus = http.StatusNotModified
+		etag = `"` + strconv.FormatInt(cfg.Epoch, 10) + "." + strconv.FormatInt(cfg.Head, 10) + `"`
+		fixedPath = fmt.Appendf(nil, "/v1/sync?after=%d&epoch=%d", cfg.Head, cfg.Epoch)
+	default:
+		fixedPath = []byte("/bench/trivial")
 	}
-	etag := `"` + strconv.FormatInt(cfg.Epoch, 10) + "." + strconv.FormatInt(cfg.Head, 10) + `"`
 	start := time.Now()
 	end := start.Add(time.Duration(cmd.Seconds * float64(time.Second)))
-	for c := 0; c < cfg.Conns; c++ {
+	for c, conn := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rnd := rand.New(rand.NewPCG(uint64(c), uint64(start.UnixNano())))
 			local := make([]float32, 0, 4096)
-			statuses := map[string]int{}
-			for n := 0; time.Now().Before(end) && ctx.Err() == nil; n++ {
+			statuses := map[int]int{}
+			var reqs, errs, checked, bad, nb int64
+			path := make([]byte, 0, 128)
+			t0 := time.Now()
+			for n := 0; t0.Before(end) && ctx.Err() == nil; n++ {
 				u := rnd.IntN(cfg.Users)
-				var url string
-				switch cmd.Mode {
-				case "page":
+				path = append(path[:0], fixedPath...)
+				if cmd.Mode == "page" {
 					after := rnd.Int64N(cfg.Head - int64(cfg.Page) + 1)
-					url = fmt.Sprintf("http://%s/v1/sync?after=%d&limit=%d", cfg.Addr, after, cfg.Page)
-				case "304":
-					url = fmt.Sprintf("http://%s/v1/sync?after=%d&epoch=%d", cfg.Addr, cfg.Head, cfg.Epoch)
-				default:
-					url = "http://" + cfg.Addr + "/bench/trivial"
+					path = append(path, "/v1/sync?after="...)
+					path = strconv.AppendInt(path, after, 10)
+					path = append(path, "&limit="...)
+					path = strconv.AppendInt(path, int64(cfg.Page), 10)
 				}
-				req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-				req.Header.Set("Authorization", "Bearer "+tokens[u])
-				if cmd.Mode == "304" {
-					req.Header.Set("If-None-Match", etag)
-				}
-				t0 := time.Now()
-				resp, err := hc.Do(req)
+				// Every 64th page is decoded and checked; the rest are
+				// read and counted.
+				check := cmd.Mode == "page" && n%64 == 0
+				resp, err := conn.get(ctx, path, tokens[u], etag, check)
 				if err != nil {
 					if ctx.Err() == nil {
-						errs.Add(1)
-						firstErr.CompareAndSwap(nil, err.Error())
+						errs++
+						if firstErr.Load() == nil {
+							firstErr.CompareAndSwap(nil, err.Error())
+						}
 					}
+					t0 = time.Now()
 					continue
 				}
-				// Every 64th page is decoded and checked; the rest are read.
-				check := cmd.Mode == "page" && n%64 == 0 && resp.StatusCode == http.StatusOK
-				var nb int64
-				if check {
+				if check && resp.Status == http.StatusOK {
 					var page struct {
 						Entries []json.RawMessage `json:"entries"`
 					}
-					cr := &countReader{r: resp.Body}
-					if json.NewDecoder(cr).Decode(&page) != nil || len(page.Entries) != cfg.Page {
-						bad.Add(1)
+					if json.Unmarshal(resp.Body, &page) != nil || len(page.Entries) != cfg.Page {
+						bad++
 					}
-					discard(cr)
-					nb = cr.n
-					checked.Add(1)
-				} else {
-					cr := &countReader{r: resp.Body}
-					discard(cr)
-					nb = cr.n
+					checked++
 				}
-				resp.Body.Close()
-				d := float32(float64(time.Since(t0).Microseconds()) / 1000)
-				statuses[strconv.Itoa(resp.StatusCode)]++
-				if resp.StatusCode != wantStatus {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("HTTP %d for %s", resp.StatusCode, url))
+				t1 := time.Now()
+				d := float32(float64(t1.Sub(t0).Microseconds()) / 1000)
+				t0 = t1
+				statuses[resp.Status]++
+				if resp.Status != wantStatus {
+					errs++
+					if firstErr.Load() == nil {
+						firstErr.CompareAndSwap(nil, fmt.Sprintf("HTTP %d for http://%s%s", resp.Status, cfg.Addr, path))
+					}
 					continue
 				}
-				reqs.Add(1)
-				bytes.Add(nb)
+				reqs++
+				nb += resp.N
 				local = append(local, d)
 			}
 			mu.Lock()
+			res.Requests += reqs
+			res.Errors += errs
+			res.Checked += checked
+			res.BadPages += bad
+			res.RespBytes += float64(nb) // a sum until the end
 			lat = append(lat, local...)
 			for k, v := range statuses {
-				res.Statuses[k] += v
+				res.Statuses[strconv.Itoa(k)] += v
 			}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	res.Seconds = time.Since(start).Seconds()
-	res.Requests, res.Errors, res.Checked, res.BadPages = reqs.Load(), errs.Load(), checked.Load(), bad.Load()
 	res.PerSec = float64(res.Requests) / res.Seconds
-	res.RespBytes = div(float64(bytes.Load()), float64(res.Requests))
+	res.RespBytes = div(res.RespBytes, float64(res.Requests))
 	res.Latency = newDist(f32to64(lat))
 	res.Latency.CDF = nil
 	if v, ok := firstErr.Load().(string); ok {
 		res.FirstErr = v
 	}
 	return res
-}
-
-type countReader struct {
-	r interface{ Read([]byte) (int, error) }
-	n int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/producer"
@@ -23,6 +24,7 @@ import (
 const (
 	DefaultGroup          = "inboxd-fanout"
 	DefaultMaxPollRecords = 5000
+	DefaultApplyWorkers   = 2
 )
 
 // Config configures a Fanout.
@@ -39,6 +41,15 @@ type Config struct {
 	// amortise the per-transaction cost under load; an idle system still
 	// commits each record as soon as it arrives. Default DefaultMaxPollRecords.
 	MaxPollRecords int
+	// ApplyWorkers splits each poll batch by partition (partition mod
+	// ApplyWorkers) into transactions applied concurrently. A live batch
+	// spends most of its time waiting on round trips and the commit's WAL
+	// flush, so concurrent groups raise what one process sustains at the
+	// same latency. Conversations never span partitions, so each
+	// conversation's order is kept; users shared by groups are locked in id
+	// order. Default DefaultApplyWorkers; 1 applies a poll in one
+	// transaction.
+	ApplyWorkers int
 	// MaxBody is the body limit; longer messages go to the DLQ.
 	// Default events.DefaultMaxBody.
 	MaxBody int
@@ -84,6 +95,9 @@ func (c *Config) setDefaults() {
 	if c.MaxBody == 0 {
 		c.MaxBody = events.DefaultMaxBody
 	}
+	if c.ApplyWorkers == 0 {
+		c.ApplyWorkers = DefaultApplyWorkers
+	}
 	if c.Retention == 0 {
 		c.Retention = 7 * 24 * time.Hour
 	}
@@ -111,6 +125,9 @@ func (c *Config) validate() error {
 	if c.MaxPollRecords < 1 {
 		return fmt.Errorf("fanout: max poll records %d < 1", c.MaxPollRecords)
 	}
+	if c.ApplyWorkers < 1 {
+		return fmt.Errorf("fanout: apply workers %d < 1", c.ApplyWorkers)
+	}
 	return nil
 }
 
@@ -127,6 +144,14 @@ func New(cfg Config, pool *pgxpool.Pool) (*Fanout, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	// The advisory lock and retention hold a connection each; the apply
+	// workers share the rest.
+	if most := int(pool.Config().MaxConns) - 2; cfg.ApplyWorkers > most {
+		w := max(most, 1)
+		cfg.Logger.Warn("fewer apply workers than configured: the PostgreSQL pool is small (raise --db-max-conns)",
+			"apply_workers", cfg.ApplyWorkers, "using", w, "pool_max_conns", pool.Config().MaxConns)
+		cfg.ApplyWorkers = w
 	}
 	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: cfg.Channel, Logger: cfg.Logger}, pool)
 	if err != nil {
@@ -313,6 +338,42 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches 
 		}
 		f.m.dead.Add(float64(len(dead)))
 	}
+	if err := f.applyGroups(ctx, applyCtx, recs); err != nil {
+		return err
+	}
+	// Lag per partition: the log's high watermark as this fetch saw it,
+	// minus the next offset to apply.
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if n := len(p.Records); n > 0 {
+			f.m.lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - (p.Records[n-1].Offset + 1)))
+		}
+	})
+	return nil
+}
+
+// applyGroups applies recs as ApplyWorkers concurrent transactions, the
+// records of a partition all in the same one and in order.
+func (f *Fanout) applyGroups(ctx, applyCtx context.Context, recs []projector.Record) error {
+	n := f.cfg.ApplyWorkers
+	if n == 1 {
+		return f.applyBatch(ctx, applyCtx, recs)
+	}
+	groups := make([][]projector.Record, n)
+	for _, r := range recs {
+		i := int(r.Partition) % n
+		groups[i] = append(groups[i], r)
+	}
+	var g errgroup.Group
+	for _, grp := range groups {
+		if len(grp) > 0 {
+			g.Go(func() error { return f.applyBatch(ctx, applyCtx, grp) })
+		}
+	}
+	return g.Wait()
+}
+
+// applyBatch applies recs in one transaction, retried with backoff.
+func (f *Fanout) applyBatch(ctx, applyCtx context.Context, recs []projector.Record) error {
 	start := time.Now()
 	var res projector.Result
 	op := func() error {
@@ -329,13 +390,6 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches 
 		return fmt.Errorf("apply batch of %d records: %w", len(recs), err)
 	}
 	f.m.observe(res, time.Since(start))
-	// Lag per partition: the log's high watermark as this fetch saw it,
-	// minus the next offset to apply.
-	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		if n := len(p.Records); n > 0 {
-			f.m.lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - (p.Records[n-1].Offset + 1)))
-		}
-	})
 	if res.Rejected > 0 {
 		f.cfg.Logger.Info("events rejected at their log position", "count", res.Rejected)
 	}

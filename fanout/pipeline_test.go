@@ -43,7 +43,9 @@ func TestRandomWorkloadWithDuplicates(t *testing.T) {
 func TestFanoutKilledHard(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Partitions: 6})
 	g := workload.New(workload.Config{Seed: 2, Users: 1000, Conversations: 200})
-	evs := generate(g, 20000)
+	// Enough paced work to outlast the kills: the fanout applies a poll in
+	// concurrent transactions and catches up quickly after each restart.
+	evs := generate(g, 32000)
 	procEnv := []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
 		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=killed", "INBOXD_INSTANCE_ID=fanout-a",
 		"INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_MAX_POLL_RECORDS=10", "INBOXD_LOG_LEVEL=warn"}

@@ -62,7 +62,13 @@ type subscription struct {
 	// dup when its msg_id had been taken.
 	seq atomic.Int64
 	dup atomic.Bool
+	// resync is set by a wake-up that carries no head (after the LISTEN
+	// connection came back): the waiter must read whatever its head says.
+	resync atomic.Bool
 }
+
+// takeResync reports (and clears) whether a wake-up without a head came.
+func (s *subscription) takeResync() bool { return s.resync.Swap(false) }
 
 func newHub(log *slog.Logger, jitter time.Duration, burst int, m *metrics) *hub {
 	h := &hub{log: log, jitter: jitter, burst: burst, metrics: m, keyed: map[string]map[*subscription]struct{}{}}
@@ -203,6 +209,7 @@ func (h *hub) wakeAll() {
 		sh.mu.Lock()
 		for _, set := range sh.subs {
 			for s := range set {
+				s.resync.Store(true)
 				wake = append(wake, s)
 			}
 		}

@@ -258,9 +258,12 @@ func (p *pusher) finish(ctx context.Context, s *wsSession, r *pushResult) {
 		s.cursor = r.entries[n-1].InboxSeq
 		s.signalAt = time.Time{}
 	}
-	// The read is authoritative: a notification newer than its snapshot
-	// arrived while it ran and set dirty.
-	s.head = r.head
+	// A notification newer than the read's snapshot may have raised s.head
+	// while it ran: then it reads again. After a rebase the read is the
+	// truth (a new epoch may have lower heads).
+	if tl != nil || r.head > s.head {
+		s.head = r.head
+	}
 	if s.cursor >= r.head {
 		s.clearLaggingLocked()
 		s.signalAt = time.Time{}
@@ -270,7 +273,7 @@ func (p *pusher) finish(ctx context.Context, s *wsSession, r *pushResult) {
 		}
 	}
 	enq := false
-	if s.cursor < r.head || s.dirty {
+	if s.cursor < s.head || s.dirty {
 		s.dirty = false
 		enq = s.markFetchLocked()
 	}

@@ -235,6 +235,16 @@ func (s *wsSession) hubWake() bool {
 	if h := s.sub.Head(); h > s.head {
 		s.head = h
 	}
+	// A notification of a head this session has already delivered (or is
+	// reading: the read's end compares with s.head) needs no read; a
+	// wake-up without a head (the LISTEN connection came back) does.
+	if !s.sub.takeResync() && (s.head <= s.cursor || s.fetch == fetchInflight) {
+		if s.started && s.head > s.cursor && s.signalAt.IsZero() {
+			s.signalAt = time.Now()
+		}
+		s.mu.Unlock()
+		return true
+	}
 	if s.started && s.head > s.cursor && s.signalAt.IsZero() {
 		s.signalAt = time.Now()
 	}

@@ -27,6 +27,10 @@ func runFanout(ctx context.Context, args []string) error {
 		return err
 	}
 	log = log.With("service", "fanout")
+	if c.dbMaxConns == 0 {
+		// The apply workers, the advisory lock and retention.
+		c.dbMaxConns = max(4, f.applyWorkers+2)
+	}
 	pool, prod, closeDeps, err := c.connect(ctx, log)
 	if err != nil {
 		return err

@@ -33,7 +33,7 @@ func (c *common) bind(fs *flag.FlagSet, kafka bool) {
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL of the projections")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	fs.IntVar(&c.dbMaxConns, "db-max-conns", 0, "PostgreSQL pool size (0: pgx default, max(4, cores))")
+	fs.IntVar(&c.dbMaxConns, "db-max-conns", 0, "PostgreSQL pool size (0: pgx default, max(4, cores); fanout and dev: max(4, apply workers + 2, or + 6 in dev))")
 	if kafka {
 		fs.StringVar(&c.brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers")
 		fs.StringVar(&c.topic, "topic", producer.DefaultTopic, "event topic (the DLQ is <topic>.dlq)")
@@ -87,6 +87,7 @@ func (c *common) producerConfig(log *slog.Logger) producer.Config {
 type fanoutFlags struct {
 	group          string
 	maxPollRecords int
+	applyWorkers   int
 	drain          time.Duration
 	instanceID     string
 	sessionTimeout time.Duration
@@ -97,6 +98,7 @@ type fanoutFlags struct {
 func (f *fanoutFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.group, "group", fanout.DefaultGroup, "fanout consumer group")
 	fs.IntVar(&f.maxPollRecords, "max-poll-records", fanout.DefaultMaxPollRecords, "records per batch (one transaction)")
+	fs.IntVar(&f.applyWorkers, "apply-workers", fanout.DefaultApplyWorkers, "transactions applying one poll concurrently, split by partition (each holds a PostgreSQL connection)")
 	fs.StringVar(&f.instanceID, "instance-id", "", "static group membership id (a restarted process with the same id resumes at once)")
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "group session timeout")
 	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long inbox entries are kept (messages are kept forever)")
@@ -110,6 +112,7 @@ func (f *fanoutFlags) config(c *common, log *slog.Logger) fanout.Config {
 		Topic:             c.topic,
 		Group:             f.group,
 		MaxPollRecords:    f.maxPollRecords,
+		ApplyWorkers:      f.applyWorkers,
 		MaxBody:           c.maxBody,
 		InstanceID:        f.instanceID,
 		SessionTimeout:    f.sessionTimeout,

@@ -274,7 +274,7 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 			p.FanoutPerBatch = (f1.records - f0.records) / n
 		}
 		p.judge(cfg.MaxP99Ms)
-		progressf(pr, "bench e2e: %s: achieved %s msg/s, push p50 %s p99 %s (commit p50 %s p99 %s), %d/%d pushes, fanout busy %.0f%% (batches of %.1f records in %s), %s",
+		progressf(pr, "bench e2e: %s: achieved %s msg/s, push p50 %s p99 %s (commit p50 %s p99 %s), %d/%d pushes, fanout transactions busy %.0f%% (summed over the concurrent apply workers; batches of %.1f records in %s), %s",
 			name, num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), ms(p.Commit.P99), p.Received, p.Expected,
 			p.FanoutBusy*100, p.FanoutPerBatch, ms(p.FanoutBatchMs), p.verdict(cfg.MaxP99Ms))
 		return p, nil

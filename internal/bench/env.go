@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/pgserver"
 	"github.com/inboxd/inboxd/migrations"
 	"github.com/inboxd/inboxd/producer"
@@ -368,7 +369,14 @@ func (e *Env) newPipeline(ctx context.Context, name string, partitions int) (p *
 	}
 	p.url = url
 	p.closers = append(p.closers, drop)
-	if p.pool, err = pgxpool.New(ctx, url); err != nil {
+	// Sized as inboxd fanout sizes its pool by default: the apply workers,
+	// the advisory lock and retention.
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	pcfg.MaxConns = max(4, fanout.DefaultApplyWorkers+2)
+	if p.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return nil, err
 	}
 	p.closers = append(p.closers, p.pool.Close)

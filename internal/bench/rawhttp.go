@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -63,7 +64,18 @@ func newRawConn(dial func(ctx context.Context, network, addr string) (net.Conn, 
 // get sends GET path with the bearer token (and If-None-Match: etag unless
 // etag is empty) and reads the answer; keepBody keeps the body in Body.
 func (c *rawConn) get(ctx context.Context, path []byte, token, etag string, keepBody bool) (rawResp, error) {
-	c.req = append(c.req[:0], "GET "...)
+	return c.do(ctx, "GET", path, token, etag, nil, keepBody)
+}
+
+// post sends POST path with a JSON body. It is retried on a new connection
+// as get is, so it suits idempotent requests only (a send with its msg_id).
+func (c *rawConn) post(ctx context.Context, path []byte, token string, body []byte) (rawResp, error) {
+	return c.do(ctx, "POST", path, token, "", body, false)
+}
+
+func (c *rawConn) do(ctx context.Context, method string, path []byte, token, etag string, body []byte, keepBody bool) (rawResp, error) {
+	c.req = append(c.req[:0], method...)
+	c.req = append(c.req, ' ')
 	c.req = append(c.req, path...)
 	c.req = append(c.req, " HTTP/1.1\r\nHost: "...)
 	c.req = append(c.req, c.addr...)
@@ -73,7 +85,12 @@ func (c *rawConn) get(ctx context.Context, path []byte, token, etag string, keep
 		c.req = append(c.req, "\r\nIf-None-Match: "...)
 		c.req = append(c.req, etag...)
 	}
+	if body != nil {
+		c.req = append(c.req, "\r\nContent-Type: application/json\r\nContent-Length: "...)
+		c.req = strconv.AppendInt(c.req, int64(len(body)), 10)
+	}
 	c.req = append(c.req, "\r\n\r\n"...)
+	c.req = append(c.req, body...)
 	for {
 		if c.conn == nil {
 			if err := c.connect(ctx); err != nil {
@@ -103,7 +120,7 @@ func (c *rawConn) get(ctx context.Context, path []byte, token, etag string, keep
 			if retry && (!wrote || silent) && !isTimeout(err) && ctx.Err() == nil {
 				continue // the server had closed the idle connection
 			}
-			return rawResp{}, fmt.Errorf("GET http://%s%s: %w", c.addr, path, err)
+			return rawResp{}, fmt.Errorf("%s http://%s%s: %w", method, c.addr, path, err)
 		}
 		c.reused = true
 		if resp.Close {

@@ -312,3 +312,37 @@ func TestRawConnCancel(t *testing.T) {
 		t.Fatalf("error %v after %v", err, time.Since(t0))
 	}
 }
+
+func TestRawConnPost(t *testing.T) {
+	type seen struct {
+		method, path, auth, ctype string
+		body                      []byte
+	}
+	got := make(chan seen, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method, r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Content-Type"), b}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"seq":1}`))
+	}))
+	defer srv.Close()
+	c := newRawConn(sourceDialer(nil, time.Second), srv.Listener.Addr().String(), 5*time.Second)
+	defer c.close()
+	for _, body := range []string{`{"msg_id":"a","body":"x"}`, `{"msg_id":"b","body":"` + strings.Repeat("y", 5000) + `"}`} {
+		resp, err := c.post(context.Background(), []byte("/v1/conversations/3/messages"), "tok", []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != http.StatusCreated || resp.N != 9 {
+			t.Fatalf("answer %+v", resp)
+		}
+		s := <-got
+		if s.method != "POST" || s.path != "/v1/conversations/3/messages" || s.auth != "Bearer tok" ||
+			s.ctype != "application/json" || string(s.body) != body {
+			t.Fatalf("request %+v", s)
+		}
+	}
+	if c.dials != 1 {
+		t.Fatalf("%d dials for two requests on one keep-alive connection", c.dials)
+	}
+}

@@ -1,10 +1,10 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -82,13 +82,14 @@ type e2ePhaseRec struct {
 }
 
 type e2eWorker struct {
-	cfg     e2eWorkerConfig
-	tokens  map[int64]string
-	hc      *http.Client
-	dialer  *websocket.Dialer
-	mu      sync.Mutex
-	phases  map[int]*e2ePhaseRec
-	reconns atomic.Int64
+	cfg       e2eWorkerConfig
+	tokens    map[int64]string
+	sendConns chan *rawConn // idle keep-alive connections for the sends
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	dialer    *websocket.Dialer
+	mu        sync.Mutex
+	phases    map[int]*e2ePhaseRec
+	reconns   atomic.Int64
 }
 
 func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
@@ -106,11 +107,11 @@ func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
 	}
 	dial := sourceDialer(cfg.SrcIPs, 10*time.Second)
 	w := &e2eWorker{
-		cfg:    cfg,
-		tokens: map[int64]string{},
-		phases: map[int]*e2ePhaseRec{},
-		hc: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-			DialContext: dial, MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute}},
+		cfg:       cfg,
+		tokens:    map[int64]string{},
+		phases:    map[int]*e2ePhaseRec{},
+		sendConns: make(chan *rawConn, 4096),
+		dial:      dial,
 		dialer: &websocket.Dialer{NetDialContext: dial, HandshakeTimeout: 10 * time.Second,
 			ReadBufferSize: 4096, WriteBufferSize: 1024},
 	}
@@ -378,22 +379,29 @@ func (w *e2eWorker) runPhase(ctx context.Context, idx int, cmd e2ePhaseCmd, prob
 	return res, ctx.Err()
 }
 
+// send POSTs one message over an idle keep-alive connection of the pool
+// (a new one when none is idle), with the lean client of rawhttp.go: the
+// load generator shares the machine with what it measures.
 func (w *e2eWorker) send(ctx context.Context, conv int64, tok, body string) (int, error) {
 	raw, _ := json.Marshal(map[string]string{"msg_id": uuid.NewString(), "body": body})
-	req, err := http.NewRequestWithContext(ctx, "POST",
-		"http://"+w.cfg.Addr+"/v1/conversations/"+strconv.FormatInt(conv, 10)+"/messages", bytes.NewReader(raw))
+	var c *rawConn
+	select {
+	case c = <-w.sendConns:
+	default:
+		c = newRawConn(w.dial, w.cfg.Addr, 30*time.Second)
+	}
+	path := strconv.AppendInt([]byte("/v1/conversations/"), conv, 10)
+	path = append(path, "/messages"...)
+	resp, err := c.post(ctx, path, tok, raw)
+	select {
+	case w.sendConns <- c:
+	default:
+		c.close()
+	}
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := w.hc.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	discard(resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	return resp.Status, nil
 }
 
 // commitProbe times a single-row INSERT (autocommit: INSERT+COMMIT in one

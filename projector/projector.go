@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -140,11 +139,6 @@ WHERE conversation_id = ANY($1::bigint[]) AND left_seq IS NULL`
 FROM records r JOIN unnest($1::bigint[], $2::bigint[]) AS k(u, c) ON r.user_id = k.u AND r.conversation_id = k.c`
 	sqlEnsureUsers = `INSERT INTO users (id) SELECT u FROM unnest($1::bigint[]) AS u ORDER BY u ON CONFLICT DO NOTHING`
 	sqlLockUsers   = `SELECT id, inbox_seq, record_version FROM users WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
-	// One = ANY over an array (an index scan), not IN (...) OR = ANY,
-	// which plans as a scan of every user.
-	sqlLockMemberUsers = `SELECT id, inbox_seq, record_version FROM users
-WHERE id = ANY(ARRAY(SELECT user_id FROM member_spans WHERE conversation_id = ANY($1::bigint[]) AND left_seq IS NULL) || $2::bigint[])
-ORDER BY id FOR UPDATE`
 
 	sqlInsertConversations = `INSERT INTO conversations (id, title, created_by, created_at, last_seq, last_at)
 SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bigint[], $6::timestamptz[])
@@ -232,9 +226,8 @@ type batch struct {
 	closes    []span           // closes of spans opened before this batch
 	rejects   []rejection
 	recsOrder []recKey
-	locked    map[int64]*head // users locked with the batch's state
-	acks      []ack           // message.sent events projected, for the senders' gateways
-	dups      []string        // event ids of message.sent events whose msg_id was taken
+	acks      []ack    // message.sent events projected, for the senders' gateways
+	dups      []string // event ids of message.sent events whose msg_id was taken
 }
 
 // ack is a message.sent event and the seq its message got.
@@ -334,7 +327,6 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 func (p *Projector) queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 	convIDs := []int64{}
 	var msgIDs []string
-	var named []int64 // users the events name: they may have no users row yet
 	recUsers, recConvs := []int64{}, []int64{}
 	seenPair := map[recKey]bool{}
 	wantRecord := func(u, c int64) {
@@ -359,12 +351,8 @@ func (p *Projector) queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 			msgIDs = append(msgIDs, e.MsgID)
 		case events.ConversationCreated, events.MemberAdded, events.MemberRemoved:
 			msgIDs = append(msgIDs, e.EventID)
-			named = append(named, e.ActorID)
 			if e.Type != events.ConversationCreated {
 				wantRecord(e.UserID, e.ConversationID)
-				named = append(named, e.UserID)
-			} else {
-				named = append(named, e.Members...)
 			}
 		case events.RecordUpdated, events.ReadUpdated:
 			wantRecord(e.ActorID, e.ConversationID)
@@ -419,26 +407,6 @@ func (p *Projector) queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 			return rows.Err()
 		})
 	}
-	// Last, the users the batch can touch, in id order: the current members
-	// of its conversations and the users its events name (created first).
-	// assign only goes back to PostgreSQL for a user missing here.
-	if len(named) > 0 {
-		slices.Sort(named)
-		named = slices.Compact(named)
-		bt.Queue(sqlEnsureUsers, named)
-	}
-	b.locked = map[int64]*head{}
-	bt.Queue(sqlLockMemberUsers, convIDs, named).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var id int64
-			h := &head{}
-			if err := rows.Scan(&id, &h.inbox, &h.version); err != nil {
-				return err
-			}
-			b.locked[id] = h
-		}
-		return rows.Err()
-	})
 }
 
 func systemBody(fields map[string]any) string {
@@ -621,30 +589,23 @@ func (b *batch) closeSpan(conv, user, seq int64) {
 
 type head struct{ inbox, version int64 }
 
-// assign returns the heads of the users the batch touches: those locked
-// with its state, and (should one be missing there) the others, created
-// and locked in id order in one more round trip.
+// assign locks the users of the batch in id order and numbers their entries.
 func (p *Projector) assign(ctx context.Context, tx pipe, b *batch) (map[int64]*head, error) {
 	heads := map[int64]*head{}
-	var missing []int64
-	for _, f := range b.fan {
-		if _, ok := heads[f.user]; ok {
-			continue
-		}
-		if h, ok := b.locked[f.user]; ok {
-			heads[f.user] = h
-			continue
-		}
-		heads[f.user] = &head{}
-		missing = append(missing, f.user)
-	}
-	if len(missing) == 0 {
+	if len(b.fan) == 0 {
 		return heads, nil
 	}
-	slices.Sort(missing)
+	ids := make([]int64, 0)
+	for _, f := range b.fan {
+		if _, ok := heads[f.user]; !ok {
+			heads[f.user] = &head{}
+			ids = append(ids, f.user)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	bt := &pgx.Batch{}
-	bt.Queue(sqlEnsureUsers, missing)
-	bt.Queue(sqlLockUsers, missing).Query(func(rows pgx.Rows) error {
+	bt.Queue(sqlEnsureUsers, ids)
+	bt.Queue(sqlLockUsers, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id int64
 			h := &head{}

@@ -2,13 +2,11 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -56,25 +54,7 @@ func TestHeadCacheAnswers304sAndFollowsCommits(t *testing.T) {
 // notifications are lost, so the cache must not answer: a message committed
 // meanwhile is served to a client presenting the old ETag.
 func TestHeadCacheForgetsWhileDeaf(t *testing.T) {
-	tg := buildGateway(t, func(c *Config) {
-		c.ListenBackoffMax = 50 * time.Millisecond
-		c.AckWait = 500 * time.Millisecond
-	})
-	gate := make(chan struct{})
-	var gated sync.Mutex
-	blocking := false
-	tg.g.hub.beforeConnect = func(ctx context.Context) {
-		gated.Lock()
-		bl := blocking
-		gated.Unlock()
-		if bl {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-			}
-		}
-	}
-	tg.serve(t)
+	tg, deafen, hear := deafGateway(t)
 	a, b := tg.user(t, 1), tg.user(t, 2)
 	cid := a.create(t, "deaf", 2)
 	_, head, _ := b.syncAll(t, 0, 50)
@@ -86,14 +66,7 @@ func TestHeadCacheForgetsWhileDeaf(t *testing.T) {
 	require.Equal(t, http.StatusNotModified, r.status)
 	require.Equal(t, hits+1, counterValue(tg.g.metrics.headHit))
 
-	gated.Lock()
-	blocking = true
-	gated.Unlock()
-	_, err := tg.env.Pool.Exec(context.Background(),
-		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'inboxd-gateway-listen'`)
-	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "LISTEN connection to drop", func() bool { return !tg.g.hub.connected.Load() })
-
+	deafen()
 	r = a.do(t, "POST", "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages",
 		`{"msg_id":"0b8e2a52-7f0e-4a57-9d8e-3c1f2f7a0001","body":"while deaf"}`)
 	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, r.status, "%s", r)
@@ -104,7 +77,7 @@ func TestHeadCacheForgetsWhileDeaf(t *testing.T) {
 	r.decode(t, &s)
 	require.Len(t, s.Entries, 1)
 	require.Equal(t, hits+1, counterValue(tg.g.metrics.headHit), "no hit while deaf")
-	close(gate)
+	hear()
 }
 
 func TestHeadCacheUnit(t *testing.T) {

@@ -410,3 +410,41 @@ func requireContiguous(t testing.TB, after int64, entries []wEntry) {
 }
 
 func decodeInto(raw []byte, v any) error { return json.Unmarshal(raw, v) }
+
+// deafGateway serves a gateway whose LISTEN connection deafen cuts and keeps
+// from coming back until hear: notifications sent in between are lost.
+func deafGateway(t testing.TB) (tg *tgw, deafen, hear func()) {
+	t.Helper()
+	tg = buildGateway(t, func(c *Config) {
+		c.ListenBackoffMax = 50 * time.Millisecond
+		c.AckWait = 500 * time.Millisecond
+	})
+	gate := make(chan struct{})
+	var gated sync.Mutex
+	blocking := false
+	tg.g.hub.beforeConnect = func(ctx context.Context) {
+		gated.Lock()
+		b := blocking
+		gated.Unlock()
+		if b {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}
+	}
+	tg.serve(t)
+	var once sync.Once
+	hear = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(hear)
+	deafen = func() {
+		gated.Lock()
+		blocking = true
+		gated.Unlock()
+		_, err := tg.env.Pool.Exec(context.Background(),
+			`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'inboxd-gateway-listen'`)
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, "LISTEN connection to drop", func() bool { return !tg.g.hub.connected.Load() })
+	}
+	return tg, deafen, hear
+}

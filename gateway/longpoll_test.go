@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"runtime"
@@ -222,25 +221,7 @@ func osThreads(t testing.TB) int {
 // committed meanwhile is lost; after the reconnect every waiter is woken and
 // re-reads, so the held long-poll still answers with the entry.
 func TestListenerReconnect(t *testing.T) {
-	tg := buildGateway(t, func(c *Config) {
-		c.ListenBackoffMax = 50 * time.Millisecond
-		c.AckWait = 500 * time.Millisecond
-	})
-	gate := make(chan struct{})
-	var gated sync.Mutex
-	blocking := false
-	tg.g.hub.beforeConnect = func(ctx context.Context) {
-		gated.Lock()
-		b := blocking
-		gated.Unlock()
-		if b {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-			}
-		}
-	}
-	tg.serve(t)
+	tg, deafen, hear := deafGateway(t)
 	a, b := tg.user(t, 1), tg.user(t, 2)
 	cid := a.create(t, "pair", 2)
 	_, head, _ := b.syncAll(t, 0, 50)
@@ -252,13 +233,7 @@ func TestListenerReconnect(t *testing.T) {
 	}()
 	waitFor(t, 30*time.Second, "held poll", func() bool { return tg.g.HeldPolls() == 1 })
 
-	gated.Lock()
-	blocking = true
-	gated.Unlock()
-	_, err := tg.env.Pool.Exec(context.Background(),
-		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'inboxd-gateway-listen'`)
-	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "LISTEN connection to drop", func() bool { return !tg.g.hub.connected.Load() })
+	deafen()
 
 	// Sent while nobody listens: its notification is lost. The send
 	// answers 202 (nobody wakes it) or 201 (on its last check).
@@ -268,7 +243,7 @@ func TestListenerReconnect(t *testing.T) {
 	tg.env.WaitCaughtUp(t, 30*time.Second)
 	require.Equal(t, 1, tg.g.HeldPolls(), "the poll still waits")
 
-	close(gate)
+	hear()
 	got := <-done
 	require.Equal(t, http.StatusOK, got.status, "%s", got)
 	var s wSync

@@ -84,8 +84,8 @@ type wsPong struct {
 
 // encodeFrame encodes v as a frame: JSON without HTML escaping (as the
 // HTTP bodies) and without the trailing newline.
-// entriesFrame is the entries frame of wsEntries, written by hand (see
-// appendEntry).
+// entriesFrame is the entries frame (wsEntries's shape), written by hand
+// (see appendEntry).
 func entriesFrame(entries []entry, head int64) []byte {
 	b := make([]byte, 0, 64+entriesSize(entries))
 	b = append(b, `{"type":"entries","entries":`...)

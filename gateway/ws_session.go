@@ -413,7 +413,7 @@ func (s *wsSession) hello(in *wsInbound) {
 		s.cursor = p.after
 		if n := len(res.entries); n > 0 {
 			s.pushDataLocked(queued{kind: "entries", entries: n,
-				b: encodeFrame(wsEntries{Type: "entries", Entries: res.entries, Head: res.head})})
+				b: entriesFrame(res.entries, res.head)})
 			s.cursor = res.entries[n-1].InboxSeq
 		}
 	}

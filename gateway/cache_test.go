@@ -137,23 +137,49 @@ func TestHeadCacheUnit(t *testing.T) {
 
 func TestMsgCacheBudget(t *testing.T) {
 	var hits, misses int
-	c := newMsgCache(64*1024, func() { hits++ }, func() { misses++ })
-	body := bytes.Repeat([]byte("x"), 100)
-	for i := range 10000 {
-		c.put(msgKey{epoch: 1, conv: int64(i % 97), seq: int64(i)}, body)
+	const budget = 1 << 20 // 16 KiB a shard, a conversation is 12 KiB
+	c := newMsgCache(budget, func() { hits++ }, func() { misses++ })
+	body := bytes.Repeat([]byte("x"), 200)
+	// 400 conversations of 50 messages (4.8 MB), in conversation order.
+	for i := range 20000 {
+		c.put(msgKey{epoch: 1, conv: int64(i / 50), seq: int64(i%50 + 1)}, body)
 	}
-	// Two generations per shard, each within its share of the budget.
-	require.LessOrEqual(t, c.len()*(len(body)+msgOverhead), 64*1024+msgCacheShards*(len(body)+msgOverhead))
-	require.Greater(t, c.len(), 100)
-	b, ok := c.get(msgKey{epoch: 1, conv: 9999 % 97, seq: 9999})
+	total := 0
+	for i := range c.shards {
+		total += c.shards[i].bytes
+	}
+	require.LessOrEqual(t, total, budget+msgCacheShards*(len(body)+msgOverhead), "within the budget")
+	require.Greater(t, c.len(), 500)
+	b, ok := c.get(msgKey{epoch: 1, conv: 399, seq: 50})
 	require.True(t, ok, "the newest stays")
 	require.Equal(t, body, b)
-	_, ok = c.get(msgKey{epoch: 2, conv: 9999 % 97, seq: 9999})
+	_, ok = c.get(msgKey{epoch: 2, conv: 399, seq: 50})
 	require.False(t, ok, "another epoch is another message")
-	_, ok = c.get(msgKey{epoch: 1, conv: 0, seq: 0})
-	require.False(t, ok, "the oldest went")
-	require.Equal(t, 1, hits)
-	require.Equal(t, 2, misses)
+	gone := 0
+	for conv := range 20 {
+		if _, ok := c.get(msgKey{epoch: 1, conv: int64(conv), seq: 1}); !ok {
+			gone++
+		}
+	}
+	require.Greater(t, gone, 10, "most of the oldest conversations went")
+	require.Equal(t, 1+20-gone, hits)
+	require.Equal(t, 1+gone, misses)
+
+	// Windows: a message far from a conversation's window starts a new one;
+	// one just below it extends it.
+	w := newMsgCache(1<<20, func() {}, func() {})
+	w.put(msgKey{1, 7, 100}, body)
+	w.put(msgKey{1, 7, 90}, body)
+	_, ok = w.get(msgKey{1, 7, 100})
+	require.True(t, ok)
+	_, ok = w.get(msgKey{1, 7, 95})
+	require.False(t, ok)
+	w.put(msgKey{1, 7, 100 + maxWindow + 5}, body)
+	_, ok = w.get(msgKey{1, 7, 100 + maxWindow + 5})
+	require.True(t, ok)
+	_, ok = w.get(msgKey{1, 7, 100})
+	require.False(t, ok, "the old window was dropped")
+	require.Equal(t, 1, w.len())
 
 	var off *msgCache
 	off.put(msgKey{}, body)

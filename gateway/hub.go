@@ -65,6 +65,57 @@ type subscription struct {
 	// resync is set by a wake-up that carries no head (after the LISTEN
 	// connection came back): the waiter must read whatever its head says.
 	resync atomic.Bool
+
+	// For a subscription that wants them (WebSocket sessions): the new
+	// entries the notifications announced, contiguous from runFirst.
+	wantRuns bool
+	runMu    sync.Mutex
+	runFirst int64
+	run      [][2]int64
+}
+
+// maxRun bounds the announced entries a subscription keeps.
+const maxRun = 1024
+
+// addRun appends an announced run; one that does not continue the kept
+// run replaces it (what lies between is read from PostgreSQL).
+func (s *subscription) addRun(r projector.Run) {
+	s.runMu.Lock()
+	if len(s.run) == 0 || r.First != s.runFirst+int64(len(s.run)) {
+		s.run, s.runFirst = nil, r.First
+	}
+	s.run = append(s.run, r.Keys...)
+	if n := len(s.run); n > maxRun {
+		s.runFirst += int64(n - maxRun)
+		s.run = append([][2]int64(nil), s.run[n-maxRun:]...)
+	}
+	s.runMu.Unlock()
+}
+
+// takeRun returns up to limit announced entries after cursor, if the kept
+// run continues exactly from it, and forgets those at or below cursor.
+func (s *subscription) takeRun(cursor int64, limit int) (first int64, keys [][2]int64) {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	if drop := cursor + 1 - s.runFirst; drop > 0 {
+		if drop >= int64(len(s.run)) {
+			s.run = nil
+			return 0, nil
+		}
+		s.run, s.runFirst = s.run[drop:], cursor+1
+	}
+	if len(s.run) == 0 || s.runFirst != cursor+1 {
+		return 0, nil
+	}
+	n := min(limit, len(s.run))
+	return s.runFirst, append([][2]int64(nil), s.run[:n]...)
+}
+
+// clearRun forgets the announced entries (a new epoch).
+func (s *subscription) clearRun() {
+	s.runMu.Lock()
+	s.run = nil
+	s.runMu.Unlock()
 }
 
 // takeResync reports (and clears) whether a wake-up without a head came.
@@ -120,17 +171,42 @@ func (s *subscription) Close() {
 // subscribeUser registers a waiter for user's inbox head. Subscribe before
 // reading, so that a commit after the read cannot go unnoticed.
 func (h *hub) subscribeUser(user int64) *subscription {
-	s := &subscription{c: make(chan struct{}, 1), h: h, user: user}
-	sh := &h.users[uint64(user)%hubShards]
+	return h.addUser(&subscription{c: make(chan struct{}, 1), h: h, user: user})
+}
+
+func (h *hub) addUser(s *subscription) *subscription {
+	sh := &h.users[uint64(s.user)%hubShards]
 	sh.mu.Lock()
-	set := sh.subs[user]
+	set := sh.subs[s.user]
 	if set == nil {
 		set = map[*subscription]struct{}{}
-		sh.subs[user] = set
+		sh.subs[s.user] = set
 	}
 	set[s] = struct{}{}
 	sh.mu.Unlock()
 	return s
+}
+
+// subscribeUserRuns is subscribeUser for a waiter that also keeps the
+// entries the notifications announce (takeRun).
+func (h *hub) subscribeUserRuns(user int64) *subscription {
+	return h.addUser(&subscription{c: make(chan struct{}, 1), h: h, user: user, wantRuns: true})
+}
+
+// clearRuns forgets every subscription's announced entries.
+func (h *hub) clearRuns() {
+	for i := range h.users {
+		sh := &h.users[i]
+		sh.mu.Lock()
+		for _, set := range sh.subs {
+			for s := range set {
+				if s.wantRuns {
+					s.clearRun()
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // subscribeRejection registers a waiter for the rejection of msgID.
@@ -159,13 +235,18 @@ func (h *hub) dispatch(payload string) {
 	n := projector.ParseNotification(payload)
 	if n.Epoch != 0 {
 		h.heads.reset(true) // a replay swapped the projections
+		h.clearRuns()
 	}
 	h.heads.notified(n.Heads) // before any waiter re-reads
 	var wake []*subscription
 	for user, head := range n.Heads {
 		sh := &h.users[uint64(user)%hubShards]
 		sh.mu.Lock()
+		run, hasRun := n.Runs[user]
 		for s := range sh.subs[user] {
+			if hasRun && s.wantRuns {
+				s.addRun(run)
+			}
 			for {
 				old := s.head.Load()
 				if head <= old || s.head.CompareAndSwap(old, head) {

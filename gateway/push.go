@@ -169,6 +169,15 @@ func (p *pusher) work(ctx context.Context, batch []*wsSession) {
 	if len(sessions) == 0 {
 		return
 	}
+	// Sessions whose next entries the notifications announced are pushed
+	// from those (their messages from the cache); the others are read.
+	announced, sessions, users, afters, limits := p.fromRuns(ctx, sessions, users, afters, limits)
+	for i := range announced {
+		p.finish(ctx, announced[i].s, &announced[i].r)
+	}
+	if len(sessions) == 0 {
+		return
+	}
 	m := p.ws.m
 	m.batchSize.Observe(float64(len(sessions)))
 	start := time.Now()
@@ -187,6 +196,89 @@ func (p *pusher) work(ctx context.Context, batch []*wsSession) {
 	for i, s := range sessions {
 		p.finish(ctx, s, &results[i])
 	}
+}
+
+// announcedPush is a session's push built from announced entries.
+type announcedPush struct {
+	s *wsSession
+	r pushResult
+}
+
+// fromRuns takes, for each session, the entries after its cursor that the
+// notifications announced (subscription.takeRun) and resolves their
+// messages (the cache, then one read of the misses for all of them). The
+// sessions that had none, or whose messages could not all be resolved, are
+// returned for a read, with their cursors and limits.
+func (p *pusher) fromRuns(ctx context.Context, sessions []*wsSession, users, afters []int64, limits []int32) (
+	done []announcedPush, rest []*wsSession, rUsers, rAfters []int64, rLimits []int32) {
+	g := p.ws.g
+	var pages []inboxPage
+	var owners []int // index in sessions of each page
+	var misses map[msgKey][]entryRef
+	for i, s := range sessions {
+		first, keys := s.sub.takeRun(afters[i], int(limits[i]))
+		if len(keys) == 0 {
+			continue
+		}
+		s.mu.Lock()
+		epoch, head := s.epoch, max(s.head, first+int64(len(keys))-1)
+		s.mu.Unlock()
+		pg := inboxPage{epoch: epoch, head: head, entries: make([]entry, len(keys))}
+		for j, k := range keys {
+			e := &pg.entries[j]
+			e.InboxSeq, e.ConversationID = first+int64(j), k[0]
+			mk := msgKey{epoch: epoch, conv: k[0], seq: k[1]}
+			if b, ok := g.msgs.get(mk); ok {
+				e.raw = b
+				continue
+			}
+			if misses == nil {
+				misses = map[msgKey][]entryRef{}
+			}
+			misses[mk] = append(misses[mk], entryRef{page: len(pages), idx: j, user: s.user})
+		}
+		pages = append(pages, pg)
+		owners = append(owners, i)
+	}
+	if len(pages) == 0 {
+		return nil, sessions, users, afters, limits
+	}
+	if len(misses) > 0 {
+		// The announced entries are of the sessions' epoch; a replay since
+		// shows up as errEpochMoved and they are read instead.
+		var epoch int64
+		for k := range misses {
+			epoch = k.epoch
+			break
+		}
+		if err := g.loadMessages(ctx, epoch, misses, pages); err != nil {
+			for _, refs := range misses {
+				for _, r := range refs {
+					pages[r.page].entries = nil
+				}
+			}
+		}
+	}
+	taken := make([]bool, len(sessions))
+	for pi, pg := range pages {
+		complete := len(pg.entries) > 0
+		for _, e := range pg.entries {
+			complete = complete && e.raw != nil
+		}
+		if !complete {
+			continue // read instead
+		}
+		i := owners[pi]
+		taken[i] = true
+		done = append(done, announcedPush{s: sessions[i], r: pushResult{epoch: pg.epoch, head: pg.head, entries: pg.entries}})
+	}
+	p.ws.m.announced.Add(float64(len(done)))
+	for i, s := range sessions {
+		if !taken[i] {
+			rest, rUsers, rAfters, rLimits = append(rest, s), append(rUsers, users[i]), append(rAfters, afters[i]), append(rLimits, limits[i])
+		}
+	}
+	return done, rest, rUsers, rAfters, rLimits
 }
 
 // read reads every session's entries after its cursor (readInbox: one

@@ -20,6 +20,7 @@ type wsMetrics struct {
 	batchSize    prometheus.Histogram
 	batchLatency prometheus.Histogram
 	batchErrors  prometheus.Counter
+	announced    prometheus.Counter     // pushes built from announced entries, without a read
 	received     *prometheus.CounterVec // client frames by type
 }
 
@@ -51,6 +52,8 @@ func newWSMetrics(reg prometheus.Registerer, stalled func() float64) (*wsMetrics
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
 		batchErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "push_query_errors_total",
 			Help: "Push queries that failed (their sessions are retried)."}),
+		announced: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "announced_pushes_total",
+			Help: "Pushes built from the entries a notification announced (messages from the cache), without a push query."}),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "frames_received_total",
 			Help: "Client frames by type (hello, send, ping, invalid)."}, []string{"type"}),
 	}
@@ -84,6 +87,7 @@ func newWSMetrics(reg prometheus.Registerer, stalled func() float64) (*wsMetrics
 	m.batchSize = reuse(m.batchSize).(prometheus.Histogram)
 	m.batchLatency = reuse(m.batchLatency).(prometheus.Histogram)
 	m.batchErrors = reuse(m.batchErrors).(prometheus.Counter)
+	m.announced = reuse(m.announced).(prometheus.Counter)
 	m.received = reuse(m.received).(*prometheus.CounterVec)
 	if err != nil {
 		return nil, err

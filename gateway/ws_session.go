@@ -87,7 +87,7 @@ type wsSession struct {
 func newSession(ws *WebSocket, conn *websocket.Conn, user int64) *wsSession {
 	s := &wsSession{
 		ws: ws, conn: conn, id: ws.nextID.Add(1), user: user,
-		sub:      ws.g.hub.subscribeUser(user),
+		sub:      ws.g.hub.subscribeUserRuns(user),
 		readDone: make(chan struct{}),
 	}
 	s.sendSlot.L = &s.mu

@@ -517,3 +517,38 @@ func TestWSSlowConsumer(t *testing.T) {
 		return gaugeValue(w.ws.m.lagging) == 0
 	})
 }
+
+// TestWSPushesAnnouncedEntries: live entries are pushed from the entries
+// the notifications announce (no push query), with their messages from the
+// cache (sent here) or read (appended by someone else), and the stream is
+// the same as the HTTP sync of the range, through a membership change.
+func TestWSPushesAnnouncedEntries(t *testing.T) {
+	w := newWSGateway(t, nil, WSConfig{})
+	a, b := w.user(t, 1), w.user(t, 2)
+	cid := a.create(t, "announced", 2)
+	from := b.head(t)
+	s := dialWS(t, w, b).stream(t, from, nil)
+	s.waitCursor(t, from)
+	before := counterValue(w.ws.m.announced)
+	for i := range 10 {
+		a.send(t, cid, fmt.Sprintf("sent here %d", i))
+	}
+	for i := range 5 {
+		appendMessage(t, w.env, 1, cid, fmt.Sprintf("appended elsewhere %d", i))
+	}
+	r := a.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/members", cid), `{"user_id": 3}`)
+	require.Contains(t, []int{201, 202}, r.status, "%s", r)
+	for i := range 5 {
+		a.send(t, cid, fmt.Sprintf("after the join %d", i))
+	}
+	w.env.WaitCaughtUp(t, 30*time.Second)
+	head := b.head(t)
+	s.waitCursor(t, head)
+	want, _, _ := b.syncAll(t, from, 200)
+	_, got := s.state()
+	requireSameEntries(t, want, got)
+	for i := range want {
+		require.Equal(t, string(want[i].Message.Body), string(got[i].Message.Body), "entry %d", i)
+	}
+	require.Greater(t, counterValue(w.ws.m.announced), before, "some pushes came from the announced entries")
+}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -49,7 +50,17 @@ type Config struct {
 type Projector struct {
 	pool *pgxpool.Pool
 	cfg  Config
+	// Rows known to exist (committed by this projector's own transactions):
+	// their INSERT ... ON CONFLICT DO NOTHING is skipped. Users and offset
+	// rows are never deleted, and a replay's swap never happens under a
+	// running fanout (it takes the fanout lock exclusively).
+	knownMu    sync.Mutex
+	knownUsers map[int64]struct{}
+	knownParts map[int32]struct{}
 }
+
+// maxKnownUsers bounds knownUsers; past it the set starts over.
+const maxKnownUsers = 1 << 20
 
 // New returns a Projector writing through pool.
 func New(cfg Config, pool *pgxpool.Pool) (*Projector, error) {
@@ -81,6 +92,8 @@ type Result struct {
 	InboxRows int
 	Rejected  int
 	Users     int // users whose heads moved
+
+	users []int64 // their ids (for Apply's memory of existing rows)
 }
 
 // Apply projects recs (in log order within each partition) in one
@@ -102,6 +115,9 @@ func (p *Projector) Apply(ctx context.Context, recs []Record) (Result, error) {
 		// Returned before the writes (nothing new), or wrote with COPY.
 		_, err = conn.Exec(ctx, "COMMIT")
 	}
+	if err == nil {
+		p.remember(recs, res.users)
+	}
 	if err != nil {
 		if conn.PgConn().TxStatus() != 'I' {
 			if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
@@ -112,6 +128,57 @@ func (p *Projector) Apply(ctx context.Context, recs []Record) (Result, error) {
 		return Result{}, err
 	}
 	return res, nil
+}
+
+// unknownParts returns the partitions whose offset rows may not exist yet
+// (all of them unless own).
+func (p *Projector) unknownParts(own bool, parts []int32) []int32 {
+	if !own {
+		return parts
+	}
+	p.knownMu.Lock()
+	defer p.knownMu.Unlock()
+	var out []int32
+	for _, pt := range parts {
+		if _, ok := p.knownParts[pt]; !ok {
+			out = append(out, pt)
+		}
+	}
+	return out
+}
+
+// unknownUsers returns, in order, the users whose rows may not exist yet.
+func (p *Projector) unknownUsers(own bool, ids []int64) []int64 {
+	if !own {
+		return ids
+	}
+	p.knownMu.Lock()
+	defer p.knownMu.Unlock()
+	var out []int64
+	for _, id := range ids {
+		if _, ok := p.knownUsers[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// remember records the rows a committed batch made sure of.
+func (p *Projector) remember(recs []Record, users []int64) {
+	p.knownMu.Lock()
+	defer p.knownMu.Unlock()
+	if p.knownParts == nil {
+		p.knownParts, p.knownUsers = map[int32]struct{}{}, map[int64]struct{}{}
+	}
+	for _, r := range recs {
+		p.knownParts[r.Partition] = struct{}{}
+	}
+	if len(p.knownUsers)+len(users) > maxKnownUsers {
+		clear(p.knownUsers)
+	}
+	for _, u := range users {
+		p.knownUsers[u] = struct{}{}
+	}
 }
 
 // ApplyTx is Apply inside a transaction the caller owns (replay).
@@ -263,7 +330,9 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 	if own {
 		bt.Queue("BEGIN")
 	}
-	bt.Queue(sqlEnsureOffsets, topic, partIDs)
+	if ensure := p.unknownParts(own, partIDs); len(ensure) > 0 {
+		bt.Queue(sqlEnsureOffsets, topic, ensure)
+	}
 	bt.Queue(sqlLockOffsets, topic, partIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var pt int32
@@ -288,6 +357,10 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
 		return res, fmt.Errorf("lock offsets of %s and load the batch's state: %w", topic, err)
 	}
+	if len(stored) != len(partIDs) {
+		p.forget()
+		return res, fmt.Errorf("lock offsets of %s: %d of %d partitions have a row", topic, len(stored), len(partIDs))
+	}
 	live := make([]Record, 0, len(recs))
 	for _, r := range recs {
 		if r.Offset < stored[r.Partition] {
@@ -308,7 +381,7 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 	}
 
 	// Users: create, lock in id order, then assign inbox seqs and versions.
-	heads, err := p.assign(ctx, tx, b)
+	heads, err := p.assign(ctx, tx, b, own)
 	if err != nil {
 		return res, err
 	}
@@ -319,6 +392,10 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 	res.InboxRows = len(b.fan)
 	res.Rejected = len(b.rejects)
 	res.Users = len(heads)
+	res.users = make([]int64, 0, len(heads))
+	for id := range heads {
+		res.users = append(res.users, id)
+	}
 	return res, nil
 }
 
@@ -590,7 +667,7 @@ func (b *batch) closeSpan(conv, user, seq int64) {
 type head struct{ inbox, version int64 }
 
 // assign locks the users of the batch in id order and numbers their entries.
-func (p *Projector) assign(ctx context.Context, tx pipe, b *batch) (map[int64]*head, error) {
+func (p *Projector) assign(ctx context.Context, tx pipe, b *batch, own bool) (map[int64]*head, error) {
 	heads := map[int64]*head{}
 	if len(b.fan) == 0 {
 		return heads, nil
@@ -604,7 +681,10 @@ func (p *Projector) assign(ctx context.Context, tx pipe, b *batch) (map[int64]*h
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	bt := &pgx.Batch{}
-	bt.Queue(sqlEnsureUsers, ids)
+	if ensure := p.unknownUsers(own, ids); len(ensure) > 0 {
+		bt.Queue(sqlEnsureUsers, ensure)
+	}
+	locked := 0
 	bt.Queue(sqlLockUsers, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id int64
@@ -613,13 +693,25 @@ func (p *Projector) assign(ctx context.Context, tx pipe, b *batch) (map[int64]*h
 				return err
 			}
 			heads[id] = h
+			locked++
 		}
 		return rows.Err()
 	})
 	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
 		return nil, fmt.Errorf("create and lock users: %w", err)
 	}
+	if locked != len(ids) {
+		p.forget() // a row thought to exist does not: ensure them all next time
+		return nil, fmt.Errorf("lock users: %d of %d have a row", locked, len(ids))
+	}
 	return heads, nil
+}
+
+// forget drops the memory of existing rows.
+func (p *Projector) forget() {
+	p.knownMu.Lock()
+	p.knownParts, p.knownUsers = nil, nil
+	p.knownMu.Unlock()
 }
 
 func (p *Projector) write(ctx context.Context, tx pipe, b *batch, heads map[int64]*head, parts map[int32]int64, stored map[int32]int64, own bool) error {
@@ -736,7 +828,7 @@ func (p *Projector) write(ctx context.Context, tx pipe, b *batch, heads map[int6
 			}
 			bt.Queue(sqlInsertInbox, us, is, cs, ks, ss, vs, ats)
 		}
-		p.queueNotify(bt, b, heads)
+		p.queueNotify(bt, b, heads, inboxRows)
 		if own {
 			bt.Queue("COMMIT")
 		}
@@ -771,7 +863,7 @@ func (p *Projector) write(ctx context.Context, tx pipe, b *batch, heads map[int6
 		}
 	}
 	nb := &pgx.Batch{}
-	p.queueNotify(nb, b, heads)
+	p.queueNotify(nb, b, heads, nil)
 	if nb.Len() == 0 {
 		return nil
 	}
@@ -820,7 +912,11 @@ const maxPayload = 7900
 // user it touched, the seq of every message.sent it projected, the event ids
 // of refused duplicates and the msg ids of rejections, in payloads under
 // PostgreSQL's limit. They are delivered at commit.
-func (p *Projector) queueNotify(bt *pgx.Batch, b *batch, heads map[int64]*head) {
+//
+// With rows (a small batch's inbox rows, numbered), each user whose new
+// entries are all messages also gets i<user>:<first inbox_seq>:<conv>.<seq>,...
+// so that a gateway can push them without reading them back.
+func (p *Projector) queueNotify(bt *pgx.Batch, b *batch, heads map[int64]*head, rows [][]any) {
 	var payloads []string
 	var sb strings.Builder
 	add := func(tok string) {
@@ -846,6 +942,49 @@ func (p *Projector) queueNotify(bt *pgx.Batch, b *batch, heads map[int64]*head) 
 		buf = strconv.AppendInt(buf, heads[id].inbox, 10)
 		add(string(buf))
 	}
+	if len(rows) > 0 {
+		type run struct {
+			first int64
+			keys  []byte
+			n     int
+			skip  bool // a record entry, or too many: not announced
+		}
+		runs := map[int64]*run{}
+		var order []int64
+		for _, r := range rows {
+			u, seq, conv, kind, mseq := r[0].(int64), r[1].(int64), r[2].(int64), r[3].(int16), r[4].(int64)
+			rn := runs[u]
+			if rn == nil {
+				rn = &run{first: seq}
+				runs[u] = rn
+				order = append(order, u)
+			}
+			if kind != KindMessage || rn.n >= maxRunEntries {
+				rn.skip = true
+				continue
+			}
+			if rn.n > 0 {
+				rn.keys = append(rn.keys, ',')
+			}
+			rn.keys = strconv.AppendInt(rn.keys, conv, 10)
+			rn.keys = append(rn.keys, '.')
+			rn.keys = strconv.AppendInt(rn.keys, mseq, 10)
+			rn.n++
+		}
+		for _, u := range order {
+			rn := runs[u]
+			if rn.skip {
+				continue
+			}
+			buf = append(buf[:0], 'i')
+			buf = strconv.AppendInt(buf, u, 10)
+			buf = append(buf, ':')
+			buf = strconv.AppendInt(buf, rn.first, 10)
+			buf = append(buf, ':')
+			buf = append(buf, rn.keys...)
+			add(string(buf))
+		}
+	}
 	for _, a := range b.acks {
 		buf = append(append(append(buf[:0], 'm'), a.eventID...), ':')
 		buf = strconv.AppendInt(buf, a.seq, 10)
@@ -867,6 +1006,18 @@ func (p *Projector) queueNotify(bt *pgx.Batch, b *batch, heads map[int64]*head) 
 	}
 }
 
+// maxRunEntries bounds the entries of one user announced in a notification
+// (a token must fit a payload); a longer run is not announced.
+const maxRunEntries = 200
+
+// Run is a user's new message entries announced by a notification:
+// inbox_seq First, First+1, ... point at the messages Keys ([conversation,
+// seq]).
+type Run struct {
+	First int64
+	Keys  [][2]int64
+}
+
 // Notification is one decoded NOTIFY payload.
 type Notification struct {
 	Heads    map[int64]int64 // user id -> inbox head
@@ -878,6 +1029,9 @@ type Notification struct {
 	// Duplicates are event ids of message.sent events whose msg_id was
 	// already projected (the sender's gateway reads the original).
 	Duplicates []string
+	// Runs are the new entries of users whose entries in the batch are all
+	// messages (small batches only).
+	Runs map[int64]Run
 }
 
 // EpochToken is the notification of a replay's swap to epoch.
@@ -915,7 +1069,36 @@ func ParseNotification(payload string) Notification {
 			}
 		case 'd':
 			n.Duplicates = append(n.Duplicates, tok[1:])
+		case 'i':
+			if u, r, ok := parseRun(tok[1:]); ok {
+				if n.Runs == nil {
+					n.Runs = map[int64]Run{}
+				}
+				n.Runs[u] = r
+			}
 		}
 	}
 	return n
+}
+
+// parseRun reads <user>:<first>:<conv>.<seq>,...
+func parseRun(s string) (int64, Run, bool) {
+	us, rest, ok1 := strings.Cut(s, ":")
+	fs, list, ok2 := strings.Cut(rest, ":")
+	u, err1 := strconv.ParseInt(us, 10, 64)
+	first, err2 := strconv.ParseInt(fs, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || list == "" {
+		return 0, Run{}, false
+	}
+	r := Run{First: first}
+	for _, item := range strings.Split(list, ",") {
+		cs, ss, ok := strings.Cut(item, ".")
+		c, err1 := strconv.ParseInt(cs, 10, 64)
+		q, err2 := strconv.ParseInt(ss, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return 0, Run{}, false
+		}
+		r.Keys = append(r.Keys, [2]int64{c, q})
+	}
+	return u, r, true
 }

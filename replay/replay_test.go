@@ -203,7 +203,7 @@ func TestReplayKilledThenRunAgain(t *testing.T) {
 	ctx := testenv.Ctx(t, 3*time.Minute)
 	before := take(t, env.Pool)
 	p := testenv.Start(t, []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
-		"INBOXD_TOPIC=" + env.Topic, "INBOXD_REPLAY_BATCH_RECORDS=200"}, "replay")
+		"INBOXD_TOPIC=" + env.Topic, "INBOXD_REPLAY_BATCH_RECORDS=50"}, "replay")
 	require.NoError(t, p.WaitOutput("replay: ", time.Minute), "progress lines")
 	p.Kill()
 	require.NotContains(t, p.Output(), "new epoch", "killed before the swap")

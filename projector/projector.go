@@ -133,30 +133,26 @@ func (p *Projector) Apply(ctx context.Context, recs []Record) (Result, error) {
 // unknownParts returns the partitions whose offset rows may not exist yet
 // (all of them unless own).
 func (p *Projector) unknownParts(own bool, parts []int32) []int32 {
-	if !own {
-		return parts
-	}
-	p.knownMu.Lock()
-	defer p.knownMu.Unlock()
-	var out []int32
-	for _, pt := range parts {
-		if _, ok := p.knownParts[pt]; !ok {
-			out = append(out, pt)
-		}
-	}
-	return out
+	return unknown(p, own, parts, func() map[int32]struct{} { return p.knownParts })
 }
 
 // unknownUsers returns, in order, the users whose rows may not exist yet.
 func (p *Projector) unknownUsers(own bool, ids []int64) []int64 {
+	return unknown(p, own, ids, func() map[int64]struct{} { return p.knownUsers })
+}
+
+// unknown returns the ids not in the set known() (read under knownMu), in
+// order; all of them unless own.
+func unknown[K comparable](p *Projector, own bool, ids []K, known func() map[K]struct{}) []K {
 	if !own {
 		return ids
 	}
 	p.knownMu.Lock()
 	defer p.knownMu.Unlock()
-	var out []int64
+	set := known()
+	var out []K
 	for _, id := range ids {
-		if _, ok := p.knownUsers[id]; !ok {
+		if _, ok := set[id]; !ok {
 			out = append(out, id)
 		}
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -59,20 +58,7 @@ func buildGateway(t testing.TB, tweak func(*Config)) *tgw {
 	t.Helper()
 	env := testenv.New(t, testenv.Options{})
 	env.StartFanout(t)
-	cfg := Config{
-		AuthSecret: testSecret,
-		DevMode:    true,
-		AckWait:    20 * time.Second,
-		SendRate:   rate.Inf,
-		SyncRate:   rate.Inf,
-		SendBurst:  1000,
-		SyncBurst:  1000,
-		Logger:     env.Logger,
-	}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	g, err := New(cfg, env.Pool, env.Producer)
+	g, err := New(wsTestConfig(env, tweak), env.Pool, env.Producer)
 	require.NoError(t, err)
 	return &tgw{env: env, g: g,
 		hc: &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}

@@ -34,8 +34,8 @@ type wsgw struct {
 	stopWS func()
 }
 
-// wsTestConfig is the gateway configuration of the WebSocket tests (the
-// one of buildGateway: generous rates and ack wait).
+// wsTestConfig is the gateway configuration of the tests (buildGateway's
+// and the WebSocket tests'): generous rates and ack wait.
 func wsTestConfig(env *testenv.Env, tweak func(*Config)) Config {
 	cfg := Config{
 		AuthSecret: testSecret,

@@ -257,6 +257,8 @@ type fanRow struct {
 	user, conv int64
 	kind       int16
 	seq        int64
+	inbox      int64     // the inbox_seq write numbers it with
+	version    int64     // the record version (kind record)
 	rec        *recState // kind record
 	at         time.Time
 }
@@ -713,18 +715,16 @@ func (p *Projector) forget() {
 func (p *Projector) write(ctx context.Context, tx pipe, b *batch, heads map[int64]*head, parts map[int32]int64, stored map[int32]int64, own bool) error {
 	// Number the inbox entries and record versions in batch order, which
 	// keeps each conversation's entries ascending in every inbox (I4).
-	inboxRows := make([][]any, len(b.fan))
 	for i := range b.fan {
 		f := &b.fan[i]
 		h := heads[f.user]
 		h.inbox++
-		var version int64
+		f.inbox = h.inbox
 		if f.kind == KindRecord {
 			h.version++
-			version = h.version
-			f.rec.version = version
+			f.version = h.version
+			f.rec.version = f.version
 		}
-		inboxRows[i] = []any{f.user, h.inbox, f.conv, f.kind, f.seq, version, f.at}
 	}
 
 	bt := &pgx.Batch{}
@@ -809,22 +809,21 @@ func (p *Projector) write(ctx context.Context, tx pipe, b *batch, heads map[int6
 	// A small batch (the live case: a few messages) writes its rows and its
 	// notifications in the same pipeline as the rest, one round trip; a
 	// large one (catching up) copies its rows, which is faster in bulk.
-	small := len(inboxRows) <= smallWriteRows && len(b.msgs) <= smallWriteRows
+	small := len(b.fan) <= smallWriteRows && len(b.msgs) <= smallWriteRows
 	if small {
 		if err := queueMessages(bt, b.msgs); err != nil {
 			return err
 		}
-		if len(inboxRows) > 0 {
-			n := len(inboxRows)
+		if n := len(b.fan); n > 0 {
 			us, is, cs, ss, vs := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 			ks := make([]int16, n)
 			ats := make([]time.Time, n)
-			for i, r := range inboxRows {
-				us[i], is[i], cs[i], ks[i], ss[i], vs[i], ats[i] = r[0].(int64), r[1].(int64), r[2].(int64), r[3].(int16), r[4].(int64), r[5].(int64), r[6].(time.Time)
+			for i, f := range b.fan {
+				us[i], is[i], cs[i], ks[i], ss[i], vs[i], ats[i] = f.user, f.inbox, f.conv, f.kind, f.seq, f.version, f.at
 			}
 			bt.Queue(sqlInsertInbox, us, is, cs, ks, ss, vs, ats)
 		}
-		p.queueNotify(bt, b, heads, inboxRows)
+		p.queueNotify(bt, b, heads, true)
 		if own {
 			bt.Queue("COMMIT")
 		}
@@ -851,15 +850,18 @@ func (p *Projector) write(ctx context.Context, tx pipe, b *batch, heads map[int6
 			return fmt.Errorf("copy messages: %w", err)
 		}
 	}
-	if len(inboxRows) > 0 {
+	if len(b.fan) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"inbox"},
 			[]string{"user_id", "inbox_seq", "conversation_id", "kind", "seq", "version", "created_at"},
-			pgx.CopyFromRows(inboxRows)); err != nil {
+			pgx.CopyFromSlice(len(b.fan), func(i int) ([]any, error) {
+				f := &b.fan[i]
+				return []any{f.user, f.inbox, f.conv, f.kind, f.seq, f.version, f.at}, nil
+			})); err != nil {
 			return fmt.Errorf("copy inbox: %w", err)
 		}
 	}
 	nb := &pgx.Batch{}
-	p.queueNotify(nb, b, heads, nil)
+	p.queueNotify(nb, b, heads, false)
 	if nb.Len() == 0 {
 		return nil
 	}
@@ -909,10 +911,10 @@ const maxPayload = 7900
 // of refused duplicates and the msg ids of rejections, in payloads under
 // PostgreSQL's limit. They are delivered at commit.
 //
-// With rows (a small batch's inbox rows, numbered), each user whose new
+// With announce (a small batch, its rows numbered), each user whose new
 // entries are all messages also gets i<user>:<first inbox_seq>:<conv>.<seq>,...
 // so that a gateway can push them without reading them back.
-func (p *Projector) queueNotify(bt *pgx.Batch, b *batch, heads map[int64]*head, rows [][]any) {
+func (p *Projector) queueNotify(bt *pgx.Batch, b *batch, heads map[int64]*head, announce bool) {
 	var payloads []string
 	var sb strings.Builder
 	add := func(tok string) {
@@ -938,7 +940,7 @@ func (p *Projector) queueNotify(bt *pgx.Batch, b *batch, heads map[int64]*head, 
 		buf = strconv.AppendInt(buf, heads[id].inbox, 10)
 		add(string(buf))
 	}
-	if len(rows) > 0 {
+	if announce && len(b.fan) > 0 {
 		type run struct {
 			first int64
 			keys  []byte
@@ -947,24 +949,23 @@ func (p *Projector) queueNotify(bt *pgx.Batch, b *batch, heads map[int64]*head, 
 		}
 		runs := map[int64]*run{}
 		var order []int64
-		for _, r := range rows {
-			u, seq, conv, kind, mseq := r[0].(int64), r[1].(int64), r[2].(int64), r[3].(int16), r[4].(int64)
-			rn := runs[u]
+		for _, f := range b.fan {
+			rn := runs[f.user]
 			if rn == nil {
-				rn = &run{first: seq}
-				runs[u] = rn
-				order = append(order, u)
+				rn = &run{first: f.inbox}
+				runs[f.user] = rn
+				order = append(order, f.user)
 			}
-			if kind != KindMessage || rn.n >= maxRunEntries {
+			if f.kind != KindMessage || rn.n >= maxRunEntries {
 				rn.skip = true
 				continue
 			}
 			if rn.n > 0 {
 				rn.keys = append(rn.keys, ',')
 			}
-			rn.keys = strconv.AppendInt(rn.keys, conv, 10)
+			rn.keys = strconv.AppendInt(rn.keys, f.conv, 10)
 			rn.keys = append(rn.keys, '.')
-			rn.keys = strconv.AppendInt(rn.keys, mseq, 10)
+			rn.keys = strconv.AppendInt(rn.keys, f.seq, 10)
 			rn.n++
 		}
 		for _, u := range order {

@@ -111,6 +111,23 @@ func (c *childIO) next(ctx context.Context) (cmd string, ok bool) {
 	}
 }
 
+// nextPhase waits for the next "phase <json>" command of a worker and
+// decodes its argument; ok is false at "quit", at EOF or when ctx ends.
+func nextPhase[T any](ctx context.Context, c *childIO, worker string) (cmd T, ok bool, err error) {
+	line, ok := c.next(ctx)
+	if !ok || line == "quit" {
+		return cmd, false, nil
+	}
+	kind, arg, _ := strings.Cut(line, " ")
+	if kind != "phase" {
+		return cmd, false, fmt.Errorf("%s worker: unknown command %q", worker, line)
+	}
+	if err := json.Unmarshal([]byte(arg), &cmd); err != nil {
+		return cmd, false, fmt.Errorf("%s worker: %w", worker, err)
+	}
+	return cmd, true, nil
+}
+
 // logf writes a diagnostic line to stderr (the orchestrator shows it).
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, format+"\n", args...)

@@ -154,16 +154,8 @@ func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
 		return err
 	}
 	for idx := 0; ; idx++ {
-		line, ok := cio.next(ctx)
-		if !ok || line == "quit" {
-			return nil
-		}
-		kind, arg, _ := strings.Cut(line, " ")
-		if kind != "phase" {
-			return fmt.Errorf("e2e worker: unknown command %q", line)
-		}
-		var cmd e2ePhaseCmd
-		if err := json.Unmarshal([]byte(arg), &cmd); err != nil {
+		cmd, ok, err := nextPhase[e2ePhaseCmd](ctx, cio, "e2e")
+		if !ok {
 			return err
 		}
 		res, err := w.runPhase(ctx, idx, cmd, probe)

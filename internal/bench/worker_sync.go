@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,16 +79,8 @@ func runSyncWorker(ctx context.Context, cio *childIO, raw []byte) error {
 	}()
 	cio.emit("ready", nil)
 	for {
-		line, ok := cio.next(ctx)
-		if !ok || line == "quit" {
-			return nil
-		}
-		kind, arg, _ := strings.Cut(line, " ")
-		if kind != "phase" {
-			return fmt.Errorf("sync worker: unknown command %q", line)
-		}
-		var cmd syncPhaseCmd
-		if err := json.Unmarshal([]byte(arg), &cmd); err != nil {
+		cmd, ok, err := nextPhase[syncPhaseCmd](ctx, cio, "sync")
+		if !ok {
 			return err
 		}
 		cio.emit("result", runSyncPhase(ctx, cfg, conns, tokens, cmd))

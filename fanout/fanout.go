@@ -25,6 +25,7 @@ const (
 	DefaultGroup          = "inboxd-fanout"
 	DefaultMaxPollRecords = 5000
 	DefaultApplyWorkers   = 2
+	DefaultRecordAttempts = 5
 )
 
 // Config configures a Fanout.
@@ -58,6 +59,12 @@ type Config struct {
 	// MaxRetryInterval caps the backoff between retries of a failed batch.
 	// Default 5s.
 	MaxRetryInterval time.Duration
+	// RecordAttempts bounds the attempts of one record that fails to apply
+	// because of its data (projector.DataError) before it goes to the DLQ;
+	// a batch failing that way is first split until the record is alone.
+	// Transient failures are retried without bound and never
+	// dead-letter. Default DefaultRecordAttempts.
+	RecordAttempts int
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics. Default none.
@@ -98,6 +105,9 @@ func (c *Config) setDefaults() {
 	if c.ApplyWorkers == 0 {
 		c.ApplyWorkers = DefaultApplyWorkers
 	}
+	if c.RecordAttempts == 0 {
+		c.RecordAttempts = DefaultRecordAttempts
+	}
 	if c.Retention == 0 {
 		c.Retention = 7 * 24 * time.Hour
 	}
@@ -128,15 +138,19 @@ func (c *Config) validate() error {
 	if c.ApplyWorkers < 1 {
 		return fmt.Errorf("fanout: apply workers %d < 1", c.ApplyWorkers)
 	}
+	if c.RecordAttempts < 1 {
+		return fmt.Errorf("fanout: record attempts %d < 1", c.RecordAttempts)
+	}
 	return nil
 }
 
 // Fanout consumes the topic into the projections.
 type Fanout struct {
-	cfg  Config
-	pool *pgxpool.Pool
-	proj *projector.Projector
-	m    *metrics
+	cfg   Config
+	pool  *pgxpool.Pool
+	proj  *projector.Projector
+	m     *metrics
+	parts *partitions
 }
 
 // New returns a Fanout over pool (the schema must be migrated).
@@ -158,12 +172,26 @@ func New(cfg Config, pool *pgxpool.Pool) (*Fanout, error) {
 		return nil, err
 	}
 	m := newMetrics()
+	parts := newPartitions()
 	if cfg.Registerer != nil {
 		if err := m.register(cfg.Registerer); err != nil {
 			return nil, err
 		}
+		if err := cfg.Registerer.Register(parts); err != nil {
+			return nil, err
+		}
 	}
-	return &Fanout{cfg: cfg, pool: pool, proj: proj, m: m}, nil
+	return &Fanout{cfg: cfg, pool: pool, proj: proj, m: m, parts: parts}, nil
+}
+
+// Ready is nil while every partition of this process projects; a
+// *DegradedError names the partitions whose current batch keeps failing
+// (for /readyz). It does not check PostgreSQL or Kafka themselves.
+func (f *Fanout) Ready() error {
+	if d := f.parts.degraded(); len(d) > 0 {
+		return &DegradedError{Partitions: d}
+	}
+	return nil
 }
 
 const sqlLoadOffsets = `SELECT "partition", next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = ANY($2::int[])`
@@ -260,9 +288,11 @@ func (f *Fanout) Run(ctx context.Context) error {
 		kgo.SessionTimeout(f.cfg.SessionTimeout),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			f.cfg.Logger.Info("partitions revoked", "partitions", m)
+			f.parts.forget(m[f.cfg.Topic])
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			f.cfg.Logger.Warn("partitions lost", "partitions", m)
+			f.parts.forget(m[f.cfg.Topic])
 		}),
 		// The DLQ is written by the same client: idempotent, acks=all.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -318,7 +348,7 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches 
 				reason = inv.Reason
 			}
 			dead = append(dead, deadLetter(f.cfg.DLQTopic, r, reason))
-			f.cfg.Logger.Warn("poison record to DLQ", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+			f.cfg.Logger.Error("poison record to DLQ", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
 			recs = append(recs, projector.Record{Partition: r.Partition, Offset: r.Offset})
 			return
 		}
@@ -327,6 +357,13 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches 
 	if len(recs) == 0 {
 		return nil
 	}
+	var polled []int32
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) > 0 {
+			f.parts.fetched(p.Partition, p.Records[0].Timestamp)
+			polled = append(polled, p.Partition)
+		}
+	})
 	// Dead letters are written before the offsets move past them, so a crash
 	// in between can duplicate a dead letter but never lose one.
 	if len(dead) > 0 {
@@ -338,9 +375,10 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches 
 		}
 		f.m.dead.Add(float64(len(dead)))
 	}
-	if err := f.applyGroups(ctx, applyCtx, recs); err != nil {
+	if err := f.applyGroups(ctx, applyCtx, cl, fetches, recs); err != nil {
 		return err
 	}
+	f.parts.projected(polled)
 	// Lag per partition: the log's high watermark as this fetch saw it,
 	// minus the next offset to apply.
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -353,10 +391,10 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches 
 
 // applyGroups applies recs as ApplyWorkers concurrent transactions, the
 // records of a partition all in the same one and in order.
-func (f *Fanout) applyGroups(ctx, applyCtx context.Context, recs []projector.Record) error {
+func (f *Fanout) applyGroups(ctx, applyCtx context.Context, cl *kgo.Client, fetches kgo.Fetches, recs []projector.Record) error {
 	n := f.cfg.ApplyWorkers
 	if n == 1 {
-		return f.applyBatch(ctx, applyCtx, recs)
+		return f.applyBatch(ctx, applyCtx, cl, fetches, recs)
 	}
 	groups := make([][]projector.Record, n)
 	for _, r := range recs {
@@ -366,34 +404,156 @@ func (f *Fanout) applyGroups(ctx, applyCtx context.Context, recs []projector.Rec
 	var g errgroup.Group
 	for _, grp := range groups {
 		if len(grp) > 0 {
-			g.Go(func() error { return f.applyBatch(ctx, applyCtx, grp) })
+			g.Go(func() error { return f.applyBatch(ctx, applyCtx, cl, fetches, grp) })
 		}
 	}
 	return g.Wait()
 }
 
-// applyBatch applies recs in one transaction, retried with backoff.
-func (f *Fanout) applyBatch(ctx, applyCtx context.Context, recs []projector.Record) error {
+// isolateError ends the retries of a batch that fails because of the data
+// of one of its records.
+type isolateError struct{ err error }
+
+func (e *isolateError) Error() string { return e.err.Error() }
+
+// applyBatch applies recs in one transaction.
+//
+// A failure is handled by its projector.Class. Transient and systemic
+// failures retry the same batch with backoff until they pass or ctx ends.
+// A data failure splits the batch in halves, applied in order (so each
+// partition keeps its order), until the failing record is alone; alone, it
+// is tried RecordAttempts times, then probed (projector.Probe): if a copy
+// with its text replaced applies, the record itself is the cause and goes
+// to the DLQ; if not, the database refuses records of its shape, dropping
+// it would not help, and it is retried like a systemic failure.
+func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetches kgo.Fetches, recs []projector.Record) error {
 	start := time.Now()
+	first := firstOffsets(recs)
+	attempts := 0
 	var res projector.Result
 	op := func() error {
 		var err error
 		// The batch in hand is finished even when shutdown begins, within
 		// the drain timeout.
 		res, err = f.proj.Apply(applyCtx, recs)
+		if err == nil {
+			return nil
+		}
+		attempts++
+		class := projector.Classify(err)
+		if class == projector.DataError && len(recs) == 1 && attempts >= f.cfg.RecordAttempts {
+			if perr := f.proj.Probe(applyCtx, recs[0]); perr == nil {
+				return backoff.Permanent(&isolateError{err})
+			} else if projector.Classify(perr) != projector.Transient {
+				class = projector.Systemic
+				f.cfg.Logger.Error("a record fails to project and so does a copy with its text replaced: not dead-lettered, retrying",
+					"topic", f.cfg.Topic, "partition", recs[0].Partition, "offset", recs[0].Offset, "err", err, "probe_err", perr)
+			}
+		}
+		f.parts.failed(first, class.String(), err)
+		f.m.failures.WithLabelValues(class.String()).Inc()
+		if class == projector.DataError && len(recs) > 1 {
+			f.cfg.Logger.Error("a batch fails on the data of a record: isolating it",
+				"topic", f.cfg.Topic, "records", len(recs), "offsets", first, "err", err)
+			return backoff.Permanent(&isolateError{err})
+		}
 		return err
 	}
-	if err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {
+	notify := func(err error, d time.Duration) {
 		f.m.retries.Inc()
-		f.cfg.Logger.Warn("applying batch failed, retrying", "records", len(recs), "err", err, "retry_in", d)
-	}); err != nil {
+		class := projector.Classify(err)
+		args := []any{"topic", f.cfg.Topic, "records", len(recs), "offsets", first, "attempt", attempts, "class", class.String(), "err", err, "retry_in", d}
+		if class == projector.Transient && attempts < 10 {
+			f.cfg.Logger.Warn("applying batch failed, retrying", args...)
+			return
+		}
+		// A partition that stays stuck is an ERROR with its offsets; the
+		// backoff (capped at MaxRetryInterval) bounds the rate.
+		f.cfg.Logger.Error("applying batch failed, partitions stuck, retrying", args...)
+	}
+	err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), notify)
+	var iso *isolateError
+	switch {
+	case err == nil:
+		f.m.observe(res, time.Since(start))
+		if res.Rejected > 0 {
+			f.cfg.Logger.Info("events rejected at their log position", "count", res.Rejected)
+		}
+		return nil
+	case errors.As(err, &iso) && len(recs) > 1:
+		mid := len(recs) / 2
+		if err := f.applyBatch(ctx, applyCtx, cl, fetches, recs[:mid]); err != nil {
+			return err
+		}
+		return f.applyBatch(ctx, applyCtx, cl, fetches, recs[mid:])
+	case errors.As(err, &iso):
+		return f.deadLetterRecord(ctx, applyCtx, cl, fetches, recs[0], iso.err)
+	default:
 		return fmt.Errorf("apply batch of %d records: %w", len(recs), err)
 	}
-	f.m.observe(res, time.Since(start))
-	if res.Rejected > 0 {
-		f.cfg.Logger.Info("events rejected at their log position", "count", res.Rejected)
+}
+
+// deadLetterRecord sends r, which fails to project because of its data, to
+// the DLQ, then moves its partition past it: the event is stored as a
+// rejection (projector.ReasonDeadLetter), so it takes no seq and a waiting
+// sender is told. The dead letter is written before the offset moves, so a
+// crash in between can duplicate it but never lose it.
+func (f *Fanout) deadLetterRecord(ctx, applyCtx context.Context, cl *kgo.Client, fetches kgo.Fetches, r projector.Record, cause error) error {
+	raw := findRecord(fetches, r.Partition, r.Offset)
+	if raw == nil {
+		// Cannot happen: r came from these fetches.
+		return fmt.Errorf("dead-letter %d/%d: record not in its poll", r.Partition, r.Offset)
+	}
+	reason := "projection failed: " + cause.Error()
+	op := func() error { return cl.ProduceSync(ctx, deadLetter(f.cfg.DLQTopic, raw, reason)).FirstErr() }
+	if err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {
+		f.cfg.Logger.Warn("writing dead letters failed, retrying", "err", err, "retry_in", d)
+	}); err != nil {
+		return fmt.Errorf("dead-letter %d/%d: %w", r.Partition, r.Offset, err)
+	}
+	f.m.dead.Inc()
+	f.cfg.Logger.Error("record dead-lettered: it fails to project",
+		"topic", f.cfg.Topic, "partition", r.Partition, "offset", r.Offset, "dlq", f.cfg.DLQTopic, "reason", reason)
+	dead := r
+	dead.DeadLetter = true
+	apply := func() error {
+		_, err := f.proj.Apply(applyCtx, []projector.Record{dead})
+		if err != nil && projector.Classify(err) != projector.Transient && dead.Event != nil {
+			// The rejection row itself is refused: move the offset alone.
+			f.cfg.Logger.Error("storing the dead letter's rejection failed: moving its offset only",
+				"partition", r.Partition, "offset", r.Offset, "err", err)
+			dead.Event = nil
+		}
+		return err
+	}
+	if err := backoff.RetryNotify(apply, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {
+		f.cfg.Logger.Warn("moving past a dead letter failed, retrying", "partition", r.Partition, "offset", r.Offset, "err", err, "retry_in", d)
+	}); err != nil {
+		return fmt.Errorf("move past dead letter %d/%d: %w", r.Partition, r.Offset, err)
 	}
 	return nil
+}
+
+// firstOffsets returns the first offset of each partition in recs.
+func firstOffsets(recs []projector.Record) map[int32]int64 {
+	out := map[int32]int64{}
+	for _, r := range recs {
+		if o, ok := out[r.Partition]; !ok || r.Offset < o {
+			out[r.Partition] = r.Offset
+		}
+	}
+	return out
+}
+
+// findRecord returns the fetched record at partition p, offset o.
+func findRecord(fetches kgo.Fetches, p int32, o int64) *kgo.Record {
+	var found *kgo.Record
+	fetches.EachRecord(func(r *kgo.Record) {
+		if found == nil && r.Partition == p && r.Offset == o {
+			found = r
+		}
+	})
+	return found
 }
 
 func deadLetter(topic string, r *kgo.Record, reason string) *kgo.Record {

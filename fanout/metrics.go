@@ -13,6 +13,7 @@ type metrics struct {
 	batch                                                          prometheus.Histogram
 	pruned, pruneRuns                                              prometheus.Counter
 	lag                                                            *prometheus.GaugeVec
+	failures                                                       *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -24,6 +25,8 @@ func newMetrics() *metrics {
 		pruned: pruned, pruneRuns: runs,
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "inboxd", Subsystem: "fanout", Name: "lag_records",
 			Help: "Records of a partition not applied yet, as of the last batch (high watermark - next offset)."}, []string{"partition"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "inboxd", Subsystem: "fanout", Name: "apply_failures_total",
+			Help: "Failed attempts to apply a batch, by class: transient (retried), data (isolated, then dead-lettered), systemic (retried)."}, []string{"class"}),
 		records:   c("records_total", "Records applied."),
 		skipped:   c("records_skipped_total", "Records below the stored offsets (already applied), skipped."),
 		inboxRows: c("inbox_rows_total", "Inbox rows written."),
@@ -38,7 +41,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch, m.pruned, m.pruneRuns, m.lag} {
+	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch, m.pruned, m.pruneRuns, m.lag, m.failures} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

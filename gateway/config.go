@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -159,6 +160,11 @@ type Config struct {
 
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+
+	// ReadyChecks are run by GET /readyz beside its own checks, by name: a
+	// non-nil error makes it 503 with the error under that name (inboxd
+	// dev adds the fanout's partitions). Default none.
+	ReadyChecks map[string]func(context.Context) error
 
 	// Registerer receives the metrics. Default: a registry private to this
 	// gateway.

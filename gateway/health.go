@@ -41,6 +41,12 @@ func (g *Gateway) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 			checks["listen"], ready = "not connected", false
 		}
 	}
+	for name, check := range g.cfg.ReadyChecks {
+		checks[name] = "ok"
+		if err := check(ctx); err != nil {
+			checks[name], ready = err.Error(), false
+		}
+	}
 	if g.isDraining() {
 		checks["draining"], ready = "shutting down", false
 	}

@@ -87,6 +87,10 @@ type Record struct {
 	Partition int32
 	Offset    int64
 	Event     *events.Event
+	// DeadLetter marks a decoded record that failed to project and was
+	// sent to the DLQ: it is stored as a rejection with ReasonDeadLetter
+	// (so a waiting sender learns of it) and takes no seq.
+	DeadLetter bool
 }
 
 // Result counts what one Apply did.
@@ -362,7 +366,7 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 	}
 	if len(stored) != len(partIDs) {
 		p.forget()
-		return res, fmt.Errorf("lock offsets of %s: %d of %d partitions have a row", topic, len(stored), len(partIDs))
+		return res, &FencedError{Msg: fmt.Sprintf("lock offsets of %s: %d of %d partitions have a row", topic, len(stored), len(partIDs))}
 	}
 	live := make([]Record, 0, len(recs))
 	for _, r := range recs {
@@ -378,7 +382,11 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 	}
 
 	for _, r := range live {
-		if r.Event != nil {
+		switch {
+		case r.Event == nil:
+		case r.DeadLetter:
+			b.reject(r, ReasonDeadLetter)
+		default:
 			b.step(r)
 		}
 	}
@@ -419,7 +427,7 @@ func (p *Projector) queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 	}
 	for _, r := range live {
 		e := r.Event
-		if e == nil {
+		if e == nil || r.DeadLetter {
 			continue
 		}
 		if _, ok := b.convs[e.ConversationID]; !ok {
@@ -495,17 +503,21 @@ func systemBody(fields map[string]any) string {
 }
 
 // step applies one event to the in-memory state of the batch.
+// reject refuses r's event for reason: a rejection row, no seq.
+func (b *batch) reject(r Record, reason string) {
+	e := r.Event
+	if b.known["rej:"+e.EventID] {
+		return // a duplicate record of an event already refused
+	}
+	b.known["rej:"+e.EventID] = true
+	b.rejects = append(b.rejects, rejection{eventID: e.EventID, msgID: e.MsgID, typ: e.Type,
+		conv: e.ConversationID, actor: e.ActorID, reason: reason, partition: r.Partition, offset: r.Offset})
+}
+
 func (b *batch) step(r Record) {
 	e := r.Event
 	c := b.convs[e.ConversationID]
-	reject := func(reason string) {
-		if b.known["rej:"+e.EventID] {
-			return // a duplicate record of an event already refused
-		}
-		b.known["rej:"+e.EventID] = true
-		b.rejects = append(b.rejects, rejection{eventID: e.EventID, msgID: e.MsgID, typ: e.Type,
-			conv: e.ConversationID, actor: e.ActorID, reason: reason, partition: r.Partition, offset: r.Offset})
-	}
+	reject := func(reason string) { b.reject(r, reason) }
 	switch e.Type {
 	case events.ConversationCreated:
 		if b.known[e.EventID] {

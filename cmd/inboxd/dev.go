@@ -70,6 +70,8 @@ func runDev(ctx context.Context, args []string) error {
 	gcfg := gf.config(&c, log.With("service", "gateway"))
 	gcfg.DevMode = true
 	gcfg.Registerer = reg
+	// One /readyz for the process: a stuck partition shows there too.
+	gcfg.ReadyChecks = map[string]func(context.Context) error{"fanout": func(context.Context) error { return fo.Ready() }}
 	gw, err := gateway.New(gcfg, pool, prod)
 	if err != nil {
 		return err

@@ -46,7 +46,7 @@ func runFanout(ctx context.Context, args []string) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return fo.Run(gctx) })
 	g.Go(func() error {
-		return app.Serve(gctx, *httpAddr, app.OpsMux(reg, app.Ready(pool, prod.Client())), f.drain, log)
+		return app.Serve(gctx, *httpAddr, app.OpsMux(reg, app.Ready(pool, prod.Client(), fo.Ready)), f.drain, log)
 	})
 	return g.Wait()
 }

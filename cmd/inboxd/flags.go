@@ -88,6 +88,7 @@ type fanoutFlags struct {
 	group          string
 	maxPollRecords int
 	applyWorkers   int
+	recordAttempts int
 	drain          time.Duration
 	instanceID     string
 	sessionTimeout time.Duration
@@ -99,6 +100,7 @@ func (f *fanoutFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.group, "group", fanout.DefaultGroup, "fanout consumer group")
 	fs.IntVar(&f.maxPollRecords, "max-poll-records", fanout.DefaultMaxPollRecords, "records per batch (one transaction)")
 	fs.IntVar(&f.applyWorkers, "apply-workers", fanout.DefaultApplyWorkers, "transactions applying one poll concurrently, split by partition (each holds a PostgreSQL connection)")
+	fs.IntVar(&f.recordAttempts, "record-attempts", fanout.DefaultRecordAttempts, "attempts of a record that fails to project because of its data before it goes to the DLQ (transient failures retry without bound)")
 	fs.StringVar(&f.instanceID, "instance-id", "", "static group membership id (a restarted process with the same id resumes at once)")
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "group session timeout")
 	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long inbox entries are kept (messages are kept forever)")
@@ -113,6 +115,7 @@ func (f *fanoutFlags) config(c *common, log *slog.Logger) fanout.Config {
 		Group:             f.group,
 		MaxPollRecords:    f.maxPollRecords,
 		ApplyWorkers:      f.applyWorkers,
+		RecordAttempts:    f.recordAttempts,
 		MaxBody:           c.maxBody,
 		InstanceID:        f.instanceID,
 		SessionTimeout:    f.sessionTimeout,

@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,6 +100,8 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // OpsMux serves /healthz (alive), /readyz (ready() == nil) and /metrics.
+// An error of ready that has a ReadyStatus method (fanout's DegradedError)
+// is answered with that status and itself as "detail".
 func OpsMux(reg *prometheus.Registry, ready func(context.Context) error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -110,8 +113,13 @@ func OpsMux(reg *prometheus.Registry, ready func(context.Context) error) *http.S
 		defer cancel()
 		w.Header().Set("Content-Type", "application/json")
 		if err := ready(ctx); err != nil {
+			body := map[string]any{"status": "unavailable", "error": err.Error()}
+			var st interface{ ReadyStatus() string }
+			if errors.As(err, &st) {
+				body["status"], body["detail"] = st.ReadyStatus(), st
+			}
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = fmt.Fprintf(w, `{"status":"unavailable","error":%q}`, err.Error())
+			_ = json.NewEncoder(w).Encode(body)
 			return
 		}
 		_, _ = w.Write([]byte(`{"status":"ready"}`))
@@ -120,8 +128,9 @@ func OpsMux(reg *prometheus.Registry, ready func(context.Context) error) *http.S
 	return mux
 }
 
-// Ready checks PostgreSQL and Kafka.
-func Ready(pool *pgxpool.Pool, cl *kgo.Client) func(context.Context) error {
+// Ready checks PostgreSQL and Kafka, then each of more (a service's own
+// state, such as the fanout's partitions).
+func Ready(pool *pgxpool.Pool, cl *kgo.Client, more ...func() error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if err := pool.Ping(ctx); err != nil {
 			return fmt.Errorf("postgresql: %w", err)
@@ -129,6 +138,11 @@ func Ready(pool *pgxpool.Pool, cl *kgo.Client) func(context.Context) error {
 		if cl != nil {
 			if err := cl.Ping(ctx); err != nil {
 				return fmt.Errorf("kafka: %w", err)
+			}
+		}
+		for _, check := range more {
+			if err := check(); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -1,0 +1,353 @@
+package fanout_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// syncBuffer is a log sink the test reads while the fanout writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// observedFanout is an in-process fanout whose readiness, metrics and logs
+// the test watches.
+type observedFanout struct {
+	f   *fanout.Fanout
+	reg *prometheus.Registry
+	log *syncBuffer
+}
+
+func startObservedFanout(t *testing.T, env *testenv.Env, edit func(*fanout.Config)) *observedFanout {
+	t.Helper()
+	o := &observedFanout{reg: prometheus.NewRegistry(), log: &syncBuffer{}}
+	cfg := env.FanoutConfig()
+	cfg.Registerer = o.reg
+	cfg.Logger = slog.New(slog.NewJSONHandler(o.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if edit != nil {
+		edit(&cfg)
+	}
+	f, err := fanout.New(cfg, env.Pool)
+	require.NoError(t, err)
+	o.f = f
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return o
+}
+
+// gauge returns the value of a per-partition gauge (-1 when absent).
+func (o *observedFanout) gauge(t testing.TB, name string, partition int32) float64 {
+	mfs, err := o.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if labelValue(m, "partition") == strconv.Itoa(int(partition)) {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// stuckSeen is what a watcher saw of a partition while it was stuck.
+type stuckSeen struct {
+	degraded, failingGauge, ageGrew atomic.Bool
+}
+
+// watch polls Ready and the metrics until stop, recording what it saw of
+// the partition at offset.
+func (o *observedFanout) watch(t *testing.T, partition int32, offset int64) (seen *stuckSeen, stop func()) {
+	seen = &stuckSeen{}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if d, ok := o.f.Ready().(*fanout.DegradedError); ok {
+				for _, p := range d.Partitions {
+					if p.Partition == partition && p.Offset <= offset && p.Attempts > 0 {
+						seen.degraded.Store(true)
+					}
+				}
+			}
+			if o.gauge(t, "inboxd_fanout_partition_failing", partition) == 1 {
+				seen.failingGauge.Store(true)
+			}
+			if o.gauge(t, "inboxd_fanout_oldest_unprojected_seconds", partition) > 0.2 {
+				seen.ageGrew.Store(true)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return seen, func() { close(done); wg.Wait() }
+}
+
+func sendEvent(t testing.TB, conv, actor int64, body string) *events.Event {
+	t.Helper()
+	e := events.New(events.MessageSent, conv, actor)
+	e.MsgID = uuid.NewString()
+	e.Body = events.Ptr(body)
+	return e
+}
+
+// produceRaw appends value under conv's key, bypassing every check of the
+// producer, and returns where it landed.
+func produceRaw(t testing.TB, env *testenv.Env, conv int64, value []byte) (int32, int64) {
+	t.Helper()
+	ctx := testenv.Ctx(t, 30*time.Second)
+	r := &kgo.Record{Topic: env.Topic, Key: events.Key(conv), Value: value,
+		Headers: []kgo.RecordHeader{{Key: events.HeaderType, Value: []byte(events.MessageSent)}}}
+	res := env.Producer.Client().ProduceSync(ctx, r)
+	require.NoError(t, res.FirstErr())
+	return res[0].Record.Partition, res[0].Record.Offset
+}
+
+func readDLQ(t testing.TB, env *testenv.Env, n int) []*kgo.Record {
+	t.Helper()
+	ctx := testenv.Ctx(t, time.Minute)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.ConsumeTopics(env.Topic+".dlq"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "DLQ has %d of %d records", len(out), n)
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// A record that PostgreSQL refuses because of its own data (here a CHECK
+// constraint on the body, standing for any value the database cannot
+// store), appended straight to the topic: the batch holding it is split
+// until the record is alone, the record is tried a bounded number of times
+// and goes to the DLQ with its error, the records after it in its
+// partition and in the other partitions are projected, its conversation's
+// later messages take the next seq (no hole), and while it lasted the
+// partition was reported by Ready, the metrics and an ERROR log line with
+// its offset.
+func TestPoisonRecordIsDeadLetteredAndThePartitionMovesOn(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 4})
+	ctx := testenv.Ctx(t, 3*time.Minute)
+	_, err := env.Pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT no_poison CHECK (body NOT LIKE '%poison-pill%')`)
+	require.NoError(t, err)
+
+	// Six conversations over the partitions, each with members 1 and 2.
+	const convs = 6
+	for c := int64(1); c <= convs; c++ {
+		e := events.New(events.ConversationCreated, c, 1)
+		e.Members = []int64{2}
+		_, err := env.Producer.Append(ctx, e)
+		require.NoError(t, err)
+	}
+	// A backlog before the fanout starts, so the poison is in the middle
+	// of a large batch: conversation 1 gets messages, the poison, more.
+	var before, after []*events.Event
+	for c := int64(1); c <= convs; c++ {
+		for i := 0; i < 20; i++ {
+			before = append(before, sendEvent(t, c, 1+int64(i%2), "before"))
+		}
+	}
+	appendEvents(t, env.Producer, before, false)
+	poison := sendEvent(t, 1, 2, "a poison-pill message")
+	raw, err := events.Encode(poison, 0)
+	require.NoError(t, err)
+	part, off := produceRaw(t, env, 1, raw)
+	// A NUL byte, which PostgreSQL's text cannot hold, straight to the log.
+	nul := strings.Replace(string(mustEncode(t, sendEvent(t, 1, 1, "nul here"))), "nul here", `nul \u0000 byte`, 1)
+	_, nulOff := produceRaw(t, env, 1, []byte(nul))
+	for c := int64(1); c <= convs; c++ {
+		for i := 0; i < 20; i++ {
+			after = append(after, sendEvent(t, c, 1+int64(i%2), "after"))
+		}
+	}
+	appendEvents(t, env.Producer, after, false)
+
+	o := startObservedFanout(t, env, func(c *fanout.Config) {
+		c.RecordAttempts = 4
+		c.MaxRetryInterval = 300 * time.Millisecond
+	})
+	seen, stopWatch := o.watch(t, part, off)
+	env.WaitCaughtUp(t, time.Minute)
+	stopWatch()
+
+	require.True(t, seen.degraded.Load(), "Ready reported the partition degraded while the poison was retried")
+	require.True(t, seen.failingGauge.Load(), "inboxd_fanout_partition_failing was 1 while it lasted")
+	require.True(t, seen.ageGrew.Load(), "inboxd_fanout_oldest_unprojected_seconds grew while it lasted")
+	require.NoError(t, o.f.Ready(), "ready again once the partition moved on")
+	require.Equal(t, 0.0, o.gauge(t, "inboxd_fanout_partition_failing", part))
+	logs := o.log.String()
+	require.Contains(t, logs, `"level":"ERROR","msg":"record dead-lettered: it fails to project"`)
+	require.Contains(t, logs, `"offset":`+strconv.FormatInt(off, 10))
+
+	// The DLQ holds both, with their reasons and source positions.
+	dlq := readDLQ(t, env, 2)
+	byOffset := map[string]*kgo.Record{}
+	for _, r := range dlq {
+		require.Equal(t, strconv.Itoa(int(part)), header(r, "source.partition"))
+		byOffset[header(r, "source.offset")] = r
+	}
+	pr := byOffset[strconv.FormatInt(off, 10)]
+	require.NotNil(t, pr, "the poison record is in the DLQ")
+	require.Equal(t, raw, pr.Value, "the DLQ keeps the record as it was")
+	require.Contains(t, header(pr, "reason"), "no_poison")
+	require.NotNil(t, byOffset[strconv.FormatInt(nulOff, 10)], "the NUL record is in the DLQ")
+
+	// Conversation 1: created + 20 + 20 messages, the poison and the NUL
+	// took no seq; every other conversation: created + 40.
+	rows, err := env.Pool.Query(ctx, `SELECT id, last_seq FROM conversations ORDER BY id`)
+	require.NoError(t, err)
+	got := map[int64]int64{}
+	for rows.Next() {
+		var id, last int64
+		require.NoError(t, rows.Scan(&id, &last))
+		got[id] = last
+	}
+	require.NoError(t, rows.Err())
+	for c := int64(1); c <= convs; c++ {
+		require.Equal(t, int64(41), got[c], "conversation %d", c)
+	}
+	var reason string
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT reason FROM rejections WHERE msg_id = $1`, poison.MsgID).Scan(&reason))
+	require.Equal(t, projector.ReasonDeadLetter, reason, "a waiting sender can learn that its message was dead-lettered")
+	rep, err := projector.Verify(ctx, env.Pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+	assertDLQCount(t, o, 2)
+}
+
+// A failure that is not the record's own (a constraint that every message
+// breaks, standing for a broken migration): the record is isolated and
+// probed, the probe fails too, so nothing is dead-lettered. The partition
+// is stuck, loudly, until the database is fixed; then everything projects.
+func TestSystemicFailureStopsThePartitionLoudlyAndDropsNothing(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 2})
+	ctx := testenv.Ctx(t, 3*time.Minute)
+	c := events.New(events.ConversationCreated, 7, 1)
+	c.Members = []int64{2}
+	_, err := env.Producer.Append(ctx, c)
+	require.NoError(t, err)
+	_, err = env.Pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT broken CHECK (kind <> 'text')`)
+	require.NoError(t, err)
+	var sends []*events.Event
+	for i := 0; i < 10; i++ {
+		sends = append(sends, sendEvent(t, 7, 1, "hello "+strconv.Itoa(i)))
+	}
+	appendEvents(t, env.Producer, sends, false)
+	o := startObservedFanout(t, env, func(c *fanout.Config) {
+		c.RecordAttempts = 2
+		c.MaxRetryInterval = 200 * time.Millisecond
+	})
+	var deg *fanout.DegradedError
+	require.Eventually(t, func() bool {
+		d, ok := o.f.Ready().(*fanout.DegradedError)
+		if ok && len(d.Partitions) > 0 && d.Partitions[0].Class == projector.Systemic.String() {
+			deg = d
+			return true
+		}
+		return false
+	}, time.Minute, 20*time.Millisecond, "the stuck partition is reported as systemic")
+	require.Contains(t, deg.Error(), "broken")
+	// Stuck for a while: retried, never dead-lettered, never skipped.
+	time.Sleep(1500 * time.Millisecond)
+	require.Error(t, o.f.Ready())
+	var last int64
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = 7`).Scan(&last))
+	require.Equal(t, int64(1), last, "no message projected while the database refuses them")
+	require.Contains(t, o.log.String(), `"level":"ERROR","msg":"a record fails to project and so does a copy with its text replaced`)
+	assertDLQCount(t, o, 0)
+
+	_, err = env.Pool.Exec(ctx, `ALTER TABLE messages DROP CONSTRAINT broken`)
+	require.NoError(t, err)
+	env.WaitCaughtUp(t, time.Minute)
+	require.Eventually(t, func() bool { return o.f.Ready() == nil }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = 7`).Scan(&last))
+	require.Equal(t, int64(11), last, "every message projected once the database is fixed")
+	rep, err := projector.Verify(ctx, env.Pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+}
+
+func assertDLQCount(t testing.TB, o *observedFanout, want float64) {
+	t.Helper()
+	mfs, err := o.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "inboxd_fanout_dead_letters_total" {
+			require.Equal(t, want, mf.GetMetric()[0].GetCounter().GetValue())
+			return
+		}
+	}
+	t.Fatal("inboxd_fanout_dead_letters_total not exported")
+}
+
+func mustEncode(t testing.TB, e *events.Event) []byte {
+	t.Helper()
+	raw, err := events.Encode(e, 0)
+	require.NoError(t, err)
+	return raw
+}
+

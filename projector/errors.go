@@ -148,3 +148,46 @@ func probeID(id string) string {
 	}
 	return string(b)
 }
+
+// ApplyIsolating is Apply for a caller that does not retry (replay): a
+// batch that fails because of a record's data (DataError) is split in
+// halves, applied in order, until the record is alone; a record alone that
+// still fails, and whose Probe applies, is reported to deadLetter and
+// stored as a rejection (ReasonDeadLetter) instead, so one bad record
+// cannot stop a rebuild. Any other failure is returned.
+func (p *Projector) ApplyIsolating(ctx context.Context, recs []Record, deadLetter func(Record, error) error) (Result, error) {
+	res, err := p.Apply(ctx, recs)
+	if err == nil || Classify(err) != DataError {
+		return res, err
+	}
+	if len(recs) > 1 {
+		mid := len(recs) / 2
+		a, err := p.ApplyIsolating(ctx, recs[:mid], deadLetter)
+		if err != nil {
+			return a, err
+		}
+		b, err := p.ApplyIsolating(ctx, recs[mid:], deadLetter)
+		return a.add(b), err
+	}
+	if perr := p.Probe(ctx, recs[0]); perr != nil {
+		return res, fmt.Errorf("%w (and a copy with its text replaced fails too: %v)", err, perr)
+	}
+	if err := deadLetter(recs[0], err); err != nil {
+		return res, err
+	}
+	dead := recs[0]
+	dead.DeadLetter = true
+	return p.Apply(ctx, []Record{dead})
+}
+
+// add sums two results of consecutive applies.
+func (r Result) add(o Result) Result {
+	r.Records += o.Records
+	r.Skipped += o.Skipped
+	r.Messages += o.Messages
+	r.InboxRows += o.InboxRows
+	r.Rejected += o.Rejected
+	r.Users += o.Users
+	r.users = append(r.users, o.users...)
+	return r
+}

@@ -78,12 +78,15 @@ func (c *Config) setDefaults() {
 
 // Result says what a run did.
 type Result struct {
-	Records  int64
-	Invalid  int64 // records skipped as undecodable (they are in the DLQ)
-	Duration time.Duration
-	Epoch    int64 // the new epoch (replay) or the live one (verify)
-	Offsets  map[int32]int64
-	Diff     *Diff // Verify only
+	Records int64
+	Invalid int64 // records skipped as undecodable (they are in the DLQ)
+	// DeadLettered counts records that decoded but failed to project
+	// because of their data: stored as rejections (ReasonDeadLetter).
+	DeadLettered int64
+	Duration     time.Duration
+	Epoch        int64 // the new epoch (replay) or the live one (verify)
+	Offsets      map[int32]int64
+	Diff         *Diff // Verify only
 	// ApplyTime is the part of Duration spent in projector transactions
 	// (the rest is reading the log, the shadow set-up and the swap).
 	ApplyTime time.Duration
@@ -155,7 +158,14 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
 	prog := newProgress(cfg.Progress, total)
 	if err := readLog(ctx, cl, cfg, end, func(batch []projector.Record, invalid int64) error {
 		t0 := time.Now()
-		if _, err := proj.Apply(ctx, batch); err != nil {
+		// A record the database refuses because of its own data (the live
+		// fanout dead-lettered it) is skipped the same way here.
+		if _, err := proj.ApplyIsolating(ctx, batch, func(r projector.Record, cause error) error {
+			res.DeadLettered++
+			cfg.Logger.Error("record fails to project: stored as a dead letter, skipped",
+				"topic", cfg.Topic, "partition", r.Partition, "offset", r.Offset, "err", cause)
+			return nil
+		}); err != nil {
 			return err
 		}
 		res.ApplyTime += time.Since(t0)

@@ -47,8 +47,8 @@ func runReplay(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("replayed %d records (%d invalid, skipped as in the DLQ) in %s: %.0f records/s\n",
-		res.Records, res.Invalid, res.Duration.Round(1e6), res.Rate())
+	fmt.Printf("replayed %d records (%d invalid, skipped as in the DLQ; %d refused by the database, stored as dead letters) in %s: %.0f records/s\n",
+		res.Records, res.Invalid, res.DeadLettered, res.Duration.Round(1e6), res.Rate())
 	if *verify {
 		res.Diff.Print(os.Stdout)
 		if !res.Diff.Empty() {

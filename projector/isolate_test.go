@@ -1,0 +1,73 @@
+package projector_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// ApplyIsolating (replay's apply): a batch of 40 sends with one the
+// database refuses for its own body projects the other 39 in order, with
+// no hole in the conversation's seqs, reports the one record to
+// deadLetter and stores it as a dead_letter rejection; a failure that a
+// copy of the record hits too is returned instead of being dropped.
+func TestApplyIsolatingSkipsOnlyTheBadRecord(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := pgtest.NewPool(t)
+	p, err := projector.New(projector.Config{Topic: "t"}, pool)
+	require.NoError(t, err)
+	created := events.New(events.ConversationCreated, 1, 10)
+	created.Members = []int64{11}
+	recs := []projector.Record{{Partition: 0, Offset: 0, Event: created}}
+	var bad *events.Event
+	for i := 1; i <= 40; i++ {
+		e := events.New(events.MessageSent, 1, 10)
+		e.MsgID, e.Body = uuid.NewString(), events.Ptr("fine")
+		if i == 23 {
+			e.Body, bad = events.Ptr("refused-by-the-database"), e
+		}
+		recs = append(recs, projector.Record{Partition: 0, Offset: int64(i), Event: e})
+	}
+	_, err = pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT no_refused CHECK (body NOT LIKE 'refused%')`)
+	require.NoError(t, err)
+
+	var dead []projector.Record
+	_, err = p.ApplyIsolating(ctx, recs, func(r projector.Record, cause error) error {
+		require.Equal(t, projector.DataError, projector.Classify(cause))
+		dead = append(dead, r)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, int64(23), dead[0].Offset)
+	var last, next int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = 1`).Scan(&last))
+	require.EqualValues(t, 40, last, "created + 39 sends, no hole")
+	require.NoError(t, pool.QueryRow(ctx, `SELECT next_offset FROM consumer_offsets WHERE topic = 't'`).Scan(&next))
+	require.EqualValues(t, 41, next)
+	var reason string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT reason FROM rejections WHERE msg_id = $1`, bad.MsgID).Scan(&reason))
+	require.Equal(t, projector.ReasonDeadLetter, reason)
+	rep, err := projector.Verify(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep)
+
+	// Every message refused: the probe fails too, nothing is dropped.
+	_, err = pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT none CHECK (kind <> 'text') NOT VALID`)
+	require.NoError(t, err)
+	e := events.New(events.MessageSent, 1, 10)
+	e.MsgID, e.Body = uuid.NewString(), events.Ptr("fine")
+	_, err = p.ApplyIsolating(ctx, []projector.Record{{Partition: 0, Offset: 41, Event: e}}, func(projector.Record, error) error {
+		t.Fatal("a record whose copy fails too must not be dead-lettered")
+		return nil
+	})
+	require.Error(t, err)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT next_offset FROM consumer_offsets WHERE topic = 't'`).Scan(&next))
+	require.EqualValues(t, 41, next, "the offset did not move")
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/inboxd/inboxd/analytics"
 	"github.com/inboxd/inboxd/fanout"
@@ -58,7 +59,28 @@ func TestDashboardMetricsExist(t *testing.T) {
 
 	raw, err := os.ReadFile("../../docs/grafana/inboxd-dashboard.json")
 	require.NoError(t, err)
-	used := regexp.MustCompile(`inboxd_[a-z_]+`).FindAllString(string(raw), -1)
+	alerts, err := os.ReadFile("../../docs/grafana/inboxd-alerts.yaml")
+	require.NoError(t, err)
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal(alerts, &rules))
+	var exprs []string
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			require.NotEmpty(t, r.Alert)
+			require.NotEmpty(t, r.Expr, "alert %s", r.Alert)
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	require.Contains(t, strings.Join(exprs, "\n"), "inboxd_fanout_oldest_unprojected_seconds", "a stuck partition is alerted on")
+	require.Contains(t, string(raw), "inboxd_fanout_oldest_unprojected_seconds", "and shown on the dashboard")
+	used := regexp.MustCompile(`inboxd_[a-z_]+`).FindAllString(string(raw)+strings.Join(exprs, "\n"), -1)
 	require.NotEmpty(t, used)
 	for _, m := range used {
 		base := m

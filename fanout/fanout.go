@@ -5,14 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/events"
@@ -26,6 +31,10 @@ const (
 	DefaultMaxPollRecords = 5000
 	DefaultApplyWorkers   = 2
 	DefaultRecordAttempts = 5
+	// DefaultSessionTimeout is the lowest session timeout Kafka brokers
+	// accept by default (group.min.session.timeout.ms).
+	DefaultSessionTimeout   = 6 * time.Second
+	DefaultRebalanceTimeout = 30 * time.Second
 )
 
 // Config configures a Fanout.
@@ -70,8 +79,11 @@ type Config struct {
 	// Registerer receives the metrics. Default none.
 	Registerer prometheus.Registerer
 	// InstanceID makes this process a static group member (KIP-345): a
-	// restarted process with the same id takes its partitions back at once
-	// instead of waiting for a rebalance. Default none (dynamic member).
+	// restarted process with the same id takes its partitions back at once,
+	// with no rebalance. It must be unique among the running fanouts of the
+	// group (cmd/inboxd derives one from the host name and the ops port).
+	// A static member leaves the group explicitly at a clean stop, so its
+	// partitions move at once then too. Default none (dynamic member).
 	InstanceID string
 	// Retention is how long inbox entries are kept. Default 7 days.
 	Retention time.Duration
@@ -81,9 +93,26 @@ type Config struct {
 	// DrainTimeout bounds how long a batch in flight may still take to
 	// commit once shutdown begins. Default 15s.
 	DrainTimeout time.Duration
-	// SessionTimeout after which a silent member loses its partitions.
-	// Default 45s (Kafka's default).
+	// SessionTimeout after which a silent member (a crashed process) loses
+	// its partitions. Short, because the partitions of a crashed fanout are
+	// not projected meanwhile; heartbeats go every SessionTimeout/6, from
+	// their own goroutine, so a long batch does not miss them. Brokers
+	// refuse values below their group.min.session.timeout.ms (6s by
+	// default). Default DefaultSessionTimeout.
 	SessionTimeout time.Duration
+	// RebalanceTimeout bounds how long a rebalance waits for members to
+	// rejoin; a member still applying a batch rejoins once it is committed.
+	// Default DefaultRebalanceTimeout.
+	RebalanceTimeout time.Duration
+	// LogCheckInterval is the time between comparisons of the stored
+	// offsets with the log (topic id, start and end offsets), which also
+	// refresh the lag gauge. Default 5s.
+	LogCheckInterval time.Duration
+	// KafkaCommitInterval is the time between commits of the applied
+	// offsets to the Kafka group, for standard lag tooling only (the
+	// offsets in PostgreSQL are the truth; the group's are never read).
+	// Default 5s; negative disables them.
+	KafkaCommitInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -118,7 +147,16 @@ func (c *Config) setDefaults() {
 		c.DrainTimeout = 15 * time.Second
 	}
 	if c.SessionTimeout == 0 {
-		c.SessionTimeout = 45 * time.Second
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if c.LogCheckInterval == 0 {
+		c.LogCheckInterval = 5 * time.Second
+	}
+	if c.KafkaCommitInterval == 0 {
+		c.KafkaCommitInterval = 5 * time.Second
 	}
 	if c.MaxRetryInterval == 0 {
 		c.MaxRetryInterval = 5 * time.Second
@@ -151,6 +189,8 @@ type Fanout struct {
 	proj  *projector.Projector
 	m     *metrics
 	parts *partitions
+	guard *guard
+	cl    *kgo.Client // set by Run before the first poll
 }
 
 // New returns a Fanout over pool (the schema must be migrated).
@@ -181,23 +221,33 @@ func New(cfg Config, pool *pgxpool.Pool) (*Fanout, error) {
 			return nil, err
 		}
 	}
-	return &Fanout{cfg: cfg, pool: pool, proj: proj, m: m, parts: parts}, nil
+	g := newGuard(cfg.Topic, cfg.Logger)
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(g.gauge); err != nil {
+			return nil, err
+		}
+	}
+	return &Fanout{cfg: cfg, pool: pool, proj: proj, m: m, parts: parts, guard: g}, nil
 }
 
 // Ready is nil while every partition of this process projects; a
 // *DegradedError names the partitions whose current batch keeps failing
 // (for /readyz). It does not check PostgreSQL or Kafka themselves.
 func (f *Fanout) Ready() error {
+	if st := f.guard.stops(); len(st) > 0 {
+		return &StoppedError{Partitions: st}
+	}
 	if d := f.parts.degraded(); len(d) > 0 {
 		return &DegradedError{Partitions: d}
 	}
 	return nil
 }
 
-const sqlLoadOffsets = `SELECT "partition", next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = ANY($2::int[])`
-
 // adjustOffsets replaces the group's offsets with the ones stored in
-// PostgreSQL beside the projections.
+// PostgreSQL beside the projections, after checking that they belong to
+// the log: a partition whose stored offsets do not (the topic was
+// recreated, the log lost or deleted records) is stopped rather than read
+// from a position that would skip or misread records.
 func (f *Fanout) adjustOffsets(ctx context.Context, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	out := map[string]map[int32]kgo.Offset{}
 	for topic, parts := range assigned {
@@ -205,38 +255,48 @@ func (f *Fanout) adjustOffsets(ctx context.Context, assigned map[string]map[int3
 		for p := range parts {
 			ids = append(ids, p)
 		}
-		stored := map[int32]int64{}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		var stored map[int32]*StoredOffset
+		var ls LogState
 		op := func() error {
-			rows, err := f.pool.Query(ctx, sqlLoadOffsets, topic, ids)
-			if err != nil {
+			var err error
+			if stored, err = LoadStoredOffsets(ctx, f.pool, topic); err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
-				var p int32
-				var n int64
-				if err := rows.Scan(&p, &n); err != nil {
-					return err
-				}
-				stored[p] = n
-			}
-			return rows.Err()
+			ls, err = InspectLog(ctx, kadm.NewClient(f.cl), topic)
+			return err
 		}
 		if err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {
-			f.cfg.Logger.Warn("loading stored offsets failed, retrying", "topic", topic, "err", err, "retry_in", d)
+			f.cfg.Logger.Warn("loading stored offsets or the log's failed, retrying", "topic", topic, "err", err, "retry_in", d)
 		}); err != nil {
 			return nil, fmt.Errorf("load offsets of %s: %w", topic, err)
 		}
+		f.guard.setTopicID(ls.ID)
 		out[topic] = map[int32]kgo.Offset{}
+		start := map[int32]int64{}
+		logged := map[int32]int64{}
 		for _, p := range ids {
-			if n, ok := stored[p]; ok {
-				out[topic][p] = kgo.NewOffset().At(n).WithEpoch(-1)
+			st := stored[p]
+			if reason, detail := Diagnose(p, st, ls); reason != "" {
+				f.guard.stop(p, reason, detail)
+			}
+			if st != nil {
+				out[topic][p] = kgo.NewOffset().At(st.Next).WithEpoch(-1)
+				start[p], logged[p] = st.Next, st.Next
 			} else {
-				out[topic][p] = kgo.NewOffset().AtStart()
+				out[topic][p] = kgo.NewOffset().At(ls.Start[p]).WithEpoch(-1)
+				start[p] = ls.Start[p]
 			}
 		}
-		f.cfg.Logger.Info("partitions assigned", "topic", topic, "partitions", ids, "stored", stored)
+		f.guard.assigned(start)
+		if ls.ID != [16]byte{} {
+			if _, err := f.pool.Exec(ctx, sqlLearnTopicID, topic, pgtype.UUID{Bytes: ls.ID, Valid: true}); err != nil {
+				f.cfg.Logger.Warn("storing the topic id failed (the next log check retries)", "topic", topic, "err", err)
+			}
+		}
+		f.cfg.Logger.Info("partitions assigned", "topic", topic, "partitions", ids, "stored", logged)
 	}
+	f.guard.check()
 	return out, nil
 }
 
@@ -279,20 +339,29 @@ func (f *Fanout) Run(ctx context.Context) error {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AdjustFetchOffsetsFn(f.adjustOffsets),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Every assigned partition gets an explicit offset (adjustOffsets);
+		// an offset the log no longer has is an error to stop on, never a
+		// reason to jump to the start or the end.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 		kgo.FetchMaxWait(200 * time.Millisecond),
 		// A lost broker connection refreshes metadata after 0.5 s rather
 		// than franz-go's default 5 s, so fetches and dead letters resume
 		// quickly.
 		kgo.MetadataMinAge(500 * time.Millisecond),
 		kgo.SessionTimeout(f.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(max(f.cfg.SessionTimeout/6, 100*time.Millisecond)),
+		kgo.RebalanceTimeout(f.cfg.RebalanceTimeout),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			f.cfg.Logger.Info("partitions revoked", "partitions", m)
 			f.parts.forget(m[f.cfg.Topic])
+			f.guard.forget(m[f.cfg.Topic])
+			f.m.forgetLag(m[f.cfg.Topic])
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			f.cfg.Logger.Warn("partitions lost", "partitions", m)
 			f.parts.forget(m[f.cfg.Topic])
+			f.guard.forget(m[f.cfg.Topic])
+			f.m.forgetLag(m[f.cfg.Topic])
 		}),
 		// The DLQ is written by the same client: idempotent, acks=all.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -305,13 +374,22 @@ func (f *Fanout) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fanout client: %w", err)
 	}
+	f.cl = cl
 	// Close leaves the group, so a dynamic member's partitions move at
-	// once; a static member (InstanceID) keeps them until it comes back or
-	// its session times out, which is the point of static membership.
-	defer cl.Close()
-	f.cfg.Logger.Info("fanout started", "topic", f.cfg.Topic, "group", f.cfg.Group)
+	// once; a static member (InstanceID) is made to leave explicitly.
+	defer f.leave(cl)
+	wg.Add(1)
+	go func() { defer wg.Done(); f.runLogChecks(ctx, cl) }()
+	f.cfg.Logger.Info("fanout started", "topic", f.cfg.Topic, "group", f.cfg.Group, "instance_id", f.cfg.InstanceID,
+		"session_timeout", f.cfg.SessionTimeout.String())
+	fetchLog := newRateLog(f.cfg.Logger, 10*time.Second)
+	var lastCommit time.Time
 	for {
-		fetches := cl.PollRecords(ctx, f.cfg.MaxPollRecords)
+		// A bounded poll, so that partitions released by the log check
+		// resume even when nothing else is fetched.
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		fetches := cl.PollRecords(pctx, f.cfg.MaxPollRecords)
+		pcancel()
 		if ctx.Err() != nil {
 			cl.AllowRebalance()
 			return nil
@@ -319,27 +397,116 @@ func (f *Fanout) Run(ctx context.Context) error {
 		if fetches.IsClientClosed() {
 			return nil
 		}
-		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				f.cfg.Logger.Warn("fetch error", "topic", t, "partition", p, "err", err)
+		if rs := f.guard.takeResumes(); len(rs) > 0 {
+			set := map[int32]kgo.EpochOffset{}
+			var ps []int32
+			for p, o := range rs {
+				set[p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+				ps = append(ps, p)
 			}
+			cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{f.cfg.Topic: set})
+			cl.ResumeFetchPartitions(map[string][]int32{f.cfg.Topic: ps})
+		}
+		fetchErrs := 0
+		fetches.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return
+			}
+			fetchErrs++
+			if errors.Is(err, kerr.OffsetOutOfRange) || errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.InconsistentTopicID) {
+				f.guard.check() // the log check says what happened
+			}
+			fetchLog.Warn(t+"/"+strconv.Itoa(int(p))+"/"+err.Error(), "fetch error", "topic", t, "partition", p, "err", err)
 		})
-		if err := f.process(ctx, applyCtx, cl, fetches); err != nil {
+		kept, pause := f.guard.filter(fetches)
+		if len(pause) > 0 {
+			cl.PauseFetchPartitions(map[string][]int32{f.cfg.Topic: pause})
+		}
+		if err := f.process(ctx, applyCtx, cl, kept); err != nil {
 			cl.AllowRebalance()
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
+		if f.cfg.KafkaCommitInterval > 0 && len(kept) > 0 && time.Since(lastCommit) >= f.cfg.KafkaCommitInterval {
+			lastCommit = time.Now()
+			f.commitToKafka(ctx, cl)
+		}
 		cl.AllowRebalance()
+		if fetchErrs > 0 && len(kept) == 0 {
+			// Errors only (a broker or the topic is gone): do not spin.
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
 	}
 }
 
-// process decodes, dead-letters and applies one poll batch.
-func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches kgo.Fetches) error {
-	var recs []projector.Record
+// commitToKafka commits the applied offsets of the owned partitions to the
+// Kafka group, asynchronously, for tools that read group lag. PostgreSQL's
+// offsets stay the only ones read.
+func (f *Fanout) commitToKafka(ctx context.Context, cl *kgo.Client) {
+	next := f.guard.nextOffsets()
+	if len(next) == 0 {
+		return
+	}
+	offs := map[int32]kgo.EpochOffset{}
+	for p, o := range next {
+		offs[p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+	}
+	cl.CommitOffsets(ctx, map[string]map[int32]kgo.EpochOffset{f.cfg.Topic: offs},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+			if err != nil && ctx.Err() == nil {
+				f.cfg.Logger.Debug("committing offsets to the Kafka group failed (informational only)", "err", err)
+			}
+		})
+}
+
+// leave closes the client and, for a static member, leaves the group
+// explicitly (Kafka 2.4+), so its partitions move at once at a clean stop
+// instead of after the session timeout.
+func (f *Fanout) leave(cl *kgo.Client) {
+	cl.Close()
+	if f.cfg.InstanceID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Brokers...))
+	if err == nil {
+		defer adm.Close()
+		var resp kadm.LeaveGroupResponses
+		resp, err = kadm.NewClient(adm).LeaveGroup(ctx, kadm.LeaveGroup(f.cfg.Group).InstanceIDs(f.cfg.InstanceID).Reason("clean stop"))
+		if err == nil {
+			err = resp.Error()
+		}
+	}
+	if err != nil {
+		f.cfg.Logger.Warn("leaving the group as a static member failed: its partitions move after the session timeout",
+			"group", f.cfg.Group, "instance_id", f.cfg.InstanceID, "err", err)
+		return
+	}
+	f.cfg.Logger.Info("left the group", "group", f.cfg.Group, "instance_id", f.cfg.InstanceID)
+}
+
+// process decodes, dead-letters and applies the records of one poll (in
+// log order within each partition).
+func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, kept []*kgo.Record) error {
+	if len(kept) == 0 {
+		return nil
+	}
+	recs := make([]projector.Record, 0, len(kept))
 	var dead []*kgo.Record
-	fetches.EachRecord(func(r *kgo.Record) {
+	last := map[int32]int64{}
+	var polled []int32
+	for _, r := range kept {
+		if _, seen := last[r.Partition]; !seen {
+			f.parts.fetched(r.Partition, r.Timestamp)
+			polled = append(polled, r.Partition)
+		}
+		last[r.Partition] = r.Offset
 		e, err := events.Decode(r.Value, f.cfg.MaxBody)
 		if err != nil {
 			reason := err.Error()
@@ -350,20 +517,10 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches 
 			dead = append(dead, deadLetter(f.cfg.DLQTopic, r, reason))
 			f.cfg.Logger.Error("poison record to DLQ", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
 			recs = append(recs, projector.Record{Partition: r.Partition, Offset: r.Offset})
-			return
+			continue
 		}
 		recs = append(recs, projector.Record{Partition: r.Partition, Offset: r.Offset, Event: e})
-	})
-	if len(recs) == 0 {
-		return nil
 	}
-	var polled []int32
-	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		if len(p.Records) > 0 {
-			f.parts.fetched(p.Partition, p.Records[0].Timestamp)
-			polled = append(polled, p.Partition)
-		}
-	})
 	// Dead letters are written before the offsets move past them, so a crash
 	// in between can duplicate a dead letter but never lose one.
 	if len(dead) > 0 {
@@ -375,26 +532,20 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, fetches 
 		}
 		f.m.dead.Add(float64(len(dead)))
 	}
-	if err := f.applyGroups(ctx, applyCtx, cl, fetches, recs); err != nil {
+	if err := f.applyGroups(ctx, applyCtx, cl, kept, recs); err != nil {
 		return err
 	}
 	f.parts.projected(polled)
-	// Lag per partition: the log's high watermark as this fetch saw it,
-	// minus the next offset to apply.
-	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		if n := len(p.Records); n > 0 {
-			f.m.lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - (p.Records[n-1].Offset + 1)))
-		}
-	})
+	f.guard.advanced(last)
 	return nil
 }
 
 // applyGroups applies recs as ApplyWorkers concurrent transactions, the
 // records of a partition all in the same one and in order.
-func (f *Fanout) applyGroups(ctx, applyCtx context.Context, cl *kgo.Client, fetches kgo.Fetches, recs []projector.Record) error {
+func (f *Fanout) applyGroups(ctx, applyCtx context.Context, cl *kgo.Client, fetched []*kgo.Record, recs []projector.Record) error {
 	n := f.cfg.ApplyWorkers
 	if n == 1 {
-		return f.applyBatch(ctx, applyCtx, cl, fetches, recs)
+		return f.applyBatch(ctx, applyCtx, cl, fetched, recs)
 	}
 	groups := make([][]projector.Record, n)
 	for _, r := range recs {
@@ -404,7 +555,7 @@ func (f *Fanout) applyGroups(ctx, applyCtx context.Context, cl *kgo.Client, fetc
 	var g errgroup.Group
 	for _, grp := range groups {
 		if len(grp) > 0 {
-			g.Go(func() error { return f.applyBatch(ctx, applyCtx, cl, fetches, grp) })
+			g.Go(func() error { return f.applyBatch(ctx, applyCtx, cl, fetched, grp) })
 		}
 	}
 	return g.Wait()
@@ -426,7 +577,7 @@ func (e *isolateError) Error() string { return e.err.Error() }
 // with its text replaced applies, the record itself is the cause and goes
 // to the DLQ; if not, the database refuses records of its shape, dropping
 // it would not help, and it is retried like a systemic failure.
-func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetches kgo.Fetches, recs []projector.Record) error {
+func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetched []*kgo.Record, recs []projector.Record) error {
 	start := time.Now()
 	first := firstOffsets(recs)
 	attempts := 0
@@ -479,15 +630,20 @@ func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetch
 		if res.Rejected > 0 {
 			f.cfg.Logger.Info("events rejected at their log position", "count", res.Rejected)
 		}
+		if res.Skipped > 0 {
+			// Normal after a rebalance (a batch fetched before it); the log
+			// check stops a partition whose log went backwards.
+			f.cfg.Logger.Info("records below the stored offsets skipped as already applied", "count", res.Skipped, "offsets", first)
+		}
 		return nil
 	case errors.As(err, &iso) && len(recs) > 1:
 		mid := len(recs) / 2
-		if err := f.applyBatch(ctx, applyCtx, cl, fetches, recs[:mid]); err != nil {
+		if err := f.applyBatch(ctx, applyCtx, cl, fetched, recs[:mid]); err != nil {
 			return err
 		}
-		return f.applyBatch(ctx, applyCtx, cl, fetches, recs[mid:])
+		return f.applyBatch(ctx, applyCtx, cl, fetched, recs[mid:])
 	case errors.As(err, &iso):
-		return f.deadLetterRecord(ctx, applyCtx, cl, fetches, recs[0], iso.err)
+		return f.deadLetterRecord(ctx, applyCtx, cl, fetched, recs[0], iso.err)
 	default:
 		return fmt.Errorf("apply batch of %d records: %w", len(recs), err)
 	}
@@ -498,8 +654,8 @@ func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetch
 // rejection (projector.ReasonDeadLetter), so it takes no seq and a waiting
 // sender is told. The dead letter is written before the offset moves, so a
 // crash in between can duplicate it but never lose it.
-func (f *Fanout) deadLetterRecord(ctx, applyCtx context.Context, cl *kgo.Client, fetches kgo.Fetches, r projector.Record, cause error) error {
-	raw := findRecord(fetches, r.Partition, r.Offset)
+func (f *Fanout) deadLetterRecord(ctx, applyCtx context.Context, cl *kgo.Client, fetched []*kgo.Record, r projector.Record, cause error) error {
+	raw := findRecord(fetched, r.Partition, r.Offset)
 	if raw == nil {
 		// Cannot happen: r came from these fetches.
 		return fmt.Errorf("dead-letter %d/%d: record not in its poll", r.Partition, r.Offset)
@@ -546,14 +702,13 @@ func firstOffsets(recs []projector.Record) map[int32]int64 {
 }
 
 // findRecord returns the fetched record at partition p, offset o.
-func findRecord(fetches kgo.Fetches, p int32, o int64) *kgo.Record {
-	var found *kgo.Record
-	fetches.EachRecord(func(r *kgo.Record) {
-		if found == nil && r.Partition == p && r.Offset == o {
-			found = r
+func findRecord(fetched []*kgo.Record, p int32, o int64) *kgo.Record {
+	for _, r := range fetched {
+		if r.Partition == p && r.Offset == o {
+			return r
 		}
-	})
-	return found
+	}
+	return nil
 }
 
 func deadLetter(topic string, r *kgo.Record, reason string) *kgo.Record {

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +25,7 @@ func newMetrics() *metrics {
 	return &metrics{
 		pruned: pruned, pruneRuns: runs,
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "inboxd", Subsystem: "fanout", Name: "lag_records",
-			Help: "Records of a partition not applied yet, as of the last batch (high watermark - next offset)."}, []string{"partition"}),
+			Help: "Records of an owned partition not applied yet: the log's end offset minus the stored next offset, refreshed every log check (default 5 s), so it keeps growing during a stall."}, []string{"partition"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "inboxd", Subsystem: "fanout", Name: "apply_failures_total",
 			Help: "Failed attempts to apply a batch, by class: transient (retried), data (isolated, then dead-lettered), systemic (retried)."}, []string{"class"}),
 		records:   c("records_total", "Records applied."),
@@ -56,4 +57,11 @@ func (m *metrics) observe(r projector.Result, d time.Duration) {
 	m.messages.Add(float64(r.Messages))
 	m.rejected.Add(float64(r.Rejected))
 	m.batch.Observe(d.Seconds())
+}
+
+// forgetLag drops the lag of partitions this process no longer owns.
+func (m *metrics) forgetLag(parts []int32) {
+	for _, p := range parts {
+		m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
+	}
 }

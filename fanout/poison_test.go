@@ -350,4 +350,3 @@ func mustEncode(t testing.TB, e *events.Event) []byte {
 	require.NoError(t, err)
 	return raw
 }
-

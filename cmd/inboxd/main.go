@@ -25,6 +25,7 @@ var commands = map[string]command{
 	"fanout":        {"consume the event log into the PostgreSQL projections", runFanout},
 	"migrate":       {"apply the database migrations", runMigrate},
 	"verify":        {"check invariants I1-I8 on the projections", runVerify},
+	"offsets":       {"compare the fanout's stored offsets with the log, or reset them (offsets reset)", runOffsets},
 	"login":         {"get a dev token (or store one) for send, tail and conversations", runLogin},
 	"send":          {"send a message to a conversation and print its seq", runSend},
 	"tail":          {"print your inbox live, resuming where the last run stopped", runTail},

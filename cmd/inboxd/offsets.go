@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/internal/app"
+	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/producer"
+)
+
+// runOffsets is `inboxd offsets` (compare the stored offsets with the log)
+// and `inboxd offsets reset` (an operator's explicit, logged reset).
+func runOffsets(ctx context.Context, args []string) error {
+	reset := len(args) > 0 && args[0] == "reset"
+	if reset {
+		args = args[1:]
+	}
+	fs := flag.NewFlagSet("offsets", flag.ContinueOnError)
+	var c common
+	c.bind(fs, false)
+	fs.StringVar(&c.brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers")
+	fs.StringVar(&c.topic, "topic", producer.DefaultTopic, "event topic")
+	partsFlag := fs.String("partitions", "", "reset: comma-separated partitions, or all (default: every partition whose offsets do not belong to the log)")
+	to := fs.String("to", "", "reset: start (the log's first record), end (skip what the log holds) or an offset")
+	force := fs.Bool("force", false, "reset: also move partitions whose offsets belong to the log (stop the fanouts first)")
+	fs.Usage = config.Usage(fs, "inboxd offsets: compare the fanout's stored offsets with the log (exit 1 when they disagree)\n"+
+		"inboxd offsets reset --to start|end|N [--partitions P,...]: set them explicitly (logged)")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	log, err := c.logger()
+	if err != nil {
+		return err
+	}
+	brokers := config.SplitList(c.brokers)
+	if len(brokers) == 0 {
+		return errors.New("no Kafka brokers (set --kafka-brokers or INBOXD_KAFKA_BROKERS)")
+	}
+	pool, err := app.OpenDB(ctx, c.databaseURL, 2, true, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if !reset {
+		rep, err := fanout.InspectOffsets(ctx, pool, adm, c.topic)
+		if err != nil {
+			return err
+		}
+		rep.Print(os.Stdout)
+		if !rep.OK() {
+			return exitCode(1)
+		}
+		return nil
+	}
+	if *to == "" {
+		return errors.New("offsets reset: --to start|end|N is required")
+	}
+	var parts []int32
+	if *partsFlag == "all" {
+		rep, err := fanout.InspectOffsets(ctx, pool, adm, c.topic)
+		if err != nil {
+			return err
+		}
+		for _, p := range rep.Partitions {
+			parts = append(parts, p.Partition)
+		}
+	} else if *partsFlag != "" {
+		for _, s := range strings.Split(*partsFlag, ",") {
+			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
+			if err != nil || n < 0 {
+				return fmt.Errorf("offsets reset: --partitions: %q is not a partition", s)
+			}
+			parts = append(parts, int32(n))
+		}
+	}
+	resets, err := fanout.ResetOffsets(ctx, pool, adm, c.topic, parts, *to, *force, log)
+	if err != nil {
+		return err
+	}
+	if len(resets) == 0 {
+		fmt.Println("nothing to reset: the stored offsets belong to the log")
+		return nil
+	}
+	for _, r := range resets {
+		from := "none"
+		if r.From != nil {
+			from = strconv.FormatInt(*r.From, 10)
+		}
+		fmt.Printf("partition %d: next offset %s -> %d\n", r.Partition, from, r.To)
+	}
+	fmt.Println("a running fanout resumes these partitions within its log check interval")
+	return nil
+}

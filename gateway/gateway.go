@@ -165,8 +165,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		// The whole request, body included; net/http lifts the deadline
 		// once the handler runs (held long-polls) and on hijack (WebSocket).
-		ReadTimeout:    30 * time.Second,
-		IdleTimeout:    2 * time.Minute,
+		ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute,
 		// Twice the limit: what lies between is answered by the handler
 		// (431 in the error shape); beyond, net/http answers 431 itself,
 		// in plain text, which jsonErrorListener rewrites.

@@ -810,8 +810,10 @@ func (s *wsSession) writeClose(code int, reason string) {
 	_ = s.conn.Close()
 }
 
-// abort drops a connection whose write failed. A timed-out write means the
-// client stopped reading: the socket is unusable, no close frame can follow.
+// abort drops a connection whose write failed. A write that times out is
+// not a failure once the stallConn is armed (it stalls, and closeStalled
+// closes with 4008); what is left here is a connection that is gone, or a
+// client that went on pinging while not reading after a stall.
 func (s *wsSession) abort(err error) {
 	var ne net.Error
 	readerLive := true

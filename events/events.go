@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -114,7 +115,9 @@ func Decode(value []byte, maxBody int) (*Event, error) {
 	return &e, nil
 }
 
-// Validate checks the envelope and the fields the type requires.
+// Validate checks the envelope and the fields the type requires. Text
+// fields (title, body) must be text PostgreSQL can store: valid UTF-8
+// without NUL (see docs/events.md); the ids are uuids.
 func (e *Event) Validate(maxBody int) error {
 	if maxBody <= 0 {
 		maxBody = DefaultMaxBody
@@ -136,8 +139,11 @@ func (e *Event) Validate(maxBody int) error {
 	}
 	switch e.Type {
 	case ConversationCreated:
-		if !utf8.ValidString(e.Title) || len(e.Title) > 256 {
-			return invalid("title too long or not UTF-8")
+		if len(e.Title) > 256 {
+			return invalid("title over 256 bytes")
+		}
+		if err := storableText("title", e.Title); err != nil {
+			return err
 		}
 		if len(e.Members) > MaxMembers {
 			return invalid("too many members")
@@ -161,8 +167,8 @@ func (e *Event) Validate(maxBody int) error {
 		if len(*e.Body) > maxBody {
 			return invalid("body over %d bytes", maxBody)
 		}
-		if !utf8.ValidString(*e.Body) {
-			return invalid("body is not UTF-8")
+		if err := storableText("body", *e.Body); err != nil {
+			return err
 		}
 	case RecordUpdated:
 		if e.Pinned == nil && e.Muted == nil {
@@ -176,6 +182,20 @@ func (e *Event) Validate(maxBody int) error {
 		return invalid("missing type")
 	default:
 		return invalid("unknown type %q", e.Type)
+	}
+	return nil
+}
+
+// storableText refuses the text PostgreSQL cannot store in a text or jsonb
+// column: invalid UTF-8 and NUL (U+0000). One such event would fail its
+// projection every time it is tried; it must never reach the log through
+// Encode, and Decode sends it to the DLQ. U+FFFD is valid text and passes.
+func storableText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return invalid("%s is not valid UTF-8", field)
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return invalid("%s contains NUL (U+0000)", field)
 	}
 	return nil
 }

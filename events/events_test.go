@@ -56,3 +56,59 @@ func FuzzDecode(f *testing.F) {
 		require.Equal(t, e.Type, e2.Type)
 	})
 }
+
+// TestValidateRefusesUnstorableText: NUL and invalid UTF-8 in any text
+// field are refused by Validate (so by Encode, which the producer calls,
+// and by Decode); U+FFFD and other valid text pass.
+func TestValidateRefusesUnstorableText(t *testing.T) {
+	msg := func(body string) *Event {
+		e := New(MessageSent, 7, 42)
+		e.MsgID, e.Body = "5f0c6c1e-4a59-4b8e-9a2b-1c0d1f2e3a4b", Ptr(body)
+		return e
+	}
+	created := func(title string) *Event {
+		e := New(ConversationCreated, 7, 42)
+		e.Title = title
+		return e
+	}
+	for name, c := range map[string]struct {
+		e  *Event
+		ok bool
+	}{
+		"body NUL":           {msg("a\x00b"), false},
+		"body only NUL":      {msg("\x00"), false},
+		"body invalid UTF-8": {msg("a\xffb"), false},
+		"body surrogate":     {msg("a\xed\xa0\x80b"), false}, // U+D800 encoded as if it were a character
+		"title NUL":          {created("t\x00"), false},
+		"title invalid":      {created("\xc3"), false},
+		"body U+FFFD":        {msg("a\uFFFDb"), true},
+		"title U+FFFD":       {created("\uFFFD"), true},
+		"body emoji":         {msg("ok 👍"), true},
+		"title empty":        {created(""), true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := c.e.Validate(0)
+			if c.ok {
+				require.NoError(t, err)
+				raw, err := Encode(c.e, 0)
+				require.NoError(t, err)
+				_, err = Decode(raw, 0)
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrInvalid)
+			_, err = Encode(c.e, 0)
+			require.ErrorIs(t, err, ErrInvalid)
+		})
+	}
+	// A record written by another writer with a NUL escape is refused at
+	// decode time (the fanout dead-letters it).
+	good, err := Encode(msg("hi"), 0)
+	require.NoError(t, err)
+	for _, bad := range []string{`"body":"nul \u0000 here"`, `"body":"\u0000"`} {
+		_, err = Decode([]byte(strings.Replace(string(good), `"body":"hi"`, bad, 1)), 0)
+		require.ErrorIs(t, err, ErrInvalid, bad)
+	}
+	_, err = Decode([]byte(strings.Replace(string(good), `"body":"hi"`, `"body":"\ufffd"`, 1)), 0)
+	require.NoError(t, err)
+}

@@ -35,6 +35,7 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultListenBackoff   = 5 * time.Second
 	DefaultMaxTitle        = 256
+	DefaultMaxHeaderBytes  = 64 << 10
 	DefaultMessageCache    = 256 << 20
 	DefaultTokenCache      = 1 << 16
 )
@@ -75,6 +76,14 @@ type Config struct {
 	// not exceed the producer's and fanout's limit, or the log refuses
 	// what the gateway accepted. Default events.DefaultMaxBody (4096).
 	MaxBody int
+
+	// MaxHeaderBytes limits a request's header: the request line and the
+	// header fields as sent. Beyond it the answer is 431 in the error
+	// shape (code header_too_large) and the connection is closed. Serve
+	// lets net/http read up to twice this, so that the handler can answer
+	// in the error shape, and rewrites net/http's own plain-text 431 for
+	// anything longer. Default DefaultMaxHeaderBytes (64 KiB).
+	MaxHeaderBytes int
 
 	// MaxRequestBytes limits a request body; beyond it the answer is 413.
 	// JSON escapes can make a body up to six times longer than its text.
@@ -194,6 +203,9 @@ func (c *Config) setDefaults() {
 	if c.MaxBody == 0 {
 		c.MaxBody = events.DefaultMaxBody
 	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = max(64<<10, 8*int64(c.MaxBody))
 	}
@@ -277,6 +289,8 @@ func (c *Config) validate() error {
 	case c.AckWait < 0, c.AppendTimeout < 0, c.DevTokenTTL < 0, c.PollInterval < 0,
 		c.ListenBackoffMax < 0, c.ShutdownTimeout < 0:
 		return errors.New("gateway: durations must not be negative")
+	case c.MaxHeaderBytes < 1024:
+		return fmt.Errorf("gateway: MaxHeaderBytes %d below 1024", c.MaxHeaderBytes)
 	case c.MaxBody < 0 || c.MaxRequestBytes < int64(c.MaxBody):
 		return fmt.Errorf("gateway: MaxRequestBytes %d below MaxBody %d", c.MaxRequestBytes, c.MaxBody)
 	case c.MaxMembers < 0 || c.MaxMembers > events.MaxMembers:

@@ -32,7 +32,8 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 
 // decodeJSON is the body decoder shared by every endpoint (and the fuzz
 // test). Go's decoder silently replaces invalid UTF-8, so it is checked
-// first.
+// first; NUL and lone surrogate escapes are refused after the decode (see
+// text.go).
 func decodeJSON(raw []byte, v any) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return badRequest("empty body, expected a JSON object")
@@ -52,7 +53,8 @@ func decodeJSON(raw []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("unexpected data after the JSON object")
 	}
-	return nil
+	// Only now: the decoder would have hidden these as U+FFFD.
+	return checkJSONText(raw)
 }
 
 func describeJSONError(err error) string {

@@ -22,6 +22,7 @@ const (
 	CodeNotMember       = "not_member"
 	CodeNotFound        = "not_found"
 	CodePayloadTooLarge = "payload_too_large"
+	CodeHeaderTooLarge  = "header_too_large"
 	CodeRateLimited     = "rate_limited"
 	CodeUnavailable     = "unavailable"
 	CodeInternal        = "internal"
@@ -70,6 +71,11 @@ func unauthorized(msg string) *Error {
 
 func tooLarge(format string, args ...any) *Error {
 	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge, Message: fmt.Sprintf(format, args...)}
+}
+
+func headerTooLarge(size, limit int) *Error {
+	return &Error{Status: http.StatusRequestHeaderFieldsTooLarge, Code: CodeHeaderTooLarge,
+		Message: fmt.Sprintf("request header of %d bytes, over the limit of %d", size, limit)}
 }
 
 func unavailable(msg string, retryAfter time.Duration, cause error) *Error {

@@ -165,16 +165,19 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		// The whole request, body included; net/http lifts the deadline
 		// once the handler runs (held long-polls) and on hijack (WebSocket).
-		ReadTimeout:    30 * time.Second,
-		IdleTimeout:    2 * time.Minute,
-		MaxHeaderBytes: 64 << 10,
+		ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute,
+		// Twice the limit: what lies between is answered by the handler
+		// (431 in the error shape); beyond, net/http answers 431 itself,
+		// in plain text, which jsonErrorListener rewrites.
+		MaxHeaderBytes: 2 * g.cfg.MaxHeaderBytes,
 		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
 	g.log.Info("gateway listening", "addr", ln.Addr().String())
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.Listen(ctx) })
 	eg.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(jsonErrorListener{ln}); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("gateway: serve: %w", err)
 		}
 		return nil

@@ -67,6 +67,9 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Title) > DefaultMaxTitle || !utf8.ValidString(req.Title) {
 		return badRequest("title must be UTF-8 of at most %d bytes", DefaultMaxTitle)
 	}
+	if err := checkText("title", req.Title); err != nil {
+		return err
+	}
 	if len(req.Members) > g.cfg.MaxMembers {
 		return badRequest("at most %d members", g.cfg.MaxMembers)
 	}

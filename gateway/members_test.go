@@ -136,14 +136,15 @@ func TestRemovedMember(t *testing.T) {
 		require.Equal(t, "not_member", e.Error.Code)
 	}
 	// A retry of a send from its time as a member still answers the
-	// original; another sender's msg_id is taken.
+	// original; another sender's msg_id gets what any send of a
+	// non-member gets, 403 (membership comes before revealing the id).
 	r = w.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", g), map[string]any{"msg_id": w1.MsgID, "body": "w1"})
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	var orig wMessage
 	r.decode(t, &orig)
 	require.Equal(t, w1.Seq, orig.Seq)
 	r = w.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", g), map[string]any{"msg_id": m1.MsgID, "body": "m1"})
-	require.Equal(t, http.StatusBadRequest, r.status, "%s", r)
+	require.Equal(t, http.StatusForbidden, r.status, "%s", r)
 
 	// Re-added, W sees what comes next but never the gap.
 	r = a.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/members", g), `{"user_id": 9}`)

@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/http"
 	"time"
-	"unicode/utf8"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/projector"
@@ -30,11 +29,15 @@ type sendResult struct {
 
 // sqlSendCheck reads, in one statement, what a send must know before it
 // appends: the message already projected under the msg_id (a retry), if
-// any, and whether the conversation exists and the user is a member.
+// any, whether the conversation exists and the user is a member, and
+// whether the user's own send of this msg_id to this conversation was
+// dead-lettered (refused by the projection for good).
 // $1 msg_id, $2 conversation, $3 user.
 const sqlSendCheck = `SELECT ` + sqlMessageCols + `,
 	EXISTS (SELECT 1 FROM conversations WHERE id = $2),
-	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL)
+	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL),
+	EXISTS (SELECT 1 FROM rejections WHERE msg_id = $1 AND actor_id = $3 AND conversation_id = $2
+		AND reason = '` + projector.ReasonDeadLetter + `')
 FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
 
 // sqlSendOutcome says whether msg_id is projected (the message) or the event
@@ -71,6 +74,13 @@ func sameMessage(m *message, user, cid int64) error {
 	return nil
 }
 
+// deadLetteredSend is the answer to a send whose event the projection
+// refused for good (it went to the DLQ): permanent, so a 400, and the same
+// for every retry of the msg_id.
+func deadLetteredSend(msgID string) *Error {
+	return badRequest("message %s was refused by the projection (dead-lettered) and will not be delivered; do not retry it", msgID)
+}
+
 // send appends a message.sent and waits up to AckWait for its projection.
 // It is shared by POST .../messages and the WebSocket send. The order
 // matters: subscribe (so that a notification after the check wakes us),
@@ -87,8 +97,8 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 	if body == "" {
 		return nil, badRequest("body must not be empty")
 	}
-	if !utf8.ValidString(body) {
-		return nil, badRequest("body is not valid UTF-8")
+	if err := checkText("body", body); err != nil {
+		return nil, err
 	}
 	e := events.New(events.MessageSent, cid, user)
 	// PostgreSQL keeps microseconds: the answer built from e must be the
@@ -101,22 +111,32 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 	defer rej.Close()
 
 	var ms msgScan
-	var exists, member bool
-	if err := g.pool.QueryRow(ctx, sqlSendCheck, msgID, cid, user).Scan(append(ms.targets(), &exists, &member)...); err != nil {
+	var exists, member, deadLettered bool
+	if err := g.pool.QueryRow(ctx, sqlSendCheck, msgID, cid, user).Scan(append(ms.targets(), &exists, &member, &deadLettered)...); err != nil {
 		return nil, fmt.Errorf("check the send of msg_id %s: %w", msgID, err)
 	}
-	if m := ms.message(); m != nil {
-		if err := sameMessage(m, user, cid); err != nil {
-			return nil, err
-		}
+	// The sender's own earlier send of this msg_id answers first: a retry
+	// gets its original even if the sender has left since, and a send the
+	// projection refused for good is not appended again. Anything about
+	// someone else's msg_id comes only after the membership check, so that
+	// a non-member learns nothing of what exists in a conversation.
+	m := ms.message()
+	if m != nil && sameMessage(m, user, cid) == nil {
 		g.metrics.sends.WithLabelValues("duplicate").Inc()
 		return &sendResult{status: sendDuplicate, message: m, msgID: msgID}, nil
+	}
+	if deadLettered {
+		g.metrics.sends.WithLabelValues("rejected").Inc()
+		return nil, deadLetteredSend(msgID)
 	}
 	if !exists {
 		return nil, notFound("conversation %d does not exist", cid)
 	}
 	if !member {
 		return nil, notMember("user %d is not a member of conversation %d", user, cid)
+	}
+	if m != nil {
+		return nil, sameMessage(m, user, cid)
 	}
 	if err := g.appendEvent(ctx, e); err != nil {
 		return nil, err
@@ -164,8 +184,11 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 		}
 		if reason != nil {
 			g.metrics.sends.WithLabelValues("rejected").Inc()
-			if *reason == projector.ReasonNoConversation {
+			switch *reason {
+			case projector.ReasonNoConversation:
 				return nil, notFound("conversation %d does not exist", cid)
+			case projector.ReasonDeadLetter:
+				return nil, deadLetteredSend(msgID)
 			}
 			return nil, notMember("user %d is not a member of conversation %d at the message's log position", user, cid)
 		}

@@ -74,12 +74,32 @@ func (g *Gateway) buildHandler() http.Handler {
 		g.writeUnmatched(mux, w, r)
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := headerSize(r); n > g.cfg.MaxHeaderBytes {
+			w.Header().Set("Connection", "close")
+			g.writeError(w, r, headerTooLarge(n, g.cfg.MaxHeaderBytes))
+			return
+		}
 		if _, pattern := mux.Handler(r); pattern == "" {
 			unmatched.ServeHTTP(w, r)
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// headerSize is the size of r's request line and header fields as they
+// were sent (give or take the whitespace around the colons).
+func headerSize(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+	if r.Host != "" {
+		n += len("Host: ") + len(r.Host) + 2
+	}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n + 2
 }
 
 // writeUnmatched answers a request no route takes in the error shape: 404,

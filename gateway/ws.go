@@ -231,7 +231,8 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	conn, err := ws.up.Upgrade(w, r, nil)
+	hj := &stallHijacker{ResponseWriter: w}
+	conn, err := ws.up.Upgrade(hj, r, nil)
 	if err != nil {
 		return // the upgrader answered with an HTTP error
 	}
@@ -255,7 +256,7 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ws.reject(conn, CloseRateLimited, "rate limited", rateLimited(st))
 		return
 	}
-	s, refusal := ws.register(conn, user)
+	s, refusal := ws.register(conn, hj.nc, user)
 	if refusal != nil {
 		ws.reject(conn, CloseRateLimited, "too many connections", refusal)
 		return
@@ -320,7 +321,7 @@ func originAllowed(all bool, set map[string]bool, origin, host string) bool {
 }
 
 // register admits a session under the connection caps.
-func (ws *WebSocket) register(conn *websocket.Conn, user int64) (*wsSession, error) {
+func (ws *WebSocket) register(conn *websocket.Conn, nc *stallConn, user int64) (*wsSession, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	capped := func(msg string) error {
@@ -333,7 +334,7 @@ func (ws *WebSocket) register(conn *websocket.Conn, user int64) (*wsSession, err
 	if ws.perUser[user] >= ws.cfg.MaxConnsPerUser {
 		return nil, capped(fmt.Sprintf("user %d has %d WebSocket connections on this node, the most allowed", user, ws.cfg.MaxConnsPerUser))
 	}
-	s := newSession(ws, conn, user)
+	s := newSession(ws, conn, nc, user)
 	ws.sessions[s] = struct{}{}
 	ws.perUser[user]++
 	ws.m.conns.Inc()

@@ -47,8 +47,10 @@ type WSConfig struct {
 
 	// WriteTimeout bounds every write to the socket. A write that cannot
 	// complete in time (the client stopped reading and the kernel buffers
-	// are full) ends the connection without a close frame: one cannot be
-	// written any more. Default 10s.
+	// are full) closes the session with 4008: the unsent rest of its frame
+	// is kept (see stallConn), the close frame follows it, and both get
+	// another WriteTimeout to reach the client before the connection is
+	// dropped. Default 10s.
 	WriteTimeout time.Duration
 
 	// HelloTimeout is how long a new connection may take to send its

@@ -177,7 +177,6 @@ func TestWSProtocol(t *testing.T) {
 		}{
 			"lag":          {1, &epoch},
 			"stale epoch":  {head - 1, &stale},
-			"beyond head":  {head + 10, &epoch},
 			"lag no epoch": {2, nil},
 		} {
 			c := dialWS(t, w, b)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -46,6 +47,7 @@ type queued struct {
 type wsSession struct {
 	ws       *WebSocket
 	conn     *websocket.Conn
+	nc       *stallConn // under conn
 	id       uint64
 	user     int64
 	sub      *subscription
@@ -84,9 +86,10 @@ type wsSession struct {
 	signalAt     time.Time // first hub wake-up not yet answered by entries
 }
 
-func newSession(ws *WebSocket, conn *websocket.Conn, user int64) *wsSession {
+func newSession(ws *WebSocket, conn *websocket.Conn, nc *stallConn, user int64) *wsSession {
+	nc.arm()
 	s := &wsSession{
-		ws: ws, conn: conn, id: ws.nextID.Add(1), user: user,
+		ws: ws, conn: conn, nc: nc, id: ws.nextID.Add(1), user: user,
 		sub:      ws.g.hub.subscribeUserRuns(user),
 		readDone: make(chan struct{}),
 	}
@@ -313,7 +316,20 @@ func (s *wsSession) handle(mt int, data []byte) {
 	in, err := decodeInbound(mt, data)
 	if err != nil {
 		s.ws.m.received.WithLabelValues("invalid").Inc()
-		s.pushControl(errorFrame(err, ""), "error")
+		var msgID string
+		if in != nil {
+			switch in.Type {
+			case "hello":
+				// A hello that cannot be decoded is a bad hello: it
+				// closes, as a bad cursor does.
+				s.refuseHello(err)
+				return
+			case "send":
+				// Name the send the error answers when its id is fine.
+				msgID, _ = parseMsgID(in.MsgID)
+			}
+		}
+		s.pushControl(errorFrame(err, msgID), "error")
 		return
 	}
 	s.ws.m.received.WithLabelValues(in.Type).Inc()
@@ -328,7 +344,11 @@ func (s *wsSession) handle(mt int, data []byte) {
 }
 
 // decodeInbound decodes one client frame: a JSON text message with a known
-// type. Errors are bad_request.
+// type, whose strings are text PostgreSQL can store (no NUL, no lone
+// surrogate: checkJSONText, as for the HTTP bodies). Errors are
+// bad_request; with an error, the frame is returned too when it could be
+// read as far as its type (a field of the wrong type leaves the others
+// decoded), so that a bad hello closes and a bad send names its msg_id.
 func decodeInbound(mt int, data []byte) (*wsInbound, error) {
 	if mt != websocket.TextMessage {
 		return nil, badRequest("frames must be JSON text messages")
@@ -338,13 +358,40 @@ func decodeInbound(mt int, data []byte) (*wsInbound, error) {
 	}
 	var in wsInbound
 	if err := json.Unmarshal(data, &in); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return &in, badRequest("%s", describeJSONError(err))
+		}
 		return nil, badRequest("%s", describeJSONError(err))
+	}
+	if err := checkJSONText(data); err != nil {
+		return &in, err
 	}
 	switch in.Type {
 	case "hello", "send", "ping":
 		return &in, nil
 	}
 	return nil, badRequest("unknown frame type %q (hello, send, ping)", in.Type)
+}
+
+// refuseHello answers a hello that GET /v1/sync would answer with 400 (a
+// cursor or epoch that is negative, of the wrong type or beyond the head):
+// the error frame HTTP's body would be, and close 1008 at once. A second
+// hello, bad or not, only gets an error frame.
+func (s *wsSession) refuseHello(err error) {
+	s.mu.Lock()
+	seen := s.helloSeen
+	s.helloSeen = true
+	if t := s.helloTimer; t != nil {
+		t.Stop()
+		s.helloTimer = nil
+	}
+	s.mu.Unlock()
+	if seen {
+		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), "error")
+		return
+	}
+	s.closeWith(closeProtocol, "bad hello", errorFrame(err, ""))
 }
 
 // hello answers the client's cursor: welcome, then too_long or the first
@@ -369,12 +416,17 @@ func (s *wsSession) hello(in *wsInbound) {
 	if in.After != nil {
 		p.after = *in.After
 	}
+	// The bounds and messages of GET /v1/sync's parameters (queryInt).
 	if p.after < 0 {
-		s.closeWith(closeProtocol, "bad hello", errorFrame(badRequest("after must not be negative"), ""))
+		s.closeWith(closeProtocol, "bad hello", errorFrame(badRequest("parameter after must be an integer in 0..%d", int64(math.MaxInt64)), ""))
 		return
 	}
 	if in.Epoch != nil {
 		p.epoch, p.hasEpoch = *in.Epoch, true
+		if p.epoch < 0 {
+			s.closeWith(closeProtocol, "bad hello", errorFrame(badRequest("parameter epoch must be an integer in 0..%d", int64(math.MaxInt64)), ""))
+			return
+		}
 	}
 	// The hello runs on the reader, so the session cannot end under it.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -382,13 +434,12 @@ func (s *wsSession) hello(in *wsInbound) {
 	res, err := g.readSync(ctx, s.user, p)
 	var e *Error
 	if errors.As(err, &e) && e.Code == CodeBadRequest {
-		// A cursor beyond the head cannot be filled. HTTP answers 400;
-		// here the client is rebased with too_long rather than left to
-		// reconnect with the same cursor forever.
-		res, err = &syncResult{tooLong: true}, nil
-		if qerr := g.pool.QueryRow(ctx, sqlUserHead, s.user).Scan(&res.epoch, &res.head, &res.recordVersion); qerr != nil {
-			err = qerr
-		}
+		// A cursor beyond the head cannot be filled: HTTP answers 400,
+		// and so does the hello, closing at once. The client's cursor
+		// is corrupt; it must start again from 0 (or send its epoch, so
+		// that a replay gives a clean too_long instead).
+		s.closeWith(closeProtocol, "bad hello", errorFrame(err, ""))
+		return
 	}
 	var tl *tooLongResponse
 	if err == nil && res.tooLong {
@@ -542,8 +593,15 @@ func (s *wsSession) closeWith(code int, reason string, frame []byte) {
 	if frame != nil {
 		s.control = append(s.control, queued{b: frame, kind: "error"})
 	}
+	// A write in progress may be blocked by a client that does not read:
+	// it stalls at once (see stallConn) instead of holding the close
+	// frame back until WriteTimeout.
+	kick := s.writing && !s.writeStart.IsZero() && frame == nil
 	start := s.startWriterLocked()
 	s.mu.Unlock()
+	if kick {
+		s.nc.kick()
+	}
 	if start {
 		go s.writer()
 	}
@@ -663,7 +721,33 @@ func (s *wsSession) writer() {
 			s.abort(err)
 			return
 		}
+		if s.nc.isStalled() {
+			s.closeStalled()
+			return
+		}
 	}
+}
+
+// closeStalled ends a session whose write stalled: the client did not take
+// a frame within WriteTimeout (or a close kicked the write). The unsent rest
+// of the frame is kept by the stallConn; the close frame, 4008 unless a
+// close was already decided, goes after it, and writeClose flushes both.
+func (s *wsSession) closeStalled() {
+	s.mu.Lock()
+	code, reason := s.closeCode, s.closeReason
+	if !s.closing {
+		code, reason = CloseTooSlow, "too slow: frames not read"
+		s.ws.m.slowCloses.WithLabelValues("write_timeout").Inc()
+		s.logAt(slog.LevelInfo, "WebSocket write timed out, closing with 4008")
+	}
+	s.closing, s.closeCode, s.closeReason = true, code, reason
+	s.data, s.dataBytes, s.control = nil, 0, nil
+	s.setWriteDoneLocked()
+	s.mu.Unlock()
+	s.writeClose(code, reason)
+	s.mu.Lock()
+	s.writing = false
+	s.mu.Unlock()
 }
 
 // setWriteDoneLocked records that nothing more is written (a close frame
@@ -703,10 +787,16 @@ func (s *wsSession) write(q queued) error {
 }
 
 // writeClose sends the close frame, waits up to CloseGrace for the
-// client's (the reader ends on it) and drops the connection.
+// client's (the reader ends on it) and drops the connection. Behind a
+// stalled write, the close frame is kept after the rest of the stalled
+// frame, and both get WriteTimeout of their own to reach the client.
 func (s *wsSession) writeClose(code int, reason string) {
 	deadline := time.Now().Add(min(s.ws.cfg.WriteTimeout, time.Second))
-	if err := s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), deadline); err == nil {
+	err := s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), deadline)
+	if err == nil {
+		err = s.nc.flush(time.Now().Add(s.ws.cfg.WriteTimeout))
+	}
+	if err == nil {
 		s.ws.m.closed(code)
 	} else {
 		s.logAt(slog.LevelDebug, "WebSocket close frame not written", "code", code, "err", err)
@@ -720,8 +810,10 @@ func (s *wsSession) writeClose(code int, reason string) {
 	_ = s.conn.Close()
 }
 
-// abort drops a connection whose write failed. A timed-out write means the
-// client stopped reading: the socket is unusable, no close frame can follow.
+// abort drops a connection whose write failed. A write that times out is
+// not a failure once the stallConn is armed (it stalls, and closeStalled
+// closes with 4008); what is left here is a connection that is gone, or a
+// client that went on pinging while not reading after a stall.
 func (s *wsSession) abort(err error) {
 	var ne net.Error
 	readerLive := true

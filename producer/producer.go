@@ -248,8 +248,12 @@ func Record(topic string, e *events.Event, value []byte) *kgo.Record {
 	}
 }
 
-// Append validates e, appends it and waits for the acknowledgement of all
-// in-sync replicas.
+// Append validates e (events.Encode runs Event.Validate, which refuses
+// among others the text PostgreSQL cannot store: NUL, invalid UTF-8), appends
+// it and waits for the acknowledgement of all in-sync replicas. An invalid
+// event is an error wrapping events.ErrInvalid and is never appended: no
+// writer of the topic through this package can append a record that every
+// projection attempt would refuse.
 func (p *Producer) Append(ctx context.Context, e *events.Event) (Position, error) {
 	value, err := events.Encode(e, p.cfg.MaxBody)
 	if err != nil {

@@ -242,3 +242,33 @@ func message(c int64, n int) *events.Event {
 	e.Body = events.Ptr(fmt.Sprint(n))
 	return e
 }
+
+// TestAppendRefusesUnstorableText: an event the projector could never store
+// (NUL or invalid UTF-8 in its title or body) is refused by Append and
+// AppendAsync with events.ErrInvalid, and nothing reaches the topic; a
+// valid event after them is the only record.
+func TestAppendRefusesUnstorableText(t *testing.T) {
+	p, k := newProducer(t, 3, nil)
+	ctx := testenv.Ctx(t, time.Minute)
+	nul := message(1, 0)
+	nul.Body = events.Ptr("nul \x00 byte")
+	badUTF8 := message(2, 0)
+	badUTF8.Body = events.Ptr("bad \xff byte")
+	title := events.New(events.ConversationCreated, 3, 1)
+	title.Title = "t\x00"
+	for _, e := range []*events.Event{nul, badUTF8, title} {
+		_, err := p.Append(ctx, e)
+		require.ErrorIs(t, err, events.ErrInvalid, "%s", e.Type)
+		done := make(chan error, 1)
+		p.AppendAsync(ctx, e, func(_ producer.Position, err error) { done <- err })
+		require.ErrorIs(t, <-done, events.ErrInvalid, "%s async", e.Type)
+	}
+	good := message(4, 0)
+	_, err := p.Append(ctx, good)
+	require.NoError(t, err)
+	recs := readAll(t, k.Brokers, k.Topic)
+	require.Len(t, recs, 1)
+	back, err := events.Decode(recs[0].Value, 0)
+	require.NoError(t, err)
+	require.Equal(t, good.EventID, back.EventID)
+}

@@ -330,6 +330,25 @@ func (f *Fanout) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+	for {
+		err := f.consume(ctx, applyCtx)
+		if !errors.Is(err, errRestartClient) {
+			return err
+		}
+		f.cfg.Logger.Info("restarting the Kafka client: partitions stopped by the log check belong to the log again")
+	}
+}
+
+// errRestartClient ends consume so that Run starts over with a new client:
+// after a topic was recreated, franz-go does not consume it again in the
+// same client, and a new group session reloads every offset.
+var errRestartClient = errors.New("restart the Kafka client")
+
+// consume runs one Kafka client (one group membership) until ctx ends, an
+// error, or errRestartClient.
+func (f *Fanout) consume(ctx, applyCtx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(f.cfg.Brokers...),
 		kgo.ClientID("inboxd-fanout"),
@@ -378,8 +397,12 @@ func (f *Fanout) Run(ctx context.Context) error {
 	// Close leaves the group, so a dynamic member's partitions move at
 	// once; a static member (InstanceID) is made to leave explicitly.
 	defer f.leave(cl)
-	wg.Add(1)
-	go func() { defer wg.Done(); f.runLogChecks(ctx, cl) }()
+	var checks sync.WaitGroup
+	// The log checks end before the client closes (defers run last first).
+	defer checks.Wait()
+	defer cancel()
+	checks.Add(1)
+	go func() { defer checks.Done(); f.runLogChecks(ctx, cl) }()
 	f.cfg.Logger.Info("fanout started", "topic", f.cfg.Topic, "group", f.cfg.Group, "instance_id", f.cfg.InstanceID,
 		"session_timeout", f.cfg.SessionTimeout.String())
 	fetchLog := newRateLog(f.cfg.Logger, 10*time.Second)
@@ -398,14 +421,9 @@ func (f *Fanout) Run(ctx context.Context) error {
 			return nil
 		}
 		if rs := f.guard.takeResumes(); len(rs) > 0 {
-			set := map[int32]kgo.EpochOffset{}
-			var ps []int32
-			for p, o := range rs {
-				set[p] = kgo.EpochOffset{Epoch: -1, Offset: o}
-				ps = append(ps, p)
-			}
-			cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{f.cfg.Topic: set})
-			cl.ResumeFetchPartitions(map[string][]int32{f.cfg.Topic: ps})
+			cl.AllowRebalance()
+			f.guard.reset()
+			return errRestartClient
 		}
 		fetchErrs := 0
 		fetches.EachError(func(t string, p int32, err error) {

@@ -215,6 +215,20 @@ func (g *guard) forget(parts []int32) {
 	}
 }
 
+// reset forgets every partition (a new client starts over).
+func (g *guard) reset() {
+	g.mu.Lock()
+	parts := make([]int32, 0, len(g.next)+len(g.stopped))
+	for p := range g.next {
+		parts = append(parts, p)
+	}
+	for p := range g.stopped {
+		parts = append(parts, p)
+	}
+	g.mu.Unlock()
+	g.forget(parts)
+}
+
 func (g *guard) owned() []int32 {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -104,6 +105,9 @@ func (c *Config) validate() error {
 type Producer struct {
 	cfg Config
 	cl  *kgo.Client
+
+	recreatedMu   sync.Mutex
+	recreatedSeen time.Time // last time a recreated topic was noticed
 }
 
 // Position is where a record landed.
@@ -261,6 +265,7 @@ func (p *Producer) Append(ctx context.Context, e *events.Event) (Position, error
 	}
 	r := Record(p.cfg.Topic, e, value)
 	if err := p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		p.noticeRecreated(err)
 		return Position{}, fmt.Errorf("append %s to %s: %w", e.Type, p.cfg.Topic, err)
 	}
 	return Position{Partition: r.Partition, Offset: r.Offset}, nil
@@ -275,6 +280,9 @@ func (p *Producer) AppendAsync(ctx context.Context, e *events.Event, done func(P
 		return
 	}
 	p.cl.Produce(ctx, Record(p.cfg.Topic, e, value), func(r *kgo.Record, err error) {
+		if err != nil {
+			p.noticeRecreated(err)
+		}
 		done(Position{Partition: r.Partition, Offset: r.Offset}, err)
 	})
 }
@@ -289,3 +297,28 @@ func (p *Producer) AppendRaw(ctx context.Context, conversationID int64, typ stri
 
 // Flush waits for buffered records.
 func (p *Producer) Flush(ctx context.Context) error { return p.cl.Flush(ctx) }
+
+// noticeRecreated handles an append refused because the topic was deleted
+// and created again under the same name: franz-go stops producing to a
+// topic whose id changed until it is purged. The appends of the caller
+// failed (a 503 for the gateway's clients, who retry); purging lets the
+// next ones go to the new topic, where they wait, unprojected, until an
+// operator decides what the fanout does with the new log (the fanout stops
+// its partitions; docs/operations.md). Logged at most once a minute.
+func (p *Producer) noticeRecreated(err error) {
+	if !errors.Is(err, kerr.UnknownTopicID) {
+		return
+	}
+	p.recreatedMu.Lock()
+	defer p.recreatedMu.Unlock()
+	if time.Since(p.recreatedSeen) < time.Second {
+		return
+	}
+	first := time.Since(p.recreatedSeen) >= time.Minute
+	p.recreatedSeen = time.Now()
+	p.cl.PurgeTopicsFromProducing(p.cfg.Topic)
+	if first {
+		p.cfg.Logger.Error("the topic's id changed (deleted and created again): appends go to the new topic; the fanout stops its partitions until an operator decides (inboxd offsets)",
+			"topic", p.cfg.Topic, "err", err)
+	}
+}

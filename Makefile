@@ -2,7 +2,7 @@
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: run test test-kafka test-short build vet bench clean
+.PHONY: run test test-kafka test-short fuzz build vet bench clean
 
 run: ## start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it)
 	$(GO) run ./cmd/inboxd dev
@@ -16,6 +16,9 @@ test: ## every test, against a real PostgreSQL and kfake started by the tests
 
 test-kafka: ## the integration tests against a real Apache Kafka 4.1.1 (KRaft, jars from Maven Central; needs java 17+, mvn)
 	GOTESTFLAGS="$(GOTESTFLAGS)" scripts/test-kafka.sh
+
+fuzz: ## schemathesis (pinned in scripts/fuzz/requirements.txt) against /openapi.yaml of inboxd dev for 3 minutes; then checks the pipeline still projects
+	scripts/fuzz-api.sh
 
 test-short:
 	$(GO) test -count=1 -short ./...

@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"encoding/json"
 	"net/http"
+	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -38,4 +41,193 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	r := (&user{tg: tg}).do(t, "GET", "/openapi.yaml", nil)
 	require.Equal(t, http.StatusOK, r.status)
 	require.Equal(t, string(openapiYAML), string(r.body))
+}
+
+// openapiDoc is the document as plain maps, with $ref resolution.
+type openapiDoc map[string]any
+
+func loadOpenAPI(t testing.TB) openapiDoc {
+	t.Helper()
+	var doc map[string]any
+	require.NoError(t, yaml.Unmarshal(openapiYAML, &doc))
+	return doc
+}
+
+// resolve follows a local "$ref" (and refs of refs); anything else is
+// returned as it is.
+func (d openapiDoc) resolve(t testing.TB, v any) map[string]any {
+	t.Helper()
+	m, _ := v.(map[string]any)
+	for i := 0; m != nil && i < 10; i++ {
+		ref, ok := m["$ref"].(string)
+		if !ok {
+			return m
+		}
+		require.True(t, strings.HasPrefix(ref, "#/"), "only local refs: %s", ref)
+		var cur any = map[string]any(d)
+		for _, part := range strings.Split(strings.TrimPrefix(ref, "#/"), "/") {
+			part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+			cm, ok := cur.(map[string]any)
+			require.True(t, ok, "ref %s does not resolve", ref)
+			cur, ok = cm[part]
+			require.True(t, ok, "ref %s does not resolve", ref)
+		}
+		m, _ = cur.(map[string]any)
+		require.NotNil(t, m, "ref %s is not an object", ref)
+	}
+	return m
+}
+
+// TestOpenAPIDocument checks what the route test cannot: every $ref
+// resolves, every object schema's required fields are among its
+// properties, each operation lists the error answers the server can give
+// it (with the Error shape), and authenticated successes list the
+// rate-limit headers.
+func TestOpenAPIDocument(t *testing.T) {
+	doc := loadOpenAPI(t)
+
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if _, ok := x["$ref"]; ok {
+				doc.resolve(t, x)
+			}
+			if props, ok := x["properties"].(map[string]any); ok {
+				req, _ := x["required"].([]any)
+				for _, r := range req {
+					_, ok := props[r.(string)]
+					require.True(t, ok, "%s: required %q is not a property", path, r)
+				}
+			}
+			for k, e := range x {
+				walk(path+"/"+k, e)
+			}
+		case []any:
+			for i, e := range x {
+				walk(path+"/"+strconv.Itoa(i), e)
+			}
+		}
+	}
+	walk("#", map[string]any(doc))
+
+	routes := (&Gateway{cfg: Config{DevMode: true}}).routeTable()
+	paths := doc["paths"].(map[string]any)
+	for _, rt := range routes {
+		op, ok := paths[rt.path].(map[string]any)[strings.ToLower(rt.method)].(map[string]any)
+		require.True(t, ok, "%s is documented", rt.pattern())
+		responses := op["responses"].(map[string]any)
+		_, hasBody := op["requestBody"]
+		hasCid := strings.Contains(rt.path, "{cid}")
+
+		want := []string{"431"}
+		if rt.auth {
+			want = append(want, "400", "401", "429", "500", "503")
+		}
+		if hasBody {
+			want = append(want, "400", "413")
+		}
+		if hasCid {
+			want = append(want, "403", "404")
+		}
+		for _, code := range want {
+			_, ok := responses[code]
+			require.True(t, ok, "%s lists %s", rt.pattern(), code)
+		}
+
+		// The WebSocket checks its token after the upgrade: optional
+		// security ({} or bearer), never a 401.
+		sec, hasSec := op["security"].([]any)
+		anonymous := hasSec && len(sec) == 0
+		for _, s := range sec {
+			anonymous = anonymous || len(s.(map[string]any)) == 0
+		}
+		require.Equal(t, !rt.auth, anonymous, "%s: anonymous exactly on the routes without a token", rt.pattern())
+
+		for code, v := range responses {
+			resp := doc.resolve(t, v)
+			headers, _ := resp["headers"].(map[string]any)
+			switch {
+			case code >= "400":
+				schema := doc.resolve(t, resp["content"].(map[string]any)["application/json"].(map[string]any)["schema"])
+				if all, ok := schema["allOf"].([]any); ok {
+					schema = doc.resolve(t, all[0])
+				}
+				require.Contains(t, schema["required"], "error", "%s %s has the Error shape", rt.pattern(), code)
+			case code >= "200" && code < "300" && rt.auth:
+				for _, h := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+					require.Contains(t, headers, h, "%s %s lists the rate-limit headers", rt.pattern(), code)
+				}
+			}
+			switch code {
+			case "429", "503":
+				require.Contains(t, headers, "Retry-After", "%s %s", rt.pattern(), code)
+			case "401":
+				require.Contains(t, headers, "WWW-Authenticate", "%s %s", rt.pattern(), code)
+			}
+		}
+	}
+
+	codes := doc.resolve(t, map[string]any{"$ref": "#/components/schemas/Error"})["properties"].(map[string]any)["error"].(map[string]any)["properties"].(map[string]any)["code"].(map[string]any)["enum"]
+	require.ElementsMatch(t, []any{CodeBadRequest, CodeUnauthorized, CodeNotMember, CodeNotFound,
+		CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, CodeInternal}, codes)
+}
+
+// TestOpenAPIObjectsMatchWire keeps the document's object schemas equal to
+// what the server writes: every field the Go type marshals is a required
+// property of its schema, and the schema has no property the server never
+// writes. (Every answer field is always present; absent-or-null is only
+// for request fields.)
+func TestOpenAPIObjectsMatchWire(t *testing.T) {
+	doc := loadOpenAPI(t)
+	schema := func(name string) map[string]any {
+		return doc.resolve(t, map[string]any{"$ref": "#/components/schemas/" + name})
+	}
+	response := func(path, method, code string) map[string]any {
+		op := doc["paths"].(map[string]any)[path].(map[string]any)[method].(map[string]any)
+		resp := doc.resolve(t, op["responses"].(map[string]any)[code])
+		return doc.resolve(t, resp["content"].(map[string]any)["application/json"].(map[string]any)["schema"])
+	}
+	s := "x"
+	cases := []struct {
+		name   string
+		schema map[string]any
+		v      any
+		extra  []string // documented, never written by this type
+	}{
+		{"Message", schema("Message"), message{Body: json.RawMessage(`"x"`)}, nil},
+		{"Record", schema("Record"), record{}, nil},
+		{"MessageEntry", schema("MessageEntry"), entry{raw: []byte(`{}`)}, nil},
+		{"RecordEntry", schema("RecordEntry"), entry{record: true, raw: []byte(`{}`)}, nil},
+		{"SyncPage", schema("SyncPage"), syncResponse{}, nil},
+		{"TooLong", schema("TooLong"), tooLongResponse{NextPage: &s}, nil},
+		{"Polling", schema("Polling"), polling{}, nil},
+		{"Error", schema("Error"), errorBody{}, nil},
+		{"list", response("/v1/conversations", "get", "200"), listResponse{}, nil},
+		{"create", response("/v1/conversations", "post", "201"), createResponse{}, nil},
+		{"history", response("/v1/conversations/{cid}/messages", "get", "200"), historyResponse{}, nil},
+		{"pending", response("/v1/conversations/{cid}/messages", "post", "202"), pendingResponse{}, nil},
+		{"accepted", response("/v1/conversations/{cid}/read", "post", "202"), accepted{}, nil},
+		{"dev token", response("/v1/dev/token", "post", "200"), devTokenResponse{}, nil},
+	}
+	for _, c := range cases {
+		raw, err := json.Marshal(c.v)
+		require.NoError(t, err)
+		var wire map[string]any
+		require.NoError(t, json.Unmarshal(raw, &wire), c.name)
+		var written []string
+		for k := range wire {
+			written = append(written, k)
+		}
+		var required []string
+		for _, r := range c.schema["required"].([]any) {
+			required = append(required, r.(string))
+		}
+		var props []string
+		for k := range c.schema["properties"].(map[string]any) {
+			props = append(props, k)
+		}
+		require.ElementsMatch(t, written, required, "%s (%s): required = what the server writes", c.name, reflect.TypeOf(c.v))
+		require.ElementsMatch(t, append(written, c.extra...), props, "%s: properties", c.name)
+	}
 }

@@ -94,6 +94,16 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 		// The origin is checked after the upgrade, so that a refused
 		// browser sees close code 4003 rather than an opaque failure.
 		CheckOrigin: func(*http.Request) bool { return true },
+		// A refused handshake (no key, another version) is answered in the
+		// error shape like every non-2xx answer, not in the upgrader's
+		// plain text.
+		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
+			code := CodeBadRequest
+			if status >= 500 {
+				code = CodeInternal
+			}
+			g.writeError(w, r, &Error{Status: status, Code: code, Message: reason.Error(), Retryable: status >= 500})
+		},
 	}
 	m, err := newWSMetrics(cfg.Registerer, func() float64 { return float64(ws.stalledWrites(time.Second)) })
 	if err != nil {

@@ -170,7 +170,7 @@ func TestOpenAPIDocument(t *testing.T) {
 
 	codes := doc.resolve(t, map[string]any{"$ref": "#/components/schemas/Error"})["properties"].(map[string]any)["error"].(map[string]any)["properties"].(map[string]any)["code"].(map[string]any)["enum"]
 	require.ElementsMatch(t, []any{CodeBadRequest, CodeUnauthorized, CodeNotMember, CodeNotFound,
-		CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, CodeInternal}, codes)
+		CodePayloadTooLarge, CodeHeaderTooLarge, CodeRateLimited, CodeUnavailable, CodeInternal}, codes)
 }
 
 // TestOpenAPIObjectsMatchWire keeps the document's object schemas equal to

@@ -17,11 +17,6 @@
 #   INBOXD_FUZZ_VENV      the venv (default ~/.cache/inboxd/fuzz-venv)
 #   INBOXD_FUZZ_OUT       where the server log, schemathesis' output and
 #                         JUnit report are kept (default /tmp/inboxd-fuzz)
-#   INBOXD_FUZZ_ALLOW_NUL TEMPORARY (issue 13): 0 (default) keeps NUL bytes
-#                         out of generated strings while the gateway still
-#                         accepts them and the fanout stalls on them; set 1
-#                         to fuzz with them, and drop the option once the
-#                         gateway refuses NUL with a 400.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -30,7 +25,6 @@ FUZZ_TIME="${INBOXD_FUZZ_TIME:-180}"
 SEED="${INBOXD_FUZZ_SEED:-$((RANDOM * 32768 + RANDOM))}"
 VENV="${INBOXD_FUZZ_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/inboxd/fuzz-venv}"
 OUT="${INBOXD_FUZZ_OUT:-/tmp/inboxd-fuzz}"
-ALLOW_NUL="${INBOXD_FUZZ_ALLOW_NUL:-0}"
 REQS="$ROOT/scripts/fuzz/requirements.txt"
 FUZZ_USER=424242 # members of 1-3 besides it: 2, 3, 5 (see schemathesis.toml)
 
@@ -145,8 +139,8 @@ say "conversations 1-3 (user $FUZZ_USER) and $check_cid (users 900001, 900002) c
 # Answers: no 5xx; status, content type, body and headers as documented;
 # 405 with Allow for the methods a path does not take; 401 without a token.
 checks="${INBOXD_FUZZ_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance,unsupported_method,allow_header_conformance,ignored_auth}"
-x00=false
-[[ "$ALLOW_NUL" == 1 ]] && x00=true
+# NUL bytes in generated strings too: the gateway refuses them with a 400.
+x00=true
 say "schemathesis for ${FUZZ_TIME}s, seed $SEED, checks $checks, NUL in strings: $x00"
 t0=$SECONDS
 fuzz_rc=0

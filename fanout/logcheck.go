@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -493,4 +494,21 @@ func (r *rateLog) Warn(key, msg string, args ...any) {
 		args = append(args, "repeated_since_last_line", n)
 	}
 	r.log.Warn(msg, args...)
+}
+
+// AutoInstanceID, as Config.InstanceID in cmd/inboxd, asks for an id
+// derived with InstanceIDFor.
+const AutoInstanceID = "auto"
+
+// InstanceIDFor derives a static membership id from the host name and the
+// port of the process's ops address: stable across restarts of a container
+// or pod (which keep their host name), and unique among running processes,
+// since two processes cannot listen on one port of one host. It returns ""
+// (dynamic membership) when either is unknown or the port is 0.
+func InstanceIDFor(hostname, opsAddr string) string {
+	_, port, err := net.SplitHostPort(opsAddr)
+	if hostname == "" || err != nil || port == "" || port == "0" {
+		return ""
+	}
+	return "fanout-" + hostname + "-" + port
 }

@@ -192,6 +192,11 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
 			if err == nil || errors.Is(err, kerr.TopicAlreadyExists) {
 				break
 			}
+			if errors.Is(err, kerr.InvalidReplicationFactor) {
+				// Not transient: the cluster has fewer brokers than asked.
+				return fmt.Errorf("create topic %s with replication factor %d: %w (a cluster with fewer brokers cannot hold that many copies; "+
+					"ask for fewer explicitly, e.g. --replication-factor 1 for a single broker, knowing the log then has one copy)", t, cfg.ReplicationFactor, err)
+			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("create topic %s: %w", t, err)
 			}

@@ -7,10 +7,14 @@
 # in a cache directory reused across runs. Needs java (17+) and mvn.
 #
 #   scripts/kafka-local.sh install   resolve the jars into the cache (no-op when cached)
-#   scripts/kafka-local.sh start     install, format a fresh log dir, start, wait until ready
+#   scripts/kafka-local.sh start     install, DELETE the log dir of any previous run and format a
+#                                    fresh, empty one, start, wait until ready (a throwaway broker:
+#                                    every topic and record of the previous run is gone)
 #   scripts/kafka-local.sh stop      SIGTERM, wait, then SIGKILL
 #   scripts/kafka-local.sh status    running or not, and where
-#   scripts/kafka-local.sh env       print: export INBOXD_TEST_KAFKA_BROKERS=127.0.0.1:PORT
+#   scripts/kafka-local.sh restart   stop, then start: the same fresh, EMPTY broker (data deleted)
+#   scripts/kafka-local.sh env       print the exports for the binaries (INBOXD_KAFKA_BROKERS)
+#                                    and for the tests (INBOXD_TEST_KAFKA_BROKERS)
 #   scripts/kafka-local.sh version   print the Kafka version (of the running broker, else of the jars)
 #   scripts/kafka-local.sh log       print the broker's log
 #
@@ -200,6 +204,9 @@ start() {
 	need java "install a JDK 17+"
 	install
 	pick_ports
+	if [[ -d "$RUN/data" ]] && [[ -n "$(ls -A "$RUN/data" 2>/dev/null)" ]]; then
+		log "deleting $RUN/data: the previous run's topics and records are gone (this broker is for tests)"
+	fi
 	rm -rf "$RUN/data"
 	mkdir -p "$RUN/data"
 	write_config
@@ -292,6 +299,7 @@ status() {
 
 env_cmd() {
 	running_pid >/dev/null || die "not running (scripts/kafka-local.sh start)"
+	echo "export INBOXD_KAFKA_BROKERS=$(cat "$PORTFILE")"
 	echo "export INBOXD_TEST_KAFKA_BROKERS=$(cat "$PORTFILE")"
 }
 

@@ -43,7 +43,9 @@ t0=$SECONDS
 scripts/kafka-local.sh start
 t_start=$((SECONDS - t0))
 KAFKA_VERSION="$(scripts/kafka-local.sh version 2>/dev/null)"
-eval "$(scripts/kafka-local.sh env)"
+# Only the tests' variable: INBOXD_KAFKA_BROKERS would point the binaries the
+# tests start (inboxd dev) away from their embedded broker.
+eval "$(scripts/kafka-local.sh env | grep INBOXD_TEST_KAFKA_BROKERS)"
 export INBOXD_TEST_KAFKA_BROKERS
 
 if [[ -n "${INBOXD_TEST_KAFKA_PACKAGES:-}" ]]; then

@@ -28,6 +28,11 @@ func runDev(ctx context.Context, args []string) error {
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
+	// Dev runs on one broker (its embedded one, or a local one): a single
+	// copy of the log unless asked otherwise.
+	if !config.Given(fs, "replication-factor") {
+		c.replicationFactor = 1
+	}
 	log, err := c.logger()
 	if err != nil {
 		return err
@@ -63,6 +68,9 @@ func runDev(ctx context.Context, args []string) error {
 	reg := app.NewRegistry()
 	fcfg := f.config(&c, log.With("service", "fanout"))
 	fcfg.Registerer = reg
+	if fcfg.InstanceID == fanout.AutoInstanceID {
+		fcfg.InstanceID = "" // one process: nothing to take over
+	}
 	fo, err := fanout.New(fcfg, pool)
 	if err != nil {
 		return err

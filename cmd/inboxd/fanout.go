@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"os"
 
 	"golang.org/x/sync/errgroup"
 
@@ -39,6 +40,10 @@ func runFanout(ctx context.Context, args []string) error {
 	reg := app.NewRegistry()
 	cfg := f.config(&c, log)
 	cfg.Registerer = reg
+	if cfg.InstanceID == fanout.AutoInstanceID {
+		host, _ := os.Hostname()
+		cfg.InstanceID = fanout.InstanceIDFor(host, *httpAddr)
+	}
 	fo, err := fanout.New(cfg, pool)
 	if err != nil {
 		return err

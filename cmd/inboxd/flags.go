@@ -38,7 +38,7 @@ func (c *common) bind(fs *flag.FlagSet, kafka bool) {
 		fs.StringVar(&c.brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers")
 		fs.StringVar(&c.topic, "topic", producer.DefaultTopic, "event topic (the DLQ is <topic>.dlq)")
 		fs.IntVar(&c.partitions, "partitions", producer.DefaultPartitions, "partitions of a topic created by inboxd")
-		fs.IntVar(&c.replicationFactor, "replication-factor", 1, "replication factor of a topic created by inboxd (3 in production)")
+		fs.IntVar(&c.replicationFactor, "replication-factor", 3, "replication factor of a topic created by inboxd; a cluster with fewer brokers refuses it, so a single-broker setup must ask for 1 explicitly (dev defaults to 1)")
 		fs.BoolVar(&c.createTopics, "create-topics", true, "create the topics when missing")
 		fs.IntVar(&c.maxBody, "max-body", 4096, "message body limit in bytes (gateway answers 413 above it; fanout sends longer records to the DLQ)")
 	}
@@ -92,6 +92,9 @@ type fanoutFlags struct {
 	drain          time.Duration
 	instanceID     string
 	sessionTimeout time.Duration
+	rebalance      time.Duration
+	logCheck       time.Duration
+	kafkaCommit    time.Duration
 	retention      time.Duration
 	retentionEvery time.Duration
 }
@@ -101,8 +104,11 @@ func (f *fanoutFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxPollRecords, "max-poll-records", fanout.DefaultMaxPollRecords, "records per batch (one transaction)")
 	fs.IntVar(&f.applyWorkers, "apply-workers", fanout.DefaultApplyWorkers, "transactions applying one poll concurrently, split by partition (each holds a PostgreSQL connection)")
 	fs.IntVar(&f.recordAttempts, "record-attempts", fanout.DefaultRecordAttempts, "attempts of a record that fails to project because of its data before it goes to the DLQ (transient failures retry without bound)")
-	fs.StringVar(&f.instanceID, "instance-id", "", "static group membership id (a restarted process with the same id resumes at once)")
-	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "group session timeout")
+	fs.StringVar(&f.instanceID, "instance-id", fanout.AutoInstanceID, "static group membership id, so that a restarted process takes its partitions back at once; auto: <host name>-<port of --http-addr> (dynamic membership when the port is 0); empty: dynamic membership")
+	fs.DurationVar(&f.sessionTimeout, "session-timeout", fanout.DefaultSessionTimeout, "group session timeout: how long the partitions of a crashed fanout wait before they move (brokers refuse less than their group.min.session.timeout.ms, 6s by default)")
+	fs.DurationVar(&f.rebalance, "rebalance-timeout", fanout.DefaultRebalanceTimeout, "how long a rebalance waits for members to rejoin")
+	fs.DurationVar(&f.logCheck, "log-check-interval", 5*time.Second, "time between checks of the stored offsets against the log (topic id, start and end offsets), which also refresh the lag gauge")
+	fs.DurationVar(&f.kafkaCommit, "kafka-commit-interval", 5*time.Second, "time between commits of the applied offsets to the Kafka group, for lag tooling only (negative disables)")
 	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long inbox entries are kept (messages are kept forever)")
 	fs.DurationVar(&f.retentionEvery, "retention-interval", 10*time.Minute, "time between retention runs (negative disables)")
 	fs.DurationVar(&f.drain, "drain-timeout", 15*time.Second, "time to finish the current batch and leave the group at shutdown")
@@ -110,18 +116,21 @@ func (f *fanoutFlags) bind(fs *flag.FlagSet) {
 
 func (f *fanoutFlags) config(c *common, log *slog.Logger) fanout.Config {
 	return fanout.Config{
-		Brokers:           config.SplitList(c.brokers),
-		Topic:             c.topic,
-		Group:             f.group,
-		MaxPollRecords:    f.maxPollRecords,
-		ApplyWorkers:      f.applyWorkers,
-		RecordAttempts:    f.recordAttempts,
-		MaxBody:           c.maxBody,
-		InstanceID:        f.instanceID,
-		SessionTimeout:    f.sessionTimeout,
-		Retention:         f.retention,
-		RetentionInterval: f.retentionEvery,
-		DrainTimeout:      f.drain,
-		Logger:            log,
+		Brokers:             config.SplitList(c.brokers),
+		Topic:               c.topic,
+		Group:               f.group,
+		MaxPollRecords:      f.maxPollRecords,
+		ApplyWorkers:        f.applyWorkers,
+		RecordAttempts:      f.recordAttempts,
+		MaxBody:             c.maxBody,
+		InstanceID:          f.instanceID,
+		SessionTimeout:      f.sessionTimeout,
+		RebalanceTimeout:    f.rebalance,
+		LogCheckInterval:    f.logCheck,
+		KafkaCommitInterval: f.kafkaCommit,
+		Retention:           f.retention,
+		RetentionInterval:   f.retentionEvery,
+		DrainTimeout:        f.drain,
+		Logger:              log,
 	}
 }

@@ -91,3 +91,11 @@ func SplitList(s string) []string {
 	}
 	return out
 }
+
+// Given says whether the flag name was set after Parse, on the command
+// line or from its environment variable.
+func Given(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}

@@ -56,11 +56,13 @@ type Proc struct {
 }
 
 // Start runs the binary with args and env (added to the test's own) and
-// kills it at the test's end if it still runs.
+// kills it at the test's end if it still runs. The tests' brokers are one
+// (kfake or a single-node Kafka), so topics are created with one replica
+// unless env says otherwise (the binary refuses the default 3 there).
 func Start(t testing.TB, env []string, args ...string) *Proc {
 	t.Helper()
 	cmd := exec.Command(Binary(t), args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), "INBOXD_REPLICATION_FACTOR=1"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &Proc{cmd: cmd, done: make(chan struct{})}
 	stdout, _ := cmd.StdoutPipe()

@@ -190,7 +190,7 @@ type Fanout struct {
 	m     *metrics
 	parts *partitions
 	guard *guard
-	cl    *kgo.Client // set by Run before the first poll
+	adm   *kadm.Client // log checks and assignment; set before the consumer starts
 }
 
 // New returns a Fanout over pool (the schema must be migrated).
@@ -263,7 +263,7 @@ func (f *Fanout) adjustOffsets(ctx context.Context, assigned map[string]map[int3
 			if stored, err = LoadStoredOffsets(ctx, f.pool, topic); err != nil {
 				return err
 			}
-			ls, err = InspectLog(ctx, kadm.NewClient(f.cl), topic)
+			ls, err = InspectLog(ctx, f.adm, topic)
 			return err
 		}
 		if err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {
@@ -389,11 +389,18 @@ func (f *Fanout) consume(ctx, applyCtx context.Context) error {
 	if f.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(f.cfg.InstanceID))
 	}
+	// Its own client for admin requests, set before the consumer's client
+	// exists (whose group management calls adjustOffsets).
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Brokers...), kgo.ClientID("inboxd-fanout-admin"), kgo.MetadataMinAge(500*time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("fanout admin client: %w", err)
+	}
+	defer admCl.Close()
+	f.adm = kadm.NewClient(admCl)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("fanout client: %w", err)
 	}
-	f.cl = cl
 	// Close leaves the group, so a dynamic member's partitions move at
 	// once; a static member (InstanceID) is made to leave explicitly.
 	defer f.leave(cl)
@@ -402,7 +409,7 @@ func (f *Fanout) consume(ctx, applyCtx context.Context) error {
 	defer checks.Wait()
 	defer cancel()
 	checks.Add(1)
-	go func() { defer checks.Done(); f.runLogChecks(ctx, cl) }()
+	go func() { defer checks.Done(); f.runLogChecks(ctx) }()
 	f.cfg.Logger.Info("fanout started", "topic", f.cfg.Topic, "group", f.cfg.Group, "instance_id", f.cfg.InstanceID,
 		"session_timeout", f.cfg.SessionTimeout.String())
 	fetchLog := newRateLog(f.cfg.Logger, 10*time.Second)

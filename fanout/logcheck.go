@@ -404,8 +404,8 @@ func (f *Fanout) checkLog(ctx context.Context, adm *kadm.Client) error {
 
 // runLogChecks runs checkLog every LogCheckInterval and whenever kicked,
 // until ctx ends.
-func (f *Fanout) runLogChecks(ctx context.Context, cl *kgo.Client) {
-	adm := kadm.NewClient(cl)
+func (f *Fanout) runLogChecks(ctx context.Context) {
+	adm := f.adm
 	t := time.NewTicker(f.cfg.LogCheckInterval)
 	defer t.Stop()
 	var lastErr time.Time

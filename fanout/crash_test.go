@@ -166,7 +166,7 @@ func TestFanoutKillsMoveQuickly(t *testing.T) {
 	t.Run("one kill, the other takes over", func(t *testing.T) {
 		o := runKillScenario(t, killScenario{Kills: 1, Every: 5 * time.Second, Deadline: time.Minute, Seed: 1})
 		o.log(t)
-		require.Empty(t, o.Problem, "nothing lost or doubled")
+		require.Empty(t, o.Problem, "every probe projected exactly once, nothing lost or doubled")
 		require.False(t, o.Lower, "every probe projected")
 		require.LessOrEqual(t, o.Pauses[0], 10*time.Second, "partitions of the killed fanout resume within 10 s")
 	})
@@ -174,7 +174,7 @@ func TestFanoutKillsMoveQuickly(t *testing.T) {
 		o := runKillScenario(t, killScenario{Kills: 20, Every: 3 * time.Second, Jitter: time.Second, Restart: true,
 			Deadline: time.Minute, Seed: 2})
 		o.log(t)
-		require.Empty(t, o.Problem, "nothing lost or doubled")
+		require.Empty(t, o.Problem, "every probe projected exactly once, nothing lost or doubled")
 		require.False(t, o.Lower, "every probe projected")
 		require.Len(t, o.Pauses, 20)
 		require.LessOrEqual(t, o.max(), 15*time.Second, "no partition unprojected for more than 15 s")

@@ -191,8 +191,8 @@ func killFigureConfigs(t testing.TB) []killConfig {
 	t.Helper()
 	cfgs := []killConfig{
 		{"defaults", nil},
-		{"dynamic-45s", []string{"INBOXD_SESSION_TIMEOUT=45s"}},
-		{"dynamic-6s", []string{"INBOXD_SESSION_TIMEOUT=6s"}},
+		{"dynamic-45s", []string{"INBOXD_INSTANCE_ID=", "INBOXD_SESSION_TIMEOUT=45s"}}, // before issue 14
+		{"dynamic-6s", []string{"INBOXD_INSTANCE_ID=", "INBOXD_SESSION_TIMEOUT=6s"}},
 		{"static-6s", []string{"INBOXD_INSTANCE_ID=fanout-{slot}", "INBOXD_SESSION_TIMEOUT=6s"}},
 	}
 	if *killFigMore != "" {

@@ -48,19 +48,22 @@ func TestFanoutKilledHard(t *testing.T) {
 	evs := generate(g, 32000)
 	procEnv := []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
 		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=killed", "INBOXD_INSTANCE_ID=fanout-a",
-		"INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_MAX_POLL_RECORDS=10", "INBOXD_LOG_LEVEL=warn"}
+		"INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_MAX_POLL_RECORDS=3", "INBOXD_LOG_LEVEL=warn"}
 	rnd := rand.New(rand.NewPCG(7, 7))
 	done := make(chan struct{})
 	var appended atomic.Int64
-	// A backlog first, then the rest paced over the kill phase, with small
-	// batches, so that kills land while there is work in flight.
+	// A backlog first, then the rest paced over the kill phase, with tiny
+	// batches (3 records a poll) so that the fanout, which applies a poll
+	// in concurrent transactions and resumes at once as a static member,
+	// does not catch up before most kills: kills land while there is work
+	// in flight.
 	appendEvents(t, env.Producer, evs[:12000], false)
 	appended.Store(12000)
 	go func() {
 		defer close(done)
-		for i := 12000; i < len(evs); i += 400 {
-			appendEvents(t, env.Producer, evs[i:min(i+400, len(evs))], false)
-			appended.Add(int64(min(400, len(evs)-i)))
+		for i := 12000; i < len(evs); i += 200 {
+			appendEvents(t, env.Producer, evs[i:min(i+200, len(evs))], false)
+			appended.Add(int64(min(200, len(evs)-i)))
 			time.Sleep(200 * time.Millisecond)
 		}
 	}()

@@ -22,7 +22,9 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/inboxd once per test binary and returns its path.
+// Binary builds cmd/inboxd once per test binary and returns its path; under
+// the race detector, with it (a race in a child fails the test that
+// started it).
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -34,7 +36,11 @@ func Binary(t testing.TB) string {
 			return
 		}
 		buildPath = filepath.Join(dir, "inboxd")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/inboxd")
+		args := []string{"build", "-o", buildPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./cmd/inboxd")...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -82,7 +88,12 @@ func Start(t testing.TB, env []string, args ...string) *Proc {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() { p.Kill() })
+	t.Cleanup(func() {
+		p.Kill()
+		if out := p.Output(); bytes.Contains([]byte(out), []byte("WARNING: DATA RACE")) {
+			t.Errorf("inboxd %v: the race detector reported a race:\n%s", args, out)
+		}
+	})
 	return p
 }
 

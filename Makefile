@@ -9,6 +9,7 @@ run: ## start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it)
 
 build:
 	$(GO) build -o bin/inboxd ./cmd/inboxd
+	$(GO) build -o bin/inboxd-bench ./cmd/inboxd-bench
 
 test: ## every test, against a real PostgreSQL and kfake started by the tests
 	$(GO) vet ./...
@@ -24,7 +25,7 @@ test-short:
 	$(GO) test -count=1 -short ./...
 
 bench: ## every figure of docs/benchmarks.md (about 4 minutes on 2 cores); regenerates its tables and charts
-	$(GO) run ./cmd/inboxd bench all
+	$(GO) run ./cmd/inboxd-bench all
 
 clean:
 	rm -rf bin data

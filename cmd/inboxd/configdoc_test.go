@@ -46,9 +46,7 @@ func flagsOf(t *testing.T, cmd string) []flagDoc {
 func commandNames() []string {
 	var names []string
 	for n := range commands {
-		if n != "bench" { // bench has subcommands of its own, documented in docs/benchmarks.md
-			names = append(names, n)
-		}
+		names = append(names, n)
 	}
 	sort.Strings(names)
 	return names

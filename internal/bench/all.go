@@ -93,19 +93,19 @@ func (r AllResult) sections() []section {
 		if r.Fanout50 != nil {
 			rows = append(rows, r.Fanout50.Rows()...)
 		}
-		s = append(s, section{"Fan-out (`inboxd bench fanout`)", rows})
+		s = append(s, section{"Fan-out (`inboxd-bench fanout`)", rows})
 	}
 	if r.E2E != nil {
-		s = append(s, section{"End-to-end latency, send -> WebSocket push (`inboxd bench e2e`)", r.E2E.Rows()})
+		s = append(s, section{"End-to-end latency, send -> WebSocket push (`inboxd-bench e2e`)", r.E2E.Rows()})
 	}
 	if r.Sync != nil {
-		s = append(s, section{"Sync (`inboxd bench sync`)", r.Sync.Rows()})
+		s = append(s, section{"Sync (`inboxd-bench sync`)", r.Sync.Rows()})
 	}
 	if r.Idle != nil {
-		s = append(s, section{"Idle WebSockets (`inboxd bench idle`)", r.Idle.Rows()})
+		s = append(s, section{"Idle WebSockets (`inboxd-bench idle`)", r.Idle.Rows()})
 	}
 	if r.Storm != nil {
-		s = append(s, section{"Reconnect storm (`inboxd bench storm`)", r.Storm.Rows()})
+		s = append(s, section{"Reconnect storm (`inboxd-bench storm`)", r.Storm.Rows()})
 	}
 	return s
 }

@@ -1,19 +1,26 @@
-// Package bench holds the measurements behind `inboxd bench`. Each figure is
-// reported next to a reference measured in the same run, on the same
-// machine, so that the ratio carries over to other machines where the
-// absolute number does not.
+// Package bench holds the measurements behind `inboxd-bench`
+// (cmd/inboxd-bench). Each figure is reported next to a reference measured in
+// the same run, on the same machine, so that the ratio carries over to other
+// machines where the absolute number does not.
+//
+// The server binary, cmd/inboxd, must not import this package: the load
+// generators, the pixel font and the PNG charts have no place in production
+// (TestServerLinksNoBench in cmd/inboxd checks it).
 //
 // # Processes
 //
-// The orchestrator (the process running `inboxd bench <figure>`) owns the
+// The orchestrator (the process running `inboxd-bench <figure>`) owns the
 // infrastructure: a private PostgreSQL (internal/pgserver) or the server of
 // DATABASE_URL, an in-process Kafka (kfake) and, where a figure needs the
 // log projected, an in-process fanout. The gateway under test runs as a
-// child process (`inboxd bench serve`), and so does every load generator
-// (`inboxd bench worker <kind>`), so that the memory and CPU of the gateway
+// child process (`inboxd-bench serve`: the gateway package in process, not
+// the inboxd binary, so that its reference handler and its memory and profile
+// endpoints can share its server), and so does every load generator
+// (`inboxd-bench worker <kind>`), so that the memory and CPU of the gateway
 // are its own and a load generator never shares a scheduler with what it
-// measures. Children talk to the orchestrator over stdin/stdout lines (see
-// child.go), die with it (Pdeathsig) and end by themselves at a deadline.
+// measures. Both are the orchestrator's own executable run again
+// (DefaultRunner). Children talk to the orchestrator over stdin/stdout lines
+// (see child.go), die with it (Pdeathsig) and end by themselves at a deadline.
 //
 // # Layout
 //

@@ -23,7 +23,7 @@ func RunChild(ctx context.Context, args []string) error {
 		fmt.Fprintf(os.Stderr, "warning: %v\n", err)
 	}
 	if len(args) < 2 {
-		return errors.New("usage: bench serve <json> | bench worker <kind> <json>")
+		return errors.New("usage: inboxd-bench serve <json> | inboxd-bench worker <kind> <json>")
 	}
 	cio := newChildIO()
 	var err error
@@ -32,7 +32,7 @@ func RunChild(ctx context.Context, args []string) error {
 		err = runServe(ctx, cio, []byte(args[1]))
 	case "worker":
 		if len(args) < 3 {
-			return errors.New("usage: bench worker <kind> <json>")
+			return errors.New("usage: inboxd-bench worker <kind> <json>")
 		}
 		raw := []byte(args[2])
 		switch args[1] {
@@ -56,7 +56,8 @@ func RunChild(ctx context.Context, args []string) error {
 	return err
 }
 
-// IsChild reports whether args (after "bench") name a child command.
+// IsChild reports whether args (the command line of inboxd-bench, without
+// the program name) name a child command.
 func IsChild(args []string) bool {
 	return len(args) > 0 && (args[0] == "serve" || args[0] == "worker")
 }

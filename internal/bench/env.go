@@ -164,20 +164,23 @@ func withDB(u, db string) string {
 	return u[:i+1] + db + q
 }
 
-// Runner starts children: Exe with Args, then the child's own arguments.
+// Runner starts children: Exe with Args, then the child's own arguments
+// ("serve <json>" or "worker <kind> <json>", see RunChild).
 type Runner struct {
 	Exe  string
 	Args []string
 	Env  []string // added to the orchestrator's environment
 }
 
-// DefaultRunner runs this executable's `bench` subcommand.
+// DefaultRunner runs this executable again: the orchestrator is
+// cmd/inboxd-bench, whose main hands `serve` and `worker` to RunChild.
+// The server binary, cmd/inboxd, has no such command.
 func DefaultRunner() (Runner, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return Runner{}, fmt.Errorf("find the inboxd executable for the children: %w", err)
+		return Runner{}, fmt.Errorf("find the inboxd-bench executable for the children: %w", err)
 	}
-	return Runner{Exe: exe, Args: []string{"bench"}}, nil
+	return Runner{Exe: exe}, nil
 }
 
 // child is a running child process seen from the orchestrator: lines to

@@ -16,7 +16,7 @@ import (
 // rawConn is a lean HTTP/1.1 client of one keep-alive connection, for load
 // generators that must cost little CPU next to the server they measure
 // (net/http's client took about twice its CPU per request in the load
-// generator of `inboxd bench sync`). One goroutine
+// generator of `inboxd-bench sync`). One goroutine
 // owns it and sends one GET at a time (closed loop). The request is
 // appended into a reused buffer and the answer read with a reused
 // bufio.Reader; a body is delimited by Content-Length or chunked, and is

@@ -27,7 +27,7 @@ import (
 	"github.com/inboxd/inboxd/producer"
 )
 
-// serveConfig configures the server under test (`inboxd bench serve`).
+// serveConfig configures the server under test (`inboxd-bench serve`).
 type serveConfig struct {
 	// Mode "gateway": the inboxd gateway with its WebSocket endpoint at
 	// GET /v1/ws and, on the same http.Server, GET /bench/trivial.

@@ -20,7 +20,7 @@ import (
 )
 
 // envChild marks a run of this test binary as a child of a bench (the
-// server under test or a load generator), as `inboxd bench serve|worker`.
+// server under test or a load generator), as `inboxd-bench serve|worker`.
 const envChild = "INBOXD_BENCH_CHILD"
 
 func TestMain(m *testing.M) {
@@ -68,7 +68,7 @@ func testEnv(t *testing.T) (*Env, *syncWriter) {
 
 // The whole suite at a tiny size, with the report and the charts: every
 // figure comes out next to its reference. A check that the suite works,
-// not a measurement (`inboxd bench all` is that).
+// not a measurement (`inboxd-bench all` is that).
 func TestBenchAllSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a dozen processes")

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inboxd/inboxd/internal/bench"
+	"github.com/inboxd/inboxd/internal/config"
+)
+
+// runFunc runs a figure on the environment of the run.
+type runFunc func(ctx context.Context, env *bench.Env) (bench.Result, error)
+
+// figure is one command of inboxd-bench: bind adds its flags to fs and
+// returns the run, which reads them once fs is parsed.
+type figure struct {
+	summary string
+	bind    func(fs *flag.FlagSet) runFunc
+}
+
+var figures = map[string]figure{
+	"fanout": {"committed inbox rows/s vs a plain COPY of the same rows; idle latency; replay vs live", bindFanout},
+	"e2e":    {"send -> WebSocket push latency at fixed loads and the highest sustained one, vs commit latency", bindE2E},
+	"sync":   {"sync pages/s and 304s/s over a large inbox vs a trivial handler on the same server", bindSync},
+	"idle":   {"bytes per idle WebSocket of the gateway vs a bare gorilla/websocket echo server", bindIdle},
+	"storm":  {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
+	"all":    {"every figure, then the tables and charts of docs/benchmarks.md", bindAll},
+}
+
+func bindFanout(fs *flag.FlagSet) runFunc {
+	var c bench.FanoutConfig
+	fs.IntVar(&c.Messages, "messages", 100000, "messages to append")
+	fs.IntVar(&c.Members, "members", 7, "members per conversation")
+	fs.IntVar(&c.Conversations, "conversations", 2000, "conversations")
+	fs.IntVar(&c.Partitions, "partitions", 12, "topic partitions")
+	fs.IntVar(&c.MaxPollRecords, "max-poll-records", 5000, "fanout batch size")
+	fs.BoolVar(&c.SkipReplay, "skip-replay", false, "leave out the replay figure")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		return bench.Fanout(ctx, env, c)
+	}
+}
+
+func bindE2E(fs *flag.FlagSet) runFunc {
+	var c bench.E2EConfig
+	var loads string
+	fs.IntVar(&c.Conversations, "conversations", 300, "conversations, each of its own members (one WebSocket per member)")
+	fs.IntVar(&c.Members, "members", 7, "members per conversation")
+	fs.StringVar(&loads, "loads", "100,1000", "fixed offered loads, msg/s; the ramp starts from the last")
+	fs.Float64Var(&c.PhaseSeconds, "phase-seconds", 10, "length of a fixed load")
+	fs.Float64Var(&c.RampSeconds, "ramp-seconds", 4, "length of a ramp step")
+	fs.IntVar(&c.RampSteps, "ramp-steps", 6, "most ramp steps")
+	fs.Float64Var(&c.MaxP99Ms, "max-p99-ms", 500, "push p99 above which a load is not sustained")
+	fs.BoolVar(&c.Profile, "profile", true, "take CPU profiles during the last fixed load")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: pgx's default, as inboxd gateway)")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		l, err := parseFloats(loads)
+		if err != nil {
+			return nil, fmt.Errorf("--loads: %w", err)
+		}
+		c.Loads = l
+		return bench.E2E(ctx, env, c)
+	}
+}
+
+func bindSync(fs *flag.FlagSet) runFunc {
+	var c bench.SyncConfig
+	fs.IntVar(&c.Users, "users", 4000, "users (each inbox holds 2*members + messages*members entries)")
+	fs.IntVar(&c.Members, "members", 7, "members per conversation and conversations per user")
+	fs.IntVar(&c.Messages, "messages", 35, "text messages per conversation")
+	fs.IntVar(&c.Conns, "conns", 64, "keep-alive connections of the load generator")
+	fs.Float64Var(&c.Seconds, "seconds", 8, "length of each kind of request")
+	fs.BoolVar(&c.Profile, "profile", true, "take a CPU profile of the gateway during the pages")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		return bench.Sync(ctx, env, c)
+	}
+}
+
+func bindIdle(fs *flag.FlagSet) runFunc {
+	var c bench.IdleConfig
+	fs.IntVar(&c.Conns, "conns", 15000, "idle WebSockets to hold")
+	fs.IntVar(&c.Workers, "workers", 3, "client processes (at least 2)")
+	fs.IntVar(&c.IPs, "ips", 2, "127.0.0.x source addresses per client process")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		return bench.Idle(ctx, env, c)
+	}
+}
+
+func bindStorm(fs *flag.FlagSet) runFunc {
+	var c bench.StormConfig
+	var modes string
+	fs.IntVar(&c.Clients, "clients", 3000, "clients")
+	fs.IntVar(&c.Workers, "workers", 2, "client processes")
+	fs.DurationVar(&c.RecoverTimeout, "recover-timeout", 45*time.Second, "longest wait for every client to be back")
+	fs.DurationVar(&c.Down, "down", 3*time.Second, "how long the gateway stays down between the old process's exit and the new one's start")
+	fs.StringVar(&modes, "modes", "sdk,sdk-ws,naive", "kinds of client, in order: sdk (client package defaults), sdk-ws (WebSocket only), naive")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		c.Modes = config.SplitList(modes)
+		return bench.Storm(ctx, env, c)
+	}
+}
+
+func bindAll(fs *flag.FlagSet) runFunc {
+	var c bench.AllConfig
+	var only string
+	var quick bool
+	fs.StringVar(&c.Docs, "docs", "docs/benchmarks.md", "report whose generated blocks are replaced (empty: none)")
+	fs.StringVar(&c.Images, "images", "docs/images", "directory of the charts (empty: none)")
+	fs.StringVar(&only, "only", "", "comma-separated figures to run (fanout,e2e,sync,idle,storm); default all")
+	fs.BoolVar(&quick, "quick", false, "small sizes, to check the suite in a few minutes (the figures are not the report's)")
+	fs.BoolVar(&c.NoProfiles, "no-profiles", false, "skip the CPU profiles")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		c.Only = config.SplitList(only)
+		if quick {
+			c = c.Quick()
+		}
+		if c.Docs != "" {
+			if _, err := os.Stat(c.Docs); err != nil {
+				fmt.Fprintf(os.Stderr, "bench all: %s not found (run from the repository root), the report is not updated\n", c.Docs)
+				c.Docs = ""
+				if !config.Given(fs, "images") {
+					c.Images = ""
+				}
+			}
+		}
+		if c.Images != "" {
+			if err := os.MkdirAll(c.Images, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		r, err := bench.All(ctx, env, c)
+		fmt.Fprintf(os.Stderr, "bench all: finished in %.1f minutes\n", r.Seconds/60)
+		return r, err
+	}
+}
+
+// parseFloats parses a comma-separated list of positive numbers.
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", p)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no load")
+	}
+	return out, nil
+}

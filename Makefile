@@ -2,7 +2,7 @@
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: run test test-kafka test-short fuzz build vet bench clean
+.PHONY: run test test-race test-kafka test-short fuzz build vet bench clean
 
 run: ## start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it)
 	$(GO) run ./cmd/inboxd dev
@@ -14,6 +14,9 @@ build:
 test: ## every test, against a real PostgreSQL and kfake started by the tests
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 40m $(GOTESTFLAGS) ./...
+
+test-race: ## every test under the race detector (the inboxd binaries the tests start too)
+	$(GO) test -race -count=1 -timeout 40m $(GOTESTFLAGS) ./...
 
 test-kafka: ## the integration tests against a real Apache Kafka 4.1.1 (KRaft, jars from Maven Central; needs java 17+, mvn)
 	GOTESTFLAGS="$(GOTESTFLAGS)" scripts/test-kafka.sh

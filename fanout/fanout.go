@@ -63,7 +63,7 @@ type Config struct {
 	// MaxBody is the body limit; longer messages go to the DLQ.
 	// Default events.DefaultMaxBody.
 	MaxBody int
-	// Channel is the NOTIFY channel. Default projector.DefaultChannel.
+	// Channel is the NOTIFY channel. Default projection.DefaultChannel.
 	Channel string
 	// MaxRetryInterval caps the backoff between retries of a failed batch.
 	// Default 5s.
@@ -676,7 +676,7 @@ func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetch
 
 // deadLetterRecord sends r, which fails to project because of its data, to
 // the DLQ, then moves its partition past it: the event is stored as a
-// rejection (projector.ReasonDeadLetter), so it takes no seq and a waiting
+// rejection (projection.ReasonDeadLetter), so it takes no seq and a waiting
 // sender is told. The dead letter is written before the offset moves, so a
 // crash in between can duplicate it but never lose it.
 func (f *Fanout) deadLetterRecord(ctx, applyCtx context.Context, cl *kgo.Client, fetched []*kgo.Record, r projector.Record, cause error) error {

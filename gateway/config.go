@@ -11,7 +11,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/events"
-	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/projection"
 )
 
 // Defaults of Config.
@@ -58,7 +58,7 @@ type Config struct {
 	DevTokenTTL time.Duration
 
 	// Channel is the NOTIFY channel of the projector. Default
-	// projector.DefaultChannel ("inboxd"); it must match fanout's.
+	// projection.DefaultChannel ("inboxd"); it must match fanout's.
 	Channel string
 
 	// AckWait bounds how long a send (and a create) waits for its
@@ -192,7 +192,7 @@ func (c *Config) setDefaults() {
 		c.DevTokenTTL = DefaultDevTokenTTL
 	}
 	if c.Channel == "" {
-		c.Channel = projector.DefaultChannel
+		c.Channel = projection.DefaultChannel
 	}
 	if c.AckWait == 0 {
 		c.AckWait = DefaultAckWait

@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/events"
-	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projector"
 )
 
@@ -41,7 +40,7 @@ const (
 type Config struct {
 	// Brokers to bootstrap from. Required.
 	Brokers []string
-	// Topic to consume. Default producer.DefaultTopic.
+	// Topic to consume. Default events.DefaultTopic.
 	Topic string
 	// DLQTopic for poison records. Default Topic+".dlq".
 	DLQTopic string
@@ -117,7 +116,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Topic == "" {
-		c.Topic = producer.DefaultTopic
+		c.Topic = events.DefaultTopic
 	}
 	if c.DLQTopic == "" {
 		c.DLQTopic = c.Topic + ".dlq"

@@ -18,7 +18,6 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/migrations"
-	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/projector"
 )
@@ -30,7 +29,7 @@ var ErrFanoutRunning = errors.New("a fanout is running against this database (it
 type Config struct {
 	// Brokers to read the log from. Required.
 	Brokers []string
-	// Topic. Default producer.DefaultTopic.
+	// Topic. Default events.DefaultTopic.
 	Topic string
 	// MaxBody as fanout's (records fanout sent to the DLQ are skipped the
 	// same way). Default events.DefaultMaxBody.
@@ -58,7 +57,7 @@ func (c *Config) setDefaults() {
 		c.Channel = projection.DefaultChannel
 	}
 	if c.Topic == "" {
-		c.Topic = producer.DefaultTopic
+		c.Topic = events.DefaultTopic
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = events.DefaultMaxBody

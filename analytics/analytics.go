@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inboxd/inboxd/events"
-	"github.com/inboxd/inboxd/producer"
 )
 
 // Defaults of Config.
@@ -41,7 +40,7 @@ func DefaultFanOutBuckets() []float64 {
 type Config struct {
 	// Brokers to bootstrap from. Required.
 	Brokers []string
-	// Topic to consume. Default producer.DefaultTopic.
+	// Topic to consume. Default events.DefaultTopic.
 	Topic string
 	// Group is the consumer group, committed to Kafka. It must not be
 	// fanout's group: members of one group share the partitions, so
@@ -80,7 +79,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Topic == "" {
-		c.Topic = producer.DefaultTopic
+		c.Topic = events.DefaultTopic
 	}
 	if c.Group == "" {
 		c.Group = DefaultGroup

@@ -19,6 +19,11 @@ import (
 	"github.com/google/uuid"
 )
 
+// DefaultTopic is the topic of the events: what the producer appends to
+// and every consumer (fanout, replay, analytics) reads by default. Its
+// dead-letter queue is DefaultTopic+".dlq".
+const DefaultTopic = "inboxd.events"
+
 // Version is the envelope version this package writes and accepts.
 const Version = 1
 

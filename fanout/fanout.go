@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/events"
-	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projector"
 )
 
@@ -41,7 +40,7 @@ const (
 type Config struct {
 	// Brokers to bootstrap from. Required.
 	Brokers []string
-	// Topic to consume. Default producer.DefaultTopic.
+	// Topic to consume. Default events.DefaultTopic.
 	Topic string
 	// DLQTopic for poison records. Default Topic+".dlq".
 	DLQTopic string
@@ -63,7 +62,7 @@ type Config struct {
 	// MaxBody is the body limit; longer messages go to the DLQ.
 	// Default events.DefaultMaxBody.
 	MaxBody int
-	// Channel is the NOTIFY channel. Default projector.DefaultChannel.
+	// Channel is the NOTIFY channel. Default projection.DefaultChannel.
 	Channel string
 	// MaxRetryInterval caps the backoff between retries of a failed batch.
 	// Default 5s.
@@ -117,7 +116,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Topic == "" {
-		c.Topic = producer.DefaultTopic
+		c.Topic = events.DefaultTopic
 	}
 	if c.DLQTopic == "" {
 		c.DLQTopic = c.Topic + ".dlq"
@@ -676,7 +675,7 @@ func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetch
 
 // deadLetterRecord sends r, which fails to project because of its data, to
 // the DLQ, then moves its partition past it: the event is stored as a
-// rejection (projector.ReasonDeadLetter), so it takes no seq and a waiting
+// rejection (projection.ReasonDeadLetter), so it takes no seq and a waiting
 // sender is told. The dead letter is written before the offset moves, so a
 // crash in between can duplicate it but never lose it.
 func (f *Fanout) deadLetterRecord(ctx, applyCtx context.Context, cl *kgo.Client, fetched []*kgo.Record, r projector.Record, cause error) error {

@@ -6,10 +6,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/projection"
 )
 
-// holdFanoutLock holds projector.LockFanout shared on a dedicated connection
+// holdFanoutLock holds projection.LockFanout shared on a dedicated connection
 // until ctx ends, so that `inboxd replay` (which takes it exclusively)
 // refuses to run beside a live fanout. While a replay holds it, fanout waits
 // here before consuming. ready is closed once the lock is first held. A
@@ -24,7 +24,7 @@ func (f *Fanout) holdFanoutLock(ctx context.Context, pool *pgxpool.Pool, ready c
 		}
 		for ctx.Err() == nil {
 			var got bool
-			if err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared($1)`, projector.LockFanout).Scan(&got); err != nil || got {
+			if err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared($1)`, projection.LockFanout).Scan(&got); err != nil || got {
 				break
 			}
 			f.cfg.Logger.Warn("a replay holds the projections; waiting for it to finish")

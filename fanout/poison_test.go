@@ -20,6 +20,7 @@ import (
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/projector"
 )
 
@@ -272,7 +273,7 @@ func TestPoisonRecordIsDeadLetteredAndThePartitionMovesOn(t *testing.T) {
 	}
 	var reason string
 	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT reason FROM rejections WHERE msg_id = $1`, poison.MsgID).Scan(&reason))
-	require.Equal(t, projector.ReasonDeadLetter, reason, "a waiting sender can learn that its message was dead-lettered")
+	require.Equal(t, projection.ReasonDeadLetter, reason, "a waiting sender can learn that its message was dead-lettered")
 	rep, err := projector.Verify(ctx, env.Pool)
 	require.NoError(t, err)
 	require.True(t, rep.OK(), rep.String())

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/events"
-	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/projection"
 )
 
 // Defaults of Config.
@@ -51,14 +52,23 @@ type Config struct {
 	AuthSecret []byte
 
 	// DevMode enables POST /v1/dev/token, which hands out a token for any
-	// user id. Never enable it where real users connect. Default off.
+	// user id. Never enable it where real users connect. (The demo page
+	// that logs in through it is mounted with Pages.) Default off.
 	DevMode bool
 
 	// DevTokenTTL is the lifetime of a dev token. Default 24h.
 	DevTokenTTL time.Duration
 
+	// Pages are handlers served beside the API, by http.ServeMux pattern
+	// (for example "GET /{$}"), as they are: without authentication, rate
+	// limits, metrics or the error shape. `inboxd dev` mounts the demo page
+	// (package web) here; the gateway itself serves no pages, so that it
+	// does not link them. An invalid pattern, or one that conflicts with an
+	// API route, is an error from New. Default none.
+	Pages map[string]http.Handler
+
 	// Channel is the NOTIFY channel of the projector. Default
-	// projector.DefaultChannel ("inboxd"); it must match fanout's.
+	// projection.DefaultChannel ("inboxd"); it must match fanout's.
 	Channel string
 
 	// AckWait bounds how long a send (and a create) waits for its
@@ -192,7 +202,7 @@ func (c *Config) setDefaults() {
 		c.DevTokenTTL = DefaultDevTokenTTL
 	}
 	if c.Channel == "" {
-		c.Channel = projector.DefaultChannel
+		c.Channel = projection.DefaultChannel
 	}
 	if c.AckWait == 0 {
 		c.AckWait = DefaultAckWait

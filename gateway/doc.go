@@ -3,7 +3,10 @@
 // the membership/record changes, plus health, readiness, metrics and the
 // OpenAPI document. It reads the PostgreSQL projections and appends events
 // through producer; it must not write projections (that is projector's) nor
-// consume the log.
+// consume the log. It reads what the projector writes (the notifications,
+// the stored kinds and reasons) through package projection, the contract
+// between the two sides, and must not import projector, the write engine,
+// nor web, the demo page (`inboxd dev` mounts it through Config.Pages).
 //
 // # Layout
 //

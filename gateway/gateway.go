@@ -87,7 +87,9 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	}
 	g.promHandler = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
 	g.routes = g.routeTable()
-	g.handler = g.buildHandler()
+	if g.handler, err = g.buildHandler(); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 

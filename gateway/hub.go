@@ -13,7 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/projection"
 )
 
 const hubShards = 64
@@ -79,7 +79,7 @@ const maxRun = 1024
 
 // addRun appends an announced run; one that does not continue the kept
 // run replaces it (what lies between is read from PostgreSQL).
-func (s *subscription) addRun(r projector.Run) {
+func (s *subscription) addRun(r projection.Run) {
 	s.runMu.Lock()
 	if len(s.run) == 0 || r.First != s.runFirst+int64(len(s.run)) {
 		s.run, s.runFirst = nil, r.First
@@ -232,7 +232,7 @@ func (h *hub) subscribeKey(key string) *subscription {
 
 // dispatch wakes the waiters of one notification payload.
 func (h *hub) dispatch(payload string) {
-	n := projector.ParseNotification(payload)
+	n := projection.ParseNotification(payload)
 	if n.Epoch != 0 {
 		h.heads.reset(true) // a replay swapped the projections
 		h.clearRuns()

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/projection"
 )
 
 // The read path of GET /v1/sync and of the WebSocket push. Inbox entries
@@ -175,7 +175,7 @@ func (g *Gateway) readInboxOnce(ctx context.Context, reqs []inboxReq, maxLag int
 			e := &p.entries[i]
 			e.InboxSeq, e.ConversationID = cols[0][i], cols[1][i]
 			ref := entryRef{page: int(ord - 1), idx: i, user: user}
-			if cols[2][i] == projector.KindRecord {
+			if cols[2][i] == projection.KindRecord {
 				e.record = true
 				if records == nil {
 					records = map[[2]int64][]entryRef{}

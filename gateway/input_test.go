@@ -22,7 +22,7 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/projection"
 )
 
 // notText are JSON string literals that are not storable text: NUL, lone
@@ -266,7 +266,7 @@ func TestSendDeadLettered(t *testing.T) {
 	insertDeadLetter := func(eventID, msgID string, actor int64) {
 		_, err := env.Pool.Exec(ctx, `INSERT INTO rejections (event_id, msg_id, event_type, conversation_id, actor_id,
 			reason, topic, "partition", "offset", rejected_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, now())`,
-			eventID, msgID, events.MessageSent, cid, actor, projector.ReasonDeadLetter, env.Topic)
+			eventID, msgID, events.MessageSent, cid, actor, projection.ReasonDeadLetter, env.Topic)
 		require.NoError(t, err)
 	}
 	msgs := fmt.Sprintf("/v1/conversations/%d/messages", cid)

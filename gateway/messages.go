@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/events"
-	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/projection"
 )
 
 // sendStatus is how a send ended.
@@ -37,7 +37,7 @@ const sqlSendCheck = `SELECT ` + sqlMessageCols + `,
 	EXISTS (SELECT 1 FROM conversations WHERE id = $2),
 	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL),
 	EXISTS (SELECT 1 FROM rejections WHERE msg_id = $1 AND actor_id = $3 AND conversation_id = $2
-		AND reason = '` + projector.ReasonDeadLetter + `')
+		AND reason = '` + projection.ReasonDeadLetter + `')
 FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
 
 // sqlSendOutcome says whether msg_id is projected (the message) or the event
@@ -185,9 +185,9 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 		if reason != nil {
 			g.metrics.sends.WithLabelValues("rejected").Inc()
 			switch *reason {
-			case projector.ReasonNoConversation:
+			case projection.ReasonNoConversation:
 				return nil, notFound("conversation %d does not exist", cid)
-			case projector.ReasonDeadLetter:
+			case projection.ReasonDeadLetter:
 				return nil, deadLetteredSend(msgID)
 			}
 			return nil, notMember("user %d is not a member of conversation %d at the message's log position", user, cid)

@@ -2,9 +2,9 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net/http"
-
-	"github.com/inboxd/inboxd/web"
+	"sort"
 	"strings"
 	"time"
 )
@@ -56,7 +56,7 @@ func (g *Gateway) routeTable() []route {
 	return rs
 }
 
-func (g *Gateway) buildHandler() http.Handler {
+func (g *Gateway) buildHandler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	for _, rt := range g.routes {
 		h := g.wrap(rt)
@@ -65,10 +65,8 @@ func (g *Gateway) buildHandler() http.Handler {
 		}
 		mux.Handle(rt.pattern(), h)
 	}
-	if g.cfg.DevMode {
-		// The demo page (dev mode only: it logs in through /v1/dev/token).
-		mux.Handle("GET /{$}", web.Handler())
-		mux.Handle("GET /demo/", web.Handler())
+	if err := mountPages(mux, g.cfg.Pages); err != nil {
+		return nil, err
 	}
 	unmatched := g.instrument("unmatched", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.writeUnmatched(mux, w, r)
@@ -84,7 +82,35 @@ func (g *Gateway) buildHandler() http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
-	})
+	}), nil
+}
+
+// mountPages adds Config.Pages to mux, in pattern order. http.ServeMux
+// panics on an invalid or conflicting pattern; that is a configuration
+// error, returned from New.
+func mountPages(mux *http.ServeMux, pages map[string]http.Handler) error {
+	patterns := make([]string, 0, len(pages))
+	for p := range pages {
+		patterns = append(patterns, p)
+	}
+	sort.Strings(patterns)
+	for _, p := range patterns {
+		if pages[p] == nil {
+			return fmt.Errorf("gateway: Pages[%q] has no handler", p)
+		}
+		if err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("gateway: Pages[%q]: %v", p, r)
+				}
+			}()
+			mux.Handle(p, pages[p])
+			return nil
+		}(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // headerSize is the size of r's request line and header fields as they

@@ -23,7 +23,9 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultTopic      = "inboxd.events"
+	// DefaultTopic is events.DefaultTopic, where the topic name lives; kept
+	// here for callers written before it moved.
+	DefaultTopic      = events.DefaultTopic
 	DefaultPartitions = 12
 	DefaultLinger     = 2 * time.Millisecond
 )
@@ -32,7 +34,7 @@ const (
 type Config struct {
 	// Brokers to bootstrap from. Required.
 	Brokers []string
-	// Topic of the events. Default DefaultTopic.
+	// Topic of the events. Default events.DefaultTopic.
 	Topic string
 	// DLQTopic receives records fanout cannot project. Default Topic+".dlq".
 	DLQTopic string
@@ -63,7 +65,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Topic == "" {
-		c.Topic = DefaultTopic
+		c.Topic = events.DefaultTopic
 	}
 	if c.DLQTopic == "" {
 		c.DLQTopic = c.Topic + ".dlq"

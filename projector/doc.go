@@ -17,9 +17,8 @@
 // # Notifications
 //
 // The last statements of the transaction are pg_notify on Config.Channel
-// (default "inboxd"), delivered if and only if the batch commits. A payload is
-// a space-separated list of tokens, each under 8000 bytes in all:
-//
-//	h<user_id>:<inbox_head>   the user's inbox head moved to inbox_head
-//	r<msg_id>                 a message.sent with this msg_id was rejected
+// (default projection.DefaultChannel), delivered if and only if the batch
+// commits. Their payloads, like the stored kinds and reasons and the
+// advisory-lock keys, are the contract with the read side and are declared
+// in package projection, which the gateway reads them with.
 package projector

@@ -153,8 +153,8 @@ func probeID(id string) string {
 // batch that fails because of a record's data (DataError) is split in
 // halves, applied in order, until the record is alone; a record alone that
 // still fails, and whose Probe applies, is reported to deadLetter and
-// stored as a rejection (ReasonDeadLetter) instead, so one bad record
-// cannot stop a rebuild. Any other failure is returned.
+// stored as a rejection (projection.ReasonDeadLetter) instead, so one bad
+// record cannot stop a rebuild. Any other failure is returned.
 func (p *Projector) ApplyIsolating(ctx context.Context, recs []Record, deadLetter func(Record, error) error) (Result, error) {
 	res, err := p.Apply(ctx, recs)
 	if err == nil || Classify(err) != DataError {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/projector"
 )
 
@@ -53,7 +54,7 @@ func TestApplyIsolatingSkipsOnlyTheBadRecord(t *testing.T) {
 	require.EqualValues(t, 41, next)
 	var reason string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT reason FROM rejections WHERE msg_id = $1`, bad.MsgID).Scan(&reason))
-	require.Equal(t, projector.ReasonDeadLetter, reason)
+	require.Equal(t, projection.ReasonDeadLetter, reason)
 	rep, err := projector.Verify(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%v", rep)

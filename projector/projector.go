@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,34 +15,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/events"
-)
-
-// DefaultChannel is the NOTIFY channel of committed batches.
-const DefaultChannel = "inboxd"
-
-// Inbox entry kinds as stored.
-const (
-	KindMessage = 1
-	KindRecord  = 2
-)
-
-// Rejection reasons stored for refused events.
-const (
-	ReasonNotMember      = "not_member"
-	ReasonNoConversation = "no_conversation"
-	ReasonExists         = "conversation_exists"
-	// ReasonDeadLetter: the record failed to project, deterministically,
-	// after the fanout's bounded retries, and went to the DLQ. It takes no
-	// seq (its conversation's later messages continue without a hole) and
-	// a send waiting on its msg_id learns it will not be delivered.
-	ReasonDeadLetter = "dead_letter"
+	"github.com/inboxd/inboxd/projection"
 )
 
 // Config configures a Projector.
 type Config struct {
 	// Topic whose offsets this projector stores. Required.
 	Topic string
-	// Channel is the NOTIFY channel. Default DefaultChannel.
+	// Channel is the NOTIFY channel. Default projection.DefaultChannel.
 	Channel string
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
@@ -73,7 +51,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Projector, error) {
 		return nil, errors.New("projector: Topic is required")
 	}
 	if cfg.Channel == "" {
-		cfg.Channel = DefaultChannel
+		cfg.Channel = projection.DefaultChannel
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -88,8 +66,9 @@ type Record struct {
 	Offset    int64
 	Event     *events.Event
 	// DeadLetter marks a decoded record that failed to project and was
-	// sent to the DLQ: it is stored as a rejection with ReasonDeadLetter
-	// (so a waiting sender learns of it) and takes no seq.
+	// sent to the DLQ: it is stored as a rejection with
+	// projection.ReasonDeadLetter (so a waiting sender learns of it) and
+	// takes no seq.
 	DeadLetter bool
 }
 
@@ -385,7 +364,7 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 		switch {
 		case r.Event == nil:
 		case r.DeadLetter:
-			b.reject(r, ReasonDeadLetter)
+			b.reject(r, projection.ReasonDeadLetter)
 		default:
 			b.step(r)
 		}
@@ -524,7 +503,7 @@ func (b *batch) step(r Record) {
 			return // duplicate record of the same event
 		}
 		if c.exists {
-			reject(ReasonExists)
+			reject(projection.ReasonExists)
 			return
 		}
 		members := []int64{e.ActorID}
@@ -550,11 +529,11 @@ func (b *batch) step(r Record) {
 			return
 		}
 		if !c.exists {
-			reject(ReasonNoConversation)
+			reject(projection.ReasonNoConversation)
 			return
 		}
 		if !c.members[e.ActorID] {
-			reject(ReasonNotMember)
+			reject(projection.ReasonNotMember)
 			return
 		}
 		if c.members[e.UserID] {
@@ -570,11 +549,11 @@ func (b *batch) step(r Record) {
 			return
 		}
 		if !c.exists {
-			reject(ReasonNoConversation)
+			reject(projection.ReasonNoConversation)
 			return
 		}
 		if !c.members[e.ActorID] {
-			reject(ReasonNotMember)
+			reject(projection.ReasonNotMember)
 			return
 		}
 		if !c.members[e.UserID] {
@@ -592,11 +571,11 @@ func (b *batch) step(r Record) {
 			return // I5: a msg_id is projected at most once
 		}
 		if !c.exists {
-			reject(ReasonNoConversation)
+			reject(projection.ReasonNoConversation)
 			return
 		}
 		if !c.members[e.ActorID] {
-			reject(ReasonNotMember)
+			reject(projection.ReasonNotMember)
 			return
 		}
 		seq := b.message(c, e.MsgID, e.ActorID, "text", *e.Body, e.At)
@@ -637,7 +616,7 @@ func (b *batch) message(c *convState, msgID string, sender int64, kind, body str
 	c.changed = true
 	b.msgs = append(b.msgs, msgRow{conv: c.id, seq: c.lastSeq, msgID: msgID, sender: sender, kind: kind, body: body, at: at})
 	for u := range c.members {
-		b.fan = append(b.fan, fanRow{user: u, conv: c.id, kind: KindMessage, seq: c.lastSeq, at: at})
+		b.fan = append(b.fan, fanRow{user: u, conv: c.id, kind: projection.KindMessage, seq: c.lastSeq, at: at})
 	}
 	return c.lastSeq
 }
@@ -660,7 +639,7 @@ func (b *batch) record(user, conv int64, at time.Time, change func(*recState)) {
 		rs.dirty = true
 		b.recsOrder = append(b.recsOrder, recKey{user, conv})
 	}
-	b.fan = append(b.fan, fanRow{user: user, conv: conv, kind: KindRecord, rec: rs, at: at})
+	b.fan = append(b.fan, fanRow{user: user, conv: conv, kind: projection.KindRecord, rec: rs, at: at})
 }
 
 func (b *batch) openSpan(conv, user, seq int64) {
@@ -737,7 +716,7 @@ func (p *Projector) write(ctx context.Context, tx pipe, b *batch, heads map[int6
 		h := heads[f.user]
 		h.inbox++
 		f.inbox = h.inbox
-		if f.kind == KindRecord {
+		if f.kind == projection.KindRecord {
 			h.version++
 			f.version = h.version
 			f.rec.version = f.version
@@ -920,199 +899,62 @@ func queueMessages(bt *pgx.Batch, msgs []msgRow) error {
 	return nil
 }
 
-// maxPayload keeps each NOTIFY under PostgreSQL's 8000-byte limit.
-const maxPayload = 7900
-
-// queueNotify queues the notifications of the batch: the new head of every
-// user it touched, the seq of every message.sent it projected, the event ids
-// of refused duplicates and the msg ids of rejections, in payloads under
-// PostgreSQL's limit. They are delivered at commit.
+// queueNotify queues the notifications of the batch (package projection
+// has the tokens): the new head of every user it touched, the seq of every
+// message.sent it projected, the event ids of refused duplicates and the msg
+// ids of rejections. They are delivered at commit.
 //
 // With announce (a small batch, its rows numbered), each user whose new
-// entries are all messages also gets i<user>:<first inbox_seq>:<conv>.<seq>,...
-// so that a gateway can push them without reading them back.
+// entries are all messages also gets a run, so that a gateway can push them
+// without reading them back.
 func (p *Projector) queueNotify(bt *pgx.Batch, b *batch, heads map[int64]*head, announce bool) {
-	var payloads []string
-	var sb strings.Builder
-	add := func(tok string) {
-		if sb.Len()+len(tok)+1 > maxPayload {
-			payloads = append(payloads, sb.String())
-			sb.Reset()
-		}
-		if sb.Len() > 0 {
-			sb.WriteByte(' ')
-		}
-		sb.WriteString(tok)
-	}
+	var enc projection.Encoder
 	ids := make([]int64, 0, len(heads))
 	for id := range heads {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	buf := make([]byte, 0, 48)
 	for _, id := range ids {
-		buf = append(buf[:0], 'h')
-		buf = strconv.AppendInt(buf, id, 10)
-		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, heads[id].inbox, 10)
-		add(string(buf))
+		enc.Head(id, heads[id].inbox)
 	}
 	if announce && len(b.fan) > 0 {
 		type run struct {
-			first int64
-			keys  []byte
-			n     int
-			skip  bool // a record entry, or too many: not announced
+			projection.Run
+			skip bool // a record entry, or too many: not announced
 		}
 		runs := map[int64]*run{}
 		var order []int64
 		for _, f := range b.fan {
 			rn := runs[f.user]
 			if rn == nil {
-				rn = &run{first: f.inbox}
+				rn = &run{Run: projection.Run{First: f.inbox}}
 				runs[f.user] = rn
 				order = append(order, f.user)
 			}
-			if f.kind != KindMessage || rn.n >= maxRunEntries {
+			if f.kind != projection.KindMessage || len(rn.Keys) >= projection.MaxRunEntries {
 				rn.skip = true
 				continue
 			}
-			if rn.n > 0 {
-				rn.keys = append(rn.keys, ',')
-			}
-			rn.keys = strconv.AppendInt(rn.keys, f.conv, 10)
-			rn.keys = append(rn.keys, '.')
-			rn.keys = strconv.AppendInt(rn.keys, f.seq, 10)
-			rn.n++
+			rn.Keys = append(rn.Keys, [2]int64{f.conv, f.seq})
 		}
 		for _, u := range order {
-			rn := runs[u]
-			if rn.skip {
-				continue
+			if rn := runs[u]; !rn.skip {
+				enc.Run(u, rn.Run)
 			}
-			buf = append(buf[:0], 'i')
-			buf = strconv.AppendInt(buf, u, 10)
-			buf = append(buf, ':')
-			buf = strconv.AppendInt(buf, rn.first, 10)
-			buf = append(buf, ':')
-			buf = append(buf, rn.keys...)
-			add(string(buf))
 		}
 	}
 	for _, a := range b.acks {
-		buf = append(append(append(buf[:0], 'm'), a.eventID...), ':')
-		buf = strconv.AppendInt(buf, a.seq, 10)
-		add(string(buf))
+		enc.Projected(a.eventID, a.seq)
 	}
 	for _, id := range b.dups {
-		add("d" + id)
+		enc.Duplicate(id)
 	}
 	for _, r := range b.rejects {
 		if r.msgID != "" {
-			add("r" + r.msgID)
+			enc.Rejected(r.msgID)
 		}
 	}
-	if sb.Len() > 0 {
-		payloads = append(payloads, sb.String())
-	}
-	for _, pl := range payloads {
+	for _, pl := range enc.Payloads() {
 		bt.Queue(`SELECT pg_notify($1, $2)`, p.cfg.Channel, pl)
 	}
-}
-
-// maxRunEntries bounds the entries of one user announced in a notification
-// (a token must fit a payload); a longer run is not announced.
-const maxRunEntries = 200
-
-// Run is a user's new message entries announced by a notification:
-// inbox_seq First, First+1, ... point at the messages Keys ([conversation,
-// seq]).
-type Run struct {
-	First int64
-	Keys  [][2]int64
-}
-
-// Notification is one decoded NOTIFY payload.
-type Notification struct {
-	Heads    map[int64]int64 // user id -> inbox head
-	Rejected []string        // msg ids
-	Epoch    int64           // a new epoch (a replay swapped the projections), 0 if none
-	// Projected maps the event id of each message.sent projected to its
-	// message's seq: the sender's gateway answers the send from it.
-	Projected map[string]int64
-	// Duplicates are event ids of message.sent events whose msg_id was
-	// already projected (the sender's gateway reads the original).
-	Duplicates []string
-	// Runs are the new entries of users whose entries in the batch are all
-	// messages (small batches only).
-	Runs map[int64]Run
-}
-
-// EpochToken is the notification of a replay's swap to epoch.
-func EpochToken(epoch int64) string { return "e" + strconv.FormatInt(epoch, 10) }
-
-// ParseNotification decodes a payload written by Apply. Unknown tokens are
-// skipped so that newer writers can add kinds.
-func ParseNotification(payload string) Notification {
-	n := Notification{Heads: map[int64]int64{}}
-	for _, tok := range strings.Fields(payload) {
-		switch tok[0] {
-		case 'h':
-			u, h, ok := strings.Cut(tok[1:], ":")
-			if !ok {
-				continue
-			}
-			uid, err1 := strconv.ParseInt(u, 10, 64)
-			hd, err2 := strconv.ParseInt(h, 10, 64)
-			if err1 == nil && err2 == nil {
-				n.Heads[uid] = hd
-			}
-		case 'r':
-			n.Rejected = append(n.Rejected, tok[1:])
-		case 'e':
-			if ep, err := strconv.ParseInt(tok[1:], 10, 64); err == nil {
-				n.Epoch = ep
-			}
-		case 'm':
-			id, seq, ok := strings.Cut(tok[1:], ":")
-			if sq, err := strconv.ParseInt(seq, 10, 64); ok && err == nil {
-				if n.Projected == nil {
-					n.Projected = map[string]int64{}
-				}
-				n.Projected[id] = sq
-			}
-		case 'd':
-			n.Duplicates = append(n.Duplicates, tok[1:])
-		case 'i':
-			if u, r, ok := parseRun(tok[1:]); ok {
-				if n.Runs == nil {
-					n.Runs = map[int64]Run{}
-				}
-				n.Runs[u] = r
-			}
-		}
-	}
-	return n
-}
-
-// parseRun reads <user>:<first>:<conv>.<seq>,...
-func parseRun(s string) (int64, Run, bool) {
-	us, rest, ok1 := strings.Cut(s, ":")
-	fs, list, ok2 := strings.Cut(rest, ":")
-	u, err1 := strconv.ParseInt(us, 10, 64)
-	first, err2 := strconv.ParseInt(fs, 10, 64)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil || list == "" {
-		return 0, Run{}, false
-	}
-	r := Run{First: first}
-	for _, item := range strings.Split(list, ",") {
-		cs, ss, ok := strings.Cut(item, ".")
-		c, err1 := strconv.ParseInt(cs, 10, 64)
-		q, err2 := strconv.ParseInt(ss, 10, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return 0, Run{}, false
-		}
-		r.Keys = append(r.Keys, [2]int64{c, q})
-	}
-	return u, r, true
 }

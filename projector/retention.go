@@ -7,14 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-// Advisory lock keys. Fanout holds LockFanout shared while it runs; replay
-// takes it exclusively, so it cannot run beside a live fanout. LockRetention
-// keeps one pruning run at a time.
-const (
-	LockFanout    int64 = 0x696e626f78640001 // "inboxd" 1
-	LockRetention int64 = 0x696e626f78640002
+	"github.com/inboxd/inboxd/projection"
 )
 
 // PruneResult counts one retention run.
@@ -49,13 +43,13 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batch int)
 	}
 	defer conn.Release()
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, LockRetention).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, projection.LockRetention).Scan(&got); err != nil {
 		return res, fmt.Errorf("retention lock: %w", err)
 	}
 	if !got {
 		return res, nil
 	}
-	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, LockRetention) //nolint:errcheck
+	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, projection.LockRetention) //nolint:errcheck
 
 	var after int64
 	for {

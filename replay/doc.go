@@ -5,7 +5,7 @@
 // then either swaps the shadow in as the new generation under a new epoch,
 // or (Verify) compares it with the live projections without touching them.
 //
-// Replay refuses to run while a fanout holds projector.LockFanout: a replay
+// Replay refuses to run while a fanout holds projection.LockFanout: a replay
 // is the only writer of the projections while it runs. A replay killed in
 // the middle leaves the live projections as they were and an abandoned
 // shadow schema that the next run drops and rebuilds.

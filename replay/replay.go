@@ -18,7 +18,7 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/migrations"
-	"github.com/inboxd/inboxd/producer"
+	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/projector"
 )
 
@@ -29,7 +29,7 @@ var ErrFanoutRunning = errors.New("a fanout is running against this database (it
 type Config struct {
 	// Brokers to read the log from. Required.
 	Brokers []string
-	// Topic. Default producer.DefaultTopic.
+	// Topic. Default events.DefaultTopic.
 	Topic string
 	// MaxBody as fanout's (records fanout sent to the DLQ are skipped the
 	// same way). Default events.DefaultMaxBody.
@@ -40,7 +40,7 @@ type Config struct {
 	Shadow string
 	// Channel is the live NOTIFY channel (fanout's and the gateways'): the
 	// swap announces the new epoch on it, so gateways drop what they
-	// remember of the old one. Default projector.DefaultChannel.
+	// remember of the old one. Default projection.DefaultChannel.
 	Channel string
 	// Verify compares the rebuilt shadow with the live projections instead
 	// of swapping it in; it may run while fanout is live.
@@ -54,10 +54,10 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Channel == "" {
-		c.Channel = projector.DefaultChannel
+		c.Channel = projection.DefaultChannel
 	}
 	if c.Topic == "" {
-		c.Topic = producer.DefaultTopic
+		c.Topic = events.DefaultTopic
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = events.DefaultMaxBody
@@ -115,13 +115,13 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
 	defer lockConn.Release()
 	if !cfg.Verify {
 		var got bool
-		if err := lockConn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, projector.LockFanout).Scan(&got); err != nil {
+		if err := lockConn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, projection.LockFanout).Scan(&got); err != nil {
 			return res, fmt.Errorf("take the fanout lock: %w", err)
 		}
 		if !got {
 			return res, ErrFanoutRunning
 		}
-		defer lockConn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, projector.LockFanout) //nolint:errcheck
+		defer lockConn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, projection.LockFanout) //nolint:errcheck
 	}
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
@@ -352,8 +352,12 @@ func swap(ctx context.Context, pool *pgxpool.Pool, schema, channel string) (int6
 			return fmt.Errorf("drop shadow: %w", err)
 		}
 		// Delivered at commit: gateways forget the heads of the old epoch.
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, projector.EpochToken(epoch)); err != nil {
-			return fmt.Errorf("announce epoch %d: %w", epoch, err)
+		var note projection.Encoder
+		note.Epoch(epoch)
+		for _, pl := range note.Payloads() {
+			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, pl); err != nil {
+				return fmt.Errorf("announce epoch %d: %w", epoch, err)
+			}
 		}
 		return nil
 	})

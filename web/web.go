@@ -8,7 +8,8 @@
 // an offline switch to show the catch-up.
 //
 // It owns no API: it only calls the gateway's, on the same origin. It must
-// not be served where dev mode is off (it logs in through /v1/dev/token).
+// not be served where dev mode is off (it logs in through /v1/dev/token):
+// `inboxd dev` mounts it beside the API (gateway.Config.Pages).
 package web
 
 import (

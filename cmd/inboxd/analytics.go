@@ -13,7 +13,6 @@ import (
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
-	"github.com/inboxd/inboxd/producer"
 )
 
 // runAnalytics needs Kafka only: no database, no topic creation.
@@ -21,7 +20,7 @@ func runAnalytics(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("analytics", flag.ContinueOnError)
 	var c common
 	fs.StringVar(&c.brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers")
-	fs.StringVar(&c.topic, "topic", producer.DefaultTopic, "event topic")
+	fs.StringVar(&c.topic, "topic", events.DefaultTopic, "event topic")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	// Not --group: its INBOXD_GROUP twin is fanout's, and a shared

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 
 	"golang.org/x/sync/errgroup"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/web"
 )
 
 func runDev(ctx context.Context, args []string) error {
@@ -77,6 +79,10 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	gcfg := gf.config(&c, log.With("service", "gateway"))
 	gcfg.DevMode = true
+	// The demo page logs in through dev mode's token endpoint: it is
+	// served by dev only, beside the API.
+	demo := web.Handler()
+	gcfg.Pages = map[string]http.Handler{"GET /{$}": demo, "GET /demo/": demo}
 	gcfg.Registerer = reg
 	// One /readyz for the process: a stuck partition shows there too.
 	gcfg.ReadyChecks = map[string]func(context.Context) error{"fanout": func(context.Context) error { return fo.Ready() }}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +38,14 @@ func TestDevRestartKeepsEverything(t *testing.T) {
 		return p
 	}
 	p := start()
+	// The demo page is dev's: mounted beside the API by dev, not by the gateway.
+	res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", hPort))
+	require.NoError(t, err)
+	page, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, string(page), `<script src="/demo/app.js">`)
 	dbURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", pgPort)
 	require.Contains(t, p.Output(), dbURL)
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
@@ -36,7 +37,7 @@ func (c *common) bind(fs *flag.FlagSet, kafka bool) {
 	fs.IntVar(&c.dbMaxConns, "db-max-conns", 0, "PostgreSQL pool size (0: pgx default, max(4, cores); fanout and dev: max(4, apply workers + 2, or + 6 in dev))")
 	if kafka {
 		fs.StringVar(&c.brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers")
-		fs.StringVar(&c.topic, "topic", producer.DefaultTopic, "event topic (the DLQ is <topic>.dlq)")
+		fs.StringVar(&c.topic, "topic", events.DefaultTopic, "event topic (the DLQ is <topic>.dlq)")
 		fs.IntVar(&c.partitions, "partitions", producer.DefaultPartitions, "partitions of a topic created by inboxd")
 		fs.IntVar(&c.replicationFactor, "replication-factor", 3, "replication factor of a topic created by inboxd; a cluster with fewer brokers refuses it, so a single-broker setup must ask for 1 explicitly (dev defaults to 1)")
 		fs.BoolVar(&c.createTopics, "create-topics", true, "create the topics when missing")

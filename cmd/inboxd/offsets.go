@@ -12,10 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
-	"github.com/inboxd/inboxd/producer"
 )
 
 // runOffsets is `inboxd offsets` (compare the stored offsets with the log)
@@ -29,7 +29,7 @@ func runOffsets(ctx context.Context, args []string) error {
 	var c common
 	c.bind(fs, false)
 	fs.StringVar(&c.brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers")
-	fs.StringVar(&c.topic, "topic", producer.DefaultTopic, "event topic")
+	fs.StringVar(&c.topic, "topic", events.DefaultTopic, "event topic")
 	partsFlag := fs.String("partitions", "", "reset: comma-separated partitions, or all (default: every partition whose offsets do not belong to the log)")
 	to := fs.String("to", "", "reset: start (the log's first record), end (skip what the log holds) or an offset")
 	force := fs.Bool("force", false, "reset: also move partitions whose offsets belong to the log (stop the fanouts first)")

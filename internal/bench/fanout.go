@@ -16,6 +16,7 @@ import (
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/producer"
+	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/projector"
 	"github.com/inboxd/inboxd/replay"
 )
@@ -273,7 +274,7 @@ func idleLatency(ctx context.Context, pool *pgxpool.Pool, prod *producer.Produce
 		return err
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+projector.DefaultChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+projection.DefaultChannel); err != nil {
 		return err
 	}
 	if _, err := conn.Exec(ctx, `CREATE TABLE bench_commit_probe (id bigserial PRIMARY KEY, at timestamptz NOT NULL)`); err != nil {
@@ -296,7 +297,7 @@ func idleLatency(ctx context.Context, pool *pgxpool.Pool, prod *producer.Produce
 				cancel()
 				return fmt.Errorf("wait for notification: %w", err)
 			}
-			if _, ok := projector.ParseNotification(n.Payload).Heads[senders[0]]; ok {
+			if _, ok := projection.ParseNotification(n.Payload).Heads[senders[0]]; ok {
 				break
 			}
 		}

@@ -3,7 +3,8 @@
 // the membership/record changes, plus health, readiness, metrics and the
 // OpenAPI document. It reads the PostgreSQL projections and appends events
 // through producer; it must not write projections (that is projector's) nor
-// consume the log.
+// consume the log. The wire types, error codes, frame types and close codes
+// are package protocol's; the gateway declares none of its own.
 //
 // # Layout
 //
@@ -16,7 +17,7 @@
 //	records.go    the conversation list (records) and GET /v1/conversations
 //	messages.go   sends (with the ack wait) and history
 //	members.go    create, add/remove members, record and read changes
-//	objects.go    the wire objects and how they are read from the projections
+//	objects.go    how the protocol's objects are read from the projections
 //	auth.go       JWT verification and the dev token endpoint
 //	errors.go     the one client-facing error type and its mapping
 //	decode.go     request body and query decoding

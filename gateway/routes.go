@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/inboxd/inboxd/protocol"
 	"github.com/inboxd/inboxd/web"
 	"strings"
 	"time"
@@ -111,7 +112,7 @@ func (g *Gateway) writeUnmatched(mux *http.ServeMux, w http.ResponseWriter, r *h
 	if probe.code == http.StatusMethodNotAllowed {
 		allow := probe.header.Get("Allow")
 		w.Header().Set("Allow", allow)
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: errorFields{Code: CodeBadRequest,
+		writeJSON(w, http.StatusMethodNotAllowed, protocol.ErrorBody{Error: protocol.ErrorDetail{Code: protocol.CodeBadRequest,
 			Message: "method " + r.Method + " not allowed here; allowed: " + allow}})
 		return
 	}

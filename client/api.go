@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // api makes the HTTP requests of PROTOCOL.md. Each method is one request:
@@ -121,13 +123,7 @@ func (a *api) once(ctx context.Context, method, path string, q url.Values, body 
 			}
 		}
 	}
-	var eb struct {
-		Error struct {
-			Code      string `json:"code"`
-			Message   string `json:"message"`
-			Retryable bool   `json:"retryable"`
-		} `json:"error"`
-	}
+	var eb protocol.ErrorBody
 	if json.Unmarshal(raw, &eb) == nil {
 		ae.Code, ae.Message, ae.Retryable = eb.Error.Code, eb.Error.Message, eb.Error.Retryable
 	} else if len(raw) > 0 {
@@ -147,7 +143,7 @@ type syncRequest struct {
 }
 
 // sync answers r; notModified is a 304 (nothing new, same etag).
-func (a *api) sync(ctx context.Context, r syncRequest) (ans *syncAnswer, etag string, notModified bool, err error) {
+func (a *api) sync(ctx context.Context, r syncRequest) (ans *protocol.SyncAnswer, etag string, notModified bool, err error) {
 	q := url.Values{}
 	q.Set("after", strconv.FormatInt(r.after, 10))
 	if r.hasEpoch {
@@ -165,7 +161,7 @@ func (a *api) sync(ctx context.Context, r syncRequest) (ans *syncAnswer, etag st
 	if r.etag != "" {
 		hdr = http.Header{"If-None-Match": {r.etag}}
 	}
-	ans = &syncAnswer{}
+	ans = &protocol.SyncAnswer{}
 	status, h, err := a.do(ctx, http.MethodGet, "/v1/sync", q, nil, hdr, ans, timeout)
 	if err != nil {
 		return nil, "", false, err
@@ -177,7 +173,7 @@ func (a *api) sync(ctx context.Context, r syncRequest) (ans *syncAnswer, etag st
 }
 
 // conversations reads one page of the conversation list.
-func (a *api) conversations(ctx context.Context, page *string, limit int) (*listAnswer, error) {
+func (a *api) conversations(ctx context.Context, page *string, limit int) (*protocol.ConversationList, error) {
 	q := url.Values{}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
@@ -185,7 +181,7 @@ func (a *api) conversations(ctx context.Context, page *string, limit int) (*list
 	if page != nil {
 		q.Set("page", *page)
 	}
-	var ans listAnswer
+	var ans protocol.ConversationList
 	if _, _, err := a.do(ctx, http.MethodGet, "/v1/conversations", q, nil, nil, &ans, 0); err != nil {
 		return nil, err
 	}
@@ -193,7 +189,7 @@ func (a *api) conversations(ctx context.Context, page *string, limit int) (*list
 }
 
 // history reads messages of cid with seq < before (0: the newest).
-func (a *api) history(ctx context.Context, cid, before int64, limit int) (*historyAnswer, error) {
+func (a *api) history(ctx context.Context, cid, before int64, limit int) (*protocol.History, error) {
 	q := url.Values{}
 	if before > 0 {
 		q.Set("before", strconv.FormatInt(before, 10))
@@ -201,7 +197,7 @@ func (a *api) history(ctx context.Context, cid, before int64, limit int) (*histo
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var ans historyAnswer
+	var ans protocol.History
 	if _, _, err := a.do(ctx, http.MethodGet, "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages", q, nil, nil, &ans, 0); err != nil {
 		return nil, err
 	}
@@ -213,7 +209,7 @@ func (a *api) history(ctx context.Context, cid, before int64, limit int) (*histo
 func (a *api) send(ctx context.Context, cid int64, msgID, body string, timeout time.Duration) (*Message, error) {
 	var m Message
 	status, _, err := a.do(ctx, http.MethodPost, "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages", nil,
-		map[string]string{"msg_id": msgID, "body": body}, nil, &m, timeout)
+		protocol.SendMessage{MsgID: msgID, Body: body}, nil, &m, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -235,10 +231,8 @@ func DevToken(ctx context.Context, hc *http.Client, baseURL string, userID int64
 	}
 	a := &api{base: base, hc: hc, timeout: 30 * time.Second,
 		token: func(context.Context) (string, error) { return "", nil }}
-	var out struct {
-		Token string `json:"token"`
-	}
-	if _, _, err := a.do(ctx, http.MethodPost, "/v1/dev/token", nil, map[string]int64{"user_id": userID}, nil, &out, 0); err != nil {
+	var out protocol.DevToken
+	if _, _, err := a.do(ctx, http.MethodPost, "/v1/dev/token", nil, protocol.DevTokenRequest{UserID: userID}, nil, &out, 0); err != nil {
 		return "", err
 	}
 	if out.Token == "" {

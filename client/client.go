@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // Client is one device of one user: it keeps the inbox in sync, hands
@@ -313,11 +315,9 @@ func (c *Client) CreateConversation(ctx context.Context, title string, members .
 	if members == nil {
 		members = []int64{}
 	}
-	var out struct {
-		ConversationID int64 `json:"conversation_id"`
-	}
+	var out protocol.ConversationCreated
 	_, _, err := c.api.do(ctx, http.MethodPost, "/v1/conversations", nil,
-		map[string]any{"title": title, "members": members}, nil, &out, 0)
+		protocol.CreateConversation{Title: title, Members: members}, nil, &out, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -327,7 +327,7 @@ func (c *Client) CreateConversation(ctx context.Context, title string, members .
 // AddMember adds a user to a conversation.
 func (c *Client) AddMember(ctx context.Context, conversationID, userID int64) error {
 	_, _, err := c.api.do(ctx, http.MethodPost, "/v1/conversations/"+strconv.FormatInt(conversationID, 10)+"/members", nil,
-		map[string]int64{"user_id": userID}, nil, nil, 0)
+		protocol.AddMember{UserID: userID}, nil, nil, 0)
 	return err
 }
 
@@ -341,20 +341,15 @@ func (c *Client) RemoveMember(ctx context.Context, conversationID, userID int64)
 // MarkRead moves the user's read position in a conversation.
 func (c *Client) MarkRead(ctx context.Context, conversationID, seq int64) error {
 	_, _, err := c.api.do(ctx, http.MethodPost, "/v1/conversations/"+strconv.FormatInt(conversationID, 10)+"/read", nil,
-		map[string]int64{"seq": seq}, nil, nil, 0)
+		protocol.MarkRead{Seq: &seq}, nil, nil, 0)
 	return err
 }
 
 // SetRecord changes the user's pinned and/or muted flags of a conversation
 // (nil leaves a flag as it is).
 func (c *Client) SetRecord(ctx context.Context, conversationID int64, pinned, muted *bool) error {
-	body := map[string]bool{}
-	if pinned != nil {
-		body["pinned"] = *pinned
-	}
-	if muted != nil {
-		body["muted"] = *muted
-	}
+	// A nil flag is sent as null, which the gateway reads as absent.
+	body := protocol.SetRecord{Pinned: pinned, Muted: muted}
 	_, _, err := c.api.do(ctx, http.MethodPatch, "/v1/conversations/"+strconv.FormatInt(conversationID, 10)+"/record", nil,
 		body, nil, nil, 0)
 	return err

@@ -7,28 +7,31 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
-// Error codes of PROTOCOL.md.
+// Error codes of PROTOCOL.md, under the SDK's names (declared in protocol).
 const (
-	CodeBadRequest      = "bad_request"
-	CodeUnauthorized    = "unauthorized"
-	CodeNotMember       = "not_member"
-	CodeNotFound        = "not_found"
-	CodePayloadTooLarge = "payload_too_large"
-	CodeRateLimited     = "rate_limited"
-	CodeUnavailable     = "unavailable"
-	CodeInternal        = "internal"
+	CodeBadRequest      = protocol.CodeBadRequest
+	CodeUnauthorized    = protocol.CodeUnauthorized
+	CodeNotMember       = protocol.CodeNotMember
+	CodeNotFound        = protocol.CodeNotFound
+	CodePayloadTooLarge = protocol.CodePayloadTooLarge
+	CodeRateLimited     = protocol.CodeRateLimited
+	CodeUnavailable     = protocol.CodeUnavailable
+	CodeInternal        = protocol.CodeInternal
 )
 
-// WebSocket close codes of PROTOCOL.md.
+// WebSocket close codes of PROTOCOL.md, under the SDK's names (declared in
+// protocol).
 const (
-	CloseUnauthorized   = 4001 // stop: the token is refused
-	CloseNotAllowed     = 4003 // stop: the connection is not allowed
-	CloseTooSlow        = 4008 // reconnect with the cursor
-	CloseRateLimited    = 4029 // reconnect after retry_after
-	CloseServiceRestart = 1012 // reconnect with jittered backoff
-	CloseGoingAway      = 1001 // reconnect with jittered backoff
+	CloseUnauthorized   = protocol.CloseUnauthorized   // stop: the token is refused
+	CloseNotAllowed     = protocol.CloseNotAllowed     // stop: the connection is not allowed
+	CloseTooSlow        = protocol.CloseTooSlow        // reconnect with the cursor
+	CloseRateLimited    = protocol.CloseRateLimited    // reconnect after retry_after
+	CloseServiceRestart = protocol.CloseServiceRestart // reconnect with jittered backoff
+	CloseGoingAway      = protocol.CloseGoingAway      // reconnect with jittered backoff
 )
 
 var (

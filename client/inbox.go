@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // The inbox side of the client: handing entries to the app in order,
@@ -259,7 +261,7 @@ func (c *Client) pull(ctx context.Context, seq *sequencer) error {
 // the rest of the conversation list, records the history holes between
 // what the client knew of each conversation and its last seq, tells the
 // app, saves, and hands over the list.
-func (c *Client) applyTooLong(ctx context.Context, ans *syncAnswer) error {
+func (c *Client) applyTooLong(ctx context.Context, ans *protocol.SyncAnswer) error {
 	recs := append([]Record(nil), ans.Conversations...)
 	for next := ans.NextPage; next != nil; {
 		page, err := c.api.conversations(ctx, next, c.cfg.ListPage)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // faults are what a faultProxy does to the traffic; a test changes them at
@@ -182,9 +184,9 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.roll(f.StatusP) {
 		p.stats.status.Add(1)
-		status, code := http.StatusServiceUnavailable, "unavailable"
+		status, code := http.StatusServiceUnavailable, protocol.CodeUnavailable
 		if p.roll(0.5) {
-			status, code = http.StatusTooManyRequests, "rate_limited"
+			status, code = http.StatusTooManyRequests, protocol.CodeRateLimited
 		}
 		ra := f.RetryAfter
 		if ra == 0 {
@@ -325,26 +327,24 @@ func (p *faultProxy) serveWS(w http.ResponseWriter, r *http.Request, f faults) {
 		}
 		f := p.faults()
 		time.Sleep(p.randDur(f.WSDelayMax))
-		var head struct {
-			Type string `json:"type"`
-		}
+		var head protocol.ServerFrame
 		_ = json.Unmarshal(b, &head)
-		if head.Type == "send_ack" && p.roll(f.WSLoseAckP) {
+		if head.Type == protocol.FrameSendAck && p.roll(f.WSLoseAckP) {
 			p.stats.wsLostAck.Add(1)
 			break
 		}
-		if head.Type == "entries" && p.roll(f.WSDropP) {
+		if head.Type == protocol.FrameEntries && p.roll(f.WSDropP) {
 			p.stats.wsDrop.Add(1)
 			continue
 		}
 		if cc.WriteMessage(mt, b) != nil {
 			break
 		}
-		if head.Type == "welcome" && f.WSCloseAfterWelcome != 0 {
+		if head.Type == protocol.FrameWelcome && f.WSCloseAfterWelcome != 0 {
 			_ = cc.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(f.WSCloseAfterWelcome, "forced"), time.Now().Add(time.Second))
 			break
 		}
-		if head.Type == "entries" && p.roll(f.WSDupP) {
+		if head.Type == protocol.FrameEntries && p.roll(f.WSDupP) {
 			p.stats.wsDup.Add(1)
 			_ = cc.WriteMessage(mt, b)
 		}

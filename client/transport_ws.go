@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // The WebSocket transport: one connection is one session. The session loop
@@ -32,36 +34,10 @@ var (
 	errStale = errors.New("client: WebSocket silent past its heartbeat")
 )
 
-// wsFrame is any server frame; which fields are set depends on Type.
-// "message" is a string in error frames and an object in send_ack frames,
-// so it stays raw.
-type wsFrame struct {
-	Type string `json:"type"`
-	// welcome, entries, heartbeat, too_long
-	Epoch       int64   `json:"epoch"`
-	Head        int64   `json:"head"`
-	HeartbeatMS int64   `json:"heartbeat_ms"`
-	Entries     []Entry `json:"entries"`
-	// too_long
-	TooLong       bool     `json:"too_long"`
-	RecordVersion int64    `json:"record_version"`
-	Conversations []Record `json:"conversations"`
-	NextPage      *string  `json:"next_page"`
-	// send_ack, error
-	MsgID          string          `json:"msg_id"`
-	ConversationID int64           `json:"conversation_id"`
-	Seq            int64           `json:"seq"`
-	Message        json.RawMessage `json:"message"`
-	Code           string          `json:"code"`
-	Retryable      bool            `json:"retryable"`
-	RetryAfterMS   int64           `json:"retry_after_ms"`
-}
-
-func (f *wsFrame) apiError(op string) *APIError {
-	e := &APIError{Op: op, Status: statusOfCode(f.Code), Code: f.Code, Retryable: f.Retryable,
-		RetryAfter: time.Duration(f.RetryAfterMS) * time.Millisecond}
-	_ = json.Unmarshal(f.Message, &e.Message)
-	return e
+// frameError is the *APIError of an error frame (protocol.ServerFrame).
+func frameError(f *protocol.ServerFrame, op string) *APIError {
+	return &APIError{Op: op, Status: statusOfCode(f.Code), Code: f.Code, Retryable: f.Retryable,
+		RetryAfter: time.Duration(f.RetryAfterMS) * time.Millisecond, Message: f.ErrorMessage()}
 }
 
 // statusOfCode maps an error code of PROTOCOL.md to its HTTP status, so that
@@ -87,7 +63,7 @@ func statusOfCode(code string) int {
 }
 
 type wsReply struct {
-	f   *wsFrame
+	f   *protocol.ServerFrame
 	err error
 }
 
@@ -142,13 +118,7 @@ func handshakeError(err error, resp *http.Response) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	ae := &APIError{Op: "GET /v1/ws", Status: resp.StatusCode,
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
-	var eb struct {
-		Error struct {
-			Code      string `json:"code"`
-			Message   string `json:"message"`
-			Retryable bool   `json:"retryable"`
-		} `json:"error"`
-	}
+	var eb protocol.ErrorBody
 	if json.Unmarshal(raw, &eb) == nil {
 		ae.Code, ae.Message, ae.Retryable = eb.Error.Code, eb.Error.Message, eb.Error.Retryable
 	} else {
@@ -210,8 +180,8 @@ func (s *wsSession) idleLimit() time.Duration {
 // readLoop decodes frames for the session loop. Replies to sends go
 // straight to their waiters. It ends with the connection, reporting why on
 // errc: a *CloseError for a close frame (with the error frame before it).
-func (s *wsSession) readLoop(frames chan<- *wsFrame, errc chan<- error) {
-	var lastErr *wsFrame // the error frame without msg_id before a close
+func (s *wsSession) readLoop(frames chan<- *protocol.ServerFrame, errc chan<- error) {
+	var lastErr *protocol.ServerFrame // the error frame without msg_id before a close
 	extend := func() { _ = s.conn.SetReadDeadline(time.Now().Add(s.idleLimit())) }
 	s.conn.SetPingHandler(func(data string) error {
 		extend()
@@ -229,7 +199,7 @@ func (s *wsSession) readLoop(frames chan<- *wsFrame, errc chan<- error) {
 			if errors.As(err, &ce) {
 				out := &CloseError{Code: ce.Code, Reason: ce.Text}
 				if lastErr != nil {
-					out.Frame = lastErr.apiError("websocket")
+					out.Frame = frameError(lastErr, "websocket")
 					out.RetryAfter = out.Frame.RetryAfter
 				}
 				err = out
@@ -239,13 +209,13 @@ func (s *wsSession) readLoop(frames chan<- *wsFrame, errc chan<- error) {
 			errc <- err
 			return
 		}
-		f := &wsFrame{}
+		f := &protocol.ServerFrame{}
 		if err := json.Unmarshal(raw, f); err != nil {
 			s.c.log.Warn("undecodable WebSocket frame", "err", err)
 			continue
 		}
 		switch {
-		case f.Type == "send_ack" || (f.Type == "error" && f.MsgID != ""):
+		case f.Type == protocol.FrameSendAck || (f.Type == protocol.FrameError && f.MsgID != ""):
 			s.mu.Lock()
 			ch := s.acks[f.MsgID]
 			delete(s.acks, f.MsgID)
@@ -254,12 +224,12 @@ func (s *wsSession) readLoop(frames chan<- *wsFrame, errc chan<- error) {
 				ch <- wsReply{f: f}
 			}
 			continue
-		case f.Type == "error":
+		case f.Type == protocol.FrameError:
 			lastErr = f
-			s.c.log.Info("WebSocket error frame", "code", f.Code, "message", string(f.Message))
-		case f.Type == "pong":
+			s.c.log.Info("WebSocket error frame", "code", f.Code, "message", f.ErrorMessage())
+		case f.Type == protocol.FramePong:
 			continue
-		case f.Type == "welcome" && f.HeartbeatMS > 0:
+		case f.Type == protocol.FrameWelcome && f.HeartbeatMS > 0:
 			// Raise the idle limit here, before the next read arms its
 			// deadline: the session loop setting it later would leave this
 			// read with the pre-welcome limit, shorter than a heartbeat.
@@ -282,14 +252,14 @@ func isTimeout(err error) bool {
 func (s *wsSession) run(ctx context.Context, up func()) error {
 	c := s.c
 	epoch, cursor := c.position()
-	hello := map[string]any{"type": "hello", "after": cursor}
+	hello := protocol.Hello{Type: protocol.FrameHello, After: cursor}
 	if epoch > 0 {
-		hello["epoch"] = epoch
+		hello.Epoch = &epoch
 	}
 	if err := s.write(hello); err != nil {
 		return fmt.Errorf("websocket hello: %w", err)
 	}
-	frames := make(chan *wsFrame, 16)
+	frames := make(chan *protocol.ServerFrame, 16)
 	errc := make(chan error, 1)
 	readerDone := make(chan struct{})
 	go func() {
@@ -341,7 +311,7 @@ func (s *wsSession) run(ctx context.Context, up func()) error {
 
 		case f := <-frames:
 			switch f.Type {
-			case "welcome":
+			case protocol.FrameWelcome:
 				welcomed = true
 				c.noteEpoch(f.Epoch)
 				serverHead = max(serverHead, f.Head)
@@ -353,7 +323,7 @@ func (s *wsSession) run(ctx context.Context, up func()) error {
 				c.mu.Unlock()
 				c.kickOutbox()
 				up()
-			case "entries":
+			case protocol.FrameEntries:
 				if !welcomed {
 					return errors.New("websocket: entries before welcome")
 				}
@@ -364,15 +334,15 @@ func (s *wsSession) run(ctx context.Context, up func()) error {
 				}
 				watch(gapped)
 				continue
-			case "too_long":
+			case protocol.FrameTooLong:
 				seq.reset()
-				ans := &syncAnswer{TooLong: true, Epoch: f.Epoch, Head: f.Head, RecordVersion: f.RecordVersion,
-					Conversations: f.Conversations, NextPage: f.NextPage}
+				ans := &protocol.SyncAnswer{TooLong: true, Epoch: f.Epoch, Head: f.Head, RecordVersion: f.RecordVersion,
+					Conversations: f.Conversations, NextPage: f.NextPage, Polling: f.Polling}
 				if err := c.applyTooLong(ctx, ans); err != nil {
 					return err
 				}
 				serverHead = max(serverHead, f.Head)
-			case "heartbeat":
+			case protocol.FrameHeartbeat:
 				serverHead = max(serverHead, f.Head)
 			}
 			watch(len(seq.buf) > 0)
@@ -423,7 +393,7 @@ func (s *wsSession) send(ctx context.Context, it OutboxItem) (*Message, error) {
 		delete(s.acks, it.MsgID)
 		s.mu.Unlock()
 	}()
-	err := s.write(map[string]any{"type": "send", "conversation_id": it.ConversationID, "msg_id": it.MsgID, "body": it.Body})
+	err := s.write(protocol.Send{Type: protocol.FrameSend, ConversationID: it.ConversationID, MsgID: it.MsgID, Body: it.Body})
 	if err != nil {
 		return nil, fmt.Errorf("websocket send: %w", err)
 	}
@@ -432,14 +402,14 @@ func (s *wsSession) send(ctx context.Context, it OutboxItem) (*Message, error) {
 	select {
 	case r := <-ch:
 		f := r.f
-		if f.Type == "error" {
-			return nil, f.apiError("websocket send")
+		if f.Type == protocol.FrameError {
+			return nil, frameError(f, "websocket send")
 		}
 		m := &Message{}
 		if len(f.Message) == 0 || json.Unmarshal(f.Message, m) != nil || m.Seq == 0 {
 			// The ack carries the seq; the rest is the send's own.
 			body, _ := json.Marshal(it.Body)
-			m = &Message{ConversationID: it.ConversationID, Seq: f.Seq, MsgID: it.MsgID, Kind: "text", Body: body}
+			m = &Message{ConversationID: it.ConversationID, Seq: f.Seq, MsgID: it.MsgID, Kind: protocol.MessageText, Body: body}
 		}
 		return m, nil
 	case <-t.C:

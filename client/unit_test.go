@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestHoleSet checks add/remove/contains against a set of seqs, over
@@ -262,11 +264,11 @@ func FuzzFrame(f *testing.F) {
 	f.Add([]byte(`{"type":"error","code":"rate_limited","message":"slow down","retry_after_ms":500}`))
 	f.Add([]byte(`{"type":"too_long","epoch":1,"head":900,"conversations":[{"conversation_id":1,"last_seq":4}],"next_page":"abc"}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var fr wsFrame
+		var fr protocol.ServerFrame
 		if json.Unmarshal(raw, &fr) != nil {
 			return
 		}
-		e := fr.apiError("websocket")
+		e := frameError(&fr, "websocket")
 		_ = e.Error()
 		_ = permanent(e)
 		for _, en := range fr.Entries {

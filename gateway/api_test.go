@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestBasics walks every endpoint once and checks the wire shapes.
@@ -20,9 +22,7 @@ func TestBasics(t *testing.T) {
 	anon := &user{tg: tg}
 	r := anon.do(t, "POST", "/v1/dev/token", `{"user_id": 1}`)
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	var tok struct {
-		Token string `json:"token"`
-	}
+	var tok protocol.DevToken
 	r.decode(t, &tok)
 	a.token = tok.Token
 
@@ -32,7 +32,7 @@ func TestBasics(t *testing.T) {
 	require.Equal(t, int64(2), m.Seq) // 1 is the created system message
 	require.Equal(t, int64(1), m.SenderID)
 	require.Equal(t, "text", m.Kind)
-	require.Equal(t, "hi <b> & \"you\"", m.text(t))
+	require.Equal(t, "hi <b> & \"you\"", msgText(t, m))
 
 	// B's inbox: created message, its record, the text.
 	s := b.sync(t, "after=0")
@@ -42,7 +42,7 @@ func TestBasics(t *testing.T) {
 	requireContiguous(t, 0, s.Entries)
 	require.Equal(t, "message", s.Entries[0].Kind)
 	require.Equal(t, "system", s.Entries[0].Message.Kind)
-	require.Equal(t, "conversation.created", s.Entries[0].Message.system(t)["event"])
+	require.Equal(t, "conversation.created", msgSystem(t, s.Entries[0].Message)["event"])
 	require.Equal(t, "record", s.Entries[1].Kind)
 	require.Equal(t, "hello", s.Entries[1].Record.Title)
 	require.Equal(t, "message", s.Entries[2].Kind)
@@ -70,7 +70,7 @@ func TestBasics(t *testing.T) {
 	require.NotEmpty(t, r.header.Get("X-RateLimit-Limit"))
 
 	// list
-	var l wList
+	var l protocol.ConversationList
 	r = b.do(t, "GET", "/v1/conversations", nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	r.decode(t, &l)
@@ -83,9 +83,7 @@ func TestBasics(t *testing.T) {
 	// history
 	r = b.do(t, "GET", fmt.Sprintf("/v1/conversations/%d/messages", cid), nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	var h struct {
-		Messages []wMessage `json:"messages"`
-	}
+	var h protocol.History
 	r.decode(t, &h)
 	require.Len(t, h.Messages, 2)
 	require.Equal(t, int64(1), h.Messages[0].Seq)
@@ -118,16 +116,16 @@ func TestBasics(t *testing.T) {
 	// idempotent retry returns the original
 	r = a.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", cid), map[string]any{"msg_id": m.MsgID, "body": "again"})
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	var again wMessage
+	var again protocol.Message
 	r.decode(t, &again)
 	require.Equal(t, m.Seq, again.Seq)
-	require.Equal(t, m.text(t), again.text(t))
+	require.Equal(t, msgText(t, m), msgText(t, again))
 
 	// Idempotency-Key header
 	key := uuid.NewString()
 	r = a.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", cid), `{"body":"by header"}`, "Idempotency-Key", key)
 	require.Equal(t, http.StatusCreated, r.status, "%s", r)
-	var byHeader wMessage
+	var byHeader protocol.Message
 	r.decode(t, &byHeader)
 	require.Equal(t, key, byHeader.MsgID)
 	tg.verify(t)

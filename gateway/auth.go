@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 type ctxKey int
@@ -224,24 +226,14 @@ func (g *Gateway) authenticate(r *http.Request) (int64, error) {
 		if errors.Is(err, jwt.ErrTokenExpired) {
 			msg = "token expired"
 		}
-		return 0, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: msg, Err: err}
+		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: msg, Err: err}
 	}
 	return u, nil
 }
 
-type devTokenRequest struct {
-	UserID int64 `json:"user_id"`
-}
-
-type devTokenResponse struct {
-	Token     string    `json:"token"`
-	UserID    int64     `json:"user_id"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
-
 // handleDevToken is POST /v1/dev/token, registered only in dev mode.
 func (g *Gateway) handleDevToken(w http.ResponseWriter, r *http.Request) error {
-	var req devTokenRequest
+	var req protocol.DevTokenRequest
 	if err := g.decodeBody(w, r, &req); err != nil {
 		return err
 	}
@@ -252,7 +244,7 @@ func (g *Gateway) handleDevToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, devTokenResponse{Token: tok, UserID: req.UserID,
+	writeJSON(w, http.StatusOK, protocol.DevToken{Token: tok, UserID: req.UserID,
 		ExpiresAt: time.Now().Add(g.cfg.DevTokenTTL).UTC().Truncate(time.Second)})
 	return nil
 }

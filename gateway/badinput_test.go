@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // snapshot summarises every projection and the log's end offsets.
@@ -49,18 +53,11 @@ func requireError(t testing.TB, r resp, status int, code, what string) {
 	require.NoError(t, json.Unmarshal(r.body, &shape), "%s: %s", what, r)
 	require.Len(t, shape, 1, what)
 	e := shape["error"]
-	require.Len(t, e, 3, "%s: %s", what, r)
-	var got struct {
-		Code      string `json:"code"`
-		Message   string `json:"message"`
-		Retryable *bool  `json:"retryable"`
-	}
-	require.NoError(t, json.Unmarshal(r.body, &struct {
-		E any `json:"error"`
-	}{&got}))
-	require.Equal(t, code, got.Code, "%s: %s", what, r)
-	require.NotEmpty(t, got.Message, what)
-	require.NotNil(t, got.Retryable, what)
+	require.ElementsMatch(t, []string{"code", "message", "retryable"}, slices.Collect(maps.Keys(e)), "%s: %s", what, r)
+	var got protocol.ErrorBody
+	require.NoError(t, json.Unmarshal(r.body, &got))
+	require.Equal(t, code, got.Error.Code, "%s: %s", what, r)
+	require.NotEmpty(t, got.Error.Message, what)
 	require.Contains(t, r.header.Get("Content-Type"), "application/json", what)
 }
 
@@ -87,7 +84,7 @@ func TestBadInput(t *testing.T) {
 		code         string
 	}
 	bad := func(method, path string, body any, hdr ...string) tc {
-		return tc{a, method, path, body, hdr, http.StatusBadRequest, "bad_request"}
+		return tc{a, method, path, body, hdr, http.StatusBadRequest, protocol.CodeBadRequest}
 	}
 	cases := []tc{
 		// sends
@@ -112,10 +109,10 @@ func TestBadInput(t *testing.T) {
 		bad("POST", "/v1/conversations/-1/messages", send(`"x"`)),
 		bad("POST", "/v1/conversations/0/messages", send(`"x"`)),
 		bad("POST", "/v1/conversations/99999999999999999999/messages", send(`"x"`)),
-		{a, "POST", msgs, send(`"` + strings.Repeat("é", 2049) + `"`), nil, http.StatusRequestEntityTooLarge, "payload_too_large"},
-		{a, "POST", msgs, send(`"` + strings.Repeat("x", 200<<10) + `"`), nil, http.StatusRequestEntityTooLarge, "payload_too_large"},
-		{a, "POST", "/v1/conversations/999999/messages", send(`"x"`), nil, http.StatusNotFound, "not_found"},
-		{outsider, "POST", msgs, send(`"x"`), nil, http.StatusForbidden, "not_member"},
+		{a, "POST", msgs, send(`"` + strings.Repeat("é", 2049) + `"`), nil, http.StatusRequestEntityTooLarge, protocol.CodePayloadTooLarge},
+		{a, "POST", msgs, send(`"` + strings.Repeat("x", 200<<10) + `"`), nil, http.StatusRequestEntityTooLarge, protocol.CodePayloadTooLarge},
+		{a, "POST", "/v1/conversations/999999/messages", send(`"x"`), nil, http.StatusNotFound, protocol.CodeNotFound},
+		{outsider, "POST", msgs, send(`"x"`), nil, http.StatusForbidden, protocol.CodeNotMember},
 		// create
 		bad("POST", "/v1/conversations", `{"title":5}`),
 		bad("POST", "/v1/conversations", `{"members":[-1]}`),
@@ -130,29 +127,29 @@ func TestBadInput(t *testing.T) {
 		bad("POST", conv+"/members", `{"user_id":0}`),
 		bad("POST", conv+"/members", `{}`),
 		bad("POST", conv+"/members", `{"user_id":7,"role":"admin"}`),
-		{outsider, "POST", conv + "/members", `{"user_id":3}`, nil, http.StatusForbidden, "not_member"},
-		{a, "POST", "/v1/conversations/999999/members", `{"user_id":3}`, nil, http.StatusNotFound, "not_found"},
+		{outsider, "POST", conv + "/members", `{"user_id":3}`, nil, http.StatusForbidden, protocol.CodeNotMember},
+		{a, "POST", "/v1/conversations/999999/members", `{"user_id":3}`, nil, http.StatusNotFound, protocol.CodeNotFound},
 		bad("DELETE", conv+"/members/x", nil),
 		bad("DELETE", conv+"/members/-2", nil),
-		{outsider, "DELETE", conv + "/members/2", nil, nil, http.StatusForbidden, "not_member"},
-		{outsider, "DELETE", conv + "/members/3", nil, nil, http.StatusForbidden, "not_member"},
-		{a, "DELETE", "/v1/conversations/999999/members/2", nil, nil, http.StatusNotFound, "not_found"},
+		{outsider, "DELETE", conv + "/members/2", nil, nil, http.StatusForbidden, protocol.CodeNotMember},
+		{outsider, "DELETE", conv + "/members/3", nil, nil, http.StatusForbidden, protocol.CodeNotMember},
+		{a, "DELETE", "/v1/conversations/999999/members/2", nil, nil, http.StatusNotFound, protocol.CodeNotFound},
 		// record and read
 		bad("PATCH", conv+"/record", `{}`),
 		bad("PATCH", conv+"/record", `{"pinned":null}`),
 		bad("PATCH", conv+"/record", `{"pinned":"yes"}`),
 		bad("PATCH", conv+"/record", `{"pinned":true,"starred":true}`),
-		{outsider, "PATCH", conv + "/record", `{"pinned":true}`, nil, http.StatusForbidden, "not_member"},
-		{a, "PATCH", "/v1/conversations/999999/record", `{"pinned":true}`, nil, http.StatusNotFound, "not_found"},
+		{outsider, "PATCH", conv + "/record", `{"pinned":true}`, nil, http.StatusForbidden, protocol.CodeNotMember},
+		{a, "PATCH", "/v1/conversations/999999/record", `{"pinned":true}`, nil, http.StatusNotFound, protocol.CodeNotFound},
 		bad("POST", conv+"/read", `{"seq":-1}`),
 		bad("POST", conv+"/read", `{}`),
 		bad("POST", conv+"/read", `{"seq":1.5}`),
 		bad("POST", conv+"/read", `{"seq":"1"}`),
-		{outsider, "POST", conv + "/read", `{"seq":1}`, nil, http.StatusForbidden, "not_member"},
-		{a, "POST", "/v1/conversations/999999/read", `{"seq":1}`, nil, http.StatusNotFound, "not_found"},
+		{outsider, "POST", conv + "/read", `{"seq":1}`, nil, http.StatusForbidden, protocol.CodeNotMember},
+		{a, "POST", "/v1/conversations/999999/read", `{"seq":1}`, nil, http.StatusNotFound, protocol.CodeNotFound},
 		// history
-		{outsider, "GET", msgs, nil, nil, http.StatusForbidden, "not_member"},
-		{a, "GET", "/v1/conversations/999999/messages", nil, nil, http.StatusNotFound, "not_found"},
+		{outsider, "GET", msgs, nil, nil, http.StatusForbidden, protocol.CodeNotMember},
+		{a, "GET", "/v1/conversations/999999/messages", nil, nil, http.StatusNotFound, protocol.CodeNotFound},
 		bad("GET", msgs+"?before=-1", nil),
 		bad("GET", msgs+"?before=0", nil),
 		bad("GET", msgs+"?before=99999999999999999999", nil),
@@ -186,10 +183,10 @@ func TestBadInput(t *testing.T) {
 		bad("GET", "/v1/conversations?since_version=-1", nil),
 		bad("GET", "/v1/conversations?since_version=x", nil),
 		// dev token, routing
-		{&user{tg: tg}, "POST", "/v1/dev/token", `{"user_id":-1}`, nil, http.StatusBadRequest, "bad_request"},
-		{&user{tg: tg}, "POST", "/v1/dev/token", `{"user":1}`, nil, http.StatusBadRequest, "bad_request"},
-		{a, "GET", "/v1/nowhere", nil, nil, http.StatusNotFound, "not_found"},
-		{a, "PUT", "/v1/sync", nil, nil, http.StatusMethodNotAllowed, "bad_request"},
+		{&user{tg: tg}, "POST", "/v1/dev/token", `{"user_id":-1}`, nil, http.StatusBadRequest, protocol.CodeBadRequest},
+		{&user{tg: tg}, "POST", "/v1/dev/token", `{"user":1}`, nil, http.StatusBadRequest, protocol.CodeBadRequest},
+		{a, "GET", "/v1/nowhere", nil, nil, http.StatusNotFound, protocol.CodeNotFound},
+		{a, "PUT", "/v1/sync", nil, nil, http.StatusMethodNotAllowed, protocol.CodeBadRequest},
 	}
 	for _, c := range cases {
 		what := c.method + " " + c.path
@@ -224,11 +221,11 @@ func TestBadInput(t *testing.T) {
 			}
 			path := strings.NewReplacer("{cid}", fmt.Sprint(cid), "{uid}", "2").Replace(rt.path)
 			r := (&user{tg: tg, token: tok}).do(t, rt.method, path, `{}`)
-			requireError(t, r, http.StatusUnauthorized, "unauthorized", name+" token on "+rt.pattern())
+			requireError(t, r, http.StatusUnauthorized, protocol.CodeUnauthorized, name+" token on "+rt.pattern())
 		}
 	}
 	r := (&user{tg: tg}).do(t, "GET", "/v1/sync", nil, "Authorization", "Basic YTpi")
-	requireError(t, r, http.StatusUnauthorized, "unauthorized", "basic auth")
+	requireError(t, r, http.StatusUnauthorized, protocol.CodeUnauthorized, "basic auth")
 
 	tg.env.WaitCaughtUp(t, 30*time.Second)
 	require.Equal(t, before, tg.snapshot(t), "bad input changed data")
@@ -238,5 +235,5 @@ func TestBadInput(t *testing.T) {
 func TestDevTokenOffOutsideDevMode(t *testing.T) {
 	tg := newGateway(t, func(c *Config) { c.DevMode = false })
 	r := (&user{tg: tg}).do(t, "POST", "/v1/dev/token", `{"user_id":1}`)
-	requireError(t, r, http.StatusNotFound, "not_found", "dev token")
+	requireError(t, r, http.StatusNotFound, protocol.CodeNotFound, "dev token")
 }

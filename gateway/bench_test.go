@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // Benchmarks: go test ./gateway -run XXX -bench . -benchtime 200x
@@ -47,7 +48,7 @@ func BenchmarkSync304(b *testing.B) {
 	a := tg.user(b, 1)
 	a.create(b, "bench")
 	r := a.do(b, "GET", "/v1/sync", nil)
-	var s wSync
+	var s protocol.SyncAnswer
 	r.decode(b, &s)
 	etag := r.header.Get("ETag")
 	q := "/v1/sync?after=" + strconv.FormatInt(s.Head, 10)

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestHeadCacheAnswers304sAndFollowsCommits: a client at its head gets its
@@ -216,12 +218,12 @@ func TestCachedPagesAreTheSame(t *testing.T) {
 	require.Len(t, s.Entries, 7) // creation, record, 5 messages
 	for _, e := range s.Entries {
 		raw := e.Message
-		if e.Kind == "record" {
+		if e.Kind == protocol.KindRecord {
 			raw = e.Record
 		}
 		require.NotEmpty(t, raw, "kind %s", e.Kind)
-		var m message
-		if e.Kind == "message" {
+		var m protocol.Message
+		if e.Kind == protocol.KindMessage {
 			require.NoError(t, json.Unmarshal(raw, &m))
 			require.Equal(t, string(marshalWire(&m)), string(raw))
 		}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestConcurrentSendersAndReaders is acceptance 3: many senders to
@@ -56,7 +58,7 @@ func TestConcurrentSendersAndReaders(t *testing.T) {
 					fail(err)
 					return
 				}
-				var s wSync
+				var s protocol.SyncAnswer
 				if r.status != http.StatusOK || decodeInto(r.body, &s) != nil || s.TooLong {
 					fail(fmt.Errorf("user %d: %s", uid, r))
 					return
@@ -128,7 +130,7 @@ func TestSameMsgIDConcurrently(t *testing.T) {
 	id := uuid.NewString()
 	type answer struct {
 		status int
-		msg    wMessage
+		msg    protocol.Message
 		err    error
 	}
 	answers := make([]answer, 5)

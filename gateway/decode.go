@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // decodeBody reads r's body (at most MaxRequestBytes, else 413) and decodes
@@ -25,7 +27,7 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 		if errors.As(err, &mbe) {
 			return tooLarge("request body over %d bytes", mbe.Limit)
 		}
-		return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Message: "reading the request body failed", Err: err}
+		return &Error{Status: http.StatusBadRequest, Code: protocol.CodeBadRequest, Message: "reading the request body failed", Err: err}
 	}
 	return decodeJSON(raw, v)
 }

@@ -7,6 +7,8 @@
 // the stored kinds and reasons) through package projection, the contract
 // between the two sides, and must not import projector, the write engine,
 // nor web, the demo page (`inboxd dev` mounts it through Config.Pages).
+// consume the log. The wire types, error codes, frame types and close codes
+// are package protocol's; the gateway declares none of its own.
 //
 // # Layout
 //
@@ -19,7 +21,7 @@
 //	records.go    the conversation list (records) and GET /v1/conversations
 //	messages.go   sends (with the ack wait) and history
 //	members.go    create, add/remove members, record and read changes
-//	objects.go    the wire objects and how they are read from the projections
+//	objects.go    how the protocol's objects are read from the projections
 //	auth.go       JWT verification and the dev token endpoint
 //	errors.go     the one client-facing error type and its mapping
 //	decode.go     request body and query decoding

@@ -13,23 +13,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/events"
-)
-
-// Error codes of PROTOCOL.md.
-const (
-	CodeBadRequest      = "bad_request"
-	CodeUnauthorized    = "unauthorized"
-	CodeNotMember       = "not_member"
-	CodeNotFound        = "not_found"
-	CodePayloadTooLarge = "payload_too_large"
-	CodeHeaderTooLarge  = "header_too_large"
-	CodeRateLimited     = "rate_limited"
-	CodeUnavailable     = "unavailable"
-	CodeInternal        = "internal"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // Error is the one client-facing error: it becomes the body
-// {"error":{"code","message","retryable"}} with Status. Every handler returns
+// {"error":{"code","message","retryable"}} (protocol.ErrorBody) with Status;
+// Code is one of the protocol's codes. Every handler returns
 // errors; writeError maps anything else to an Error in one place.
 type Error struct {
 	Status    int
@@ -54,32 +43,32 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 func badRequest(format string, args ...any) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Message: fmt.Sprintf(format, args...)}
+	return &Error{Status: http.StatusBadRequest, Code: protocol.CodeBadRequest, Message: fmt.Sprintf(format, args...)}
 }
 
 func notMember(format string, args ...any) *Error {
-	return &Error{Status: http.StatusForbidden, Code: CodeNotMember, Message: fmt.Sprintf(format, args...)}
+	return &Error{Status: http.StatusForbidden, Code: protocol.CodeNotMember, Message: fmt.Sprintf(format, args...)}
 }
 
 func notFound(format string, args ...any) *Error {
-	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf(format, args...)}
+	return &Error{Status: http.StatusNotFound, Code: protocol.CodeNotFound, Message: fmt.Sprintf(format, args...)}
 }
 
 func unauthorized(msg string) *Error {
-	return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: msg}
+	return &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: msg}
 }
 
 func tooLarge(format string, args ...any) *Error {
-	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge, Message: fmt.Sprintf(format, args...)}
+	return &Error{Status: http.StatusRequestEntityTooLarge, Code: protocol.CodePayloadTooLarge, Message: fmt.Sprintf(format, args...)}
 }
 
 func headerTooLarge(size, limit int) *Error {
-	return &Error{Status: http.StatusRequestHeaderFieldsTooLarge, Code: CodeHeaderTooLarge,
+	return &Error{Status: http.StatusRequestHeaderFieldsTooLarge, Code: protocol.CodeHeaderTooLarge,
 		Message: fmt.Sprintf("request header of %d bytes, over the limit of %d", size, limit)}
 }
 
 func unavailable(msg string, retryAfter time.Duration, cause error) *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: msg,
+	return &Error{Status: http.StatusServiceUnavailable, Code: protocol.CodeUnavailable, Message: msg,
 		Retryable: true, RetryAfter: retryAfter, Err: cause}
 }
 
@@ -111,28 +100,18 @@ func toError(err error) *Error {
 		case "08", "53", "57", "40":
 			return unavailable("database unavailable, try again", time.Second, err)
 		}
-		return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error", Retryable: true, Err: err}
+		return &Error{Status: http.StatusInternalServerError, Code: protocol.CodeInternal, Message: "internal error", Retryable: true, Err: err}
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) || pgconn.SafeToRetry(err) || isConnectError(err) {
 		return unavailable("backend unavailable, try again", time.Second, err)
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error", Retryable: true, Err: err}
+	return &Error{Status: http.StatusInternalServerError, Code: protocol.CodeInternal, Message: "internal error", Retryable: true, Err: err}
 }
 
 func isConnectError(err error) bool {
 	var ce *pgconn.ConnectError
 	return errors.As(err, &ce)
-}
-
-type errorBody struct {
-	Error errorFields `json:"error"`
-}
-
-type errorFields struct {
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	Retryable bool   `json:"retryable"`
 }
 
 // writeError answers err. A request whose client is gone gets nothing.
@@ -144,7 +123,7 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	e := toError(err)
 	switch {
-	case e.Status >= 500 && e.Code == CodeInternal:
+	case e.Status >= 500 && e.Code == protocol.CodeInternal:
 		g.log.Error("request failed", "route", r.Pattern, "user_id", userFrom(r.Context()), "code", e.Code, "err", err)
 	case e.Status >= 500 && e.Err != nil:
 		g.log.Warn("request failed", "route", r.Pattern, "user_id", userFrom(r.Context()), "code", e.Code, "err", err)
@@ -156,7 +135,7 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
-	writeJSON(w, e.Status, errorBody{Error: errorFields{Code: e.Code, Message: e.Message, Retryable: e.Retryable}})
+	writeJSON(w, e.Status, protocol.ErrorBody{Error: protocol.ErrorDetail{Code: e.Code, Message: e.Message, Retryable: e.Retryable}})
 }
 
 // writeJSON writes v with status. HTML escaping is off: bodies are JSON for

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // FuzzDecodeBody drives the request body decoder with every request type:
@@ -24,12 +26,12 @@ func FuzzDecodeBody(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	targets := []func() any{
-		func() any { return &sendRequest{} },
-		func() any { return &createRequest{} },
-		func() any { return &addMemberRequest{} },
-		func() any { return &recordRequest{} },
-		func() any { return &readRequest{} },
-		func() any { return &devTokenRequest{} },
+		func() any { return &protocol.SendMessage{} },
+		func() any { return &protocol.CreateConversation{} },
+		func() any { return &protocol.AddMember{} },
+		func() any { return &protocol.SetRecord{} },
+		func() any { return &protocol.MarkRead{} },
+		func() any { return &protocol.DevTokenRequest{} },
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		for _, newT := range targets {
@@ -37,7 +39,7 @@ func FuzzDecodeBody(f *testing.F) {
 			err := decodeJSON(raw, v)
 			if err != nil {
 				var e *Error
-				if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Code != CodeBadRequest || e.Message == "" {
+				if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Code != protocol.CodeBadRequest || e.Message == "" {
 					t.Fatalf("decode error is not a bad_request: %#v", err)
 				}
 				continue
@@ -73,7 +75,7 @@ func FuzzQuery(f *testing.F) {
 			if p.after < 0 || p.limit < 1 || p.limit > cfg.PageMax || wait < 0 || wait > cfg.LongPollMax || (p.hasEpoch && p.epoch < 0) {
 				t.Fatalf("out of bounds: %+v wait %v", p, wait)
 			}
-		} else if e, ok := err.(*Error); !ok || e.Code != CodeBadRequest {
+		} else if e, ok := err.(*Error); !ok || e.Code != protocol.CodeBadRequest {
 			t.Fatalf("not a bad_request: %v", err)
 		}
 		q, _ := url.ParseQuery(rawQuery)

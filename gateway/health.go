@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"net/http"
 	"time"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 //go:embed openapi.yaml
@@ -53,9 +55,9 @@ func (g *Gateway) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	if !ready {
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusServiceUnavailable, struct {
-			Error  errorFields       `json:"error"`
-			Checks map[string]string `json:"checks"`
-		}{errorFields{Code: CodeUnavailable, Message: "not ready", Retryable: true}, checks})
+			Error  protocol.ErrorDetail `json:"error"`
+			Checks map[string]string    `json:"checks"`
+		}{protocol.ErrorDetail{Code: protocol.CodeUnavailable, Message: "not ready", Retryable: true}, checks})
 		return nil
 	}
 	writeJSON(w, http.StatusOK, statusResponse{Status: "ready", Checks: checks})

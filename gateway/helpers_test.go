@@ -20,6 +20,7 @@ import (
 	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -193,79 +194,37 @@ func (u *user) doE(method, path string, body any, hdr ...string) (resp, error) {
 	return resp{status: res.StatusCode, header: res.Header, body: raw, close: res.Close}, nil
 }
 
-// wire shapes as a client decodes them
+// The wire shapes are package protocol's, decoded as a client does.
 
-type wMessage struct {
-	ConversationID int64           `json:"conversation_id"`
-	Seq            int64           `json:"seq"`
-	MsgID          string          `json:"msg_id"`
-	SenderID       int64           `json:"sender_id"`
-	Kind           string          `json:"kind"`
-	Body           json.RawMessage `json:"body"`
-	CreatedAt      time.Time       `json:"created_at"`
-}
-
-func (m wMessage) text(t testing.TB) string {
+// msgText is the body of a text message (a protocol.Message or a pointer
+// to one).
+func msgText(t testing.TB, m any) string {
 	t.Helper()
 	var s string
-	require.NoError(t, json.Unmarshal(m.Body, &s))
+	require.NoError(t, json.Unmarshal(msgOf(t, m).Body, &s))
 	return s
 }
 
-func (m wMessage) system(t testing.TB) map[string]any {
+// msgSystem is the body of a system message.
+func msgSystem(t testing.TB, m any) map[string]any {
 	t.Helper()
 	var v map[string]any
-	require.NoError(t, json.Unmarshal(m.Body, &v), "system body %s", m.Body)
+	body := msgOf(t, m).Body
+	require.NoError(t, json.Unmarshal(body, &v), "system body %s", body)
 	return v
 }
 
-type wRecord struct {
-	ConversationID int64     `json:"conversation_id"`
-	Title          string    `json:"title"`
-	Pinned         bool      `json:"pinned"`
-	Muted          bool      `json:"muted"`
-	ReadSeq        int64     `json:"read_seq"`
-	LastSeq        int64     `json:"last_seq"`
-	LastMessage    *wMessage `json:"last_message"`
-	Version        int64     `json:"version"`
-	Removed        bool      `json:"removed"`
-}
-
-type wEntry struct {
-	InboxSeq       int64     `json:"inbox_seq"`
-	ConversationID int64     `json:"conversation_id"`
-	Kind           string    `json:"kind"`
-	Message        *wMessage `json:"message"`
-	Record         *wRecord  `json:"record"`
-}
-
-type wSync struct {
-	TooLong       bool      `json:"too_long"`
-	Epoch         int64     `json:"epoch"`
-	Head          int64     `json:"head"`
-	Entries       []wEntry  `json:"entries"`
-	HasMore       bool      `json:"has_more"`
-	Conversations []wRecord `json:"conversations"`
-	NextPage      *string   `json:"next_page"`
-	Polling       *struct {
-		NextIntervalMS int64 `json:"next_interval_ms"`
-	} `json:"_polling"`
-}
-
-type wList struct {
-	Epoch         int64     `json:"epoch"`
-	InboxHead     int64     `json:"inbox_head"`
-	RecordVersion int64     `json:"record_version"`
-	Conversations []wRecord `json:"conversations"`
-	NextPage      *string   `json:"next_page"`
-}
-
-type wError struct {
-	Error struct {
-		Code      string `json:"code"`
-		Message   string `json:"message"`
-		Retryable bool   `json:"retryable"`
-	} `json:"error"`
+func msgOf(t testing.TB, m any) *protocol.Message {
+	t.Helper()
+	switch m := m.(type) {
+	case protocol.Message:
+		return &m
+	case *protocol.Message:
+		require.NotNil(t, m, "no message")
+		return m
+	}
+	t.Fatalf("%T is no message", m)
+	return nil
 }
 
 // create makes a conversation and returns its id.
@@ -287,9 +246,7 @@ func (u *user) createE(title string, members ...int64) (int64, error) {
 	if r.status != http.StatusCreated {
 		return 0, fmt.Errorf("create: %s", r)
 	}
-	var out struct {
-		ConversationID int64 `json:"conversation_id"`
-	}
+	var out protocol.ConversationCreated
 	if err := json.Unmarshal(r.body, &out); err != nil || out.ConversationID <= 0 {
 		return 0, fmt.Errorf("create: %s", r)
 	}
@@ -297,41 +254,41 @@ func (u *user) createE(title string, members ...int64) (int64, error) {
 }
 
 // send sends a text and returns the projected message (201 required).
-func (u *user) send(t testing.TB, cid int64, body string) wMessage {
+func (u *user) send(t testing.TB, cid int64, body string) protocol.Message {
 	t.Helper()
 	m, err := u.sendE(cid, body)
 	require.NoError(t, err)
 	return m
 }
 
-func (u *user) sendE(cid int64, body string) (wMessage, error) {
+func (u *user) sendE(cid int64, body string) (protocol.Message, error) {
 	r, err := u.doE("POST", fmt.Sprintf("/v1/conversations/%d/messages", cid),
 		map[string]any{"msg_id": uuid.NewString(), "body": body})
 	if err != nil {
-		return wMessage{}, err
+		return protocol.Message{}, err
 	}
 	if r.status != http.StatusCreated {
-		return wMessage{}, fmt.Errorf("send to %d: %s", cid, r)
+		return protocol.Message{}, fmt.Errorf("send to %d: %s", cid, r)
 	}
-	var m wMessage
+	var m protocol.Message
 	if err := json.Unmarshal(r.body, &m); err != nil {
-		return wMessage{}, fmt.Errorf("send to %d: %s", cid, r)
+		return protocol.Message{}, fmt.Errorf("send to %d: %s", cid, r)
 	}
 	return m, nil
 }
 
 // sync is one GET /v1/sync that must answer 200.
-func (u *user) sync(t testing.TB, query string) wSync {
+func (u *user) sync(t testing.TB, query string) protocol.SyncAnswer {
 	t.Helper()
 	r := u.do(t, "GET", "/v1/sync?"+query, nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	var s wSync
+	var s protocol.SyncAnswer
 	r.decode(t, &s)
 	return s
 }
 
 // syncAll pages from after to the head; it fails on a too-long answer.
-func (u *user) syncAll(t testing.TB, after int64, limit int) (entries []wEntry, head int64, requests int) {
+func (u *user) syncAll(t testing.TB, after int64, limit int) (entries []protocol.Entry, head int64, requests int) {
 	t.Helper()
 	for {
 		s := u.sync(t, "after="+strconv.FormatInt(after, 10)+"&limit="+strconv.Itoa(limit))
@@ -388,7 +345,7 @@ func (tg *tgw) verify(t testing.TB) {
 
 // requireContiguous checks that entries continue after `after` with no gap
 // and no repeat.
-func requireContiguous(t testing.TB, after int64, entries []wEntry) {
+func requireContiguous(t testing.TB, after int64, entries []protocol.Entry) {
 	t.Helper()
 	for i, e := range entries {
 		require.Equal(t, after+int64(i)+1, e.InboxSeq, "entry %d", i)

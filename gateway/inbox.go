@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/projection"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // The read path of GET /v1/sync and of the WebSocket push. Inbox entries
@@ -288,16 +287,13 @@ func (g *Gateway) loadRecords(ctx context.Context, epoch int64, want map[[2]int6
 	return nil
 }
 
-// marshalWire is the JSON of v as the API writes it (no HTML escaping, no
-// trailing newline).
+// marshalWire is the JSON of v as the API writes it (protocol.Marshal).
 func marshalWire(v any) []byte {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		panic("gateway: encode " + err.Error()) // only our own types
+	b, err := protocol.Marshal(v)
+	if err != nil {
+		panic("gateway: encode " + err.Error()) // only the protocol's types
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+	return b
 }
 
 // rawInts decodes a row of integer columns (NULL allowed) without the
@@ -411,30 +407,17 @@ func rawIntArray(fd pgconn.FieldDescription, b []byte, dst []int64) ([]int64, er
 	return dst, nil
 }
 
-// The wire form of entries, written by hand: encoding/json would reflect
-// over every entry and re-validate every cached message.
+// The wire form of entries, written by hand (protocol.AppendEntry):
+// encoding/json would reflect over every entry and re-validate every cached
+// message.
 
-// appendEntry appends e as PROTOCOL.md's Entry.
+// appendEntry appends e as a protocol.Entry.
 func appendEntry(b []byte, e *entry) []byte {
-	b = append(b, `{"inbox_seq":`...)
-	b = strconv.AppendInt(b, e.InboxSeq, 10)
-	b = append(b, `,"conversation_id":`...)
-	b = strconv.AppendInt(b, e.ConversationID, 10)
-	switch {
-	case e.record:
-		b = append(b, `,"kind":"record"`...)
-		if e.raw != nil {
-			b = append(b, `,"record":`...)
-			b = append(b, e.raw...)
-		}
-	default:
-		b = append(b, `,"kind":"message"`...)
-		if e.raw != nil {
-			b = append(b, `,"message":`...)
-			b = append(b, e.raw...)
-		}
+	kind := protocol.KindMessage
+	if e.record {
+		kind = protocol.KindRecord
 	}
-	return append(b, '}')
+	return protocol.AppendEntry(b, e.InboxSeq, e.ConversationID, kind, e.raw)
 }
 
 // appendEntries appends entries as a JSON array.

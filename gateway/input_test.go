@@ -23,6 +23,7 @@ import (
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/projection"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // notText are JSON string literals that are not storable text: NUL, lone
@@ -89,16 +90,16 @@ func TestNotTextRefusedEverywhere(t *testing.T) {
 				continue // a JSON escape is no header text; raw bytes are tried
 			}
 			r := a.do(t, c.method, c.path, []byte(c.body), c.hdr...)
-			requireError(t, r, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("%s %s %q %q", c.method, c.path, c.body, c.hdr))
+			requireError(t, r, http.StatusBadRequest, protocol.CodeBadRequest, fmt.Sprintf("%s %s %q %q", c.method, c.path, c.body, c.hdr))
 		}
 		// A msg_id that is a uuid but for its last character.
 		r := a.do(t, "POST", msgs, []byte(`{"msg_id":"`+u[:35]+strings.Trim(s, `"`)+`","body":"x"}`))
-		requireError(t, r, http.StatusBadRequest, CodeBadRequest, "msg_id "+s)
+		requireError(t, r, http.StatusBadRequest, protocol.CodeBadRequest, "msg_id "+s)
 	}
 	// Query values and path ids: percent-encoded NUL and invalid UTF-8.
 	for _, path := range []string{"/v1/sync?after=%00", "/v1/sync?epoch=%ff", "/v1/conversations?page=%00",
 		"/v1/conversations?page=%ff%fe", "/v1/conversations/%00/messages", msgs + "?before=%ed%a0%80"} {
-		requireError(t, a.do(t, "GET", path, nil), http.StatusBadRequest, CodeBadRequest, path)
+		requireError(t, a.do(t, "GET", path, nil), http.StatusBadRequest, protocol.CodeBadRequest, path)
 	}
 	// A NUL in a header value never reaches a handler: net/http refuses it.
 	status := rawStatus(t, w.url, "POST "+msgs+" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+a.token+
@@ -109,7 +110,7 @@ func TestNotTextRefusedEverywhere(t *testing.T) {
 	// stays open, and a valid send afterwards is acknowledged.
 	c := dialWS(t, w, a)
 	c.hello(t, a.head(t), nil)
-	require.Equal(t, "welcome", c.next(t).Type)
+	require.Equal(t, protocol.FrameWelcome, c.next(t).Type)
 	for _, s := range notText {
 		u := uuid.NewString()
 		raw := !strings.Contains(s, `\u`) // invalid UTF-8: the frame cannot be read at all
@@ -124,8 +125,8 @@ func TestNotTextRefusedEverywhere(t *testing.T) {
 		} {
 			require.NoError(t, c.conn.WriteMessage(websocket.TextMessage, []byte(tc.frame)))
 			f := c.nextOf(t)
-			require.Equal(t, "error", f.Type, tc.frame)
-			require.Equal(t, CodeBadRequest, f.Code, "%s: %s", tc.frame, f.Message)
+			require.Equal(t, protocol.FrameError, f.Type, tc.frame)
+			require.Equal(t, protocol.CodeBadRequest, f.Code, "%s: %s", tc.frame, f.Message)
 			if !raw {
 				require.Equal(t, tc.msgID, f.MsgID, tc.frame)
 			}
@@ -136,9 +137,9 @@ func TestNotTextRefusedEverywhere(t *testing.T) {
 		h := dialWS(t, w, b)
 		require.NoError(t, h.conn.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","after":0,"note":`+s+`}`)))
 		code, frames := h.closeCode(t)
-		require.Equal(t, closeProtocol, code, s)
+		require.Equal(t, protocol.CloseProtocol, code, s)
 		require.Len(t, frames, 1, s)
-		require.Equal(t, CodeBadRequest, frames[0].Code, s)
+		require.Equal(t, protocol.CodeBadRequest, frames[0].Code, s)
 	}
 
 	w.env.WaitCaughtUp(t, 30*time.Second)
@@ -149,22 +150,22 @@ func TestNotTextRefusedEverywhere(t *testing.T) {
 	m := b.send(t, cid, "right after")
 	require.Positive(t, m.Seq)
 	id := uuid.NewString()
-	c.writeJSON(t, map[string]any{"type": "send", "conversation_id": cid, "msg_id": id, "body": "over ws after"})
+	c.writeJSON(t, map[string]any{"type": protocol.FrameSend, "conversation_id": cid, "msg_id": id, "body": "over ws after"})
 	for {
 		f := c.nextOf(t)
-		if f.Type == "send_ack" {
+		if f.Type == protocol.FrameSendAck {
 			require.Equal(t, id, f.MsgID)
 			require.Equal(t, m.Seq+1, f.Seq)
 			break
 		}
-		require.NotEqual(t, "error", f.Type, "%+v", f)
+		require.NotEqual(t, protocol.FrameError, f.Type, "%+v", f)
 	}
 	// U+FFFD is text: accepted, and stored as sent.
 	r := a.do(t, "POST", msgs, []byte(`{"msg_id":"`+uuid.NewString()+`","body":"replacement \ufffd char"}`))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r)
-	var got wMessage
+	var got protocol.Message
 	r.decode(t, &got)
-	require.Equal(t, "replacement \uFFFD char", got.text(t))
+	require.Equal(t, "replacement \uFFFD char", msgText(t, got))
 	w.verify(t)
 }
 
@@ -205,37 +206,37 @@ func TestSendTakenMsgIDMembershipFirst(t *testing.T) {
 	msgs := fmt.Sprintf("/v1/conversations/%d/messages", cid)
 
 	taken := outsider.do(t, "POST", msgs, map[string]any{"msg_id": m.MsgID, "body": "x"})
-	requireError(t, taken, http.StatusForbidden, CodeNotMember, "outsider with a's msg_id")
+	requireError(t, taken, http.StatusForbidden, protocol.CodeNotMember, "outsider with a's msg_id")
 	fresh := outsider.do(t, "POST", msgs, map[string]any{"msg_id": uuid.NewString(), "body": "x"})
-	requireError(t, fresh, http.StatusForbidden, CodeNotMember, "outsider with a fresh msg_id")
-	var e1, e2 wError
+	requireError(t, fresh, http.StatusForbidden, protocol.CodeNotMember, "outsider with a fresh msg_id")
+	var e1, e2 protocol.ErrorBody
 	taken.decode(t, &e1)
 	fresh.decode(t, &e2)
 	require.Equal(t, e2.Error.Message, e1.Error.Message, "the answers must not differ")
 	r := outsider.do(t, "POST", msgs, `{"body":"x"}`, "Idempotency-Key", m.MsgID)
-	requireError(t, r, http.StatusForbidden, CodeNotMember, "outsider with a's msg_id as Idempotency-Key")
+	requireError(t, r, http.StatusForbidden, protocol.CodeNotMember, "outsider with a's msg_id as Idempotency-Key")
 	// Another conversation of the outsider: the id is taken there, and
 	// that is the outsider's own business now.
 	own := outsider.create(t, "own")
 	r = outsider.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", own), map[string]any{"msg_id": m.MsgID, "body": "x"})
-	requireError(t, r, http.StatusBadRequest, CodeBadRequest, "outsider's own conversation")
+	requireError(t, r, http.StatusBadRequest, protocol.CodeBadRequest, "outsider's own conversation")
 
 	r = b.do(t, "POST", msgs, map[string]any{"msg_id": m.MsgID, "body": "x"})
-	requireError(t, r, http.StatusBadRequest, CodeBadRequest, "member with a's msg_id")
+	requireError(t, r, http.StatusBadRequest, protocol.CodeBadRequest, "member with a's msg_id")
 
 	r = a.do(t, "POST", msgs, map[string]any{"msg_id": m.MsgID, "body": "ignored"})
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	require.Equal(t, http.StatusAccepted, a.do(t, "DELETE", fmt.Sprintf("/v1/conversations/%d/members/1", cid), nil).status)
 	r = a.do(t, "POST", msgs, map[string]any{"msg_id": m.MsgID, "body": "ignored"})
 	require.Equal(t, http.StatusOK, r.status, "own retry after leaving: %s", r)
-	var back wMessage
+	var back protocol.Message
 	r.decode(t, &back)
 	require.Equal(t, m.Seq, back.Seq)
-	require.Equal(t, "mine", back.text(t))
+	require.Equal(t, "mine", msgText(t, back))
 	// Having left, a is an outsider for b's msg_ids.
 	mb := b.send(t, cid, "b's")
 	r = a.do(t, "POST", msgs, map[string]any{"msg_id": mb.MsgID, "body": "x"})
-	requireError(t, r, http.StatusForbidden, CodeNotMember, "a, gone, with b's msg_id")
+	requireError(t, r, http.StatusForbidden, protocol.CodeNotMember, "a, gone, with b's msg_id")
 }
 
 // TestSendDeadLettered: a send whose event the projection dead-letters
@@ -284,9 +285,9 @@ func TestSendDeadLettered(t *testing.T) {
 	eventID := findEventID(t, env, id)
 	insertDeadLetter(eventID, id, a.id)
 	r := <-answer
-	requireError(t, r, http.StatusBadRequest, CodeBadRequest, "waiting sender")
+	requireError(t, r, http.StatusBadRequest, protocol.CodeBadRequest, "waiting sender")
 	require.Contains(t, string(r.body), "will not be delivered")
-	var e wError
+	var e protocol.ErrorBody
 	r.decode(t, &e)
 	require.False(t, e.Error.Retryable)
 
@@ -297,13 +298,13 @@ func TestSendDeadLettered(t *testing.T) {
 	require.NoError(t, err)
 	logBefore := tg.snapshot(t)
 	r = a.do(t, "POST", msgs, map[string]any{"msg_id": id, "body": "poison"})
-	requireError(t, r, http.StatusBadRequest, CodeBadRequest, "retry")
+	requireError(t, r, http.StatusBadRequest, protocol.CodeBadRequest, "retry")
 	require.Contains(t, string(r.body), "will not be delivered")
 	r = a.do(t, "POST", msgs, `{"body":"poison"}`, "Idempotency-Key", strings.ToUpper(id))
-	requireError(t, r, http.StatusBadRequest, CodeBadRequest, "retry by Idempotency-Key")
+	requireError(t, r, http.StatusBadRequest, protocol.CodeBadRequest, "retry by Idempotency-Key")
 	// b's dead-lettered msg_id, b no longer a member: still the 400.
 	r = b.do(t, "POST", msgs, map[string]any{"msg_id": idB, "body": "again"})
-	requireError(t, r, http.StatusBadRequest, CodeBadRequest, "retry after leaving")
+	requireError(t, r, http.StatusBadRequest, protocol.CodeBadRequest, "retry after leaving")
 	require.Equal(t, logBefore, tg.snapshot(t), "a retry of a dead-lettered msg_id appended")
 }
 
@@ -373,7 +374,7 @@ func TestTokenStrictClaims(t *testing.T) {
 	require.Equal(t, http.StatusOK, (&user{tg: tg, token: good}).do(t, "GET", "/v1/sync", nil).status)
 	for name, tok := range bad {
 		r := (&user{tg: tg, token: tok}).do(t, "GET", "/v1/sync", nil)
-		requireError(t, r, http.StatusUnauthorized, CodeUnauthorized, name)
+		requireError(t, r, http.StatusUnauthorized, protocol.CodeUnauthorized, name)
 	}
 }
 
@@ -393,7 +394,7 @@ func TestHeaderTooLarge(t *testing.T) {
 	for _, size := range []int{65 << 10, 100 << 10, 300 << 10} {
 		res, body := rawRequest(t, tg.url, req("X-Pad: "+strings.Repeat("a", size)+"\r\n"))
 		requireError(t, resp{status: res.StatusCode, header: res.Header, body: body},
-			http.StatusRequestHeaderFieldsTooLarge, CodeHeaderTooLarge, fmt.Sprintf("header of %d bytes", size))
+			http.StatusRequestHeaderFieldsTooLarge, protocol.CodeHeaderTooLarge, fmt.Sprintf("header of %d bytes", size))
 	}
 	// Many small fields count too.
 	var many strings.Builder
@@ -402,10 +403,10 @@ func TestHeaderTooLarge(t *testing.T) {
 	}
 	res, body := rawRequest(t, tg.url, req(many.String()))
 	requireError(t, resp{status: res.StatusCode, header: res.Header, body: body},
-		http.StatusRequestHeaderFieldsTooLarge, CodeHeaderTooLarge, "many fields")
+		http.StatusRequestHeaderFieldsTooLarge, protocol.CodeHeaderTooLarge, "many fields")
 	res, body = rawRequest(t, tg.url, req("X-Nul: a\x00b\r\n"))
 	requireError(t, resp{status: res.StatusCode, header: res.Header, body: body},
-		http.StatusBadRequest, CodeBadRequest, "NUL in a header")
+		http.StatusBadRequest, protocol.CodeBadRequest, "NUL in a header")
 }
 
 // TestRewritePlainError pins the form of net/http's own error answers that

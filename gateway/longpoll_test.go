@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 func (tg *tgw) pollOutcome(outcome string) int {
@@ -40,7 +42,7 @@ func TestLongPollWakesOnCommit(t *testing.T) {
 	cid := a.create(t, "big", others...)
 
 	type answer struct {
-		s   wSync
+		s   protocol.SyncAnswer
 		err error
 	}
 	answers := make([]answer, len(others))
@@ -102,9 +104,9 @@ func TestLongPollCap(t *testing.T) {
 	r := a.do(t, "GET", "/v1/sync?wait=30", nil)
 	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
 	require.Equal(t, "2", r.header.Get("Retry-After"))
-	var e wError
+	var e protocol.ErrorBody
 	r.decode(t, &e)
-	require.Equal(t, "unavailable", e.Error.Code)
+	require.Equal(t, protocol.CodeUnavailable, e.Error.Code)
 	require.True(t, e.Error.Retryable)
 	require.Equal(t, http.StatusOK, a.do(t, "GET", "/v1/sync", nil).status)
 	// The polling hint grew with the load.
@@ -157,7 +159,7 @@ func TestHeldPollsReleasedAtShutdown(t *testing.T) {
 		require.NoError(t, an.err, "poll %d", i)
 		require.Equal(t, http.StatusOK, an.r.status, "poll %d: %s", i, an.r)
 		require.True(t, an.r.close, "Connection: close")
-		var s wSync
+		var s protocol.SyncAnswer
 		an.r.decode(t, &s)
 		require.Empty(t, s.Entries)
 	}
@@ -246,7 +248,7 @@ func TestListenerReconnect(t *testing.T) {
 	hear()
 	got := <-done
 	require.Equal(t, http.StatusOK, got.status, "%s", got)
-	var s wSync
+	var s protocol.SyncAnswer
 	got.decode(t, &s)
 	require.Len(t, s.Entries, 1)
 	require.Equal(t, "7d444840-9dc0-11d1-b245-5ffdce74fad2", s.Entries[0].Message.MsgID)

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // appendEvent appends e within AppendTimeout; a failure is a retryable 503.
@@ -27,21 +28,8 @@ func (g *Gateway) appendEvent(ctx context.Context, e *events.Event) error {
 	return nil
 }
 
-type accepted struct {
-	Status string `json:"status"`
-}
-
 func writeAccepted(w http.ResponseWriter) {
-	writeJSON(w, http.StatusAccepted, accepted{Status: "accepted"})
-}
-
-type createRequest struct {
-	Title   string  `json:"title"`
-	Members []int64 `json:"members"`
-}
-
-type createResponse struct {
-	ConversationID int64 `json:"conversation_id"`
+	writeJSON(w, http.StatusAccepted, protocol.Accepted{Status: protocol.StatusAccepted})
 }
 
 const (
@@ -60,7 +48,7 @@ const (
 func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
-	var req createRequest
+	var req protocol.CreateConversation
 	if err := g.decodeBody(w, r, &req); err != nil {
 		return err
 	}
@@ -103,7 +91,7 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 		return unavailable("conversation id already taken, retry", time.Second,
 			fmt.Errorf("conversation.created %d refused: id exists", cid))
 	}
-	writeJSON(w, http.StatusCreated, createResponse{ConversationID: cid})
+	writeJSON(w, http.StatusCreated, protocol.ConversationCreated{ConversationID: cid})
 	return nil
 }
 
@@ -128,10 +116,6 @@ func (g *Gateway) waitProjected(ctx context.Context, sub *subscription, done fun
 	}
 }
 
-type addMemberRequest struct {
-	UserID int64 `json:"user_id"`
-}
-
 // handleAddMember is POST /v1/conversations/{cid}/members: 202 once the
 // member.added event is appended. Like every write below, it first waits up
 // to AckWait for the projection, so that the caller's next request (the new
@@ -143,7 +127,7 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	var req addMemberRequest
+	var req protocol.AddMember
 	if err := g.decodeBody(w, r, &req); err != nil {
 		return err
 	}
@@ -239,11 +223,6 @@ const sqlReadSettled = `SELECT COALESCE((SELECT record_version FROM users WHERE 
 		FROM records r JOIN conversations c ON c.id = r.conversation_id
 		WHERE r.user_id = $1 AND r.conversation_id = $2), false)`
 
-type recordRequest struct {
-	Pinned *bool `json:"pinned"`
-	Muted  *bool `json:"muted"`
-}
-
 // handleRecord is PATCH /v1/conversations/{cid}/record.
 func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
@@ -252,7 +231,7 @@ func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req recordRequest
+	var req protocol.SetRecord
 	if err := g.decodeBody(w, r, &req); err != nil {
 		return err
 	}
@@ -294,10 +273,6 @@ func (g *Gateway) appendRecordChange(ctx context.Context, e *events.Event, settl
 	})
 }
 
-type readRequest struct {
-	Seq *int64 `json:"seq"`
-}
-
 // handleRead is POST /v1/conversations/{cid}/read. A seq beyond the
 // conversation's last is capped by the projector; a seq at or below the
 // current read position changes nothing.
@@ -308,7 +283,7 @@ func (g *Gateway) handleRead(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req readRequest
+	var req protocol.MarkRead
 	if err := g.decodeBody(w, r, &req); err != nil {
 		return err
 	}

@@ -8,18 +8,15 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
-type wHistory struct {
-	Messages []wMessage `json:"messages"`
-	HasMore  bool       `json:"has_more"`
-}
-
-func (u *user) history(t testing.TB, cid int64, query string) wHistory {
+func (u *user) history(t testing.TB, cid int64, query string) protocol.History {
 	t.Helper()
 	r := u.do(t, "GET", fmt.Sprintf("/v1/conversations/%d/messages?%s", cid, query), nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	var h wHistory
+	var h protocol.History
 	r.decode(t, &h)
 	return h
 }
@@ -49,7 +46,7 @@ func TestAddedWhileOffline(t *testing.T) {
 	join := s.Entries[0]
 	require.Equal(t, g, join.ConversationID)
 	require.Equal(t, "system", join.Message.Kind)
-	body := join.Message.system(t)
+	body := msgSystem(t, join.Message)
 	require.Equal(t, "member.added", body["event"])
 	require.EqualValues(t, 7, body["user_id"])
 	require.EqualValues(t, 1, body["by"])
@@ -88,8 +85,8 @@ func TestRemovedMember(t *testing.T) {
 	require.Len(t, s.Entries, 2, "the removal and the record")
 	requireContiguous(t, cursor, s.Entries)
 	removal := s.Entries[0].Message
-	require.Equal(t, "member.removed", removal.system(t)["event"])
-	require.EqualValues(t, 9, removal.system(t)["user_id"])
+	require.Equal(t, "member.removed", msgSystem(t, removal)["event"])
+	require.EqualValues(t, 9, msgSystem(t, removal)["user_id"])
 	rec := s.Entries[1].Record
 	require.True(t, rec.Removed)
 	require.Equal(t, removal.Seq, rec.LastSeq, "a removed record stops at the removal")
@@ -109,7 +106,7 @@ func TestRemovedMember(t *testing.T) {
 		}
 	}
 	require.Equal(t, s.Head, head)
-	var l wList
+	var l protocol.ConversationList
 	r = w.do(t, "GET", "/v1/conversations", nil)
 	r.decode(t, &l)
 	require.Len(t, l.Conversations, 1)
@@ -131,16 +128,16 @@ func TestRemovedMember(t *testing.T) {
 	} {
 		r := w.do(t, c.method, c.path, c.body)
 		require.Equal(t, http.StatusForbidden, r.status, "%s %s: %s", c.method, c.path, r)
-		var e wError
+		var e protocol.ErrorBody
 		r.decode(t, &e)
-		require.Equal(t, "not_member", e.Error.Code)
+		require.Equal(t, protocol.CodeNotMember, e.Error.Code)
 	}
 	// A retry of a send from its time as a member still answers the
 	// original; another sender's msg_id gets what any send of a
 	// non-member gets, 403 (membership comes before revealing the id).
 	r = w.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", g), map[string]any{"msg_id": w1.MsgID, "body": "w1"})
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	var orig wMessage
+	var orig protocol.Message
 	r.decode(t, &orig)
 	require.Equal(t, w1.Seq, orig.Seq)
 	r = w.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", g), map[string]any{"msg_id": m1.MsgID, "body": "m1"})
@@ -180,7 +177,7 @@ func TestReadYourWrites(t *testing.T) {
 		pinned := i%2 == 0
 		r = b.do(t, "PATCH", fmt.Sprintf("/v1/conversations/%d/record", cid), map[string]bool{"pinned": pinned})
 		require.Equal(t, http.StatusAccepted, r.status, "%s", r)
-		var l wList
+		var l protocol.ConversationList
 		b.do(t, "GET", "/v1/conversations", nil).decode(t, &l)
 		require.Equal(t, pinned, l.Conversations[0].Pinned)
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/projection"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // sendStatus is how a send ended.
@@ -23,7 +24,7 @@ const (
 // sendResult is the outcome of send.
 type sendResult struct {
 	status  sendStatus
-	message *message // unless pending
+	message *protocol.Message // unless pending
 	msgID   string
 }
 
@@ -67,8 +68,8 @@ func (g *Gateway) requireMember(ctx context.Context, user, cid int64) error {
 
 // sameMessage answers a msg_id that is already projected: the original for
 // the same sender and conversation, else a 400 (the id is taken).
-func sameMessage(m *message, user, cid int64) error {
-	if m.SenderID != user || m.ConversationID != cid || m.Kind != "text" {
+func sameMessage(m *protocol.Message, user, cid int64) error {
+	if m.SenderID != user || m.ConversationID != cid || m.Kind != protocol.MessageText {
 		return badRequest("msg_id %s is already used by another message", m.MsgID)
 	}
 	return nil
@@ -157,8 +158,8 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 			return nil, errClientGone
 		}
 		if seq := ack.seq.Load(); seq > 0 {
-			m := &message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: "text",
-				Body: messageBody("text", body), CreatedAt: e.At.UTC()}
+			m := &protocol.Message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: protocol.MessageText,
+				Body: messageBody(protocol.MessageText, body), CreatedAt: e.At.UTC()}
 			// The members' pushes read it next: from the cache.
 			if epoch := g.hub.heads.currentEpoch(); epoch != 0 {
 				g.msgs.put(msgKey{epoch: epoch, conv: cid, seq: seq}, marshalWire(m))
@@ -199,23 +200,13 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 	}
 }
 
-type sendRequest struct {
-	MsgID string `json:"msg_id"`
-	Body  string `json:"body"`
-}
-
-type pendingResponse struct {
-	MsgID  string `json:"msg_id"`
-	Status string `json:"status"`
-}
-
 // handleSend is POST /v1/conversations/{cid}/messages.
 func (g *Gateway) handleSend(w http.ResponseWriter, r *http.Request) error {
 	cid, err := pathID(r, "cid")
 	if err != nil {
 		return err
 	}
-	var req sendRequest
+	var req protocol.SendMessage
 	if err := g.decodeBody(w, r, &req); err != nil {
 		return err
 	}
@@ -252,7 +243,7 @@ func (g *Gateway) handleSend(w http.ResponseWriter, r *http.Request) error {
 	case sendDuplicate:
 		writeJSON(w, http.StatusOK, res.message)
 	default:
-		writeJSON(w, http.StatusAccepted, pendingResponse{MsgID: res.msgID, Status: "pending"})
+		writeJSON(w, http.StatusAccepted, protocol.SendPending{MsgID: res.msgID, Status: protocol.StatusPending})
 	}
 	return nil
 }
@@ -277,7 +268,7 @@ const sqlEverMember = `SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1)
 
 // history returns up to limit messages of cid with seq < before visible to
 // user, ascending, and whether older visible ones exist.
-func (g *Gateway) history(ctx context.Context, user, cid, before int64, limit int) ([]message, bool, error) {
+func (g *Gateway) history(ctx context.Context, user, cid, before int64, limit int) ([]protocol.Message, bool, error) {
 	var exists, member bool
 	if err := g.pool.QueryRow(ctx, sqlEverMember, cid, user).Scan(&exists, &member); err != nil {
 		return nil, false, fmt.Errorf("membership of user %d in %d: %w", user, cid, err)
@@ -293,7 +284,7 @@ func (g *Gateway) history(ctx context.Context, user, cid, before int64, limit in
 		return nil, false, fmt.Errorf("history of %d for user %d: %w", cid, user, err)
 	}
 	defer rows.Close()
-	var msgs []message
+	var msgs []protocol.Message
 	for rows.Next() {
 		var s msgScan
 		if err := rows.Scan(s.targets()...); err != nil {
@@ -308,16 +299,11 @@ func (g *Gateway) history(ctx context.Context, user, cid, before int64, limit in
 	if more {
 		msgs = msgs[:limit]
 	}
-	out := make([]message, len(msgs))
+	out := make([]protocol.Message, len(msgs))
 	for i, m := range msgs {
 		out[len(msgs)-1-i] = m
 	}
 	return out, more, nil
-}
-
-type historyResponse struct {
-	Messages []message `json:"messages"`
-	HasMore  bool      `json:"has_more"`
 }
 
 // handleHistory is GET /v1/conversations/{cid}/messages.
@@ -339,6 +325,6 @@ func (g *Gateway) handleHistory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, historyResponse{Messages: msgs, HasMore: more})
+	writeJSON(w, http.StatusOK, protocol.History{Messages: msgs, HasMore: more})
 	return nil
 }

@@ -3,36 +3,12 @@ package gateway
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
-// The objects of PROTOCOL.md and how they are read from the projections.
-
-// message is a Message of PROTOCOL.md. Body is a JSON string for kind
-// "text" and the JSON object the projector wrote for kind "system".
-type message struct {
-	ConversationID int64           `json:"conversation_id"`
-	Seq            int64           `json:"seq"`
-	MsgID          string          `json:"msg_id"`
-	SenderID       int64           `json:"sender_id"`
-	Kind           string          `json:"kind"`
-	Body           json.RawMessage `json:"body"`
-	CreatedAt      time.Time       `json:"created_at"`
-}
-
-// record is one user's view of one conversation. For a removed record,
-// LastSeq and LastMessage stop at the user's removal: nothing sent after it
-// is shown.
-type record struct {
-	ConversationID int64    `json:"conversation_id"`
-	Title          string   `json:"title"`
-	Pinned         bool     `json:"pinned"`
-	Muted          bool     `json:"muted"`
-	ReadSeq        int64    `json:"read_seq"`
-	LastSeq        int64    `json:"last_seq"`
-	LastMessage    *message `json:"last_message"`
-	Version        int64    `json:"version"`
-	Removed        bool     `json:"removed"`
-}
+// How the objects of the protocol (package protocol) are read from the
+// projections, and the gateway's own form of an inbox entry.
 
 // entry is an inbox entry. A record entry carries the record as it is when
 // read (the projections keep only the current state), with its current
@@ -45,8 +21,10 @@ type entry struct {
 	raw            []byte
 }
 
+// messageBody is the wire form of a stored body: a system message's body is
+// the JSON object the projector wrote, a text body becomes a JSON string.
 func messageBody(kind, body string) json.RawMessage {
-	if kind == "system" && json.Valid([]byte(body)) {
+	if kind == protocol.MessageSystem && json.Valid([]byte(body)) {
 		return json.RawMessage(body)
 	}
 	raw, _ := json.Marshal(body)
@@ -67,11 +45,11 @@ func (s *msgScan) targets() []any {
 	return []any{&s.conv, &s.seq, &s.msgID, &s.sender, &s.kind, &s.body, &s.at}
 }
 
-func (s *msgScan) message() *message {
+func (s *msgScan) message() *protocol.Message {
 	if s.msgID == nil || s.conv == nil {
 		return nil
 	}
-	return &message{ConversationID: *s.conv, Seq: *s.seq, MsgID: *s.msgID, SenderID: *s.sender,
+	return &protocol.Message{ConversationID: *s.conv, Seq: *s.seq, MsgID: *s.msgID, SenderID: *s.sender,
 		Kind: *s.kind, Body: messageBody(*s.kind, *s.body), CreatedAt: s.at.UTC()}
 }
 
@@ -104,11 +82,11 @@ func (s *recScan) targets() []any {
 		s.last.targets()...)
 }
 
-func (s *recScan) record() *record {
+func (s *recScan) record() *protocol.Record {
 	if s.conv == nil || s.version == nil {
 		return nil
 	}
-	r := &record{ConversationID: *s.conv, Pinned: *s.pinned, Muted: *s.muted, ReadSeq: *s.readSeq,
+	r := &protocol.Record{ConversationID: *s.conv, Pinned: *s.pinned, Muted: *s.muted, ReadSeq: *s.readSeq,
 		Version: *s.version, Removed: *s.removed, LastMessage: s.last.message()}
 	if s.title != nil {
 		r.Title = *s.title

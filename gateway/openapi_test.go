@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestOpenAPIMatchesRoutes keeps openapi.yaml true: every registered route
@@ -169,8 +171,8 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 
 	codes := doc.resolve(t, map[string]any{"$ref": "#/components/schemas/Error"})["properties"].(map[string]any)["error"].(map[string]any)["properties"].(map[string]any)["code"].(map[string]any)["enum"]
-	require.ElementsMatch(t, []any{CodeBadRequest, CodeUnauthorized, CodeNotMember, CodeNotFound,
-		CodePayloadTooLarge, CodeHeaderTooLarge, CodeRateLimited, CodeUnavailable, CodeInternal}, codes)
+	require.ElementsMatch(t, []any{protocol.CodeBadRequest, protocol.CodeUnauthorized, protocol.CodeNotMember, protocol.CodeNotFound,
+		protocol.CodePayloadTooLarge, protocol.CodeHeaderTooLarge, protocol.CodeRateLimited, protocol.CodeUnavailable, protocol.CodeInternal}, codes)
 }
 
 // TestOpenAPIObjectsMatchWire keeps the document's object schemas equal to
@@ -195,20 +197,23 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		v      any
 		extra  []string // documented, never written by this type
 	}{
-		{"Message", schema("Message"), message{Body: json.RawMessage(`"x"`)}, nil},
-		{"Record", schema("Record"), record{}, nil},
-		{"MessageEntry", schema("MessageEntry"), entry{raw: []byte(`{}`)}, nil},
-		{"RecordEntry", schema("RecordEntry"), entry{record: true, raw: []byte(`{}`)}, nil},
-		{"SyncPage", schema("SyncPage"), syncResponse{}, nil},
-		{"TooLong", schema("TooLong"), tooLongResponse{NextPage: &s}, nil},
-		{"Polling", schema("Polling"), polling{}, nil},
-		{"Error", schema("Error"), errorBody{}, nil},
-		{"list", response("/v1/conversations", "get", "200"), listResponse{}, nil},
-		{"create", response("/v1/conversations", "post", "201"), createResponse{}, nil},
-		{"history", response("/v1/conversations/{cid}/messages", "get", "200"), historyResponse{}, nil},
-		{"pending", response("/v1/conversations/{cid}/messages", "post", "202"), pendingResponse{}, nil},
-		{"accepted", response("/v1/conversations/{cid}/read", "post", "202"), accepted{}, nil},
-		{"dev token", response("/v1/dev/token", "post", "200"), devTokenResponse{}, nil},
+		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, nil},
+		{"Record", schema("Record"), protocol.Record{}, nil},
+		{"MessageEntry", schema("MessageEntry"), protocol.Entry{Kind: protocol.KindMessage, Message: &protocol.Message{Body: json.RawMessage(`"x"`)}}, nil},
+		{"RecordEntry", schema("RecordEntry"), protocol.Entry{Kind: protocol.KindRecord, Record: &protocol.Record{}}, nil},
+		// The gateway's hand-written entries (appendEntry) against the same schemas.
+		{"MessageEntry (appendEntry)", schema("MessageEntry"), entry{raw: []byte(`{}`)}, nil},
+		{"RecordEntry (appendEntry)", schema("RecordEntry"), entry{record: true, raw: []byte(`{}`)}, nil},
+		{"SyncPage", schema("SyncPage"), protocol.SyncPage{}, nil},
+		{"TooLong", schema("TooLong"), protocol.TooLong{NextPage: &s}, nil},
+		{"Polling", schema("Polling"), protocol.Polling{}, nil},
+		{"Error", schema("Error"), protocol.ErrorBody{}, nil},
+		{"list", response("/v1/conversations", "get", "200"), protocol.ConversationList{}, nil},
+		{"create", response("/v1/conversations", "post", "201"), protocol.ConversationCreated{}, nil},
+		{"history", response("/v1/conversations/{cid}/messages", "get", "200"), protocol.History{}, nil},
+		{"pending", response("/v1/conversations/{cid}/messages", "post", "202"), protocol.SendPending{}, nil},
+		{"accepted", response("/v1/conversations/{cid}/read", "post", "202"), protocol.Accepted{}, nil},
+		{"dev token", response("/v1/dev/token", "post", "200"), protocol.DevToken{}, nil},
 	}
 	for _, c := range cases {
 		raw, err := json.Marshal(c.v)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxd/inboxd/protocol"
+
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -33,9 +35,9 @@ func TestPages(t *testing.T) {
 	notFound := func(t *testing.T, code int, body string) {
 		t.Helper()
 		require.Equal(t, http.StatusNotFound, code)
-		var e errorBody
+		var e protocol.ErrorBody
 		require.NoError(t, json.Unmarshal([]byte(body), &e), body)
-		require.Equal(t, CodeNotFound, e.Error.Code)
+		require.Equal(t, protocol.CodeNotFound, e.Error.Code)
 	}
 
 	pages := map[string]http.Handler{"GET /{$}": page, "GET /demo/": page}

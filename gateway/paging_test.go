@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // The conversation list pages by next_page tokens and also by page numbers
@@ -21,7 +23,7 @@ func TestListPageNumbers(t *testing.T) {
 	var byToken []int64
 	path := "/v1/conversations?limit=3"
 	for {
-		var l wList
+		var l protocol.ConversationList
 		a.do(t, "GET", path, nil).decode(t, &l)
 		for _, r := range l.Conversations {
 			byToken = append(byToken, r.ConversationID)
@@ -33,7 +35,7 @@ func TestListPageNumbers(t *testing.T) {
 	}
 	var byNumber []int64
 	for p := 1; p <= 4; p++ {
-		var l wList
+		var l protocol.ConversationList
 		r := a.do(t, "GET", "/v1/conversations?limit=3&page="+strconv.Itoa(p), nil)
 		require.Equal(t, http.StatusOK, r.status, "%s", r)
 		r.decode(t, &l)
@@ -55,7 +57,7 @@ func TestLongPollEndsWith200(t *testing.T) {
 	a := tg.user(t, 1)
 	a.create(t, "x")
 	r := a.do(t, "GET", "/v1/sync", nil)
-	var s wSync
+	var s protocol.SyncAnswer
 	r.decode(t, &s)
 	etag := r.header.Get("ETag")
 	head := strconv.FormatInt(s.Head, 10)

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // pushRetryDelay is how long sessions whose push query failed wait before
@@ -306,7 +308,7 @@ func (p *pusher) read(ctx context.Context, users, afters []int64, limits []int32
 // writer has drained (queue full: the session lags), or nothing.
 func (p *pusher) finish(ctx context.Context, s *wsSession, r *pushResult) {
 	g := p.ws.g
-	var tl *tooLongResponse
+	var tl *protocol.TooLong
 	if r.err == nil {
 		// The session's state only changes under its own (single) read,
 		// so its cursor and epoch are still those of the query.
@@ -331,7 +333,7 @@ func (p *pusher) finish(ctx context.Context, s *wsSession, r *pushResult) {
 	if r.err != nil {
 		if s.hbDue && s.cursor >= s.head {
 			s.hbDue = false
-			s.pushDataLocked(queued{kind: "heartbeat", b: encodeFrame(wsHeartbeat{Type: "heartbeat", Head: s.head})})
+			s.pushDataLocked(queued{kind: protocol.FrameHeartbeat, b: encodeFrame(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Head: s.head})})
 		}
 		s.fetch, s.dirty = fetchPending, false
 		s.mu.Unlock()
@@ -341,11 +343,11 @@ func (p *pusher) finish(ctx context.Context, s *wsSession, r *pushResult) {
 	}
 	switch {
 	case tl != nil:
-		s.pushDataLocked(queued{kind: "too_long", b: encodeFrame(wsTooLong{Type: "too_long", tooLongResponse: tl})})
+		s.pushDataLocked(queued{kind: protocol.FrameTooLong, b: encodeFrame(protocol.TooLongFrame{Type: protocol.FrameTooLong, TooLong: tl})})
 		s.epoch, s.cursor, s.head = r.epoch, r.head, r.head
 	case len(r.entries) > 0:
 		n := len(r.entries)
-		s.pushDataLocked(queued{kind: "entries", entries: n, signalAt: s.signalAt,
+		s.pushDataLocked(queued{kind: protocol.FrameEntries, entries: n, signalAt: s.signalAt,
 			b: entriesFrame(r.entries, r.head)})
 		s.cursor = r.entries[n-1].InboxSeq
 		s.signalAt = time.Time{}
@@ -361,7 +363,7 @@ func (p *pusher) finish(ctx context.Context, s *wsSession, r *pushResult) {
 		s.signalAt = time.Time{}
 		if s.hbDue {
 			s.hbDue = false
-			s.pushDataLocked(queued{kind: "heartbeat", b: encodeFrame(wsHeartbeat{Type: "heartbeat", Head: r.head})})
+			s.pushDataLocked(queued{kind: protocol.FrameHeartbeat, b: encodeFrame(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Head: r.head})})
 		}
 	}
 	enq := false

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // limiterShards spreads the buckets over independently locked maps.
@@ -102,6 +104,6 @@ func (st rateState) setHeaders(h http.Header) {
 }
 
 func rateLimited(st rateState) *Error {
-	return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+	return &Error{Status: http.StatusTooManyRequests, Code: protocol.CodeRateLimited,
 		Message: "too many requests, retry after the Retry-After seconds", Retryable: true, RetryAfter: st.retry}
 }

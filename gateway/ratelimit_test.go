@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestRateLimits is acceptance 7: past a bucket the answer is 429 with
@@ -38,11 +40,11 @@ func TestRateLimits(t *testing.T) {
 	for i := 0; i < 10 && r.status != http.StatusTooManyRequests; i++ {
 		r = sendOnce(a)
 	}
-	requireError(t, r, http.StatusTooManyRequests, "rate_limited", "send past the burst")
+	requireError(t, r, http.StatusTooManyRequests, protocol.CodeRateLimited, "send past the burst")
 	require.Equal(t, "0", r.header.Get("X-RateLimit-Remaining"))
 	require.Equal(t, "3", r.header.Get("X-RateLimit-Limit"))
 	require.NotEmpty(t, r.header.Get("X-RateLimit-Reset"))
-	var e wError
+	var e protocol.ErrorBody
 	r.decode(t, &e)
 	require.True(t, e.Error.Retryable)
 	retry, err := strconv.Atoi(r.header.Get("Retry-After"))
@@ -62,7 +64,7 @@ func TestRateLimits(t *testing.T) {
 	for i := 0; i < 10 && r.status != http.StatusTooManyRequests; i++ {
 		r = a.do(t, "GET", "/v1/sync", nil)
 	}
-	requireError(t, r, http.StatusTooManyRequests, "rate_limited", "read past the burst")
+	requireError(t, r, http.StatusTooManyRequests, protocol.CodeRateLimited, "read past the burst")
 	retry, err = strconv.Atoi(r.header.Get("Retry-After"))
 	require.NoError(t, err)
 	time.Sleep(time.Duration(retry) * time.Second)

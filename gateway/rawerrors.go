@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // jsonErrorListener wraps the listener of Serve so that the answers
@@ -57,13 +59,13 @@ func rewritePlainError(b []byte) []byte {
 	if err != nil || status < 400 || status > 499 {
 		return nil
 	}
-	e := errorFields{Code: CodeBadRequest, Message: "malformed request: " + string(line)}
+	e := protocol.ErrorDetail{Code: protocol.CodeBadRequest, Message: "malformed request: " + string(line)}
 	if status == http.StatusRequestHeaderFieldsTooLarge {
-		e = errorFields{Code: CodeHeaderTooLarge, Message: "request header over the server's limit"}
+		e = protocol.ErrorDetail{Code: protocol.CodeHeaderTooLarge, Message: "request header over the server's limit"}
 	} else {
 		status = http.StatusBadRequest
 	}
-	js, _ := json.Marshal(errorBody{Error: e})
+	js, _ := json.Marshal(protocol.ErrorBody{Error: e})
 	js = append(js, '\n')
 	out := []byte(proto + strconv.Itoa(status) + " " + http.StatusText(status) +
 		"\r\nContent-Type: application/json; charset=utf-8\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: " +

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // listParams asks for one page of a user's records.
@@ -111,7 +113,7 @@ LIMIT $3 OFFSET $4`
 // listRecords reads one page of user's records and the next_page token
 // (nil on the last page). It is the list behind GET /v1/conversations and
 // the too-long answers.
-func (g *Gateway) listRecords(ctx context.Context, user int64, p listParams) ([]record, *string, error) {
+func (g *Gateway) listRecords(ctx context.Context, user int64, p listParams) ([]protocol.Record, *string, error) {
 	byVersion := p.hasSince || (p.page != nil && p.page.byVersion)
 	var offset int64
 	if p.page != nil && p.page.number > 0 {
@@ -137,7 +139,7 @@ func (g *Gateway) listRecords(ctx context.Context, user int64, p listParams) ([]
 		return nil, nil, fmt.Errorf("list records of user %d: %w", user, err)
 	}
 	defer rows.Close()
-	recs := []record{}
+	recs := []protocol.Record{}
 	var last pageToken
 	for rows.Next() {
 		var s recScan
@@ -165,14 +167,6 @@ func (g *Gateway) listRecords(ctx context.Context, user int64, p listParams) ([]
 
 const sqlUserHead = `SELECT (SELECT epoch FROM meta), COALESCE(u.inbox_seq, 0), COALESCE(u.record_version, 0)
 FROM (SELECT 1) one LEFT JOIN users u ON u.id = $1`
-
-type listResponse struct {
-	Epoch         int64    `json:"epoch"`
-	InboxHead     int64    `json:"inbox_head"`
-	RecordVersion int64    `json:"record_version"`
-	Conversations []record `json:"conversations"`
-	NextPage      *string  `json:"next_page"`
-}
 
 // handleList is GET /v1/conversations.
 func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
@@ -203,7 +197,7 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The head (and record version) before the list: a change committed
 	// in between is in the list and after the head, never in neither.
-	var resp listResponse
+	var resp protocol.ConversationList
 	if err := g.pool.QueryRow(ctx, sqlUserHead, user).Scan(&resp.Epoch, &resp.InboxHead, &resp.RecordVersion); err != nil {
 		return fmt.Errorf("head of user %d: %w", user, err)
 	}

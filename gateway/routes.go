@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // bucket names the token bucket a route spends from.
@@ -137,7 +139,7 @@ func (g *Gateway) writeUnmatched(mux *http.ServeMux, w http.ResponseWriter, r *h
 	if probe.code == http.StatusMethodNotAllowed {
 		allow := probe.header.Get("Allow")
 		w.Header().Set("Allow", allow)
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: errorFields{Code: CodeBadRequest,
+		writeJSON(w, http.StatusMethodNotAllowed, protocol.ErrorBody{Error: protocol.ErrorDetail{Code: protocol.CodeBadRequest,
 			Message: "method " + r.Method + " not allowed here; allowed: " + allow}})
 		return
 	}

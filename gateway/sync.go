@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // syncParams is one "entries after N" question.
@@ -67,51 +69,27 @@ func (g *Gateway) readSync(ctx context.Context, user int64, p syncParams) (*sync
 	return res, nil
 }
 
-// polling is the _polling hint.
-type polling struct {
-	NextIntervalMS int64 `json:"next_interval_ms"`
-}
-
 // pollingHint grows PollInterval with the held long-polls: 1x idle, 5x at
 // the cap, so polling clients slow down as the node fills.
-func (g *Gateway) pollingHint() polling {
+func (g *Gateway) pollingHint() protocol.Polling {
 	load := 0.0
 	if g.cfg.MaxHeldPolls > 0 {
 		load = math.Min(1, float64(g.held.Load())/float64(g.cfg.MaxHeldPolls))
 	}
 	d := time.Duration(float64(g.cfg.PollInterval) * (1 + 4*load))
-	return polling{NextIntervalMS: d.Milliseconds()}
-}
-
-type syncResponse struct {
-	Epoch   int64   `json:"epoch"`
-	Head    int64   `json:"head"`
-	Entries []entry `json:"entries"`
-	HasMore bool    `json:"has_more"`
-	Polling polling `json:"_polling"`
-}
-
-// tooLongResponse is the too-long answer of sync (HTTP and WebSocket).
-type tooLongResponse struct {
-	TooLong       bool     `json:"too_long"`
-	Epoch         int64    `json:"epoch"`
-	Head          int64    `json:"head"`
-	RecordVersion int64    `json:"record_version"`
-	Conversations []record `json:"conversations"`
-	NextPage      *string  `json:"next_page"`
-	Polling       polling  `json:"_polling"`
+	return protocol.Polling{NextIntervalMS: d.Milliseconds()}
 }
 
 // tooLongAnswer builds the too-long answer of res: its head (read first, in
 // readSync) and then the first page of the conversation list. A commit
 // between the two shows up in the list and again after the head, never in
 // neither.
-func (g *Gateway) tooLongAnswer(ctx context.Context, user int64, res *syncResult, limit int) (*tooLongResponse, error) {
+func (g *Gateway) tooLongAnswer(ctx context.Context, user int64, res *syncResult, limit int) (*protocol.TooLong, error) {
 	recs, next, err := g.listRecords(ctx, user, listParams{limit: limit})
 	if err != nil {
 		return nil, err
 	}
-	return &tooLongResponse{TooLong: true, Epoch: res.epoch, Head: res.head, RecordVersion: res.recordVersion,
+	return &protocol.TooLong{TooLong: true, Epoch: res.epoch, Head: res.head, RecordVersion: res.recordVersion,
 		Conversations: recs, NextPage: next, Polling: g.pollingHint()}, nil
 }
 
@@ -246,21 +224,13 @@ func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64
 	return false
 }
 
-// writeSyncPage writes the 200 answer of a page by hand (the entries'
-// messages are cached JSON; see appendEntry), in syncResponse's shape.
+// writeSyncPage writes the 200 answer of a page, a protocol.SyncPage, by
+// hand (the entries' messages are cached JSON; see appendEntry).
 func (g *Gateway) writeSyncPage(w http.ResponseWriter, res *syncResult) {
 	b := make([]byte, 0, 128+entriesSize(res.entries))
-	b = append(b, `{"epoch":`...)
-	b = strconv.AppendInt(b, res.epoch, 10)
-	b = append(b, `,"head":`...)
-	b = strconv.AppendInt(b, res.head, 10)
-	b = append(b, `,"entries":`...)
-	b = appendEntries(b, res.entries)
-	b = append(b, `,"has_more":`...)
-	b = strconv.AppendBool(b, res.hasMore)
-	b = append(b, `,"_polling":{"next_interval_ms":`...)
-	b = strconv.AppendInt(b, g.pollingHint().NextIntervalMS, 10)
-	b = append(b, "}}\n"...)
+	b = protocol.AppendSyncPage(b, res.epoch, res.head, res.hasMore, g.pollingHint(),
+		func(b []byte) []byte { return appendEntries(b, res.entries) })
+	b = append(b, '\n') // as json.Encoder ends every other body
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json; charset=utf-8"}
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}

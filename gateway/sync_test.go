@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestOfflineUserSync is acceptance 1: a user in 200 conversations catches
@@ -30,7 +32,7 @@ func TestOfflineUserSync(t *testing.T) {
 
 	// The client's state: everything it has seen, per conversation.
 	have := map[int64]map[int64]bool{}
-	absorb := func(entries []wEntry) {
+	absorb := func(entries []protocol.Entry) {
 		for _, e := range entries {
 			if e.Kind == "message" {
 				if have[e.ConversationID] == nil {
@@ -54,9 +56,9 @@ func TestOfflineUserSync(t *testing.T) {
 	require.Len(t, s.Entries, 2)
 	requireContiguous(t, cursor, s.Entries)
 	require.Equal(t, m1.MsgID, s.Entries[0].Message.MsgID)
-	require.Equal(t, "first", s.Entries[0].Message.text(t))
+	require.Equal(t, "first", msgText(t, s.Entries[0].Message))
 	require.Equal(t, m2.MsgID, s.Entries[1].Message.MsgID)
-	require.Equal(t, "second", s.Entries[1].Message.text(t))
+	require.Equal(t, "second", msgText(t, s.Entries[1].Message))
 	require.False(t, s.HasMore)
 	absorb(s.Entries)
 	cursor = s.Head
@@ -98,7 +100,7 @@ func TestOfflineUserSync(t *testing.T) {
 	require.Len(t, records, 50)
 	next := s.NextPage
 	for next != nil {
-		var l wList
+		var l protocol.ConversationList
 		r := u.do(t, "GET", "/v1/conversations?page="+url.QueryEscape(*next), nil)
 		require.Equal(t, http.StatusOK, r.status, "%s", r)
 		r.decode(t, &l)
@@ -123,10 +125,7 @@ func TestOfflineUserSync(t *testing.T) {
 		known := have[rec.ConversationID]
 		before := rec.LastSeq + 1
 		for before > 1 && !known[before-1] {
-			var h struct {
-				Messages []wMessage `json:"messages"`
-				HasMore  bool       `json:"has_more"`
-			}
+			var h protocol.History
 			r := u.do(t, "GET", fmt.Sprintf("/v1/conversations/%d/messages?before=%d&limit=200", rec.ConversationID, before), nil)
 			require.Equal(t, http.StatusOK, r.status, "%s", r)
 			r.decode(t, &h)
@@ -168,7 +167,7 @@ func TestSyncETag(t *testing.T) {
 	cid := a.create(t, "etag")
 	r := a.do(t, "GET", "/v1/sync", nil)
 	require.Equal(t, http.StatusOK, r.status)
-	var s wSync
+	var s protocol.SyncAnswer
 	r.decode(t, &s)
 	etag := r.header.Get("ETag")
 	require.Equal(t, fmt.Sprintf(`"%d.%d"`, s.Epoch, s.Head), etag)
@@ -209,7 +208,7 @@ func TestSyncTooLongRules(t *testing.T) {
 	requireContiguous(t, 3, s.Entries)
 	epoch := strconv.FormatInt(s.Epoch, 10)
 
-	tooLong := func(q string) wSync {
+	tooLong := func(q string) protocol.SyncAnswer {
 		t.Helper()
 		s := a.sync(t, q)
 		require.True(t, s.TooLong, q)
@@ -258,7 +257,7 @@ func TestConversationList(t *testing.T) {
 	page := ""
 	requests := 0
 	for {
-		var l wList
+		var l protocol.ConversationList
 		r := a.do(t, "GET", "/v1/conversations?limit=2"+page, nil)
 		require.Equal(t, http.StatusOK, r.status, "%s", r)
 		r.decode(t, &l)
@@ -276,7 +275,7 @@ func TestConversationList(t *testing.T) {
 
 	// since_version: only what changed after V, in version order, removals
 	// included as tombstones.
-	var l wList
+	var l protocol.ConversationList
 	a.do(t, "GET", "/v1/conversations", nil).decode(t, &l)
 	v := l.RecordVersion
 	r = b.do(t, "DELETE", fmt.Sprintf("/v1/conversations/%d/members/1", convs[4]), nil)

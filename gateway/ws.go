@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // WebSocket serves GET /v1/ws (PROTOCOL.md): a hello with a cursor, the
@@ -98,9 +100,9 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 		// error shape like every non-2xx answer, not in the upgrader's
 		// plain text.
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
-			code := CodeBadRequest
+			code := protocol.CodeBadRequest
 			if status >= 500 {
-				code = CodeInternal
+				code = protocol.CodeInternal
 			}
 			g.writeError(w, r, &Error{Status: status, Code: code, Message: reason.Error(), Retryable: status >= 500})
 		},
@@ -187,7 +189,7 @@ func (ws *WebSocket) closeAll() {
 	}
 	ws.mu.Unlock()
 	for _, s := range sessions {
-		s.closeWith(CloseServiceRestart, "service restart", nil)
+		s.closeWith(protocol.CloseServiceRestart, "service restart", nil)
 	}
 }
 
@@ -247,28 +249,28 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader answered with an HTTP error
 	}
 	if ws.g.isDraining() || ws.isStopping() {
-		ws.reject(conn, CloseServiceRestart, "service restart", nil)
+		ws.reject(conn, protocol.CloseServiceRestart, "service restart", nil)
 		return
 	}
 	if !ws.originAllowed(r) {
 		// No error frame: PROTOCOL.md has no error code for it; the
 		// close code and reason say it.
-		ws.reject(conn, CloseNotAllowed, "origin not allowed", nil)
+		ws.reject(conn, protocol.CloseNotAllowed, "origin not allowed", nil)
 		return
 	}
 	user, err := ws.authenticate(r)
 	if err != nil {
-		ws.reject(conn, CloseUnauthorized, "unauthorized", err)
+		ws.reject(conn, protocol.CloseUnauthorized, "unauthorized", err)
 		return
 	}
 	// A connection costs a read token: reconnect storms are rate limited.
 	if st := ws.g.syncLimits.take(user, time.Now()); !st.allowed {
-		ws.reject(conn, CloseRateLimited, "rate limited", rateLimited(st))
+		ws.reject(conn, protocol.CloseRateLimited, "rate limited", rateLimited(st))
 		return
 	}
 	s, refusal := ws.register(conn, hj.nc, user)
 	if refusal != nil {
-		ws.reject(conn, CloseRateLimited, "too many connections", refusal)
+		ws.reject(conn, protocol.CloseRateLimited, "too many connections", refusal)
 		return
 	}
 	// The session runs on goroutines of its own so that this one, and
@@ -280,7 +282,7 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.start()
 	if ws.g.isDraining() || ws.isStopping() {
 		// closeAll may have taken its list before this registration.
-		s.closeWith(CloseServiceRestart, "service restart", nil)
+		s.closeWith(protocol.CloseServiceRestart, "service restart", nil)
 	}
 	go s.read()
 }
@@ -297,7 +299,7 @@ func (ws *WebSocket) authenticate(r *http.Request) (int64, error) {
 	}
 	u, err := verifyToken(ws.g.cfg.AuthSecret, tok)
 	if err != nil {
-		return 0, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "invalid token", Err: err}
+		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "invalid token", Err: err}
 	}
 	return u, nil
 }
@@ -335,7 +337,7 @@ func (ws *WebSocket) register(conn *websocket.Conn, nc *stallConn, user int64) (
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	capped := func(msg string) error {
-		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Message: msg,
+		return &Error{Status: http.StatusTooManyRequests, Code: protocol.CodeRateLimited, Message: msg,
 			Retryable: true, RetryAfter: ws.cfg.RetryAfter}
 	}
 	if len(ws.sessions) >= ws.cfg.MaxConns {
@@ -369,7 +371,7 @@ func (ws *WebSocket) reject(conn *websocket.Conn, code int, reason string, cause
 	if cause != nil {
 		_ = conn.SetWriteDeadline(deadline)
 		if conn.WriteMessage(websocket.TextMessage, errorFrame(cause, "")) == nil {
-			ws.m.frames.WithLabelValues("error").Inc()
+			ws.m.frames.WithLabelValues(protocol.FrameError).Inc()
 		}
 	}
 	if conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), deadline) == nil {

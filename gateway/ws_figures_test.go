@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // The figures of issue 9, measured only on request:
@@ -80,11 +81,11 @@ func startFigClient(t testing.TB, w *wsgw, u *user, sentAt *sync.Map) *figClient
 				return
 			}
 			now := time.Now()
-			var f wFrame
+			var f protocol.ServerFrame
 			if json.Unmarshal(raw, &f) != nil {
 				continue
 			}
-			if f.Type == "send_ack" {
+			if f.Type == protocol.FrameSendAck {
 				if v, ok := sentAt.Load(f.MsgID); ok {
 					fc.mu.Lock()
 					fc.ack = append(fc.ack, float64(now.Sub(v.(time.Time)).Microseconds())/1000)
@@ -92,7 +93,7 @@ func startFigClient(t testing.TB, w *wsgw, u *user, sentAt *sync.Map) *figClient
 				}
 				continue
 			}
-			if f.Type != "entries" {
+			if f.Type != protocol.FrameEntries {
 				continue
 			}
 			fc.mu.Lock()
@@ -161,7 +162,7 @@ func wsFigureLatency(t *testing.T) {
 		ids = append(ids, id)
 		sentAt.Store(id, time.Now())
 		c.mu.Lock()
-		err := c.sender.writeJSONE(map[string]any{"type": "send", "conversation_id": c.cid, "msg_id": id, "body": "figure"})
+		err := c.sender.writeJSONE(map[string]any{"type": protocol.FrameSend, "conversation_id": c.cid, "msg_id": id, "body": "figure"})
 		c.mu.Unlock()
 		require.NoError(t, err)
 	}
@@ -249,7 +250,7 @@ func wsFigureIdleMemory(t *testing.T) {
 		}
 	})
 	waitFor(t, 2*time.Minute, "every session to say welcome", func() bool {
-		return counterValue(w.ws.m.frames.WithLabelValues("welcome")) == float64(n)
+		return counterValue(w.ws.m.frames.WithLabelValues(protocol.FrameWelcome)) == float64(n)
 	})
 	time.Sleep(time.Second) // let the hellos' transient allocations go
 	heap1, stack1, g1 := measure()
@@ -297,7 +298,7 @@ func wsFigureBigGroup(t *testing.T) {
 		return nil
 	})
 	waitFor(t, time.Minute, "welcomes", func() bool {
-		return counterValue(w.ws.m.frames.WithLabelValues("welcome")) == float64(n)
+		return counterValue(w.ws.m.frames.WithLabelValues(protocol.FrameWelcome)) == float64(n)
 	})
 	var lastAll, projected []float64
 	for run := 0; run < *wsFigGroupRuns; run++ {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestWSHandshakeRefusalErrorShape: a request that asks for the upgrade
@@ -21,9 +23,9 @@ func TestWSHandshakeRefusalErrorShape(t *testing.T) {
 		r := u.do(t, "GET", "/v1/ws", nil, hdr...)
 		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", name, r)
 		require.Contains(t, r.header.Get("Content-Type"), "application/json", name)
-		var e wError
+		var e protocol.ErrorBody
 		r.decode(t, &e)
-		require.Equal(t, CodeBadRequest, e.Error.Code, name)
+		require.Equal(t, protocol.CodeBadRequest, e.Error.Code, name)
 		require.NotEmpty(t, e.Error.Message, name)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // wsgw is one gateway process of a test with the WebSocket endpoint
@@ -156,26 +157,6 @@ func (w *wsgw) wsURL() string { return w.wsURLAt("/v1/ws") }
 
 func (w *wsgw) wsURLAt(path string) string { return "ws" + strings.TrimPrefix(w.url, "http") + path }
 
-// wFrame is any server frame as a client decodes it.
-type wFrame struct {
-	Type           string    `json:"type"`
-	Epoch          int64     `json:"epoch"`
-	Head           int64     `json:"head"`
-	HeartbeatMS    int64     `json:"heartbeat_ms"`
-	Entries        []wEntry  `json:"entries"`
-	TooLong        bool      `json:"too_long"`
-	RecordVersion  int64     `json:"record_version"`
-	Conversations  []wRecord `json:"conversations"`
-	NextPage       *string   `json:"next_page"`
-	MsgID          string    `json:"msg_id"`
-	ConversationID int64     `json:"conversation_id"`
-	Seq            int64     `json:"seq"`
-	Code           string    `json:"code"`
-	Message        string    `json:"message"`
-	Retryable      bool      `json:"retryable"`
-	RetryAfterMS   int64     `json:"retry_after_ms"`
-}
-
 // wsClient is a test's WebSocket client (gorilla, as a Go SDK would be).
 type wsClient struct {
 	conn *websocket.Conn
@@ -224,24 +205,20 @@ func (c *wsClient) writeJSONE(v any) error {
 
 func (c *wsClient) hello(t testing.TB, after int64, epoch *int64) {
 	t.Helper()
-	m := map[string]any{"type": "hello", "after": after}
-	if epoch != nil {
-		m["epoch"] = *epoch
-	}
-	c.writeJSON(t, m)
+	c.writeJSON(t, protocol.Hello{Type: protocol.FrameHello, After: after, Epoch: epoch})
 }
 
 // next reads one frame; the deadline only prevents a hang.
-func (c *wsClient) next(t testing.TB) wFrame {
+func (c *wsClient) next(t testing.TB) protocol.ServerFrame {
 	t.Helper()
 	f, err := c.nextE(60 * time.Second)
 	require.NoError(t, err)
 	return f
 }
 
-func (c *wsClient) nextE(timeout time.Duration) (wFrame, error) {
+func (c *wsClient) nextE(timeout time.Duration) (protocol.ServerFrame, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(timeout))
-	var f wFrame
+	var f protocol.ServerFrame
 	_, raw, err := c.conn.ReadMessage()
 	if err != nil {
 		return f, err
@@ -250,11 +227,11 @@ func (c *wsClient) nextE(timeout time.Duration) (wFrame, error) {
 }
 
 // nextOf reads frames until one of a type other than heartbeat.
-func (c *wsClient) nextOf(t testing.TB) wFrame {
+func (c *wsClient) nextOf(t testing.TB) protocol.ServerFrame {
 	t.Helper()
 	for {
 		f := c.next(t)
-		if f.Type != "heartbeat" {
+		if f.Type != protocol.FrameHeartbeat {
 			return f
 		}
 	}
@@ -262,9 +239,9 @@ func (c *wsClient) nextOf(t testing.TB) wFrame {
 
 // closeCode reads until the connection ends and returns the close code
 // (-1 when it ended without a close frame).
-func (c *wsClient) closeCode(t testing.TB) (int, []wFrame) {
+func (c *wsClient) closeCode(t testing.TB) (int, []protocol.ServerFrame) {
 	t.Helper()
-	var frames []wFrame
+	var frames []protocol.ServerFrame
 	for {
 		f, err := c.nextE(60 * time.Second)
 		if err != nil {
@@ -288,13 +265,13 @@ type wsStream struct {
 	done chan struct{}
 
 	mu         sync.Mutex
-	welcome    *wFrame
+	welcome    *protocol.ServerFrame
 	cursor     int64
-	entries    []wEntry
-	tooLongs   []wFrame
+	entries    []protocol.Entry
+	tooLongs   []protocol.ServerFrame
 	heartbeats int
 	lastHB     int64
-	others     []wFrame
+	others     []protocol.ServerFrame
 	violation  error
 	closeCode  int // 0 while open, -1 without a close frame
 	closeErr   error
@@ -330,12 +307,12 @@ func (s *wsStream) read() {
 			return
 		}
 		switch f.Type {
-		case "welcome":
+		case protocol.FrameWelcome:
 			if s.welcome != nil && s.violation == nil {
 				s.violation = errors.New("second welcome")
 			}
 			s.welcome = &f
-		case "entries":
+		case protocol.FrameEntries:
 			for _, e := range f.Entries {
 				if e.InboxSeq != s.cursor+1 && s.violation == nil {
 					s.violation = errors.New("user " + strconv.FormatInt(s.c.user, 10) + ": entry " +
@@ -344,10 +321,10 @@ func (s *wsStream) read() {
 				s.cursor = e.InboxSeq
 				s.entries = append(s.entries, e)
 			}
-		case "too_long":
+		case protocol.FrameTooLong:
 			s.tooLongs = append(s.tooLongs, f)
 			s.cursor = f.Head
-		case "heartbeat":
+		case protocol.FrameHeartbeat:
 			s.heartbeats++
 			s.lastHB = f.Head
 		default:
@@ -358,10 +335,10 @@ func (s *wsStream) read() {
 }
 
 // state returns the cursor and a copy of the entries.
-func (s *wsStream) state() (int64, []wEntry) {
+func (s *wsStream) state() (int64, []protocol.Entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cursor, append([]wEntry(nil), s.entries...)
+	return s.cursor, append([]protocol.Entry(nil), s.entries...)
 }
 
 // waitCursor waits until the stream reached at least seq; a violation or
@@ -380,9 +357,9 @@ func (s *wsStream) waitCursor(t testing.TB, seq int64) {
 }
 
 // waitOther waits for a frame other than welcome/entries/too_long/heartbeat.
-func (s *wsStream) waitOther(t testing.TB, pred func(wFrame) bool) wFrame {
+func (s *wsStream) waitOther(t testing.TB, pred func(protocol.ServerFrame) bool) protocol.ServerFrame {
 	t.Helper()
-	var found wFrame
+	var found protocol.ServerFrame
 	waitFor(t, 60*time.Second, "a reply frame", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -418,7 +395,7 @@ func (u *user) head(t testing.TB) int64 {
 
 // requireSameEntries checks a stream's entries against the HTTP sync of
 // the same range: same inbox_seqs, same messages.
-func requireSameEntries(t testing.TB, want, got []wEntry) {
+func requireSameEntries(t testing.TB, want, got []protocol.Entry) {
 	t.Helper()
 	require.Len(t, got, len(want))
 	for i := range want {

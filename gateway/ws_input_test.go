@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestWSBadHelloLikeHTTP: a hello whose after or epoch GET /v1/sync would
@@ -39,17 +40,17 @@ func TestWSBadHelloLikeHTTP(t *testing.T) {
 		"beyond no epoch": {fmt.Sprintf(`{"type":"hello","after":%d}`, head+10), fmt.Sprintf("after=%d", head+10)},
 	} {
 		r := b.do(t, "GET", "/v1/sync?"+c.query, nil)
-		requireError(t, r, http.StatusBadRequest, CodeBadRequest, name+" over HTTP")
+		requireError(t, r, http.StatusBadRequest, protocol.CodeBadRequest, name+" over HTTP")
 
 		cl := dialWS(t, w, b)
 		require.NoError(t, cl.conn.WriteMessage(1, []byte(c.hello)), name)
 		start := time.Now()
 		code, frames := cl.closeCode(t)
-		require.Equal(t, closeProtocol, code, name)
+		require.Equal(t, protocol.CloseProtocol, code, name)
 		require.Less(t, time.Since(start), 5*time.Second, "%s: closed at once, not by a timeout", name)
 		require.Len(t, frames, 1, "%s: %+v", name, frames)
-		require.Equal(t, "error", frames[0].Type, name)
-		require.Equal(t, CodeBadRequest, frames[0].Code, name)
+		require.Equal(t, protocol.FrameError, frames[0].Type, name)
+		require.Equal(t, protocol.CodeBadRequest, frames[0].Code, name)
 		require.False(t, frames[0].Retryable, name)
 	}
 
@@ -58,7 +59,7 @@ func TestWSBadHelloLikeHTTP(t *testing.T) {
 		fmt.Sprintf(`{"type":"hello","after":%d,"epoch":%d}`, head, epoch), `{"type":"hello","epoch":null}`} {
 		cl := dialWS(t, w, b)
 		require.NoError(t, cl.conn.WriteMessage(1, []byte(hello)))
-		require.Equal(t, "welcome", cl.next(t).Type, hello)
+		require.Equal(t, protocol.FrameWelcome, cl.next(t).Type, hello)
 		_ = cl.conn.Close()
 	}
 	waitFor(t, 30*time.Second, "sessions to end", func() bool { return w.ws.Sessions() == 0 })
@@ -88,7 +89,7 @@ func TestWSStoppedReaderGets4008(t *testing.T) {
 	c.hello(t, r.cursor, nil)
 	f, err := r.read(t)
 	require.NoError(t, err)
-	require.Equal(t, "welcome", f.Type)
+	require.Equal(t, protocol.FrameWelcome, f.Type)
 
 	// The client reads nothing more while messages flow, until the
 	// server's write has timed out.
@@ -100,7 +101,7 @@ func TestWSStoppedReaderGets4008(t *testing.T) {
 	waitFor(t, 30*time.Second, "the write timeout", func() bool { return counterValue(closes) == 1 })
 	ok, code := r.readUntil(t, 1<<62)
 	require.False(t, ok)
-	require.Equal(t, CloseTooSlow, code, "a stopped reader is closed with 4008, its frames whole")
+	require.Equal(t, protocol.CloseTooSlow, code, "a stopped reader is closed with 4008, its frames whole")
 	require.Positive(t, r.n)
 
 	again := dialWS(t, w, s).stream(t, r.cursor, nil)

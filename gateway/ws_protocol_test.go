@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestWSProtocol walks PROTOCOL.md's WebSocket section on one world:
@@ -33,12 +35,12 @@ func TestWSProtocol(t *testing.T) {
 	t.Run("not an upgrade", func(t *testing.T) {
 		r := b.do(t, "GET", "/v1/ws", nil)
 		require.Equal(t, http.StatusBadRequest, r.status, "%s", r)
-		var e wError
+		var e protocol.ErrorBody
 		r.decode(t, &e)
-		require.Equal(t, CodeBadRequest, e.Error.Code)
+		require.Equal(t, protocol.CodeBadRequest, e.Error.Code)
 	})
 
-	t.Run("unauthorized", func(t *testing.T) {
+	t.Run(protocol.CodeUnauthorized, func(t *testing.T) {
 		for name, h := range map[string]http.Header{
 			"no token":      {},
 			"bad token":     {"Authorization": {"Bearer nope"}},
@@ -52,10 +54,10 @@ func TestWSProtocol(t *testing.T) {
 			c, err := dialWSE(url, h, nil)
 			require.NoError(t, err, name)
 			code, frames := c.closeCode(t)
-			require.Equal(t, CloseUnauthorized, code, name)
+			require.Equal(t, protocol.CloseUnauthorized, code, name)
 			require.Len(t, frames, 1, name)
-			require.Equal(t, "error", frames[0].Type, name)
-			require.Equal(t, CodeUnauthorized, frames[0].Code, name)
+			require.Equal(t, protocol.FrameError, frames[0].Type, name)
+			require.Equal(t, protocol.CodeUnauthorized, frames[0].Code, name)
 		}
 	})
 
@@ -65,7 +67,7 @@ func TestWSProtocol(t *testing.T) {
 		defer c.conn.Close()
 		c.hello(t, 0, nil)
 		f := c.next(t)
-		require.Equal(t, "welcome", f.Type)
+		require.Equal(t, protocol.FrameWelcome, f.Type)
 	})
 
 	t.Run("origin", func(t *testing.T) {
@@ -73,14 +75,14 @@ func TestWSProtocol(t *testing.T) {
 		c, err := dialWSE(w.wsURL(), h, nil)
 		require.NoError(t, err)
 		code, _ := c.closeCode(t)
-		require.Equal(t, CloseNotAllowed, code)
+		require.Equal(t, protocol.CloseNotAllowed, code)
 
 		h.Set("Origin", w.url) // same origin
 		c, err = dialWSE(w.wsURL(), h, nil)
 		require.NoError(t, err)
 		defer c.conn.Close()
 		c.hello(t, 0, nil)
-		require.Equal(t, "welcome", c.next(t).Type)
+		require.Equal(t, protocol.FrameWelcome, c.next(t).Type)
 	})
 
 	t.Run("hello, catch-up, ping, send", func(t *testing.T) {
@@ -88,29 +90,29 @@ func TestWSProtocol(t *testing.T) {
 		c := dialWS(t, w, b)
 		c.hello(t, 1, &epoch)
 		f := c.next(t)
-		require.Equal(t, "welcome", f.Type)
+		require.Equal(t, protocol.FrameWelcome, f.Type)
 		require.Equal(t, epoch, f.Epoch)
 		require.Equal(t, head, f.Head)
 		require.Equal(t, int64(200), f.HeartbeatMS)
 		f = c.nextOf(t)
-		require.Equal(t, "entries", f.Type)
+		require.Equal(t, protocol.FrameEntries, f.Type)
 		requireSameEntries(t, want[1:], f.Entries)
 		require.Equal(t, head, f.Head)
 
-		c.writeJSON(t, map[string]any{"type": "ping"})
-		require.Equal(t, "pong", c.nextOf(t).Type)
+		c.writeJSON(t, map[string]any{"type": protocol.FramePing})
+		require.Equal(t, protocol.FramePong, c.nextOf(t).Type)
 
 		// A send over the socket: an ack with the seq, and the entry.
 		id := uuid.NewString()
-		c.writeJSON(t, map[string]any{"type": "send", "conversation_id": cid, "msg_id": id, "body": "over ws"})
-		var ack *wFrame
-		var pushed *wEntry
+		c.writeJSON(t, map[string]any{"type": protocol.FrameSend, "conversation_id": cid, "msg_id": id, "body": "over ws"})
+		var ack *protocol.ServerFrame
+		var pushed *protocol.Entry
 		for ack == nil || pushed == nil {
 			f := c.nextOf(t)
 			switch f.Type {
-			case "send_ack":
+			case protocol.FrameSendAck:
 				ack = &f
-			case "entries":
+			case protocol.FrameEntries:
 				require.Len(t, f.Entries, 1)
 				require.Equal(t, head+1, f.Entries[0].InboxSeq)
 				pushed = &f.Entries[0]
@@ -122,12 +124,12 @@ func TestWSProtocol(t *testing.T) {
 		require.Equal(t, cid, ack.ConversationID)
 		require.Equal(t, pushed.Message.Seq, ack.Seq)
 		require.Equal(t, id, pushed.Message.MsgID)
-		require.Equal(t, "over ws", pushed.Message.text(t))
+		require.Equal(t, "over ws", msgText(t, pushed.Message))
 
 		// The same msg_id again: the original seq, nothing new pushed.
-		c.writeJSON(t, map[string]any{"type": "send", "conversation_id": cid, "msg_id": id, "body": "over ws"})
+		c.writeJSON(t, map[string]any{"type": protocol.FrameSend, "conversation_id": cid, "msg_id": id, "body": "over ws"})
 		f = c.nextOf(t)
-		require.Equal(t, "send_ack", f.Type)
+		require.Equal(t, protocol.FrameSendAck, f.Type)
 		require.Equal(t, ack.Seq, f.Seq)
 
 		// Errors keep the connection open and name the msg_id.
@@ -136,17 +138,17 @@ func TestWSProtocol(t *testing.T) {
 			frame map[string]any
 			code  string
 		}{
-			{map[string]any{"type": "send", "conversation_id": other, "msg_id": uuid.NewString(), "body": "x"}, CodeNotMember},
-			{map[string]any{"type": "send", "conversation_id": cid, "msg_id": "not-a-uuid", "body": "x"}, CodeBadRequest},
-			{map[string]any{"type": "send", "conversation_id": cid, "msg_id": uuid.NewString(), "body": ""}, CodeBadRequest},
-			{map[string]any{"type": "send", "conversation_id": cid, "msg_id": uuid.NewString(), "body": strings.Repeat("x", 5000)}, CodePayloadTooLarge},
-			{map[string]any{"type": "send", "conversation_id": 999999, "msg_id": uuid.NewString(), "body": "x"}, CodeNotFound},
-			{map[string]any{"type": "dance"}, CodeBadRequest},
-			{map[string]any{"type": "hello", "after": 0}, CodeBadRequest}, // a second hello
+			{map[string]any{"type": protocol.FrameSend, "conversation_id": other, "msg_id": uuid.NewString(), "body": "x"}, protocol.CodeNotMember},
+			{map[string]any{"type": protocol.FrameSend, "conversation_id": cid, "msg_id": "not-a-uuid", "body": "x"}, protocol.CodeBadRequest},
+			{map[string]any{"type": protocol.FrameSend, "conversation_id": cid, "msg_id": uuid.NewString(), "body": ""}, protocol.CodeBadRequest},
+			{map[string]any{"type": protocol.FrameSend, "conversation_id": cid, "msg_id": uuid.NewString(), "body": strings.Repeat("x", 5000)}, protocol.CodePayloadTooLarge},
+			{map[string]any{"type": protocol.FrameSend, "conversation_id": 999999, "msg_id": uuid.NewString(), "body": "x"}, protocol.CodeNotFound},
+			{map[string]any{"type": "dance"}, protocol.CodeBadRequest},
+			{map[string]any{"type": protocol.FrameHello, "after": 0}, protocol.CodeBadRequest}, // a second hello
 		} {
 			c.writeJSON(t, tc.frame)
 			f := c.nextOf(t)
-			require.Equal(t, "error", f.Type, "%v", tc.frame)
+			require.Equal(t, protocol.FrameError, f.Type, "%v", tc.frame)
 			require.Equal(t, tc.code, f.Code, "%v: %s", tc.frame, f.Message)
 			if id, ok := tc.frame["msg_id"].(string); ok && id != "not-a-uuid" {
 				require.Equal(t, id, f.MsgID)
@@ -154,12 +156,12 @@ func TestWSProtocol(t *testing.T) {
 		}
 		require.NoError(t, c.conn.WriteMessage(websocket.TextMessage, []byte("{not json")))
 		f = c.nextOf(t)
-		require.Equal(t, "error", f.Type)
-		require.Equal(t, CodeBadRequest, f.Code)
+		require.Equal(t, protocol.FrameError, f.Type)
+		require.Equal(t, protocol.CodeBadRequest, f.Code)
 
 		// Heartbeats carry the head.
 		f = c.next(t)
-		for f.Type != "heartbeat" {
+		for f.Type != protocol.FrameHeartbeat {
 			f = c.next(t)
 		}
 		require.Equal(t, head+1, f.Head)
@@ -182,9 +184,9 @@ func TestWSProtocol(t *testing.T) {
 			c := dialWS(t, w, b)
 			c.hello(t, hello.after, hello.epoch)
 			f := c.next(t)
-			require.Equal(t, "welcome", f.Type, name)
+			require.Equal(t, protocol.FrameWelcome, f.Type, name)
 			f = c.nextOf(t)
-			require.Equal(t, "too_long", f.Type, name)
+			require.Equal(t, protocol.FrameTooLong, f.Type, name)
 			require.True(t, f.TooLong, name)
 			require.Equal(t, head, f.Head, name)
 			require.Equal(t, epoch, f.Epoch, name)
@@ -193,7 +195,7 @@ func TestWSProtocol(t *testing.T) {
 			// Live entries continue from the head.
 			m := a.send(t, cid, "after too long "+name)
 			f = c.nextOf(t)
-			require.Equal(t, "entries", f.Type, name)
+			require.Equal(t, protocol.FrameEntries, f.Type, name)
 			require.Equal(t, head+1, f.Entries[0].InboxSeq, name)
 			require.Equal(t, m.MsgID, f.Entries[0].Message.MsgID, name)
 			head++
@@ -206,22 +208,22 @@ func TestWSProtocol(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			c := dialWS(t, w, u)
 			c.hello(t, 0, nil)
-			require.Equal(t, "welcome", c.next(t).Type)
+			require.Equal(t, protocol.FrameWelcome, c.next(t).Type)
 		}
 		c := dialWS(t, w, u)
 		code, frames := c.closeCode(t)
-		require.Equal(t, CloseRateLimited, code)
+		require.Equal(t, protocol.CloseRateLimited, code)
 		require.Len(t, frames, 1)
-		require.Equal(t, CodeRateLimited, frames[0].Code)
+		require.Equal(t, protocol.CodeRateLimited, frames[0].Code)
 		require.Positive(t, frames[0].RetryAfterMS)
 	})
 
 	t.Run("hello timeout", func(t *testing.T) {
 		c := dialWS(t, w, w.user(t, 60))
 		code, frames := c.closeCode(t)
-		require.Equal(t, closeProtocol, code)
+		require.Equal(t, protocol.CloseProtocol, code)
 		require.Len(t, frames, 1)
-		require.Equal(t, "error", frames[0].Type)
+		require.Equal(t, protocol.FrameError, frames[0].Type)
 	})
 
 	t.Run("drain closes with 1012", func(t *testing.T) {
@@ -233,11 +235,11 @@ func TestWSProtocol(t *testing.T) {
 			return s.welcome != nil
 		})
 		w.g.Drain()
-		require.Equal(t, CloseServiceRestart, s.waitClosed(t))
+		require.Equal(t, protocol.CloseServiceRestart, s.waitClosed(t))
 		// And new connections are told the same.
 		c = dialWS(t, w, w.user(t, 71))
 		code, _ := c.closeCode(t)
-		require.Equal(t, CloseServiceRestart, code)
+		require.Equal(t, protocol.CloseServiceRestart, code)
 	})
 	waitFor(t, 30*time.Second, "sessions to end", func() bool { return w.ws.Sessions() == 0 })
 }
@@ -259,7 +261,7 @@ func TestWSIdleGoroutines(t *testing.T) {
 	for i := range clients {
 		c := dialWS(t, w, w.user(t, int64(100+i)))
 		c.hello(t, 0, nil)
-		require.Equal(t, "welcome", c.next(t).Type)
+		require.Equal(t, protocol.FrameWelcome, c.next(t).Type)
 		clients[i] = c
 	}
 	var last string
@@ -279,7 +281,7 @@ func TestWSIdleGoroutines(t *testing.T) {
 	shape("idle after the hello")
 	for _, c := range clients {
 		for beats := 0; beats < 3; {
-			if f := c.next(t); f.Type == "heartbeat" {
+			if f := c.next(t); f.Type == protocol.FrameHeartbeat {
 				beats++
 			}
 		}

@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // fetchState is where a session stands with the pusher: at most one read of
@@ -206,7 +208,7 @@ func (s *wsSession) helloExpired() {
 	s.helloTimer = nil
 	s.mu.Unlock()
 	if !seen {
-		s.closeWith(closeProtocol, "hello expected", errorFrame(badRequest("no hello within %v", s.ws.cfg.HelloTimeout), ""))
+		s.closeWith(protocol.CloseProtocol, "hello expected", errorFrame(badRequest("no hello within %v", s.ws.cfg.HelloTimeout), ""))
 	}
 }
 
@@ -319,27 +321,27 @@ func (s *wsSession) handle(mt int, data []byte) {
 		var msgID string
 		if in != nil {
 			switch in.Type {
-			case "hello":
+			case protocol.FrameHello:
 				// A hello that cannot be decoded is a bad hello: it
 				// closes, as a bad cursor does.
 				s.refuseHello(err)
 				return
-			case "send":
+			case protocol.FrameSend:
 				// Name the send the error answers when its id is fine.
 				msgID, _ = parseMsgID(in.MsgID)
 			}
 		}
-		s.pushControl(errorFrame(err, msgID), "error")
+		s.pushControl(errorFrame(err, msgID), protocol.FrameError)
 		return
 	}
 	s.ws.m.received.WithLabelValues(in.Type).Inc()
 	switch in.Type {
-	case "hello":
+	case protocol.FrameHello:
 		s.hello(in)
-	case "send":
+	case protocol.FrameSend:
 		s.send(in)
-	case "ping":
-		s.pushControl(encodeFrame(wsPong{Type: "pong"}), "pong")
+	case protocol.FramePing:
+		s.pushControl(encodeFrame(protocol.Pong{Type: protocol.FramePong}), protocol.FramePong)
 	}
 }
 
@@ -349,14 +351,14 @@ func (s *wsSession) handle(mt int, data []byte) {
 // bad_request; with an error, the frame is returned too when it could be
 // read as far as its type (a field of the wrong type leaves the others
 // decoded), so that a bad hello closes and a bad send names its msg_id.
-func decodeInbound(mt int, data []byte) (*wsInbound, error) {
+func decodeInbound(mt int, data []byte) (*protocol.ClientFrame, error) {
 	if mt != websocket.TextMessage {
 		return nil, badRequest("frames must be JSON text messages")
 	}
 	if !utf8.Valid(data) {
 		return nil, badRequest("frame is not valid UTF-8")
 	}
-	var in wsInbound
+	var in protocol.ClientFrame
 	if err := json.Unmarshal(data, &in); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
@@ -368,7 +370,7 @@ func decodeInbound(mt int, data []byte) (*wsInbound, error) {
 		return &in, err
 	}
 	switch in.Type {
-	case "hello", "send", "ping":
+	case protocol.FrameHello, protocol.FrameSend, protocol.FramePing:
 		return &in, nil
 	}
 	return nil, badRequest("unknown frame type %q (hello, send, ping)", in.Type)
@@ -388,17 +390,17 @@ func (s *wsSession) refuseHello(err error) {
 	}
 	s.mu.Unlock()
 	if seen {
-		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), "error")
+		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), protocol.FrameError)
 		return
 	}
-	s.closeWith(closeProtocol, "bad hello", errorFrame(err, ""))
+	s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(err, ""))
 }
 
 // hello answers the client's cursor: welcome, then too_long or the first
 // catch-up page, read with the rules of GET /v1/sync (readSync). The rest
 // of the catch-up and the live entries come from the pusher. The hub
 // subscription predates this read, so a commit after it is not missed.
-func (s *wsSession) hello(in *wsInbound) {
+func (s *wsSession) hello(in *protocol.ClientFrame) {
 	s.mu.Lock()
 	seen := s.helloSeen
 	s.helloSeen = true
@@ -408,7 +410,7 @@ func (s *wsSession) hello(in *wsInbound) {
 	}
 	s.mu.Unlock()
 	if seen {
-		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), "error")
+		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), protocol.FrameError)
 		return
 	}
 	g, cfg := s.ws.g, &s.ws.cfg
@@ -418,13 +420,13 @@ func (s *wsSession) hello(in *wsInbound) {
 	}
 	// The bounds and messages of GET /v1/sync's parameters (queryInt).
 	if p.after < 0 {
-		s.closeWith(closeProtocol, "bad hello", errorFrame(badRequest("parameter after must be an integer in 0..%d", int64(math.MaxInt64)), ""))
+		s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(badRequest("parameter after must be an integer in 0..%d", int64(math.MaxInt64)), ""))
 		return
 	}
 	if in.Epoch != nil {
 		p.epoch, p.hasEpoch = *in.Epoch, true
 		if p.epoch < 0 {
-			s.closeWith(closeProtocol, "bad hello", errorFrame(badRequest("parameter epoch must be an integer in 0..%d", int64(math.MaxInt64)), ""))
+			s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(badRequest("parameter epoch must be an integer in 0..%d", int64(math.MaxInt64)), ""))
 			return
 		}
 	}
@@ -433,21 +435,21 @@ func (s *wsSession) hello(in *wsInbound) {
 	defer cancel()
 	res, err := g.readSync(ctx, s.user, p)
 	var e *Error
-	if errors.As(err, &e) && e.Code == CodeBadRequest {
+	if errors.As(err, &e) && e.Code == protocol.CodeBadRequest {
 		// A cursor beyond the head cannot be filled: HTTP answers 400,
 		// and so does the hello, closing at once. The client's cursor
 		// is corrupt; it must start again from 0 (or send its epoch, so
 		// that a replay gives a clean too_long instead).
-		s.closeWith(closeProtocol, "bad hello", errorFrame(err, ""))
+		s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(err, ""))
 		return
 	}
-	var tl *tooLongResponse
+	var tl *protocol.TooLong
 	if err == nil && res.tooLong {
 		tl, err = g.tooLongAnswer(ctx, s.user, res, g.cfg.PageDefault)
 	}
 	if err != nil {
 		s.logAt(slog.LevelWarn, "WebSocket hello failed", "err", err)
-		s.closeWith(closeInternal, "hello failed, reconnect", errorFrame(err, ""))
+		s.closeWith(protocol.CloseInternal, "hello failed, reconnect", errorFrame(err, ""))
 		return
 	}
 
@@ -455,15 +457,15 @@ func (s *wsSession) hello(in *wsInbound) {
 	s.started = true
 	s.epoch = res.epoch
 	s.head = max(s.head, res.head, s.sub.Head())
-	s.pushDataLocked(queued{kind: "welcome", b: encodeFrame(wsWelcome{Type: "welcome", Epoch: res.epoch, Head: res.head,
+	s.pushDataLocked(queued{kind: protocol.FrameWelcome, b: encodeFrame(protocol.Welcome{Type: protocol.FrameWelcome, Epoch: res.epoch, Head: res.head,
 		HeartbeatMS: cfg.HeartbeatInterval.Milliseconds()})})
 	if tl != nil {
-		s.pushDataLocked(queued{kind: "too_long", b: encodeFrame(wsTooLong{Type: "too_long", tooLongResponse: tl})})
+		s.pushDataLocked(queued{kind: protocol.FrameTooLong, b: encodeFrame(protocol.TooLongFrame{Type: protocol.FrameTooLong, TooLong: tl})})
 		s.cursor, s.head = res.head, res.head
 	} else {
 		s.cursor = p.after
 		if n := len(res.entries); n > 0 {
-			s.pushDataLocked(queued{kind: "entries", entries: n,
+			s.pushDataLocked(queued{kind: protocol.FrameEntries, entries: n,
 				b: entriesFrame(res.entries, res.head)})
 			s.cursor = res.entries[n-1].InboxSeq
 		}
@@ -480,9 +482,9 @@ func (s *wsSession) hello(in *wsInbound) {
 
 // send appends a message through the gateway's send path (the one of POST
 // .../messages) in its own goroutine and answers send_ack or error.
-func (s *wsSession) send(in *wsInbound) {
+func (s *wsSession) send(in *protocol.ClientFrame) {
 	g := s.ws.g
-	fail := func(err error, msgID string) { s.pushControl(errorFrame(err, msgID), "error") }
+	fail := func(err error, msgID string) { s.pushControl(errorFrame(err, msgID), protocol.FrameError) }
 	if in.MsgID == "" {
 		fail(badRequest("msg_id is required"), "")
 		return
@@ -536,7 +538,7 @@ func (s *wsSession) send(in *wsInbound) {
 			if errors.Is(err, errClientGone) || ctx.Err() != nil {
 				return
 			}
-			if e := toError(err); e.Code == CodeInternal || e.Err != nil {
+			if e := toError(err); e.Code == protocol.CodeInternal || e.Err != nil {
 				s.logAt(slog.LevelWarn, "WebSocket send failed", "conversation_id", cid, "msg_id", msgID, "err", err)
 			}
 			fail(err, msgID)
@@ -544,8 +546,8 @@ func (s *wsSession) send(in *wsInbound) {
 			fail(unavailable("the message is appended but not projected yet; send it again with the same msg_id for its seq",
 				time.Second, nil), msgID)
 		default:
-			s.pushControl(encodeFrame(wsSendAck{Type: "send_ack", MsgID: msgID, ConversationID: cid,
-				Seq: res.message.Seq}), "send_ack")
+			s.pushControl(encodeFrame(protocol.SendAck{Type: protocol.FrameSendAck, MsgID: msgID, ConversationID: cid,
+				Seq: res.message.Seq}), protocol.FrameSendAck)
 		}
 	}()
 }
@@ -570,7 +572,7 @@ func (s *wsSession) pushControl(b []byte, kind string) {
 	if len(s.control) >= s.ws.cfg.ControlQueue {
 		s.mu.Unlock()
 		s.ws.m.slowCloses.WithLabelValues("control").Inc()
-		s.closeWith(CloseTooSlow, "replies not read", nil)
+		s.closeWith(protocol.CloseTooSlow, "replies not read", nil)
 		return
 	}
 	s.control = append(s.control, queued{b: b, kind: kind})
@@ -591,7 +593,7 @@ func (s *wsSession) closeWith(code int, reason string, frame []byte) {
 	}
 	s.closing, s.closeCode, s.closeReason = true, code, reason
 	if frame != nil {
-		s.control = append(s.control, queued{b: frame, kind: "error"})
+		s.control = append(s.control, queued{b: frame, kind: protocol.FrameError})
 	}
 	// A write in progress may be blocked by a client that does not read:
 	// it stalls at once (see stallConn) instead of holding the close
@@ -736,7 +738,7 @@ func (s *wsSession) closeStalled() {
 	s.mu.Lock()
 	code, reason := s.closeCode, s.closeReason
 	if !s.closing {
-		code, reason = CloseTooSlow, "too slow: frames not read"
+		code, reason = protocol.CloseTooSlow, "too slow: frames not read"
 		s.ws.m.slowCloses.WithLabelValues("write_timeout").Inc()
 		s.logAt(slog.LevelInfo, "WebSocket write timed out, closing with 4008")
 	}
@@ -766,7 +768,7 @@ func (s *wsSession) checkSlow() {
 	if !since.IsZero() && time.Since(since) > s.ws.cfg.SlowTimeout {
 		s.ws.m.slowCloses.WithLabelValues("lag").Inc()
 		s.logAt(slog.LevelInfo, "closing a WebSocket that cannot keep up", "lagging_for", time.Since(since))
-		s.closeWith(CloseTooSlow, "too slow", nil)
+		s.closeWith(protocol.CloseTooSlow, "too slow", nil)
 	}
 }
 

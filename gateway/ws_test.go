@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // TestWSCatchUpLiveRestart is issue 9's acceptance 1: a client connecting
@@ -70,7 +71,7 @@ func TestWSCatchUpLiveRestart(t *testing.T) {
 	}
 	w2 := newWSGatewayOn(t, env, wsOpts{ws: wcfg})
 	w1.stopWS()
-	require.Equal(t, CloseServiceRestart, watcher.waitClosed(t))
+	require.Equal(t, protocol.CloseServiceRestart, watcher.waitClosed(t))
 
 	a2, b2 := w2.user(t, 1), w2.user(t, 2)
 	c2 := dialWS(t, w2, b2)
@@ -144,7 +145,7 @@ func TestWSTwoGateways(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < perDevice; i++ {
-				if err := d.s.c.writeJSONE(map[string]any{"type": "send", "conversation_id": group,
+				if err := d.s.c.writeJSONE(map[string]any{"type": protocol.FrameSend, "conversation_id": group,
 					"msg_id": uuid.NewString(), "body": fmt.Sprintf("ws %d from %d@%d", i, d.id, d.gw)}); err != nil {
 					t.Errorf("send: %v", err)
 					return
@@ -159,7 +160,7 @@ func TestWSTwoGateways(t *testing.T) {
 			defer d.s.mu.Unlock()
 			acks := 0
 			for _, f := range d.s.others {
-				require.Equal(t, "send_ack", f.Type, "%+v", f)
+				require.Equal(t, protocol.FrameSendAck, f.Type, "%+v", f)
 				acks++
 			}
 			return acks == perDevice
@@ -231,7 +232,7 @@ func TestWSListenKilled(t *testing.T) {
 		}
 		return true
 	})
-	rareFrames := counterValue(w.extra["/v1/ws-rare"].m.frames.WithLabelValues("entries"))
+	rareFrames := counterValue(w.extra["/v1/ws-rare"].m.frames.WithLabelValues(protocol.FrameEntries))
 
 	hold.Store(true)
 	var killed int
@@ -251,7 +252,7 @@ func TestWSListenKilled(t *testing.T) {
 	}
 	require.False(t, w.g.hub.connected.Load(), "repaired by heartbeats, not by the hub's wake-all")
 	// The rare-heartbeat sessions heard nothing meanwhile.
-	require.Equal(t, rareFrames, counterValue(w.extra["/v1/ws-rare"].m.frames.WithLabelValues("entries")))
+	require.Equal(t, rareFrames, counterValue(w.extra["/v1/ws-rare"].m.frames.WithLabelValues(protocol.FrameEntries)))
 
 	hold.Store(false)
 	close(release)
@@ -311,20 +312,20 @@ type rawReader struct {
 	n      int
 }
 
-func (r *rawReader) read(t testing.TB) (wFrame, error) {
+func (r *rawReader) read(t testing.TB) (protocol.ServerFrame, error) {
 	t.Helper()
 	f, err := r.c.nextE(60 * time.Second)
 	if err != nil {
 		return f, err
 	}
 	switch f.Type {
-	case "entries":
+	case protocol.FrameEntries:
 		for _, e := range f.Entries {
 			require.Equal(t, r.cursor+1, e.InboxSeq)
 			r.cursor = e.InboxSeq
 			r.n++
 		}
-	case "too_long":
+	case protocol.FrameTooLong:
 		t.Fatalf("too_long on a live connection")
 	}
 	return f, nil
@@ -394,7 +395,7 @@ func TestWSSlowConsumer(t *testing.T) {
 		c.hello(t, r.cursor, nil)
 		fr, err := r.read(t)
 		require.NoError(t, err)
-		require.Equal(t, "welcome", fr.Type)
+		require.Equal(t, protocol.FrameWelcome, fr.Type)
 		return r
 	}
 	slow := dialRaw(w.wsURL(), s)
@@ -445,7 +446,7 @@ func TestWSSlowConsumer(t *testing.T) {
 	// 300ms, see TestWSStoppedReaderGets4008 for it), else no close frame.
 	ok, code := dropped.readUntil(t, d.head(t))
 	require.False(t, ok)
-	require.Contains(t, []int{CloseTooSlow, -1, websocket.CloseAbnormalClosure}, code)
+	require.Contains(t, []int{protocol.CloseTooSlow, -1, websocket.CloseAbnormalClosure}, code)
 
 	// The stopped client reads again: caught up, or closed with 4008
 	// and caught up through a reconnect with its cursor.
@@ -453,7 +454,7 @@ func TestWSSlowConsumer(t *testing.T) {
 	if ok, code := slow.readUntil(t, head); ok {
 		t.Log("phase 1: the stopped client was caught up")
 	} else {
-		require.Equal(t, CloseTooSlow, code)
+		require.Equal(t, protocol.CloseTooSlow, code)
 		t.Log("phase 1: the stopped client was closed with 4008")
 		again := dialWS(t, w, s)
 		again.stream(t, slow.cursor, nil).waitCursor(t, head)
@@ -506,7 +507,7 @@ func TestWSSlowConsumer(t *testing.T) {
 	}
 	ok, code = slow.readUntil(t, 1<<62)
 	require.False(t, ok)
-	require.Equal(t, CloseTooSlow, code)
+	require.Equal(t, protocol.CloseTooSlow, code)
 	cancel()
 	require.NoError(t, <-sender)
 	require.Equal(t, lagCloses+1, counterValue(w.ws.m.slowCloses.WithLabelValues("lag")))

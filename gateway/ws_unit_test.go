@@ -6,6 +6,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/protocol"
 )
 
 func TestWSOrigins(t *testing.T) {
@@ -72,7 +74,7 @@ func FuzzWSInbound(f *testing.F) {
 		}
 		in, err := decodeInbound(mt, []byte(raw))
 		if err != nil {
-			require.Equal(t, CodeBadRequest, toError(err).Code)
+			require.Equal(t, protocol.CodeBadRequest, toError(err).Code)
 			return
 		}
 		require.Contains(t, []string{"hello", "send", "ping"}, in.Type)

@@ -16,6 +16,7 @@ import (
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/protocol"
 	"github.com/inboxd/inboxd/replay"
 )
 
@@ -84,10 +85,8 @@ func newWorld(t *testing.T) *world {
 	var tok struct{ Token string }
 	require.Equal(t, 200, c.do("POST", "/v1/dev/token", map[string]any{"user_id": 42}, &tok))
 	c.token = tok.Token
-	var created struct {
-		ConversationID int64 `json:"conversation_id"`
-	}
-	require.Equal(t, 201, c.do("POST", "/v1/conversations", map[string]any{"title": "t", "members": []int64{7}}, &created))
+	var created protocol.ConversationCreated
+	require.Equal(t, 201, c.do("POST", "/v1/conversations", protocol.CreateConversation{Title: "t", Members: []int64{7}}, &created))
 	return &world{env: env, stopFanout: stopFanout, c: c, conv: created.ConversationID}
 }
 
@@ -95,14 +94,6 @@ func (w *world) send(body string) {
 	code := w.c.do("POST", fmt.Sprintf("/v1/conversations/%d/messages", w.conv),
 		map[string]any{"msg_id": uuid.NewString(), "body": body}, nil)
 	require.Equal(w.c.t, 201, code)
-}
-
-type syncResp struct {
-	Epoch         int64             `json:"epoch"`
-	Head          int64             `json:"head"`
-	TooLong       bool              `json:"too_long"`
-	Entries       []json.RawMessage `json:"entries"`
-	Conversations []json.RawMessage `json:"conversations"`
 }
 
 // After a replay, a client holding a cursor of the old epoch gets a clean
@@ -114,7 +105,7 @@ func TestOldEpochCursorGetsTooLongAfterReplay(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		send(fmt.Sprint("before ", i))
 	}
-	var s1 syncResp
+	var s1 protocol.SyncAnswer
 	require.Equal(t, 200, c.do("GET", "/v1/sync?after=0", nil, &s1))
 	require.False(t, s1.TooLong)
 	require.NotEmpty(t, s1.Entries)
@@ -136,18 +127,19 @@ func TestOldEpochCursorGetsTooLongAfterReplay(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	var s2 syncResp
+	var s2 protocol.SyncAnswer
 	require.Equal(t, 200, c.do("GET", fmt.Sprintf("/v1/sync?after=%d&epoch=%d", s1.Head, s1.Epoch), nil, &s2))
 	require.True(t, s2.TooLong, "an old-epoch cursor gets too long")
 	require.Equal(t, res.Epoch, s2.Epoch)
 	require.Len(t, s2.Conversations, 1)
 
 	send("after")
-	var s3 syncResp
+	var s3 protocol.SyncAnswer
 	require.Equal(t, 200, c.do("GET", fmt.Sprintf("/v1/sync?after=%d&epoch=%d", s2.Head, s2.Epoch), nil, &s3))
 	require.False(t, s3.TooLong)
 	require.Len(t, s3.Entries, 1, "the new message, and nothing again")
-	require.Contains(t, string(s3.Entries[0]), `"after"`)
+	require.NotNil(t, s3.Entries[0].Message, "a message entry")
+	require.Contains(t, s3.Entries[0].Message.Text(), "after")
 }
 
 // Retention moves the floor past a stale cursor: that cursor gets too long;
@@ -157,7 +149,7 @@ func TestPrunedCursorGetsTooLong(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		w.send(fmt.Sprint("old ", i))
 	}
-	var s1 syncResp
+	var s1 protocol.SyncAnswer
 	require.Equal(t, 200, w.c.do("GET", "/v1/sync?after=0", nil, &s1))
 	cutoff := time.Now()
 	time.Sleep(20 * time.Millisecond)
@@ -169,12 +161,13 @@ func TestPrunedCursorGetsTooLong(t *testing.T) {
 	require.NoError(t, w.env.Pool.QueryRow(context.Background(), `SELECT inbox_floor FROM users WHERE id = 42`).Scan(&floor))
 	require.Equal(t, s1.Head, floor, "everything before the cutoff went")
 
-	var stale syncResp
+	var stale protocol.SyncAnswer
 	require.Equal(t, 200, w.c.do("GET", "/v1/sync?after=1", nil, &stale))
 	require.True(t, stale.TooLong, "a cursor below the floor gets too long")
-	var fresh syncResp
+	var fresh protocol.SyncAnswer
 	require.Equal(t, 200, w.c.do("GET", fmt.Sprintf("/v1/sync?after=%d", s1.Head), nil, &fresh))
 	require.False(t, fresh.TooLong)
 	require.Len(t, fresh.Entries, 1)
-	require.Contains(t, string(fresh.Entries[0]), "young")
+	require.NotNil(t, fresh.Entries[0].Message, "a message entry")
+	require.Contains(t, fresh.Entries[0].Message.Text(), "young")
 }

@@ -1,0 +1,28 @@
+package protocol
+
+// Error codes of PROTOCOL.md: the code of every error body and error frame.
+// The HTTP status of each is in docs/protocol.md.
+const (
+	CodeBadRequest      = "bad_request"       // 400, 405
+	CodeUnauthorized    = "unauthorized"      // 401
+	CodeNotMember       = "not_member"        // 403
+	CodeNotFound        = "not_found"         // 404
+	CodePayloadTooLarge = "payload_too_large" // 413
+	CodeHeaderTooLarge  = "header_too_large"  // 431
+	CodeRateLimited     = "rate_limited"      // 429, retryable
+	CodeUnavailable     = "unavailable"       // 503, retryable
+	CodeInternal        = "internal"          // 500, retryable
+)
+
+// ErrorBody is every non-2xx JSON answer:
+// {"error":{"code","message","retryable"}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the error of an ErrorBody.
+type ErrorDetail struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}

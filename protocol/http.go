@@ -1,0 +1,138 @@
+package protocol
+
+import "time"
+
+// The bodies of the HTTP API (docs/protocol.md, "Endpoints"). Request bodies
+// are decoded strictly by the gateway (unknown fields are a 400); answers
+// are decoded tolerantly by clients.
+
+// Polling is the _polling hint of every sync answer: how long a client that
+// does not long-poll should wait before asking again.
+type Polling struct {
+	NextIntervalMS int64 `json:"next_interval_ms"`
+}
+
+// SyncPage is the 200 answer of GET /v1/sync with entries: those with
+// after < inbox_seq <= Head, ascending. HasMore says the last entry is
+// below the head. Entries is never null. The gateway writes it with
+// AppendSyncPage.
+type SyncPage struct {
+	Epoch   int64   `json:"epoch"`
+	Head    int64   `json:"head"`
+	Entries []Entry `json:"entries"`
+	HasMore bool    `json:"has_more"`
+	Polling Polling `json:"_polling"`
+}
+
+// TooLong is the too-long answer of GET /v1/sync (and, with a type, the
+// too_long frame): jump to Head; Conversations is the first page of the
+// conversation list, NextPage (null on the last page) its continuation.
+type TooLong struct {
+	TooLong       bool     `json:"too_long"`
+	Epoch         int64    `json:"epoch"`
+	Head          int64    `json:"head"`
+	RecordVersion int64    `json:"record_version"`
+	Conversations []Record `json:"conversations"`
+	NextPage      *string  `json:"next_page"`
+	Polling       Polling  `json:"_polling"`
+}
+
+// SyncAnswer decodes either 200 answer of GET /v1/sync: a SyncPage
+// (TooLong false) or a TooLong. Decoding only; the server writes the two
+// specific types. Polling is nil when the answer has none.
+type SyncAnswer struct {
+	TooLong       bool     `json:"too_long"`
+	Epoch         int64    `json:"epoch"`
+	Head          int64    `json:"head"`
+	Entries       []Entry  `json:"entries"`
+	HasMore       bool     `json:"has_more"`
+	RecordVersion int64    `json:"record_version"`
+	Conversations []Record `json:"conversations"`
+	NextPage      *string  `json:"next_page"`
+	Polling       *Polling `json:"_polling"`
+}
+
+// ConversationList is the answer of GET /v1/conversations. InboxHead and
+// RecordVersion are read before the list. NextPage is null on the last page.
+type ConversationList struct {
+	Epoch         int64    `json:"epoch"`
+	InboxHead     int64    `json:"inbox_head"`
+	RecordVersion int64    `json:"record_version"`
+	Conversations []Record `json:"conversations"`
+	NextPage      *string  `json:"next_page"`
+}
+
+// History is the answer of GET /v1/conversations/{cid}/messages: ascending,
+// HasMore says older visible messages exist.
+type History struct {
+	Messages []Message `json:"messages"`
+	HasMore  bool      `json:"has_more"`
+}
+
+// CreateConversation is the body of POST /v1/conversations; both fields
+// are optional.
+type CreateConversation struct {
+	Title   string  `json:"title"`
+	Members []int64 `json:"members"`
+}
+
+// ConversationCreated is the 201 answer of POST /v1/conversations.
+type ConversationCreated struct {
+	ConversationID int64 `json:"conversation_id"`
+}
+
+// AddMember is the body of POST /v1/conversations/{cid}/members.
+type AddMember struct {
+	UserID int64 `json:"user_id"`
+}
+
+// SetRecord is the body of PATCH /v1/conversations/{cid}/record: at least
+// one of the two; null counts as absent.
+type SetRecord struct {
+	Pinned *bool `json:"pinned"`
+	Muted  *bool `json:"muted"`
+}
+
+// MarkRead is the body of POST /v1/conversations/{cid}/read. Seq is
+// required (null is refused), hence the pointer.
+type MarkRead struct {
+	Seq *int64 `json:"seq"`
+}
+
+// SendMessage is the body of POST /v1/conversations/{cid}/messages. MsgID
+// may instead come in the Idempotency-Key header.
+type SendMessage struct {
+	MsgID string `json:"msg_id"`
+	Body  string `json:"body"`
+}
+
+// Statuses of the 202 answers.
+const (
+	StatusAccepted = "accepted"
+	StatusPending  = "pending"
+)
+
+// SendPending is the 202 answer of a send that is appended but not yet
+// projected: retry with the same MsgID. Status is StatusPending.
+type SendPending struct {
+	MsgID  string `json:"msg_id"`
+	Status string `json:"status"`
+}
+
+// Accepted is the 202 answer of the member, record and read changes. Status
+// is StatusAccepted.
+type Accepted struct {
+	Status string `json:"status"`
+}
+
+// DevTokenRequest is the body of POST /v1/dev/token (dev mode only).
+type DevTokenRequest struct {
+	UserID int64 `json:"user_id"`
+}
+
+// DevToken is the answer of POST /v1/dev/token.
+type DevToken struct {
+	Token     string    `json:"token"`
+	UserID    int64     `json:"user_id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}

@@ -1,0 +1,74 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Entry kinds (Entry.Kind).
+const (
+	KindMessage = "message"
+	KindRecord  = "record"
+)
+
+// Message kinds (Message.Kind).
+const (
+	// MessageText is a message a user sent; its Body is a JSON string.
+	MessageText = "text"
+	// MessageSystem is a message the server made of a membership event; its
+	// Body is a JSON object such as {"event":"member.added","user_id":7,"by":1}.
+	MessageSystem = "system"
+)
+
+// Message is a message of a conversation. Seq is its position in the
+// conversation, 1..last without holes. Body is a JSON string for kind
+// "text" and a JSON object for kind "system"; it stays raw so that neither
+// side re-encodes it. CreatedAt is the time of the event, in UTC.
+type Message struct {
+	ConversationID int64           `json:"conversation_id"`
+	Seq            int64           `json:"seq"`
+	MsgID          string          `json:"msg_id"`
+	SenderID       int64           `json:"sender_id"`
+	Kind           string          `json:"kind"`
+	Body           json.RawMessage `json:"body"`
+	CreatedAt      time.Time       `json:"created_at"`
+}
+
+// Text returns the body of a text message, or the raw JSON of a system
+// message's body.
+func (m *Message) Text() string {
+	var s string
+	if json.Unmarshal(m.Body, &s) == nil {
+		return s
+	}
+	return string(m.Body)
+}
+
+// Record is one user's view of one conversation. For a removed record
+// (Removed true), LastSeq and LastMessage stop at the user's removal.
+// Version grows with every change of any of the user's records: keep the
+// highest seen. LastMessage is null for a conversation without a message
+// the user may see.
+type Record struct {
+	ConversationID int64    `json:"conversation_id"`
+	Title          string   `json:"title"`
+	Pinned         bool     `json:"pinned"`
+	Muted          bool     `json:"muted"`
+	ReadSeq        int64    `json:"read_seq"`
+	LastSeq        int64    `json:"last_seq"`
+	LastMessage    *Message `json:"last_message"`
+	Version        int64    `json:"version"`
+	Removed        bool     `json:"removed"`
+}
+
+// Entry is an inbox entry: a message (Kind KindMessage, Message set) or a
+// changed record (Kind KindRecord, Record set). A record entry carries the
+// record as it is when read, with its current version. The gateway writes
+// entries with AppendEntry; this type is their decoded form.
+type Entry struct {
+	InboxSeq       int64    `json:"inbox_seq"`
+	ConversationID int64    `json:"conversation_id"`
+	Kind           string   `json:"kind"`
+	Message        *Message `json:"message,omitempty"`
+	Record         *Record  `json:"record,omitempty"`
+}

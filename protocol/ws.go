@@ -1,0 +1,166 @@
+package protocol
+
+import "encoding/json"
+
+// The frames of the WebSocket (GET /v1/ws, docs/websocket.md). Every frame
+// is one JSON object in one text message, with a "type".
+
+// Frame types, client to server.
+const (
+	FrameHello = "hello"
+	FrameSend  = "send"
+	FramePing  = "ping"
+)
+
+// Frame types, server to client.
+const (
+	FrameWelcome   = "welcome"
+	FrameEntries   = "entries"
+	FrameTooLong   = "too_long"
+	FrameHeartbeat = "heartbeat"
+	FrameSendAck   = "send_ack"
+	FrameError     = "error"
+	FramePong      = "pong"
+)
+
+// Close codes the server sends. The 4xxx codes are PROTOCOL.md's; the
+// others are the standard ones (RFC 6455) with the meaning the server gives
+// them.
+const (
+	CloseUnauthorized   = 4001 // the token is refused: do not reconnect with it
+	CloseNotAllowed     = 4003 // the origin is not allowed: do not reconnect
+	CloseTooSlow        = 4008 // the client could not keep up: reconnect with the cursor
+	CloseRateLimited    = 4029 // reconnect after the error frame's retry_after_ms
+	CloseServiceRestart = 1012 // shutdown or drain: reconnect with jittered backoff
+	CloseGoingAway      = 1001 // sent by proxies, never by the server: as 1012
+	CloseProtocol       = 1008 // no hello in time, or a hello HTTP would refuse: reconnect with backoff
+	CloseInternal       = 1011 // the hello could not be answered: reconnect with backoff
+	CloseTooBig         = 1009 // a client frame over the gateway's limit
+)
+
+// Hello is the client's first frame: the cursor (After) and, when known,
+// its epoch. A nil Epoch is omitted (no epoch); 0 counts as given.
+type Hello struct {
+	Type  string `json:"type"` // FrameHello
+	After int64  `json:"after"`
+	Epoch *int64 `json:"epoch,omitempty"`
+}
+
+// Send sends a message, as POST /v1/conversations/{cid}/messages does.
+type Send struct {
+	Type           string `json:"type"` // FrameSend
+	ConversationID int64  `json:"conversation_id"`
+	MsgID          string `json:"msg_id"`
+	Body           string `json:"body"`
+}
+
+// Ping asks for a Pong.
+type Ping struct {
+	Type string `json:"type"` // FramePing
+}
+
+// ClientFrame decodes any client frame; which fields matter depends on
+// Type. Pointers tell absent (or null) from zero, which the server refuses
+// or accepts field by field. Decoding is tolerant: unknown fields are
+// ignored, so that newer clients can add fields.
+type ClientFrame struct {
+	Type string `json:"type"`
+	// hello
+	After *int64 `json:"after"`
+	Epoch *int64 `json:"epoch"`
+	// send
+	ConversationID int64   `json:"conversation_id"`
+	MsgID          string  `json:"msg_id"`
+	Body           *string `json:"body"`
+}
+
+// Welcome answers the hello; it is always the first frame from the server.
+type Welcome struct {
+	Type        string `json:"type"` // FrameWelcome
+	Epoch       int64  `json:"epoch"`
+	Head        int64  `json:"head"`
+	HeartbeatMS int64  `json:"heartbeat_ms"`
+}
+
+// EntriesFrame carries entries in inbox order; Head is the user's head at
+// the read. The gateway writes it with AppendEntriesFrame.
+type EntriesFrame struct {
+	Type    string  `json:"type"` // FrameEntries
+	Entries []Entry `json:"entries"`
+	Head    int64   `json:"head"`
+}
+
+// TooLongFrame carries exactly the fields of the HTTP too-long answer.
+type TooLongFrame struct {
+	Type string `json:"type"` // FrameTooLong
+	*TooLong
+}
+
+// Heartbeat carries the user's head, every heartbeat_ms (jittered).
+type Heartbeat struct {
+	Type string `json:"type"` // FrameHeartbeat
+	Head int64  `json:"head"`
+}
+
+// SendAck answers a send with the seq the message got (the original one
+// for a msg_id sent before). The message itself arrives as an entry.
+type SendAck struct {
+	Type           string `json:"type"` // FrameSendAck
+	MsgID          string `json:"msg_id"`
+	ConversationID int64  `json:"conversation_id"`
+	Seq            int64  `json:"seq"`
+}
+
+// ErrorFrame is an error, with the codes of the HTTP error body. MsgID is
+// set for the error of a send; RetryAfterMS for rate_limited and
+// unavailable.
+type ErrorFrame struct {
+	Type         string `json:"type"` // FrameError
+	Code         string `json:"code"`
+	Message      string `json:"message"`
+	Retryable    bool   `json:"retryable"`
+	MsgID        string `json:"msg_id,omitempty"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+}
+
+// Pong answers a Ping.
+type Pong struct {
+	Type string `json:"type"` // FramePong
+}
+
+// ServerFrame decodes any server frame; which fields are set depends on
+// Type. Decoding is tolerant: unknown fields are ignored, and Message stays
+// raw so that a frame whose "message" is not a string (an error frame's is;
+// a later release may give another frame a message object) still decodes.
+type ServerFrame struct {
+	Type string `json:"type"`
+	// welcome, entries, heartbeat, too_long
+	Epoch       int64   `json:"epoch"`
+	Head        int64   `json:"head"`
+	HeartbeatMS int64   `json:"heartbeat_ms"`
+	Entries     []Entry `json:"entries"`
+	// too_long
+	TooLong       bool     `json:"too_long"`
+	RecordVersion int64    `json:"record_version"`
+	Conversations []Record `json:"conversations"`
+	NextPage      *string  `json:"next_page"`
+	Polling       *Polling `json:"_polling"`
+	// send_ack, error
+	MsgID          string          `json:"msg_id"`
+	ConversationID int64           `json:"conversation_id"`
+	Seq            int64           `json:"seq"`
+	Code           string          `json:"code"`
+	Message        json.RawMessage `json:"message"`
+	Retryable      bool            `json:"retryable"`
+	RetryAfterMS   int64           `json:"retry_after_ms"`
+}
+
+// ErrorMessage is the message of an error frame: Message as a string, or
+// its raw JSON when it is not one.
+func (f *ServerFrame) ErrorMessage() string {
+	var s string
+	if json.Unmarshal(f.Message, &s) == nil {
+		return s
+	}
+	return string(f.Message)
+}

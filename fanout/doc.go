@@ -2,10 +2,20 @@
 // projector exactly once. Offsets live in PostgreSQL, written in the
 // projecting transaction; on assignment the consumer resumes from them
 // (AdjustFetchOffsetsFn), polls with rebalances blocked until the batch is
-// committed (BlockRebalanceOnPoll), and never commits to Kafka for
-// correctness. A zombie that still holds a batch after a rebalance is fenced
-// by the projector's offset check. Records that cannot be decoded go to the
-// DLQ topic with the reason in the "reason" header; transient PostgreSQL
-// failures are retried with capped exponential backoff. It must not hold
-// projection logic (that is projector's).
+// committed (BlockRebalanceOnPoll), and commits to Kafka only for tooling.
+// A zombie that still holds a batch after a rebalance is fenced by the
+// projector's offset check.
+//
+// Files: fanout.go (config, the poll loop, decoding), apply.go (applying a
+// poll, the failure classes, isolating and dead-lettering a record),
+// logcheck.go (the stored offsets against the log: topic id, start and end;
+// stopping and releasing partitions), offsets.go (`inboxd offsets`),
+// health.go (per-partition stuck state for /readyz and metrics), group.go
+// (client options, Kafka commits, leaving the group), locks.go, retention.go.
+//
+// Records that cannot be decoded, or that the database refuses for their own
+// data after bounded attempts, go to the DLQ topic with the reason in the
+// "reason" header; transient and systemic failures are retried with capped
+// backoff and never dead-lettered. It must not hold projection logic (that
+// is projector's) nor skip a record it has not seen.
 package fanout

@@ -17,8 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/projector"
@@ -348,46 +346,7 @@ var errRestartClient = errors.New("restart the Kafka client")
 func (f *Fanout) consume(ctx, applyCtx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(f.cfg.Brokers...),
-		kgo.ClientID("inboxd-fanout"),
-		kgo.ConsumerGroup(f.cfg.Group),
-		kgo.ConsumeTopics(f.cfg.Topic),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.AdjustFetchOffsetsFn(f.adjustOffsets),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// Every assigned partition gets an explicit offset (adjustOffsets);
-		// an offset the log no longer has is an error to stop on, never a
-		// reason to jump to the start or the end.
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-		kgo.FetchMaxWait(200 * time.Millisecond),
-		// A lost broker connection refreshes metadata after 0.5 s rather
-		// than franz-go's default 5 s, so fetches and dead letters resume
-		// quickly.
-		kgo.MetadataMinAge(500 * time.Millisecond),
-		kgo.SessionTimeout(f.cfg.SessionTimeout),
-		kgo.HeartbeatInterval(max(f.cfg.SessionTimeout/6, 100*time.Millisecond)),
-		kgo.RebalanceTimeout(f.cfg.RebalanceTimeout),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			f.cfg.Logger.Info("partitions revoked", "partitions", m)
-			f.parts.forget(m[f.cfg.Topic])
-			f.guard.forget(m[f.cfg.Topic])
-			f.m.forgetLag(m[f.cfg.Topic])
-		}),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			f.cfg.Logger.Warn("partitions lost", "partitions", m)
-			f.parts.forget(m[f.cfg.Topic])
-			f.guard.forget(m[f.cfg.Topic])
-			f.m.forgetLag(m[f.cfg.Topic])
-		}),
-		// The DLQ is written by the same client: idempotent, acks=all.
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(0),
-	}
-	if f.cfg.InstanceID != "" {
-		opts = append(opts, kgo.InstanceID(f.cfg.InstanceID))
-	}
+	opts := f.clientOpts()
 	// Its own client for admin requests, set before the consumer's client
 	// exists (whose group management calls adjustOffsets).
 	admCl, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Brokers...), kgo.ClientID("inboxd-fanout-admin"), kgo.MetadataMinAge(500*time.Millisecond))
@@ -431,17 +390,7 @@ func (f *Fanout) consume(ctx, applyCtx context.Context) error {
 			f.guard.reset()
 			return errRestartClient
 		}
-		fetchErrs := 0
-		fetches.EachError(func(t string, p int32, err error) {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return
-			}
-			fetchErrs++
-			if errors.Is(err, kerr.OffsetOutOfRange) || errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.InconsistentTopicID) {
-				f.guard.check() // the log check says what happened
-			}
-			fetchLog.Warn(t+"/"+strconv.Itoa(int(p))+"/"+err.Error(), "fetch error", "topic", t, "partition", p, "err", err)
-		})
+		fetchErrs := f.fetchErrors(fetches, fetchLog)
 		kept, pause := f.guard.filter(fetches)
 		if len(pause) > 0 {
 			cl.PauseFetchPartitions(map[string][]int32{f.cfg.Topic: pause})
@@ -466,53 +415,6 @@ func (f *Fanout) consume(ctx, applyCtx context.Context) error {
 			}
 		}
 	}
-}
-
-// commitToKafka commits the applied offsets of the owned partitions to the
-// Kafka group, asynchronously, for tools that read group lag. PostgreSQL's
-// offsets stay the only ones read.
-func (f *Fanout) commitToKafka(ctx context.Context, cl *kgo.Client) {
-	next := f.guard.nextOffsets()
-	if len(next) == 0 {
-		return
-	}
-	offs := map[int32]kgo.EpochOffset{}
-	for p, o := range next {
-		offs[p] = kgo.EpochOffset{Epoch: -1, Offset: o}
-	}
-	cl.CommitOffsets(ctx, map[string]map[int32]kgo.EpochOffset{f.cfg.Topic: offs},
-		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
-			if err != nil && ctx.Err() == nil {
-				f.cfg.Logger.Debug("committing offsets to the Kafka group failed (informational only)", "err", err)
-			}
-		})
-}
-
-// leave closes the client and, for a static member, leaves the group
-// explicitly (Kafka 2.4+), so its partitions move at once at a clean stop
-// instead of after the session timeout.
-func (f *Fanout) leave(cl *kgo.Client) {
-	cl.Close()
-	if f.cfg.InstanceID == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Brokers...))
-	if err == nil {
-		defer adm.Close()
-		var resp kadm.LeaveGroupResponses
-		resp, err = kadm.NewClient(adm).LeaveGroup(ctx, kadm.LeaveGroup(f.cfg.Group).InstanceIDs(f.cfg.InstanceID).Reason("clean stop"))
-		if err == nil {
-			err = resp.Error()
-		}
-	}
-	if err != nil {
-		f.cfg.Logger.Warn("leaving the group as a static member failed: its partitions move after the session timeout",
-			"group", f.cfg.Group, "instance_id", f.cfg.InstanceID, "err", err)
-		return
-	}
-	f.cfg.Logger.Info("left the group", "group", f.cfg.Group, "instance_id", f.cfg.InstanceID)
 }
 
 // process decodes, dead-letters and applies the records of one poll (in
@@ -564,177 +466,6 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, kept []*
 	return nil
 }
 
-// applyGroups applies recs as ApplyWorkers concurrent transactions, the
-// records of a partition all in the same one and in order.
-func (f *Fanout) applyGroups(ctx, applyCtx context.Context, cl *kgo.Client, fetched []*kgo.Record, recs []projector.Record) error {
-	n := f.cfg.ApplyWorkers
-	if n == 1 {
-		return f.applyBatch(ctx, applyCtx, cl, fetched, recs)
-	}
-	groups := make([][]projector.Record, n)
-	for _, r := range recs {
-		i := int(r.Partition) % n
-		groups[i] = append(groups[i], r)
-	}
-	var g errgroup.Group
-	for _, grp := range groups {
-		if len(grp) > 0 {
-			g.Go(func() error { return f.applyBatch(ctx, applyCtx, cl, fetched, grp) })
-		}
-	}
-	return g.Wait()
-}
-
-// isolateError ends the retries of a batch that fails because of the data
-// of one of its records.
-type isolateError struct{ err error }
-
-func (e *isolateError) Error() string { return e.err.Error() }
-
-// applyBatch applies recs in one transaction.
-//
-// A failure is handled by its projector.Class. Transient and systemic
-// failures retry the same batch with backoff until they pass or ctx ends.
-// A data failure splits the batch in halves, applied in order (so each
-// partition keeps its order), until the failing record is alone; alone, it
-// is tried RecordAttempts times, then probed (projector.Probe): if a copy
-// with its text replaced applies, the record itself is the cause and goes
-// to the DLQ; if not, the database refuses records of its shape, dropping
-// it would not help, and it is retried like a systemic failure.
-func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetched []*kgo.Record, recs []projector.Record) error {
-	start := time.Now()
-	first := firstOffsets(recs)
-	attempts := 0
-	var res projector.Result
-	op := func() error {
-		var err error
-		// The batch in hand is finished even when shutdown begins, within
-		// the drain timeout.
-		res, err = f.proj.Apply(applyCtx, recs)
-		if err == nil {
-			return nil
-		}
-		attempts++
-		class := projector.Classify(err)
-		if class == projector.DataError && len(recs) == 1 && attempts >= f.cfg.RecordAttempts {
-			if perr := f.proj.Probe(applyCtx, recs[0]); perr == nil {
-				return backoff.Permanent(&isolateError{err})
-			} else if projector.Classify(perr) != projector.Transient {
-				class = projector.Systemic
-				f.cfg.Logger.Error("a record fails to project and so does a copy with its text replaced: not dead-lettered, retrying",
-					"topic", f.cfg.Topic, "partition", recs[0].Partition, "offset", recs[0].Offset, "err", err, "probe_err", perr)
-			}
-		}
-		f.parts.failed(first, class.String(), err)
-		f.m.failures.WithLabelValues(class.String()).Inc()
-		if class == projector.DataError && len(recs) > 1 {
-			f.cfg.Logger.Error("a batch fails on the data of a record: isolating it",
-				"topic", f.cfg.Topic, "records", len(recs), "offsets", first, "err", err)
-			return backoff.Permanent(&isolateError{err})
-		}
-		return err
-	}
-	notify := func(err error, d time.Duration) {
-		f.m.retries.Inc()
-		class := projector.Classify(err)
-		args := []any{"topic", f.cfg.Topic, "records", len(recs), "offsets", first, "attempt", attempts, "class", class.String(), "err", err, "retry_in", d}
-		if class == projector.Transient && attempts < 10 {
-			f.cfg.Logger.Warn("applying batch failed, retrying", args...)
-			return
-		}
-		// A partition that stays stuck is an ERROR with its offsets; the
-		// backoff (capped at MaxRetryInterval) bounds the rate.
-		f.cfg.Logger.Error("applying batch failed, partitions stuck, retrying", args...)
-	}
-	err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), notify)
-	var iso *isolateError
-	switch {
-	case err == nil:
-		f.m.observe(res, time.Since(start))
-		if res.Rejected > 0 {
-			f.cfg.Logger.Info("events rejected at their log position", "count", res.Rejected)
-		}
-		if res.Skipped > 0 {
-			// Normal after a rebalance (a batch fetched before it); the log
-			// check stops a partition whose log went backwards.
-			f.cfg.Logger.Info("records below the stored offsets skipped as already applied", "count", res.Skipped, "offsets", first)
-		}
-		return nil
-	case errors.As(err, &iso) && len(recs) > 1:
-		mid := len(recs) / 2
-		if err := f.applyBatch(ctx, applyCtx, cl, fetched, recs[:mid]); err != nil {
-			return err
-		}
-		return f.applyBatch(ctx, applyCtx, cl, fetched, recs[mid:])
-	case errors.As(err, &iso):
-		return f.deadLetterRecord(ctx, applyCtx, cl, fetched, recs[0], iso.err)
-	default:
-		return fmt.Errorf("apply batch of %d records: %w", len(recs), err)
-	}
-}
-
-// deadLetterRecord sends r, which fails to project because of its data, to
-// the DLQ, then moves its partition past it: the event is stored as a
-// rejection (projection.ReasonDeadLetter), so it takes no seq and a waiting
-// sender is told. The dead letter is written before the offset moves, so a
-// crash in between can duplicate it but never lose it.
-func (f *Fanout) deadLetterRecord(ctx, applyCtx context.Context, cl *kgo.Client, fetched []*kgo.Record, r projector.Record, cause error) error {
-	raw := findRecord(fetched, r.Partition, r.Offset)
-	if raw == nil {
-		// Cannot happen: r came from these fetches.
-		return fmt.Errorf("dead-letter %d/%d: record not in its poll", r.Partition, r.Offset)
-	}
-	reason := "projection failed: " + cause.Error()
-	op := func() error { return cl.ProduceSync(ctx, deadLetter(f.cfg.DLQTopic, raw, reason)).FirstErr() }
-	if err := backoff.RetryNotify(op, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {
-		f.cfg.Logger.Warn("writing dead letters failed, retrying", "err", err, "retry_in", d)
-	}); err != nil {
-		return fmt.Errorf("dead-letter %d/%d: %w", r.Partition, r.Offset, err)
-	}
-	f.m.dead.Inc()
-	f.cfg.Logger.Error("record dead-lettered: it fails to project",
-		"topic", f.cfg.Topic, "partition", r.Partition, "offset", r.Offset, "dlq", f.cfg.DLQTopic, "reason", reason)
-	dead := r
-	dead.DeadLetter = true
-	apply := func() error {
-		_, err := f.proj.Apply(applyCtx, []projector.Record{dead})
-		if err != nil && projector.Classify(err) != projector.Transient && dead.Event != nil {
-			// The rejection row itself is refused: move the offset alone.
-			f.cfg.Logger.Error("storing the dead letter's rejection failed: moving its offset only",
-				"partition", r.Partition, "offset", r.Offset, "err", err)
-			dead.Event = nil
-		}
-		return err
-	}
-	if err := backoff.RetryNotify(apply, backoff.WithContext(f.backoff(), ctx), func(err error, d time.Duration) {
-		f.cfg.Logger.Warn("moving past a dead letter failed, retrying", "partition", r.Partition, "offset", r.Offset, "err", err, "retry_in", d)
-	}); err != nil {
-		return fmt.Errorf("move past dead letter %d/%d: %w", r.Partition, r.Offset, err)
-	}
-	return nil
-}
-
-// firstOffsets returns the first offset of each partition in recs.
-func firstOffsets(recs []projector.Record) map[int32]int64 {
-	out := map[int32]int64{}
-	for _, r := range recs {
-		if o, ok := out[r.Partition]; !ok || r.Offset < o {
-			out[r.Partition] = r.Offset
-		}
-	}
-	return out
-}
-
-// findRecord returns the fetched record at partition p, offset o.
-func findRecord(fetched []*kgo.Record, p int32, o int64) *kgo.Record {
-	for _, r := range fetched {
-		if r.Partition == p && r.Offset == o {
-			return r
-		}
-	}
-	return nil
-}
-
 func deadLetter(topic string, r *kgo.Record, reason string) *kgo.Record {
 	h := append([]kgo.RecordHeader{}, r.Headers...)
 	h = append(h,
@@ -744,4 +475,21 @@ func deadLetter(topic string, r *kgo.Record, reason string) *kgo.Record {
 		kgo.RecordHeader{Key: "source.offset", Value: []byte(strconv.FormatInt(r.Offset, 10))},
 	)
 	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h}
+}
+
+// fetchErrors logs the errors of a poll (rate-limited) and asks for a log
+// check when one may mean the log changed; it returns how many there were.
+func (f *Fanout) fetchErrors(fetches kgo.Fetches, fetchLog *rateLog) int {
+	n := 0
+	fetches.EachError(func(t string, p int32, err error) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		n++
+		if errors.Is(err, kerr.OffsetOutOfRange) || errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.InconsistentTopicID) {
+			f.guard.check() // the log check says what happened
+		}
+		fetchLog.Warn(t+"/"+strconv.Itoa(int(p))+"/"+err.Error(), "fetch error", "topic", t, "partition", p, "err", err)
+	})
+	return n
 }

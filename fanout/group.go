@@ -1,0 +1,104 @@
+package fanout
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// commitToKafka commits the applied offsets of the owned partitions to the
+// Kafka group, asynchronously, for tools that read group lag. PostgreSQL's
+// offsets stay the only ones read.
+func (f *Fanout) commitToKafka(ctx context.Context, cl *kgo.Client) {
+	next := f.guard.nextOffsets()
+	if len(next) == 0 {
+		return
+	}
+	offs := map[int32]kgo.EpochOffset{}
+	for p, o := range next {
+		offs[p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+	}
+	cl.CommitOffsets(ctx, map[string]map[int32]kgo.EpochOffset{f.cfg.Topic: offs},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+			if err != nil && ctx.Err() == nil {
+				f.cfg.Logger.Debug("committing offsets to the Kafka group failed (informational only)", "err", err)
+			}
+		})
+}
+
+// leave closes the client and, for a static member, leaves the group
+// explicitly (Kafka 2.4+), so its partitions move at once at a clean stop
+// instead of after the session timeout.
+func (f *Fanout) leave(cl *kgo.Client) {
+	cl.Close()
+	if f.cfg.InstanceID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Brokers...))
+	if err == nil {
+		defer adm.Close()
+		var resp kadm.LeaveGroupResponses
+		resp, err = kadm.NewClient(adm).LeaveGroup(ctx, kadm.LeaveGroup(f.cfg.Group).InstanceIDs(f.cfg.InstanceID).Reason("clean stop"))
+		if err == nil {
+			err = resp.Error()
+		}
+	}
+	if err != nil {
+		f.cfg.Logger.Warn("leaving the group as a static member failed: its partitions move after the session timeout",
+			"group", f.cfg.Group, "instance_id", f.cfg.InstanceID, "err", err)
+		return
+	}
+	f.cfg.Logger.Info("left the group", "group", f.cfg.Group, "instance_id", f.cfg.InstanceID)
+}
+
+// clientOpts are the options of the consumer's client: a group member
+// whose offsets come from PostgreSQL (adjustOffsets), which never resets
+// an offset by itself and never commits for correctness.
+func (f *Fanout) clientOpts() []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(f.cfg.Brokers...),
+		kgo.ClientID("inboxd-fanout"),
+		kgo.ConsumerGroup(f.cfg.Group),
+		kgo.ConsumeTopics(f.cfg.Topic),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.AdjustFetchOffsetsFn(f.adjustOffsets),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Every assigned partition gets an explicit offset (adjustOffsets);
+		// an offset the log no longer has is an error to stop on, never a
+		// reason to jump to the start or the end.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		kgo.FetchMaxWait(200 * time.Millisecond),
+		// A lost broker connection refreshes metadata after 0.5 s rather
+		// than franz-go's default 5 s, so fetches and dead letters resume
+		// quickly.
+		kgo.MetadataMinAge(500 * time.Millisecond),
+		kgo.SessionTimeout(f.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(max(f.cfg.SessionTimeout/6, 100*time.Millisecond)),
+		kgo.RebalanceTimeout(f.cfg.RebalanceTimeout),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			f.cfg.Logger.Info("partitions revoked", "partitions", m)
+			f.parts.forget(m[f.cfg.Topic])
+			f.guard.forget(m[f.cfg.Topic])
+			f.m.forgetLag(m[f.cfg.Topic])
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			f.cfg.Logger.Warn("partitions lost", "partitions", m)
+			f.parts.forget(m[f.cfg.Topic])
+			f.guard.forget(m[f.cfg.Topic])
+			f.m.forgetLag(m[f.cfg.Topic])
+		}),
+		// The DLQ is written by the same client: idempotent, acks=all.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+	}
+	if f.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(f.cfg.InstanceID))
+	}
+	return opts
+}

@@ -1,0 +1,189 @@
+package projector
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/events"
+)
+
+// Loading: the first round trip of a batch locks its partitions' offsets
+// and reads the state its events depend on.
+
+const (
+	sqlEnsureOffsets = `INSERT INTO consumer_offsets (topic, "partition", next_offset)
+SELECT $1, p, 0 FROM unnest($2::int[]) AS p ORDER BY p ON CONFLICT DO NOTHING`
+	sqlLockOffsets = `SELECT "partition", next_offset FROM consumer_offsets
+WHERE topic = $1 AND "partition" = ANY($2::int[]) ORDER BY "partition" FOR UPDATE`
+	sqlLockConversations = `SELECT id, last_seq FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
+	sqlCurrentMembers    = `SELECT conversation_id, user_id FROM member_spans
+WHERE conversation_id = ANY($1::bigint[]) AND left_seq IS NULL`
+	sqlKnownMsgIDs = `SELECT msg_id::text FROM messages WHERE msg_id = ANY($1::uuid[])`
+	sqlRecords     = `SELECT r.user_id, r.conversation_id, r.pinned, r.muted, r.read_seq, r.removed
+FROM records r JOIN unnest($1::bigint[], $2::bigint[]) AS k(u, c) ON r.user_id = k.u AND r.conversation_id = k.c`
+)
+
+// nextOffsets returns, per partition of recs, the next offset after them,
+// and the partitions in order.
+func nextOffsets(recs []Record) (map[int32]int64, []int32) {
+	parts := map[int32]int64{}
+	for _, r := range recs {
+		if r.Offset+1 > parts[r.Partition] {
+			parts[r.Partition] = r.Offset + 1
+		}
+	}
+	ids := make([]int32, 0, len(parts))
+	for pt := range parts {
+		ids = append(ids, pt)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return parts, ids
+}
+
+// lockAndLoad locks the offsets of partIDs (and reads them into t.stored),
+// fences, and loads the state the batch depends on, in one round trip that
+// begins the transaction when t owns it.
+func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) error {
+	topic := t.p.cfg.Topic
+	t.stored = map[int32]int64{}
+	bt := &pgx.Batch{}
+	if t.own {
+		bt.Queue("BEGIN")
+	}
+	if ensure := t.p.unknownParts(t.own, partIDs); len(ensure) > 0 {
+		bt.Queue(sqlEnsureOffsets, topic, ensure)
+	}
+	bt.Queue(sqlLockOffsets, topic, partIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var pt int32
+			var next int64
+			if err := rows.Scan(&pt, &next); err != nil {
+				return err
+			}
+			t.stored[pt] = next
+		}
+		return rows.Err()
+	})
+	// The state the batch depends on is read in the same round trip, after
+	// the offset locks (lock order: offsets, conversations, users), for
+	// every record: those already applied only add a few rows.
+	queueLoad(bt, t.b, recs)
+	if err := t.tx.SendBatch(ctx, bt).Close(); err != nil {
+		return fmt.Errorf("lock offsets of %s and load the batch's state: %w", topic, err)
+	}
+	if len(t.stored) != len(partIDs) {
+		t.p.forget()
+		return &FencedError{Msg: fmt.Sprintf("lock offsets of %s: %d of %d partitions have a row", topic, len(t.stored), len(partIDs))}
+	}
+	return nil
+}
+
+// loadKeys is what the state of a batch is read by.
+type loadKeys struct {
+	convIDs            []int64 // in id order, the lock order
+	msgIDs             []string
+	recUsers, recConvs []int64 // the (user, conversation) pairs of records
+}
+
+// need adds to b a conversation (not known to exist yet) for every event
+// of recs and returns the keys of the state the events depend on.
+func (b *batch) need(recs []Record) loadKeys {
+	k := loadKeys{convIDs: []int64{}, recUsers: []int64{}, recConvs: []int64{}}
+	seenPair := map[recKey]bool{}
+	wantRecord := func(u, c int64) {
+		p := recKey{u, c}
+		if !seenPair[p] {
+			seenPair[p] = true
+			k.recUsers = append(k.recUsers, u)
+			k.recConvs = append(k.recConvs, c)
+		}
+	}
+	for _, r := range recs {
+		e := r.Event
+		if e == nil || r.DeadLetter {
+			continue
+		}
+		if _, ok := b.convs[e.ConversationID]; !ok {
+			b.convs[e.ConversationID] = &convState{id: e.ConversationID, members: map[int64]bool{}}
+			k.convIDs = append(k.convIDs, e.ConversationID)
+		}
+		switch e.Type {
+		case events.MessageSent:
+			k.msgIDs = append(k.msgIDs, e.MsgID)
+		case events.ConversationCreated, events.MemberAdded, events.MemberRemoved:
+			k.msgIDs = append(k.msgIDs, e.EventID)
+			if e.Type != events.ConversationCreated {
+				wantRecord(e.UserID, e.ConversationID)
+			}
+		case events.RecordUpdated, events.ReadUpdated:
+			wantRecord(e.ActorID, e.ConversationID)
+		}
+	}
+	sort.Slice(k.convIDs, func(i, j int) bool { return k.convIDs[i] < k.convIDs[j] })
+	return k
+}
+
+// loadedConv marks conversation id as existing with last seq last.
+func (b *batch) loadedConv(id, last int64) {
+	c := b.convs[id]
+	c.exists, c.lastSeq, c.loadedAt = true, last, last
+}
+
+// loadedMember marks user u a current member of conversation c.
+func (b *batch) loadedMember(c, u int64) { b.convs[c].members[u] = true }
+
+// queueLoad queues the reads and locks of the state the batch's events
+// depend on.
+func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
+	k := b.need(live)
+	// The conversation locks first (in id order), then the reads that
+	// depend only on the batch.
+	bt.Queue(sqlLockConversations, k.convIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id, last int64
+			if err := rows.Scan(&id, &last); err != nil {
+				return err
+			}
+			b.loadedConv(id, last)
+		}
+		return rows.Err()
+	})
+	bt.Queue(sqlCurrentMembers, k.convIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var c, u int64
+			if err := rows.Scan(&c, &u); err != nil {
+				return err
+			}
+			b.loadedMember(c, u)
+		}
+		return rows.Err()
+	})
+	if len(k.msgIDs) > 0 {
+		bt.Queue(sqlKnownMsgIDs, k.msgIDs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				b.known.add(id)
+			}
+			return rows.Err()
+		})
+	}
+	if len(k.recUsers) > 0 {
+		bt.Queue(sqlRecords, k.recUsers, k.recConvs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var key recKey
+				r := &recState{}
+				if err := rows.Scan(&key.user, &key.conv, &r.pinned, &r.muted, &r.readSeq, &r.removed); err != nil {
+					return err
+				}
+				b.records[key] = r
+			}
+			return rows.Err()
+		})
+	}
+}

@@ -1,0 +1,340 @@
+package projector
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/projection"
+)
+
+// The projection rules: what each event does to the in-memory state of a
+// batch, and the rows it adds. Nothing here touches the database; load.go
+// fills the state a batch starts from and write.go writes the rows.
+
+type convState struct {
+	id       int64
+	exists   bool
+	created  bool // created in this batch
+	title    string
+	by       int64
+	at       time.Time
+	lastSeq  int64
+	lastAt   time.Time
+	changed  bool
+	members  map[int64]bool
+	loadedAt int64 // last_seq as loaded
+}
+
+type recKey struct{ user, conv int64 }
+
+type recState struct {
+	pinned, muted, removed bool
+	readSeq                int64
+	version                int64 // assigned when users are locked
+	dirty                  bool
+}
+
+type span struct {
+	conv, user, joined, left int64 // left 0 = open
+}
+
+type fanRow struct {
+	user, conv int64
+	kind       int16
+	seq        int64
+	inbox      int64     // the inbox_seq write numbers it with
+	version    int64     // the record version (kind record)
+	rec        *recState // kind record
+	at         time.Time
+}
+
+type msgRow struct {
+	conv, seq int64
+	msgID     string
+	sender    int64
+	kind      string
+	body      string
+	at        time.Time
+}
+
+type rejection struct {
+	eventID, msgID, typ string
+	conv, actor         int64
+	reason              string
+	partition           int32
+	offset              int64
+}
+
+// idSet is a set of uuids in their text form.
+type idSet map[string]struct{}
+
+func (s idSet) has(id string) bool {
+	_, ok := s[id]
+	return ok
+}
+
+func (s idSet) add(id string) { s[id] = struct{}{} }
+
+type batch struct {
+	convs   map[int64]*convState
+	records map[recKey]*recState
+	// known holds the msg ids already projected or seen in this batch; a
+	// system message's msg id is its event's id, so known also answers
+	// "was this membership event applied".
+	known idSet
+	// refused holds the event ids rejected in this batch.
+	refused   idSet
+	msgs      []msgRow
+	fan       []fanRow
+	newSpans  []*span
+	openNew   map[recKey]*span // spans opened in this batch and still open
+	closes    []span           // closes of spans opened before this batch
+	rejects   []rejection
+	recsOrder []recKey
+	acks      []ack    // message.sent events projected, for the senders' gateways
+	dups      []string // event ids of message.sent events whose msg_id was taken
+}
+
+// ack is a message.sent event and the seq its message got.
+type ack struct {
+	eventID string
+	seq     int64
+}
+
+func newBatch() *batch {
+	return &batch{
+		convs:   map[int64]*convState{},
+		records: map[recKey]*recState{},
+		known:   idSet{},
+		refused: idSet{},
+		openNew: map[recKey]*span{},
+	}
+}
+
+// apply applies one record that is not yet applied: an undecodable one
+// only moves the offset, a dead-lettered one is a rejection.
+func (b *batch) apply(r Record) {
+	switch {
+	case r.Event == nil:
+	case r.DeadLetter:
+		b.reject(r, projection.ReasonDeadLetter)
+	default:
+		b.step(r)
+	}
+}
+
+// reject refuses r's event for reason: a rejection row, no seq.
+func (b *batch) reject(r Record, reason string) {
+	e := r.Event
+	if b.refused.has(e.EventID) {
+		return // a duplicate record of an event already refused
+	}
+	b.refused.add(e.EventID)
+	b.rejects = append(b.rejects, rejection{eventID: e.EventID, msgID: e.MsgID, typ: e.Type,
+		conv: e.ConversationID, actor: e.ActorID, reason: reason, partition: r.Partition, offset: r.Offset})
+}
+
+// step applies one event to the in-memory state of the batch. Its
+// conversation is in b.convs (loaded, or known not to exist).
+func (b *batch) step(r Record) {
+	c := b.convs[r.Event.ConversationID]
+	switch r.Event.Type {
+	case events.ConversationCreated:
+		b.conversationCreated(r, c)
+	case events.MemberAdded:
+		b.memberAdded(r, c)
+	case events.MemberRemoved:
+		b.memberRemoved(r, c)
+	case events.MessageSent:
+		b.messageSent(r, c)
+	case events.RecordUpdated:
+		b.recordUpdated(r.Event, c)
+	case events.ReadUpdated:
+		b.readUpdated(r.Event, c)
+	}
+}
+
+func (b *batch) conversationCreated(r Record, c *convState) {
+	e := r.Event
+	if b.known.has(e.EventID) {
+		return // duplicate record of the same event
+	}
+	if c.exists {
+		b.reject(r, projection.ReasonExists)
+		return
+	}
+	members := []int64{e.ActorID}
+	seen := map[int64]bool{e.ActorID: true}
+	for _, m := range e.Members {
+		if !seen[m] {
+			seen[m] = true
+			members = append(members, m)
+		}
+	}
+	c.exists, c.created, c.title, c.by, c.at = true, true, e.Title, e.ActorID, e.At
+	for _, m := range members {
+		c.members[m] = true
+	}
+	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
+		"event": events.ConversationCreated, "by": e.ActorID, "title": e.Title, "members": members}), e.At)
+	for _, m := range members {
+		b.openSpan(c.id, m, seq)
+		b.record(m, c.id, e.At, func(rs *recState) { rs.removed = false })
+	}
+}
+
+// membershipRefused says whether a member event is a duplicate or
+// refused (and rejects it then): the conversation must exist and the actor
+// be a member.
+func (b *batch) membershipRefused(r Record, c *convState) bool {
+	e := r.Event
+	if b.known.has(e.EventID) {
+		return true
+	}
+	if !c.exists {
+		b.reject(r, projection.ReasonNoConversation)
+		return true
+	}
+	if !c.members[e.ActorID] {
+		b.reject(r, projection.ReasonNotMember)
+		return true
+	}
+	return false
+}
+
+func (b *batch) memberAdded(r Record, c *convState) {
+	e := r.Event
+	if b.membershipRefused(r, c) {
+		return
+	}
+	if c.members[e.UserID] {
+		return // already a member: nothing changes
+	}
+	c.members[e.UserID] = true
+	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
+		"event": events.MemberAdded, "user_id": e.UserID, "by": e.ActorID}), e.At)
+	b.openSpan(c.id, e.UserID, seq)
+	b.record(e.UserID, c.id, e.At, func(rs *recState) { rs.removed = false })
+}
+
+func (b *batch) memberRemoved(r Record, c *convState) {
+	e := r.Event
+	if b.membershipRefused(r, c) {
+		return
+	}
+	if !c.members[e.UserID] {
+		return // not a member: nothing changes
+	}
+	// The removed member receives its own removal, then leaves.
+	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
+		"event": events.MemberRemoved, "user_id": e.UserID, "by": e.ActorID}), e.At)
+	delete(c.members, e.UserID)
+	b.closeSpan(c.id, e.UserID, seq)
+	b.record(e.UserID, c.id, e.At, func(rs *recState) { rs.removed = true })
+}
+
+func (b *batch) messageSent(r Record, c *convState) {
+	e := r.Event
+	if b.known.has(e.MsgID) {
+		b.dups = append(b.dups, e.EventID)
+		return // I5: a msg_id is projected at most once
+	}
+	if !c.exists {
+		b.reject(r, projection.ReasonNoConversation)
+		return
+	}
+	if !c.members[e.ActorID] {
+		b.reject(r, projection.ReasonNotMember)
+		return
+	}
+	seq := b.message(c, e.MsgID, e.ActorID, "text", *e.Body, e.At)
+	b.acks = append(b.acks, ack{eventID: e.EventID, seq: seq})
+}
+
+// recordUpdated changes pin and mute; a change to what they already are is
+// no change (no version, no entry).
+func (b *batch) recordUpdated(e *events.Event, c *convState) {
+	if !c.exists || !c.members[e.ActorID] {
+		return
+	}
+	rs := b.current(e.ActorID, c.id)
+	if (e.Pinned == nil || *e.Pinned == rs.pinned) && (e.Muted == nil || *e.Muted == rs.muted) {
+		return
+	}
+	b.record(e.ActorID, c.id, e.At, func(rs *recState) {
+		if e.Pinned != nil {
+			rs.pinned = *e.Pinned
+		}
+		if e.Muted != nil {
+			rs.muted = *e.Muted
+		}
+	})
+}
+
+// readUpdated moves the read position forward, never past the last seq.
+func (b *batch) readUpdated(e *events.Event, c *convState) {
+	if !c.exists || !c.members[e.ActorID] {
+		return
+	}
+	read := min(*e.ReadSeq, c.lastSeq)
+	if read <= b.current(e.ActorID, c.id).readSeq {
+		return
+	}
+	b.record(e.ActorID, c.id, e.At, func(rs *recState) { rs.readSeq = read })
+}
+
+func systemBody(fields map[string]any) string {
+	raw, _ := json.Marshal(fields)
+	return string(raw)
+}
+
+// message appends a message to c and fans it out to the current members.
+func (b *batch) message(c *convState, msgID string, sender int64, kind, body string, at time.Time) int64 {
+	b.known.add(msgID)
+	c.lastSeq++
+	c.lastAt = at
+	c.changed = true
+	b.msgs = append(b.msgs, msgRow{conv: c.id, seq: c.lastSeq, msgID: msgID, sender: sender, kind: kind, body: body, at: at})
+	for u := range c.members {
+		b.fan = append(b.fan, fanRow{user: u, conv: c.id, kind: projection.KindMessage, seq: c.lastSeq, at: at})
+	}
+	return c.lastSeq
+}
+
+func (b *batch) current(user, conv int64) *recState {
+	k := recKey{user, conv}
+	rs, ok := b.records[k]
+	if !ok {
+		rs = &recState{}
+		b.records[k] = rs
+	}
+	return rs
+}
+
+// record changes a user's record and adds the change to its inbox.
+func (b *batch) record(user, conv int64, at time.Time, change func(*recState)) {
+	rs := b.current(user, conv)
+	change(rs)
+	if !rs.dirty {
+		rs.dirty = true
+		b.recsOrder = append(b.recsOrder, recKey{user, conv})
+	}
+	b.fan = append(b.fan, fanRow{user: user, conv: conv, kind: projection.KindRecord, rec: rs, at: at})
+}
+
+func (b *batch) openSpan(conv, user, seq int64) {
+	s := &span{conv: conv, user: user, joined: seq}
+	b.newSpans = append(b.newSpans, s)
+	b.openNew[recKey{user, conv}] = s
+}
+
+func (b *batch) closeSpan(conv, user, seq int64) {
+	k := recKey{user, conv}
+	if s, ok := b.openNew[k]; ok {
+		s.left = seq
+		delete(b.openNew, k)
+		return
+	}
+	b.closes = append(b.closes, span{conv: conv, user: user, left: seq})
+}

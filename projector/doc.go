@@ -5,6 +5,14 @@
 // moved. It is pure with respect to Kafka: fanout (live) and replay (rebuild)
 // feed it records; it must not consume or produce.
 //
+// Files: projector.go (config, Apply and ApplyTx, the memory of existing
+// rows, the order of a batch's round trips), rules.go (the projection
+// rules: events to rows in memory, no database, unit-tested by
+// rules_test.go), load.go (locking the offsets and reading the state a
+// batch depends on), write.go (locking users, numbering entries, writing
+// rows and offsets, the NOTIFY), errors.go (failure classes, probing,
+// isolating a bad record), verify.go (invariants I1-I8), retention.go.
+//
 // # Transactions and locks
 //
 // Apply runs one transaction per batch. Rows are locked in one global order:

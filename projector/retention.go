@@ -53,22 +53,8 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batch int)
 
 	var after int64
 	for {
-		rows, err := pool.Query(ctx, sqlPruneUsers, after, 500)
+		users, err := pruneCandidates(ctx, pool, after)
 		if err != nil {
-			return res, fmt.Errorf("list users to prune: %w", err)
-		}
-		type uf struct{ id, floor int64 }
-		var users []uf
-		for rows.Next() {
-			var u uf
-			if err := rows.Scan(&u.id, &u.floor); err != nil {
-				rows.Close()
-				return res, err
-			}
-			users = append(users, u)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return res, err
 		}
 		if len(users) == 0 {
@@ -76,45 +62,80 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batch int)
 		}
 		for _, u := range users {
 			after = u.id
-			var target *int64
-			if err := pool.QueryRow(ctx, sqlPruneTarget, u.id, u.floor, cutoff).Scan(&target); err != nil {
-				return res, fmt.Errorf("prune target of user %d: %w", u.id, err)
-			}
-			if target == nil {
-				continue
-			}
-			moved := false
-			for {
-				var done bool
-				err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-					var floor int64
-					if err := tx.QueryRow(ctx, sqlPruneLock, u.id).Scan(&floor); err != nil {
-						return err
-					}
-					if floor >= *target {
-						done = true
-						return nil
-					}
-					upto := min(*target, floor+int64(batch))
-					tag, err := tx.Exec(ctx, sqlPruneDelete, u.id, floor, upto)
-					if err != nil {
-						return err
-					}
-					res.Deleted += tag.RowsAffected()
-					_, err = tx.Exec(ctx, sqlPruneFloor, u.id, upto)
-					return err
-				})
-				if err != nil {
-					return res, fmt.Errorf("prune user %d: %w", u.id, err)
-				}
-				if done {
-					break
-				}
-				moved = true
+			moved, err := pruneUser(ctx, pool, u, cutoff, batch, &res)
+			if err != nil {
+				return res, err
 			}
 			if moved {
 				res.Users++
 			}
 		}
+	}
+}
+
+// pruneUserRow is a user with entries above its floor.
+type pruneUserRow struct{ id, floor int64 }
+
+// pruneCandidates lists the next users after id after with entries above
+// their floor.
+func pruneCandidates(ctx context.Context, pool *pgxpool.Pool, after int64) ([]pruneUserRow, error) {
+	rows, err := pool.Query(ctx, sqlPruneUsers, after, 500)
+	if err != nil {
+		return nil, fmt.Errorf("list users to prune: %w", err)
+	}
+	var users []pruneUserRow
+	for rows.Next() {
+		var u pruneUserRow
+		if err := rows.Scan(&u.id, &u.floor); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		users = append(users, u)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return users, nil
+}
+
+// pruneUser deletes u's entries created before cutoff, batch rows per
+// transaction, adding them to res.Deleted; moved says whether its floor
+// moved.
+func pruneUser(ctx context.Context, pool *pgxpool.Pool, u pruneUserRow, cutoff time.Time, batch int, res *PruneResult) (moved bool, err error) {
+	var target *int64
+	if err := pool.QueryRow(ctx, sqlPruneTarget, u.id, u.floor, cutoff).Scan(&target); err != nil {
+		return false, fmt.Errorf("prune target of user %d: %w", u.id, err)
+	}
+	if target == nil {
+		return false, nil
+	}
+	for {
+		var done bool
+		err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			var floor int64
+			if err := tx.QueryRow(ctx, sqlPruneLock, u.id).Scan(&floor); err != nil {
+				return err
+			}
+			if floor >= *target {
+				done = true
+				return nil
+			}
+			upto := min(*target, floor+int64(batch))
+			tag, err := tx.Exec(ctx, sqlPruneDelete, u.id, floor, upto)
+			if err != nil {
+				return err
+			}
+			res.Deleted += tag.RowsAffected()
+			_, err = tx.Exec(ctx, sqlPruneFloor, u.id, upto)
+			return err
+		})
+		if err != nil {
+			return moved, fmt.Errorf("prune user %d: %w", u.id, err)
+		}
+		if done {
+			return moved, nil
+		}
+		moved = true
 	}
 }

@@ -118,9 +118,9 @@ Two ways out (docs/operations.md, "The log and the stored offsets disagree"):
        stop the fanouts; inboxd replay; start the fanouts
 
   2. Keep the projections and continue from an explicit offset (logged):
-       inboxd offsets reset --partitions %s --to start
-     --to start projects every record the log holds now; --to end skips
-     them; --to N starts at offset N. A running fanout resumes the
+       inboxd offsets reset --reset-partitions %s --reset-to start
+     --reset-to start projects every record the log holds now; --reset-to
+     end skips them; --reset-to N starts at offset N. A running fanout resumes the
      partitions within its log check interval (5 s).
 `, list, list)
 }
@@ -172,7 +172,7 @@ func ResetOffsets(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, top
 			return nil, fmt.Errorf("partition %d: not in the log of %s", p, topic)
 		}
 		if pr.Reason == "" && !force {
-			return nil, fmt.Errorf("partition %d: %w (use --force to move it anyway, with the fanouts stopped)", p, ErrHealthy)
+			return nil, fmt.Errorf("partition %d: %w (use --reset-healthy to move it anyway, with the fanouts stopped)", p, ErrHealthy)
 		}
 		var target int64
 		switch to {

@@ -30,11 +30,11 @@ func runOffsets(ctx context.Context, args []string) error {
 	c.bind(fs, false)
 	fs.StringVar(&c.brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers")
 	fs.StringVar(&c.topic, "topic", events.DefaultTopic, "event topic")
-	partsFlag := fs.String("partitions", "", "reset: comma-separated partitions, or all (default: every partition whose offsets do not belong to the log)")
-	to := fs.String("to", "", "reset: start (the log's first record), end (skip what the log holds) or an offset")
-	force := fs.Bool("force", false, "reset: also move partitions whose offsets belong to the log (stop the fanouts first)")
+	partsFlag := fs.String("reset-partitions", "", "reset: comma-separated partitions, or all (default: every partition whose offsets do not belong to the log)")
+	to := fs.String("reset-to", "", "reset: start (the log's first record), end (skip what the log holds) or an offset")
+	force := fs.Bool("reset-healthy", false, "reset: also move partitions whose offsets belong to the log (stop the fanouts first)")
 	fs.Usage = config.Usage(fs, "inboxd offsets: compare the fanout's stored offsets with the log (exit 1 when they disagree)\n"+
-		"inboxd offsets reset --to start|end|N [--partitions P,...]: set them explicitly (logged)")
+		"inboxd offsets reset --reset-to start|end|N [--reset-partitions P,...]: set them explicitly (logged)")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func runOffsets(ctx context.Context, args []string) error {
 		return nil
 	}
 	if *to == "" {
-		return errors.New("offsets reset: --to start|end|N is required")
+		return errors.New("offsets reset: --reset-to start|end|N is required")
 	}
 	var parts []int32
 	if *partsFlag == "all" {
@@ -84,7 +84,7 @@ func runOffsets(ctx context.Context, args []string) error {
 		for _, s := range strings.Split(*partsFlag, ",") {
 			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
 			if err != nil || n < 0 {
-				return fmt.Errorf("offsets reset: --partitions: %q is not a partition", s)
+				return fmt.Errorf("offsets reset: --reset-partitions: %q is not a partition", s)
 			}
 			parts = append(parts, int32(n))
 		}

@@ -1,0 +1,223 @@
+package gateway
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/inboxd/inboxd/protocol"
+)
+
+// The session's writer: at most one goroutine at a time writes the queued
+// frames, replies first, and the close frame; a write that stalls closes
+// with 4008 (see stallConn).
+
+// wake starts a writer if something is queued and none runs.
+func (s *wsSession) wake() {
+	s.mu.Lock()
+	start := s.startWriterLocked()
+	s.mu.Unlock()
+	if start {
+		go s.writer()
+	}
+}
+
+// startWriterLocked reports whether the caller must start a writer (go
+// s.writer()): something is to be written and no writer runs. At most one
+// writer runs at a time, so gorilla's rule of one concurrent writer holds.
+func (s *wsSession) startWriterLocked() bool {
+	if s.writing || s.writeDone || s.closed {
+		return false
+	}
+	if !s.pingDue && !s.closing && len(s.control) == 0 && len(s.data) == 0 {
+		return false
+	}
+	s.writing = true
+	s.bg.Add(1)
+	return true
+}
+
+// writer writes the queued frames, replies first, and ends when the queues
+// are empty (a later frame starts a new writer) or the connection is done:
+// close frame written, write failed, or reader ended. Every write has a
+// deadline (WriteTimeout).
+func (s *wsSession) writer() {
+	defer s.bg.Done()
+	for {
+		s.checkSlow()
+		var q queued
+		var ping, refetch bool
+		s.mu.Lock()
+		switch {
+		case s.closed:
+			s.writing = false
+			s.mu.Unlock()
+			return
+		case s.pingDue:
+			s.pingDue, ping = false, true
+		case len(s.control) > 0:
+			q = s.control[0]
+			s.control[0] = queued{}
+			if s.control = s.control[1:]; len(s.control) == 0 {
+				s.control = nil
+			}
+		case s.closing:
+			code, reason := s.closeCode, s.closeReason
+			s.data, s.dataBytes = nil, 0
+			s.setWriteDoneLocked()
+			s.mu.Unlock()
+			s.writeClose(code, reason)
+			s.mu.Lock()
+			s.writing = false
+			s.mu.Unlock()
+			return
+		case len(s.data) > 0:
+			q = s.data[0]
+			s.data[0] = queued{}
+			if s.data = s.data[1:]; len(s.data) == 0 {
+				s.data = nil
+			}
+			s.dataBytes -= len(q.b)
+			if s.wantMore && s.dataBytes < s.ws.cfg.QueueBytes/2 {
+				s.wantMore = false
+				refetch = s.markFetchLocked()
+			}
+		default:
+			s.writing = false
+			s.mu.Unlock()
+			return
+		}
+		s.writeStart = time.Now()
+		s.mu.Unlock()
+		if refetch {
+			s.ws.push.add(s)
+		}
+		var err error
+		if ping {
+			err = s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.ws.cfg.WriteTimeout))
+		} else {
+			err = s.write(q)
+		}
+		s.mu.Lock()
+		s.writeStart = time.Time{}
+		if err != nil {
+			s.setWriteDoneLocked()
+			s.writing = false
+		}
+		s.mu.Unlock()
+		if err != nil {
+			s.abort(err)
+			return
+		}
+		if s.nc.isStalled() {
+			s.closeStalled()
+			return
+		}
+	}
+}
+
+// closeStalled ends a session whose write stalled: the client did not take
+// a frame within WriteTimeout (or a close kicked the write). The unsent rest
+// of the frame is kept by the stallConn; the close frame, 4008 unless a
+// close was already decided, goes after it, and writeClose flushes both.
+func (s *wsSession) closeStalled() {
+	s.mu.Lock()
+	code, reason := s.closeCode, s.closeReason
+	if !s.closing {
+		code, reason = protocol.CloseTooSlow, "too slow: frames not read"
+		s.ws.m.slowCloses.WithLabelValues("write_timeout").Inc()
+		s.logAt(slog.LevelInfo, "WebSocket write timed out, closing with 4008")
+	}
+	s.closing, s.closeCode, s.closeReason = true, code, reason
+	s.data, s.dataBytes, s.control = nil, 0, nil
+	s.setWriteDoneLocked()
+	s.mu.Unlock()
+	s.writeClose(code, reason)
+	s.mu.Lock()
+	s.writing = false
+	s.mu.Unlock()
+}
+
+// setWriteDoneLocked records that nothing more is written (a close frame
+// goes out, or the connection is dropped) and releases a reader waiting
+// for a send slot.
+func (s *wsSession) setWriteDoneLocked() {
+	s.writeDone = true
+	s.sendSlot.Broadcast()
+}
+
+// checkSlow closes a session that has been lagging for SlowTimeout.
+func (s *wsSession) checkSlow() {
+	s.mu.Lock()
+	since := s.laggingSince
+	s.mu.Unlock()
+	if !since.IsZero() && time.Since(since) > s.ws.cfg.SlowTimeout {
+		s.ws.m.slowCloses.WithLabelValues("lag").Inc()
+		s.logAt(slog.LevelInfo, "closing a WebSocket that cannot keep up", "lagging_for", time.Since(since))
+		s.closeWith(protocol.CloseTooSlow, "too slow", nil)
+	}
+}
+
+func (s *wsSession) write(q queued) error {
+	_ = s.conn.SetWriteDeadline(time.Now().Add(s.ws.cfg.WriteTimeout))
+	if err := s.conn.WriteMessage(websocket.TextMessage, q.b); err != nil {
+		return err
+	}
+	m := s.ws.m
+	m.frames.WithLabelValues(q.kind).Inc()
+	if q.entries > 0 {
+		m.entries.Add(float64(q.entries))
+		if !q.signalAt.IsZero() {
+			m.pushLatency.Observe(time.Since(q.signalAt).Seconds())
+		}
+	}
+	return nil
+}
+
+// writeClose sends the close frame, waits up to CloseGrace for the
+// client's (the reader ends on it) and drops the connection. Behind a
+// stalled write, the close frame is kept after the rest of the stalled
+// frame, and both get WriteTimeout of their own to reach the client.
+func (s *wsSession) writeClose(code int, reason string) {
+	deadline := time.Now().Add(min(s.ws.cfg.WriteTimeout, time.Second))
+	err := s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), deadline)
+	if err == nil {
+		err = s.nc.flush(time.Now().Add(s.ws.cfg.WriteTimeout))
+	}
+	if err == nil {
+		s.ws.m.closed(code)
+	} else {
+		s.logAt(slog.LevelDebug, "WebSocket close frame not written", "code", code, "err", err)
+	}
+	t := time.NewTimer(s.ws.cfg.CloseGrace)
+	select {
+	case <-s.readDone:
+	case <-t.C:
+	}
+	t.Stop()
+	_ = s.conn.Close()
+}
+
+// abort drops a connection whose write failed. A write that times out is
+// not a failure once the stallConn is armed (it stalls, and closeStalled
+// closes with 4008); what is left here is a connection that is gone, or a
+// client that went on pinging while not reading after a stall.
+func (s *wsSession) abort(err error) {
+	var ne net.Error
+	readerLive := true
+	select {
+	case <-s.readDone:
+		readerLive = false
+	default:
+	}
+	if errors.As(err, &ne) && ne.Timeout() && readerLive {
+		s.ws.m.slowCloses.WithLabelValues("write_timeout").Inc()
+		s.logAt(slog.LevelInfo, "WebSocket write timed out, dropping the connection", "err", err)
+	} else {
+		s.logAt(slog.LevelDebug, "WebSocket write failed", "err", err)
+	}
+	_ = s.conn.Close()
+}

@@ -45,6 +45,8 @@
 //	              queues
 //	ws_reader.go  the session's reader: frames in, decoding, the hello
 //	ws_send.go    the session's sends
+//	ws_fetch.go   the session's side of the pusher: a read asked for, begun,
+//	              and its result taken (the pusher edits no session field)
 //	ws_writer.go  the session's writer: frames out, close, stalls
 //	ws_stall.go   stallConn, the net.Conn that turns a blocked write into 4008
 //	ws_frames.go  how frames are encoded

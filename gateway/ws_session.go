@@ -11,17 +11,6 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// fetchState is where a session stands with the pusher: at most one read of
-// its entries is pending or in flight at a time, which is what keeps its
-// cursor, and so its stream, contiguous.
-type fetchState uint8
-
-const (
-	fetchIdle     fetchState = iota
-	fetchPending             // in the pusher's pending (or retry) list
-	fetchInflight            // in a running push query
-)
-
 // queued is one encoded frame waiting for the writer.
 type queued struct {
 	b        []byte
@@ -285,32 +274,6 @@ func (s *wsSession) closeWith(code int, reason string, frame []byte) {
 	if start {
 		go s.writer()
 	}
-}
-
-// markFetchLocked asks for a read of the session's entries unless one is
-// pending or running (then it is redone after) or the queue is too full
-// (then the writer asks again when it has drained). It reports whether the
-// caller must hand the session to the pusher.
-func (s *wsSession) markFetchLocked() bool {
-	if !s.started || s.closing || s.closed {
-		return false
-	}
-	switch s.fetch {
-	case fetchPending:
-		return false
-	case fetchInflight:
-		s.dirty = true
-		return false
-	}
-	if s.dataBytes >= s.ws.cfg.QueueBytes/2 {
-		s.wantMore = true
-		if s.head > s.cursor {
-			s.setLaggingLocked()
-		}
-		return false
-	}
-	s.fetch = fetchPending
-	return true
 }
 
 func (s *wsSession) setLaggingLocked() {

@@ -41,8 +41,8 @@
 //
 //	ws.go         WebSocket: NewWebSocket, the handshake, admission, Run
 //	ws_config.go  WSConfig and its defaults
-//	ws_session.go a session: its state, lifecycle, timers, hub wake-ups and
-//	              queues
+//	ws_session.go a session: its lifecycle, timers, hub wake-ups and queues
+//	ws_state.go   the session's state (one field) and its transitions
 //	ws_reader.go  the session's reader: frames in, decoding, the hello
 //	ws_send.go    the session's sends
 //	ws_fetch.go   the session's side of the pusher: a read asked for, begun,

@@ -26,7 +26,7 @@ const (
 // (then the writer asks again when it has drained). It reports whether the
 // caller must hand the session to the pusher.
 func (s *wsSession) markFetchLocked() bool {
-	if !s.started || s.closing || s.closed {
+	if s.state != stateStarted {
 		return false
 	}
 	switch s.fetch {
@@ -53,7 +53,7 @@ func (s *wsSession) markFetchLocked() bool {
 func (s *wsSession) beginFetch() (after int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.fetch == fetchPending && !s.closed && !s.closing {
+	if s.fetch == fetchPending && !s.endingLocked() {
 		s.fetch = fetchInflight
 		return s.cursor, true
 	}
@@ -98,7 +98,7 @@ const (
 func (s *wsSession) takeFetch(r *pushResult, tl *protocol.TooLong) fetchNext {
 	s.mu.Lock()
 	s.fetch = fetchIdle
-	if s.closed || s.closing {
+	if s.endingLocked() {
 		s.mu.Unlock()
 		return fetchDone
 	}

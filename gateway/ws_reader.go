@@ -137,14 +137,9 @@ func decodeInbound(mt int, data []byte) (*protocol.ClientFrame, error) {
 // hello, bad or not, only gets an error frame.
 func (s *wsSession) refuseHello(err error) {
 	s.mu.Lock()
-	seen := s.helloSeen
-	s.helloSeen = true
-	if t := s.helloTimer; t != nil {
-		t.Stop()
-		s.helloTimer = nil
-	}
+	first := s.takeHelloLocked()
 	s.mu.Unlock()
-	if seen {
+	if !first {
 		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), protocol.FrameError)
 		return
 	}
@@ -157,14 +152,9 @@ func (s *wsSession) refuseHello(err error) {
 // subscription predates this read, so a commit after it is not missed.
 func (s *wsSession) hello(in *protocol.ClientFrame) {
 	s.mu.Lock()
-	seen := s.helloSeen
-	s.helloSeen = true
-	if t := s.helloTimer; t != nil {
-		t.Stop()
-		s.helloTimer = nil
-	}
+	first := s.takeHelloLocked()
 	s.mu.Unlock()
-	if seen {
+	if !first {
 		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), protocol.FrameError)
 		return
 	}
@@ -209,7 +199,7 @@ func (s *wsSession) hello(in *protocol.ClientFrame) {
 	}
 
 	s.mu.Lock()
-	s.started = true
+	s.startLocked()
 	s.epoch = res.epoch
 	s.head = max(s.head, res.head, s.sub.Head())
 	s.pushDataLocked(queued{kind: protocol.FrameWelcome, b: encodeFrame(protocol.Welcome{Type: protocol.FrameWelcome, Epoch: res.epoch, Head: res.head,

@@ -42,7 +42,7 @@ func (s *wsSession) send(in *protocol.ClientFrame) {
 	// frame is not read, unless nothing can be written any more.
 	s.mu.Lock()
 	for s.inflight >= s.ws.cfg.MaxInflightSends {
-		if s.writeDone {
+		if s.state >= stateWriteDone {
 			s.mu.Unlock()
 			return
 		}

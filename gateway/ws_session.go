@@ -47,14 +47,10 @@ type wsSession struct {
 	sendCancel   context.CancelFunc // ends it when the reader ends
 	heartbeat    *time.Timer        // the next heartbeat (beat)
 	helloTimer   *time.Timer        // the hello deadline, nil once the hello came
-	helloSeen    bool               // a hello arrived (set by the reader)
-	started      bool               // hello answered: the pusher may read
-	closing      bool               // a close frame is to be written
-	closed       bool               // the reader has ended: nothing is queued or written any more
+	state        sessionState       // where the session is in its life (ws_state.go)
 	writing      bool               // a writer goroutine runs
-	writeDone    bool               // the close frame was written or the connection dropped
 	pingDue      bool               // the heartbeat's ping is to be written
-	closeCode    int
+	closeCode    int                // of the close decided, 0 until one is
 	closeReason  string
 	epoch        int64
 	cursor       int64 // last inbox_seq queued
@@ -98,7 +94,7 @@ func (s *wsSession) start() {
 // the hub loop, the writer and the sends and releases what they hold.
 func (s *wsSession) finish() {
 	s.mu.Lock()
-	s.closed = true
+	s.advanceLocked(stateClosed)
 	hb, hello, cancel := s.heartbeat, s.helloTimer, s.sendCancel
 	s.helloTimer = nil
 	s.mu.Unlock()
@@ -138,14 +134,14 @@ func (s *wsSession) logAt(level slog.Level, msg string, args ...any) {
 // frame follows the read).
 func (s *wsSession) beat() {
 	s.mu.Lock()
-	if s.closed || s.closing || s.writeDone {
+	if s.endingLocked() {
 		s.mu.Unlock()
 		return
 	}
 	s.heartbeat.Reset(s.ws.heartbeatDelay())
 	s.pingDue = true
 	enq := false
-	if s.started {
+	if s.state == stateStarted {
 		s.hbDue = true
 		enq = s.markFetchLocked()
 	}
@@ -162,7 +158,7 @@ func (s *wsSession) beat() {
 // helloExpired closes a connection whose hello did not come in time.
 func (s *wsSession) helloExpired() {
 	s.mu.Lock()
-	seen := s.helloSeen
+	seen := s.state != stateAwaitHello
 	s.helloTimer = nil
 	s.mu.Unlock()
 	if !seen {
@@ -191,7 +187,7 @@ func (s *wsSession) hubLoop() {
 //go:noinline
 func (s *wsSession) hubWake() bool {
 	s.mu.Lock()
-	if s.closed {
+	if s.state == stateClosed {
 		s.mu.Unlock()
 		return false
 	}
@@ -202,13 +198,13 @@ func (s *wsSession) hubWake() bool {
 	// reading: the read's end compares with s.head) needs no read; a
 	// wake-up without a head (the LISTEN connection came back) does.
 	if !s.sub.takeResync() && (s.head <= s.cursor || s.fetch == fetchInflight) {
-		if s.started && s.head > s.cursor && s.signalAt.IsZero() {
+		if s.state == stateStarted && s.head > s.cursor && s.signalAt.IsZero() {
 			s.signalAt = time.Now()
 		}
 		s.mu.Unlock()
 		return true
 	}
-	if s.started && s.head > s.cursor && s.signalAt.IsZero() {
+	if s.state == stateStarted && s.head > s.cursor && s.signalAt.IsZero() {
 		s.signalAt = time.Now()
 	}
 	enq := s.markFetchLocked()
@@ -232,7 +228,7 @@ func (s *wsSession) pushDataLocked(q queued) {
 // stream. A client that does not read its replies is closed with 4008.
 func (s *wsSession) pushControl(b []byte, kind string) {
 	s.mu.Lock()
-	if s.closing || s.closed {
+	if s.endingLocked() {
 		s.mu.Unlock()
 		return
 	}
@@ -254,11 +250,12 @@ func (s *wsSession) pushControl(b []byte, kind string) {
 // queued stream is dropped (the client resumes from its cursor).
 func (s *wsSession) closeWith(code int, reason string, frame []byte) {
 	s.mu.Lock()
-	if s.closing || s.closed {
+	if s.endingLocked() {
 		s.mu.Unlock()
 		return
 	}
-	s.closing, s.closeCode, s.closeReason = true, code, reason
+	s.advanceLocked(stateClosing)
+	s.closeCode, s.closeReason = code, reason
 	if frame != nil {
 		s.control = append(s.control, queued{b: frame, kind: protocol.FrameError})
 	}

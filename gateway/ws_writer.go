@@ -29,10 +29,10 @@ func (s *wsSession) wake() {
 // s.writer()): something is to be written and no writer runs. At most one
 // writer runs at a time, so gorilla's rule of one concurrent writer holds.
 func (s *wsSession) startWriterLocked() bool {
-	if s.writing || s.writeDone || s.closed {
+	if s.writing || s.state >= stateWriteDone {
 		return false
 	}
-	if !s.pingDue && !s.closing && len(s.control) == 0 && len(s.data) == 0 {
+	if !s.pingDue && s.state != stateClosing && len(s.control) == 0 && len(s.data) == 0 {
 		return false
 	}
 	s.writing = true
@@ -52,7 +52,7 @@ func (s *wsSession) writer() {
 		var ping, refetch bool
 		s.mu.Lock()
 		switch {
-		case s.closed:
+		case s.state == stateClosed:
 			s.writing = false
 			s.mu.Unlock()
 			return
@@ -64,7 +64,7 @@ func (s *wsSession) writer() {
 			if s.control = s.control[1:]; len(s.control) == 0 {
 				s.control = nil
 			}
-		case s.closing:
+		case s.state == stateClosing:
 			code, reason := s.closeCode, s.closeReason
 			s.data, s.dataBytes = nil, 0
 			s.setWriteDoneLocked()
@@ -126,12 +126,13 @@ func (s *wsSession) writer() {
 func (s *wsSession) closeStalled() {
 	s.mu.Lock()
 	code, reason := s.closeCode, s.closeReason
-	if !s.closing {
+	if code == 0 { // no close decided yet
 		code, reason = protocol.CloseTooSlow, "too slow: frames not read"
 		s.ws.m.slowCloses.WithLabelValues("write_timeout").Inc()
 		s.logAt(slog.LevelInfo, "WebSocket write timed out, closing with 4008")
 	}
-	s.closing, s.closeCode, s.closeReason = true, code, reason
+	s.advanceLocked(stateClosing)
+	s.closeCode, s.closeReason = code, reason
 	s.data, s.dataBytes, s.control = nil, 0, nil
 	s.setWriteDoneLocked()
 	s.mu.Unlock()
@@ -145,7 +146,7 @@ func (s *wsSession) closeStalled() {
 // goes out, or the connection is dropped) and releases a reader waiting
 // for a send slot.
 func (s *wsSession) setWriteDoneLocked() {
-	s.writeDone = true
+	s.advanceLocked(stateWriteDone)
 	s.sendSlot.Broadcast()
 }
 

@@ -47,7 +47,8 @@
 //	ws_send.go    the session's sends
 //	ws_fetch.go   the session's side of the pusher: a read asked for, begun,
 //	              and its result taken (the pusher edits no session field)
-//	ws_writer.go  the session's writer: frames out, close, stalls
+//	ws_writer.go  wsWriter, the session's queued frames, and its writer goroutine:
+//	              frames out, close, stalls
 //	ws_stall.go   stallConn, the net.Conn that turns a blocked write into 4008
 //	ws_frames.go  how frames are encoded
 //	ws_metrics.go the WebSocket metrics

@@ -36,7 +36,7 @@ func (s *wsSession) markFetchLocked() bool {
 		s.dirty = true
 		return false
 	}
-	if s.dataBytes >= s.ws.cfg.QueueBytes/2 {
+	if s.out.dataBytes >= s.ws.cfg.QueueBytes/2 {
 		s.wantMore = true
 		if s.head > s.cursor {
 			s.setLaggingLocked()

@@ -48,22 +48,17 @@ type wsSession struct {
 	heartbeat    *time.Timer        // the next heartbeat (beat)
 	helloTimer   *time.Timer        // the hello deadline, nil once the hello came
 	state        sessionState       // where the session is in its life (ws_state.go)
-	writing      bool               // a writer goroutine runs
-	pingDue      bool               // the heartbeat's ping is to be written
 	closeCode    int                // of the close decided, 0 until one is
 	closeReason  string
 	epoch        int64
-	cursor       int64 // last inbox_seq queued
-	head         int64 // highest head known (reads and notifications)
-	control      []queued
-	data         []queued
-	dataBytes    int
+	cursor       int64    // last inbox_seq queued
+	head         int64    // highest head known (reads and notifications)
+	out          wsWriter // the queued frames and the writer's state
 	fetch        fetchState
 	dirty        bool      // signalled while a read was in flight
 	hbDue        bool      // a heartbeat is owed once caught up
 	wantMore     bool      // a read was held back by a full queue
 	laggingSince time.Time // zero unless lagging
-	writeStart   time.Time // start of the write in progress, zero between writes
 	signalAt     time.Time // first hub wake-up not yet answered by entries
 }
 
@@ -113,7 +108,7 @@ func (s *wsSession) finish() {
 	s.sub.Close()
 	s.mu.Lock()
 	s.clearLaggingLocked()
-	s.data, s.control, s.dataBytes = nil, nil, 0
+	s.out.dropAll()
 	s.mu.Unlock()
 	s.logAt(slog.LevelDebug, "WebSocket session closed")
 	s.ws.unregister(s)
@@ -139,7 +134,7 @@ func (s *wsSession) beat() {
 		return
 	}
 	s.heartbeat.Reset(s.ws.heartbeatDelay())
-	s.pingDue = true
+	s.out.pingDue = true
 	enq := false
 	if s.state == stateStarted {
 		s.hbDue = true
@@ -220,8 +215,7 @@ func (s *wsSession) hubWake() bool {
 // pushDataLocked queues a frame of the ordered stream (welcome, entries,
 // too_long, heartbeat).
 func (s *wsSession) pushDataLocked(q queued) {
-	s.data = append(s.data, q)
-	s.dataBytes += len(q.b)
+	s.out.pushData(q)
 }
 
 // pushControl queues a reply (pong, send_ack, error); replies go before the
@@ -232,13 +226,13 @@ func (s *wsSession) pushControl(b []byte, kind string) {
 		s.mu.Unlock()
 		return
 	}
-	if len(s.control) >= s.ws.cfg.ControlQueue {
+	if len(s.out.control) >= s.ws.cfg.ControlQueue {
 		s.mu.Unlock()
 		s.ws.m.slowCloses.WithLabelValues("control").Inc()
 		s.closeWith(protocol.CloseTooSlow, "replies not read", nil)
 		return
 	}
-	s.control = append(s.control, queued{b: b, kind: kind})
+	s.out.control = append(s.out.control, queued{b: b, kind: kind})
 	start := s.startWriterLocked()
 	s.mu.Unlock()
 	if start {
@@ -257,12 +251,12 @@ func (s *wsSession) closeWith(code int, reason string, frame []byte) {
 	s.advanceLocked(stateClosing)
 	s.closeCode, s.closeReason = code, reason
 	if frame != nil {
-		s.control = append(s.control, queued{b: frame, kind: protocol.FrameError})
+		s.out.control = append(s.out.control, queued{b: frame, kind: protocol.FrameError})
 	}
 	// A write in progress may be blocked by a client that does not read:
 	// it stalls at once (see stallConn) instead of holding the close
 	// frame back until WriteTimeout.
-	kick := s.writing && !s.writeStart.IsZero() && frame == nil
+	kick := s.out.running && !s.out.writeStart.IsZero() && frame == nil
 	start := s.startWriterLocked()
 	s.mu.Unlock()
 	if kick {

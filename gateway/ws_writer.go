@@ -15,6 +15,56 @@ import (
 // frames, replies first, and the close frame; a write that stalls closes
 // with 4008 (see stallConn).
 
+// wsWriter is a session's outgoing side: the frames queued for the client
+// and the state of the session's one writer goroutine (wsSession.writer),
+// which drains them. It is guarded by the session's mu: the session decides
+// what is queued, and when a close replaces the stream.
+type wsWriter struct {
+	running    bool      // a writer goroutine runs
+	pingDue    bool      // the heartbeat's ping is to be written
+	control    []queued  // replies (pong, send_ack, error), written first
+	data       []queued  // the ordered stream (welcome, entries, too_long, heartbeat)
+	dataBytes  int       // the bytes in data
+	writeStart time.Time // start of the write in progress, zero between writes
+}
+
+// empty reports whether nothing is to be written but, perhaps, a close.
+func (w *wsWriter) empty() bool {
+	return !w.pingDue && len(w.control) == 0 && len(w.data) == 0
+}
+
+// pushData queues a frame of the ordered stream.
+func (w *wsWriter) pushData(q queued) {
+	w.data = append(w.data, q)
+	w.dataBytes += len(q.b)
+}
+
+// popControl takes the first reply.
+func (w *wsWriter) popControl() queued {
+	q := w.control[0]
+	w.control[0] = queued{}
+	if w.control = w.control[1:]; len(w.control) == 0 {
+		w.control = nil
+	}
+	return q
+}
+
+// popData takes the first frame of the stream.
+func (w *wsWriter) popData() queued {
+	q := w.data[0]
+	w.data[0] = queued{}
+	if w.data = w.data[1:]; len(w.data) == 0 {
+		w.data = nil
+	}
+	w.dataBytes -= len(q.b)
+	return q
+}
+
+// dropAll drops every queued frame.
+func (w *wsWriter) dropAll() {
+	w.data, w.dataBytes, w.control = nil, 0, nil
+}
+
 // wake starts a writer if something is queued and none runs.
 func (s *wsSession) wake() {
 	s.mu.Lock()
@@ -29,13 +79,13 @@ func (s *wsSession) wake() {
 // s.writer()): something is to be written and no writer runs. At most one
 // writer runs at a time, so gorilla's rule of one concurrent writer holds.
 func (s *wsSession) startWriterLocked() bool {
-	if s.writing || s.state >= stateWriteDone {
+	if s.out.running || s.state >= stateWriteDone {
 		return false
 	}
-	if !s.pingDue && s.state != stateClosing && len(s.control) == 0 && len(s.data) == 0 {
+	if s.state != stateClosing && s.out.empty() {
 		return false
 	}
-	s.writing = true
+	s.out.running = true
 	s.bg.Add(1)
 	return true
 }
@@ -53,44 +103,35 @@ func (s *wsSession) writer() {
 		s.mu.Lock()
 		switch {
 		case s.state == stateClosed:
-			s.writing = false
+			s.out.running = false
 			s.mu.Unlock()
 			return
-		case s.pingDue:
-			s.pingDue, ping = false, true
-		case len(s.control) > 0:
-			q = s.control[0]
-			s.control[0] = queued{}
-			if s.control = s.control[1:]; len(s.control) == 0 {
-				s.control = nil
-			}
+		case s.out.pingDue:
+			s.out.pingDue, ping = false, true
+		case len(s.out.control) > 0:
+			q = s.out.popControl()
 		case s.state == stateClosing:
 			code, reason := s.closeCode, s.closeReason
-			s.data, s.dataBytes = nil, 0
+			s.out.data, s.out.dataBytes = nil, 0
 			s.setWriteDoneLocked()
 			s.mu.Unlock()
 			s.writeClose(code, reason)
 			s.mu.Lock()
-			s.writing = false
+			s.out.running = false
 			s.mu.Unlock()
 			return
-		case len(s.data) > 0:
-			q = s.data[0]
-			s.data[0] = queued{}
-			if s.data = s.data[1:]; len(s.data) == 0 {
-				s.data = nil
-			}
-			s.dataBytes -= len(q.b)
-			if s.wantMore && s.dataBytes < s.ws.cfg.QueueBytes/2 {
+		case len(s.out.data) > 0:
+			q = s.out.popData()
+			if s.wantMore && s.out.dataBytes < s.ws.cfg.QueueBytes/2 {
 				s.wantMore = false
 				refetch = s.markFetchLocked()
 			}
 		default:
-			s.writing = false
+			s.out.running = false
 			s.mu.Unlock()
 			return
 		}
-		s.writeStart = time.Now()
+		s.out.writeStart = time.Now()
 		s.mu.Unlock()
 		if refetch {
 			s.ws.push.add(s)
@@ -102,10 +143,10 @@ func (s *wsSession) writer() {
 			err = s.write(q)
 		}
 		s.mu.Lock()
-		s.writeStart = time.Time{}
+		s.out.writeStart = time.Time{}
 		if err != nil {
 			s.setWriteDoneLocked()
-			s.writing = false
+			s.out.running = false
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -133,12 +174,12 @@ func (s *wsSession) closeStalled() {
 	}
 	s.advanceLocked(stateClosing)
 	s.closeCode, s.closeReason = code, reason
-	s.data, s.dataBytes, s.control = nil, 0, nil
+	s.out.dropAll()
 	s.setWriteDoneLocked()
 	s.mu.Unlock()
 	s.writeClose(code, reason)
 	s.mu.Lock()
-	s.writing = false
+	s.out.running = false
 	s.mu.Unlock()
 }
 

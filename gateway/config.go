@@ -194,85 +194,36 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 }
 
+// setDefaults puts the default of every zero field in place. The order
+// matters where a default derives from another field (MaxRequestBytes from
+// MaxBody).
 func (c *Config) setDefaults() {
-	if c.Addr == "" {
-		c.Addr = DefaultAddr
-	}
-	if c.DevTokenTTL == 0 {
-		c.DevTokenTTL = DefaultDevTokenTTL
-	}
-	if c.Channel == "" {
-		c.Channel = projection.DefaultChannel
-	}
-	if c.AckWait == 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.AppendTimeout == 0 {
-		c.AppendTimeout = DefaultAppendTimeout
-	}
-	if c.MaxBody == 0 {
-		c.MaxBody = events.DefaultMaxBody
-	}
-	if c.MaxHeaderBytes == 0 {
-		c.MaxHeaderBytes = DefaultMaxHeaderBytes
-	}
-	if c.MaxRequestBytes == 0 {
-		c.MaxRequestBytes = max(64<<10, 8*int64(c.MaxBody))
-	}
-	if c.MaxMembers == 0 {
-		c.MaxMembers = events.MaxMembers
-	}
-	if c.LongPollMax == 0 {
-		c.LongPollMax = DefaultLongPollMax
-	}
-	if c.MaxHeldPolls == 0 {
-		c.MaxHeldPolls = DefaultMaxHeldPolls
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.SendRate == 0 {
-		c.SendRate = DefaultSendRate
-	}
-	if c.SendBurst == 0 {
-		c.SendBurst = DefaultSendBurst
-	}
-	if c.SyncRate == 0 {
-		c.SyncRate = DefaultSyncRate
-	}
-	if c.SyncBurst == 0 {
-		c.SyncBurst = DefaultSyncBurst
-	}
-	if c.TooLongLag == 0 {
-		c.TooLongLag = DefaultTooLongLag
-	}
-	if c.PageDefault == 0 {
-		c.PageDefault = DefaultPageDefault
-	}
-	if c.PageMax == 0 {
-		c.PageMax = DefaultPageMax
-	}
-	if c.WakeJitter == 0 {
-		c.WakeJitter = DefaultWakeJitter
-	}
-	if c.WakeBurst == 0 {
-		c.WakeBurst = DefaultWakeBurst
-	}
-	if c.ListenBackoffMax == 0 {
-		c.ListenBackoffMax = DefaultListenBackoff
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.MessageCacheBytes == 0 {
-		c.MessageCacheBytes = DefaultMessageCache
-	}
-	if c.HeadCacheUsers == 0 {
-		c.HeadCacheUsers = DefaultHeadCacheUsers
-	}
-	if c.TokenCache == 0 {
-		c.TokenCache = DefaultTokenCache
-	}
+	setDefault(&c.Addr, DefaultAddr)
+	setDefault(&c.DevTokenTTL, DefaultDevTokenTTL)
+	setDefault(&c.Channel, projection.DefaultChannel)
+	setDefault(&c.AckWait, DefaultAckWait)
+	setDefault(&c.AppendTimeout, DefaultAppendTimeout)
+	setDefault(&c.MaxBody, events.DefaultMaxBody)
+	setDefault(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	setDefault(&c.MaxRequestBytes, max(64<<10, 8*int64(c.MaxBody)))
+	setDefault(&c.MaxMembers, events.MaxMembers)
+	setDefault(&c.LongPollMax, DefaultLongPollMax)
+	setDefault(&c.MaxHeldPolls, DefaultMaxHeldPolls)
+	setDefault(&c.PollInterval, DefaultPollInterval)
+	setDefault(&c.SendRate, DefaultSendRate)
+	setDefault(&c.SendBurst, DefaultSendBurst)
+	setDefault(&c.SyncRate, DefaultSyncRate)
+	setDefault(&c.SyncBurst, DefaultSyncBurst)
+	setDefault(&c.TooLongLag, DefaultTooLongLag)
+	setDefault(&c.PageDefault, DefaultPageDefault)
+	setDefault(&c.PageMax, DefaultPageMax)
+	setDefault(&c.WakeJitter, DefaultWakeJitter)
+	setDefault(&c.WakeBurst, DefaultWakeBurst)
+	setDefault(&c.ListenBackoffMax, DefaultListenBackoff)
+	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&c.MessageCacheBytes, DefaultMessageCache)
+	setDefault(&c.HeadCacheUsers, DefaultHeadCacheUsers)
+	setDefault(&c.TokenCache, DefaultTokenCache)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -289,6 +240,14 @@ func (c *Config) setDefaults() {
 		} else {
 			c.Gatherer = prometheus.DefaultGatherer
 		}
+	}
+}
+
+// setDefault sets *p to def when it is the zero value.
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
 	}
 }
 

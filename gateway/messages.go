@@ -111,6 +111,19 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 	rej := g.hub.subscribeRejection(msgID)
 	defer rej.Close()
 
+	if res, err := g.checkSend(ctx, user, cid, msgID); res != nil || err != nil {
+		return res, err
+	}
+	if err := g.appendEvent(ctx, e); err != nil {
+		return nil, err
+	}
+	return g.awaitSend(ctx, e, ack, rej)
+}
+
+// checkSend runs sqlSendCheck before the append: a result or an error ends
+// the send there (a retry, a refused send, no conversation, no member, a
+// taken msg_id); neither means append.
+func (g *Gateway) checkSend(ctx context.Context, user, cid int64, msgID string) (*sendResult, error) {
 	var ms msgScan
 	var exists, member, deadLettered bool
 	if err := g.pool.QueryRow(ctx, sqlSendCheck, msgID, cid, user).Scan(append(ms.targets(), &exists, &member, &deadLettered)...); err != nil {
@@ -139,10 +152,14 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 	if m != nil {
 		return nil, sameMessage(m, user, cid)
 	}
-	if err := g.appendEvent(ctx, e); err != nil {
-		return nil, err
-	}
+	return nil, nil
+}
 
+// awaitSend waits up to AckWait for the projection of e, the appended
+// send: its ack carries the seq (the answer is built from e, with no read);
+// a duplicate, a rejection, the end of the wait or a drain read the
+// outcome. The result is pending when the wait ends without one.
+func (g *Gateway) awaitSend(ctx context.Context, e *events.Event, ack, rej *subscription) (*sendResult, error) {
 	timer := time.NewTimer(g.cfg.AckWait)
 	defer timer.Stop()
 	for {
@@ -158,46 +175,65 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 			return nil, errClientGone
 		}
 		if seq := ack.seq.Load(); seq > 0 {
-			m := &protocol.Message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: protocol.MessageText,
-				Body: messageBody(protocol.MessageText, body), CreatedAt: e.At.UTC()}
-			// The members' pushes read it next: from the cache.
-			if epoch := g.hub.heads.currentEpoch(); epoch != 0 {
-				g.msgs.put(msgKey{epoch: epoch, conv: cid, seq: seq}, marshalWire(m))
-			}
-			g.metrics.sends.WithLabelValues("projected").Inc()
-			return &sendResult{status: sendProjected, message: m, msgID: msgID}, nil
+			return g.projectedSend(e, seq), nil
 		}
-		var reason *string
-		var out msgScan
-		if err := g.pool.QueryRow(ctx, sqlSendOutcome, msgID, e.EventID).Scan(append(out.targets(), &reason)...); err != nil {
-			return nil, fmt.Errorf("outcome of msg_id %s: %w", msgID, err)
-		}
-		if m := out.message(); m != nil {
-			if err := sameMessage(m, user, cid); err != nil {
-				return nil, err
-			}
-			outcome, status := "projected", sendProjected
-			if ack.dup.Load() {
-				outcome, status = "duplicate", sendDuplicate
-			}
-			g.metrics.sends.WithLabelValues(outcome).Inc()
-			return &sendResult{status: status, message: m, msgID: msgID}, nil
-		}
-		if reason != nil {
-			g.metrics.sends.WithLabelValues("rejected").Inc()
-			switch *reason {
-			case projection.ReasonNoConversation:
-				return nil, notFound("conversation %d does not exist", cid)
-			case projection.ReasonDeadLetter:
-				return nil, deadLetteredSend(msgID)
-			}
-			return nil, notMember("user %d is not a member of conversation %d at the message's log position", user, cid)
+		res, err := g.sendOutcome(ctx, e, ack)
+		if res != nil || err != nil {
+			return res, err
 		}
 		if last {
 			g.metrics.sends.WithLabelValues("pending").Inc()
-			return &sendResult{status: sendPending, msgID: msgID}, nil
+			return &sendResult{status: sendPending, msgID: e.MsgID}, nil
 		}
 	}
+}
+
+// projectedSend is the answer to a send whose ack carried seq: the
+// message, built from e, and cached for the members' pushes.
+func (g *Gateway) projectedSend(e *events.Event, seq int64) *sendResult {
+	cid, user, msgID, body := e.ConversationID, e.ActorID, e.MsgID, *e.Body
+	m := &protocol.Message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: protocol.MessageText,
+		Body: messageBody(protocol.MessageText, body), CreatedAt: e.At.UTC()}
+	// The members' pushes read it next: from the cache.
+	if epoch := g.hub.heads.currentEpoch(); epoch != 0 {
+		g.msgs.put(msgKey{epoch: epoch, conv: cid, seq: seq}, marshalWire(m))
+	}
+	g.metrics.sends.WithLabelValues("projected").Inc()
+	return &sendResult{status: sendProjected, message: m, msgID: msgID}
+}
+
+// sendOutcome reads what became of the send e (sqlSendOutcome): projected
+// (a duplicate when the ack says so), refused, or, with neither result
+// nor error, not known yet.
+func (g *Gateway) sendOutcome(ctx context.Context, e *events.Event, ack *subscription) (*sendResult, error) {
+	cid, user, msgID := e.ConversationID, e.ActorID, e.MsgID
+	var reason *string
+	var out msgScan
+	if err := g.pool.QueryRow(ctx, sqlSendOutcome, msgID, e.EventID).Scan(append(out.targets(), &reason)...); err != nil {
+		return nil, fmt.Errorf("outcome of msg_id %s: %w", msgID, err)
+	}
+	if m := out.message(); m != nil {
+		if err := sameMessage(m, user, cid); err != nil {
+			return nil, err
+		}
+		outcome, status := "projected", sendProjected
+		if ack.dup.Load() {
+			outcome, status = "duplicate", sendDuplicate
+		}
+		g.metrics.sends.WithLabelValues(outcome).Inc()
+		return &sendResult{status: status, message: m, msgID: msgID}, nil
+	}
+	if reason == nil {
+		return nil, nil
+	}
+	g.metrics.sends.WithLabelValues("rejected").Inc()
+	switch *reason {
+	case projection.ReasonNoConversation:
+		return nil, notFound("conversation %d does not exist", cid)
+	case projection.ReasonDeadLetter:
+		return nil, deadLetteredSend(msgID)
+	}
+	return nil, notMember("user %d is not a member of conversation %d at the message's log position", user, cid)
 }
 
 // handleSend is POST /v1/conversations/{cid}/messages.

@@ -156,17 +156,12 @@ func (p *pusher) work(ctx context.Context, batch []*wsSession) {
 	var users, afters []int64
 	var limits []int32
 	for _, s := range batch {
-		s.mu.Lock()
-		if s.fetch == fetchPending && !s.closed && !s.closing {
-			s.fetch = fetchInflight
+		if after, ok := s.beginFetch(); ok {
 			sessions = append(sessions, s)
 			users = append(users, s.user)
-			afters = append(afters, s.cursor)
+			afters = append(afters, after)
 			limits = append(limits, int32(p.ws.cfg.PushBatch))
-		} else if s.fetch == fetchPending {
-			s.fetch = fetchIdle
 		}
-		s.mu.Unlock()
 	}
 	if len(sessions) == 0 {
 		return
@@ -222,9 +217,7 @@ func (p *pusher) fromRuns(ctx context.Context, sessions []*wsSession, users, aft
 		if len(keys) == 0 {
 			continue
 		}
-		s.mu.Lock()
-		epoch, head := s.epoch, max(s.head, first+int64(len(keys))-1)
-		s.mu.Unlock()
+		epoch, head := s.runBase(first + int64(len(keys)) - 1)
 		pg := inboxPage{epoch: epoch, head: head, entries: make([]entry, len(keys))}
 		for j, k := range keys {
 			e := &pg.entries[j]
@@ -303,77 +296,22 @@ func (p *pusher) read(ctx context.Context, users, afters []int64, limits []int32
 	return results, nil
 }
 
-// finish queues what was read for s and decides what comes next: another
-// read right away (more to read, or signalled meanwhile), a read when the
-// writer has drained (queue full: the session lags), or nothing.
+// finish hands what was read for s to the session (wsSession.takeFetch),
+// after the too-long answer when the stream cannot continue, and does what
+// the session asks next: a retry after pushRetryDelay or another read.
 func (p *pusher) finish(ctx context.Context, s *wsSession, r *pushResult) {
 	g := p.ws.g
 	var tl *protocol.TooLong
-	if r.err == nil {
-		// The session's state only changes under its own (single) read,
-		// so its cursor and epoch are still those of the query.
-		s.mu.Lock()
-		rebase := r.epoch != s.epoch || s.cursor < r.floor || s.cursor > r.head ||
-			(len(r.entries) > 0 && r.entries[0].InboxSeq != s.cursor+1)
-		s.mu.Unlock()
-		if rebase {
-			// A replay started a new epoch, or retention passed the
-			// cursor: the stream cannot continue, the client rebases.
-			tl, r.err = g.tooLongAnswer(ctx, s.user,
-				&syncResult{epoch: r.epoch, head: r.head, recordVersion: r.recordVersion}, g.cfg.PageDefault)
-		}
+	if r.err == nil && s.mustRebase(r) {
+		// A replay started a new epoch, or retention passed the
+		// cursor: the stream cannot continue, the client rebases.
+		tl, r.err = g.tooLongAnswer(ctx, s.user,
+			&syncResult{epoch: r.epoch, head: r.head, recordVersion: r.recordVersion}, g.cfg.PageDefault)
 	}
-
-	s.mu.Lock()
-	s.fetch = fetchIdle
-	if s.closed || s.closing {
-		s.mu.Unlock()
-		return
-	}
-	if r.err != nil {
-		if s.hbDue && s.cursor >= s.head {
-			s.hbDue = false
-			s.pushDataLocked(queued{kind: protocol.FrameHeartbeat, b: encodeFrame(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Head: s.head})})
-		}
-		s.fetch, s.dirty = fetchPending, false
-		s.mu.Unlock()
-		s.wake()
+	switch s.takeFetch(r, tl) {
+	case fetchRetry:
 		p.retryLater(s)
-		return
-	}
-	switch {
-	case tl != nil:
-		s.pushDataLocked(queued{kind: protocol.FrameTooLong, b: encodeFrame(protocol.TooLongFrame{Type: protocol.FrameTooLong, TooLong: tl})})
-		s.epoch, s.cursor, s.head = r.epoch, r.head, r.head
-	case len(r.entries) > 0:
-		n := len(r.entries)
-		s.pushDataLocked(queued{kind: protocol.FrameEntries, entries: n, signalAt: s.signalAt,
-			b: entriesFrame(r.entries, r.head)})
-		s.cursor = r.entries[n-1].InboxSeq
-		s.signalAt = time.Time{}
-	}
-	// A notification newer than the read's snapshot may have raised s.head
-	// while it ran: then it reads again. After a rebase the read is the
-	// truth (a new epoch may have lower heads).
-	if tl != nil || r.head > s.head {
-		s.head = r.head
-	}
-	if s.cursor >= r.head {
-		s.clearLaggingLocked()
-		s.signalAt = time.Time{}
-		if s.hbDue {
-			s.hbDue = false
-			s.pushDataLocked(queued{kind: protocol.FrameHeartbeat, b: encodeFrame(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Head: r.head})})
-		}
-	}
-	enq := false
-	if s.cursor < s.head || s.dirty {
-		s.dirty = false
-		enq = s.markFetchLocked()
-	}
-	s.mu.Unlock()
-	s.wake()
-	if enq {
+	case fetchAgain:
 		p.add(s)
 	}
 }

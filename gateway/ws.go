@@ -128,7 +128,7 @@ func (ws *WebSocket) stalledWrites(d time.Duration) int {
 	n, now := 0, time.Now()
 	for _, s := range sessions {
 		s.mu.Lock()
-		if !s.writeStart.IsZero() && now.Sub(s.writeStart) > d {
+		if !s.out.writeStart.IsZero() && now.Sub(s.out.writeStart) > d {
 			n++
 		}
 		s.mu.Unlock()

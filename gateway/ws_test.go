@@ -223,7 +223,7 @@ func TestWSListenKilled(t *testing.T) {
 		for id := int64(1); id <= n; id++ {
 			for _, ss := range w.extra["/v1/ws-rare"].sessionsOf(id) {
 				ss.mu.Lock()
-				idle := ss.fetch == fetchIdle && len(ss.data) == 0
+				idle := ss.fetch == fetchIdle && len(ss.out.data) == 0
 				ss.mu.Unlock()
 				if !idle {
 					return false
@@ -412,7 +412,7 @@ func TestWSSlowConsumer(t *testing.T) {
 		defer close(sampled)
 		for {
 			sess[0].mu.Lock()
-			q := int64(sess[0].dataBytes)
+			q := int64(sess[0].out.dataBytes)
 			sess[0].mu.Unlock()
 			if q > maxQueued.Load() {
 				maxQueued.Store(q)

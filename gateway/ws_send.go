@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/inboxd/inboxd/protocol"
+)
+
+// The session's sends: a send frame goes through Gateway.send, the path of
+// POST .../messages, and is answered with send_ack or an error frame.
+
+// send appends a message through the gateway's send path (the one of POST
+// .../messages) in its own goroutine and answers send_ack or error.
+func (s *wsSession) send(in *protocol.ClientFrame) {
+	g := s.ws.g
+	fail := func(err error, msgID string) { s.pushControl(errorFrame(err, msgID), protocol.FrameError) }
+	if in.MsgID == "" {
+		fail(badRequest("msg_id is required"), "")
+		return
+	}
+	msgID, err := parseMsgID(in.MsgID)
+	if err != nil {
+		fail(err, in.MsgID)
+		return
+	}
+	if in.ConversationID <= 0 {
+		fail(badRequest("conversation_id must be a positive integer id"), msgID)
+		return
+	}
+	if in.Body == nil {
+		fail(badRequest("body is required"), msgID)
+		return
+	}
+	if st := g.sendLimits.take(s.user, time.Now()); !st.allowed {
+		fail(rateLimited(st), msgID)
+		return
+	}
+	// A send slot: while MaxInflightSends run, the connection's next
+	// frame is not read, unless nothing can be written any more.
+	s.mu.Lock()
+	for s.inflight >= s.ws.cfg.MaxInflightSends {
+		if s.state >= stateWriteDone {
+			s.mu.Unlock()
+			return
+		}
+		s.sendSlot.Wait()
+	}
+	s.inflight++
+	if s.sendCtx == nil {
+		s.sendCtx, s.sendCancel = context.WithCancel(context.Background())
+	}
+	ctx := s.sendCtx
+	s.mu.Unlock()
+	cid, body := in.ConversationID, *in.Body
+	s.sends.Add(1)
+	go func() {
+		defer s.sends.Done()
+		defer func() {
+			s.mu.Lock()
+			s.inflight--
+			s.sendSlot.Signal()
+			s.mu.Unlock()
+		}()
+		res, err := g.send(ctx, s.user, cid, msgID, body)
+		switch {
+		case err != nil:
+			if errors.Is(err, errClientGone) || ctx.Err() != nil {
+				return
+			}
+			if e := toError(err); e.Code == protocol.CodeInternal || e.Err != nil {
+				s.logAt(slog.LevelWarn, "WebSocket send failed", "conversation_id", cid, "msg_id", msgID, "err", err)
+			}
+			fail(err, msgID)
+		case res.status == sendPending:
+			fail(unavailable("the message is appended but not projected yet; send it again with the same msg_id for its seq",
+				time.Second, nil), msgID)
+		default:
+			s.pushControl(encodeFrame(protocol.SendAck{Type: protocol.FrameSendAck, MsgID: msgID, ConversationID: cid,
+				Seq: res.message.Seq}), protocol.FrameSendAck)
+		}
+	}()
+}

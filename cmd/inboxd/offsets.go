@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -68,20 +70,26 @@ func runOffsets(ctx context.Context, args []string) error {
 		}
 		return nil
 	}
-	if *to == "" {
+	return resetOffsets(ctx, pool, adm, c.topic, *partsFlag, *to, *force, log)
+}
+
+// resetOffsets is `inboxd offsets reset`: it parses the partitions, resets
+// them and prints what moved.
+func resetOffsets(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, topic, partsFlag, to string, force bool, log *slog.Logger) error {
+	if to == "" {
 		return errors.New("offsets reset: --reset-to start|end|N is required")
 	}
 	var parts []int32
-	if *partsFlag == "all" {
-		rep, err := fanout.InspectOffsets(ctx, pool, adm, c.topic)
+	if partsFlag == "all" {
+		rep, err := fanout.InspectOffsets(ctx, pool, adm, topic)
 		if err != nil {
 			return err
 		}
 		for _, p := range rep.Partitions {
 			parts = append(parts, p.Partition)
 		}
-	} else if *partsFlag != "" {
-		for _, s := range strings.Split(*partsFlag, ",") {
+	} else if partsFlag != "" {
+		for _, s := range strings.Split(partsFlag, ",") {
 			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
 			if err != nil || n < 0 {
 				return fmt.Errorf("offsets reset: --reset-partitions: %q is not a partition", s)
@@ -89,7 +97,7 @@ func runOffsets(ctx context.Context, args []string) error {
 			parts = append(parts, int32(n))
 		}
 	}
-	resets, err := fanout.ResetOffsets(ctx, pool, adm, c.topic, parts, *to, *force, log)
+	resets, err := fanout.ResetOffsets(ctx, pool, adm, topic, parts, to, force, log)
 	if err != nil {
 		return err
 	}

@@ -64,16 +64,7 @@ func assertOutcome(t testing.TB, env *testenv.Env, g *workload.Generator) {
 	require.NoError(t, err)
 	require.True(t, rep.OK(), rep.String())
 
-	rows, err := env.Pool.Query(ctx, `SELECT id, last_seq FROM conversations`)
-	require.NoError(t, err)
-	got := map[int64]int64{}
-	for rows.Next() {
-		var id, seq int64
-		require.NoError(t, rows.Scan(&id, &seq))
-		got[id] = seq
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, g.LastSeq, got, "every conversation's last_seq is the model's: no seq lost or consumed twice")
+	require.Equal(t, g.LastSeq, lastSeqs(t, env), "every conversation's last_seq is the model's: no seq lost or consumed twice")
 
 	var texts, rejected int
 	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE kind = 'text'`).Scan(&texts))
@@ -99,4 +90,19 @@ func assertOutcome(t testing.TB, env *testenv.Env, g *workload.Generator) {
 func waitCaughtUp(t testing.TB, env *testenv.Env) {
 	t.Helper()
 	require.NoError(t, testenv.WaitCaughtUp(context.Background(), env.Pool, env.Producer, 3*time.Minute))
+}
+
+// lastSeqs returns every conversation's last_seq by id.
+func lastSeqs(t testing.TB, env *testenv.Env) map[int64]int64 {
+	t.Helper()
+	rows, err := env.Pool.Query(testenv.Ctx(t, time.Minute), `SELECT id, last_seq FROM conversations`)
+	require.NoError(t, err)
+	got := map[int64]int64{}
+	for rows.Next() {
+		var id, seq int64
+		require.NoError(t, rows.Scan(&id, &seq))
+		got[id] = seq
+	}
+	require.NoError(t, rows.Err())
+	return got
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,13 +72,7 @@ func Diagnose(p int32, stored *StoredOffset, log LogState) (reason, detail strin
 	return "", ""
 }
 
-func formatID(id [16]byte) string {
-	var u pgtype.UUID
-	u.Bytes, u.Valid = id, true
-	v, _ := u.Value()
-	s, _ := v.(string)
-	return s
-}
+func formatID(id [16]byte) string { return uuid.UUID(id).String() }
 
 // InspectLog reads the topic's id and offsets.
 func InspectLog(ctx context.Context, adm *kadm.Client, topic string) (LogState, error) {

@@ -259,15 +259,7 @@ func TestPoisonRecordIsDeadLetteredAndThePartitionMovesOn(t *testing.T) {
 
 	// Conversation 1: created + 20 + 20 messages, the poison and the NUL
 	// took no seq; every other conversation: created + 40.
-	rows, err := env.Pool.Query(ctx, `SELECT id, last_seq FROM conversations ORDER BY id`)
-	require.NoError(t, err)
-	got := map[int64]int64{}
-	for rows.Next() {
-		var id, last int64
-		require.NoError(t, rows.Scan(&id, &last))
-		got[id] = last
-	}
-	require.NoError(t, rows.Err())
+	got := lastSeqs(t, env)
 	for c := int64(1); c <= convs; c++ {
 		require.Equal(t, int64(41), got[c], "conversation %d", c)
 	}
@@ -315,9 +307,7 @@ func TestSystemicFailureStopsThePartitionLoudlyAndDropsNothing(t *testing.T) {
 	// Stuck for a while: retried, never dead-lettered, never skipped.
 	time.Sleep(1500 * time.Millisecond)
 	require.Error(t, o.f.Ready())
-	var last int64
-	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = 7`).Scan(&last))
-	require.Equal(t, int64(1), last, "no message projected while the database refuses them")
+	require.Equal(t, int64(1), lastSeq(t, env, 7), "no message projected while the database refuses them")
 	require.Contains(t, o.log.String(), `"level":"ERROR","msg":"a record fails to project and so does a copy with its text replaced`)
 	assertDLQCount(t, o, 0)
 
@@ -325,8 +315,7 @@ func TestSystemicFailureStopsThePartitionLoudlyAndDropsNothing(t *testing.T) {
 	require.NoError(t, err)
 	env.WaitCaughtUp(t, time.Minute)
 	require.Eventually(t, func() bool { return o.f.Ready() == nil }, 10*time.Second, 20*time.Millisecond)
-	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = 7`).Scan(&last))
-	require.Equal(t, int64(11), last, "every message projected once the database is fixed")
+	require.Equal(t, int64(11), lastSeq(t, env, 7), "every message projected once the database is fixed")
 	rep, err := projector.Verify(ctx, env.Pool)
 	require.NoError(t, err)
 	require.True(t, rep.OK(), rep.String())

@@ -72,6 +72,20 @@ func (c *common) connect(ctx context.Context, log *slog.Logger) (pool *pgxpool.P
 	return pool, prod, func() { prod.Close(); pool.Close() }, nil
 }
 
+// brokersAndDB is what the one-off commands (replay, offsets) need: the
+// brokers, required, and a migrated pool of conns connections.
+func (c *common) brokersAndDB(ctx context.Context, conns int32, log *slog.Logger) ([]string, *pgxpool.Pool, error) {
+	brokers := config.SplitList(c.brokers)
+	if len(brokers) == 0 {
+		return nil, nil, errors.New("no Kafka brokers (set --kafka-brokers or INBOXD_KAFKA_BROKERS)")
+	}
+	pool, err := app.OpenDB(ctx, c.databaseURL, conns, true, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return brokers, pool, nil
+}
+
 func (c *common) producerConfig(log *slog.Logger) producer.Config {
 	return producer.Config{
 		Brokers:           config.SplitList(c.brokers),

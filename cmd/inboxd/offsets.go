@@ -16,7 +16,6 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
-	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
 )
 
@@ -44,11 +43,7 @@ func runOffsets(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	brokers := config.SplitList(c.brokers)
-	if len(brokers) == 0 {
-		return errors.New("no Kafka brokers (set --kafka-brokers or INBOXD_KAFKA_BROKERS)")
-	}
-	pool, err := app.OpenDB(ctx, c.databaseURL, 2, true, log)
+	brokers, pool, err := c.brokersAndDB(ctx, 2, log)
 	if err != nil {
 		return err
 	}

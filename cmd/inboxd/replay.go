@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/replay"
 )
@@ -27,11 +26,7 @@ func runReplay(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	brokers := config.SplitList(c.brokers)
-	if len(brokers) == 0 {
-		return fmt.Errorf("no Kafka brokers (set --kafka-brokers or INBOXD_KAFKA_BROKERS)")
-	}
-	pool, err := app.OpenDB(ctx, c.databaseURL, 8, true, log)
+	brokers, pool, err := c.brokersAndDB(ctx, 8, log)
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,7 @@ var commands = map[string]command{
 	"conversations": {"list your conversations", runConversations},
 	"analytics":     {"live figures from the event log in its own consumer group", runAnalytics},
 	"replay":        {"rebuild the projections from the log (or --verify them)", runReplay},
+	"healthcheck":   {"exit 0 when a health endpoint answers 2xx (for container health checks)", runHealthcheck},
 }
 
 func usage() {

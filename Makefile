@@ -4,8 +4,12 @@ GOTESTFLAGS ?=
 
 .PHONY: run test test-race test-kafka test-short fuzz build vet bench clean
 
-run: ## start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it)
-	$(GO) run ./cmd/inboxd dev
+run: ## build bin/inboxd and start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it; exit 0)
+	$(GO) build -o bin/inboxd ./cmd/inboxd
+	@# On a terminal, inboxd runs as its own foreground job (bash job control):
+	@# Ctrl-C reaches inboxd alone, it stops cleanly and make exits 0 instead
+	@# of dying of the signal. Without a terminal it simply runs.
+	@if [ -t 0 ]; then bash -c 'set -m; bin/inboxd dev $(ARGS) & fg %1 >/dev/null'; else exec bin/inboxd dev $(ARGS); fi
 
 build:
 	$(GO) build -o bin/inboxd ./cmd/inboxd

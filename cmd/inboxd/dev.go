@@ -4,27 +4,45 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/web"
 )
+
+// devFlags are dev's own settings, beside the fanout's and the gateway's.
+type devFlags struct {
+	dataDir   string
+	pgPort    int
+	kafkaPort int
+	noFanout  bool
+}
+
+func (d *devFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&d.dataDir, "data-dir", "./data", "where the embedded Kafka log and PostgreSQL cluster live")
+	fs.IntVar(&d.pgPort, "pg-port", 54329, "port of the embedded PostgreSQL (when no database URL is given)")
+	fs.IntVar(&d.kafkaPort, "kafka-port", 9092, "port of the embedded Kafka (when no brokers are given)")
+	fs.BoolVar(&d.noFanout, "no-fanout", false, "run without the fanout: the log and the database stay up for inboxd replay or an inboxd fanout of its own; nothing is projected meanwhile")
+}
 
 func runDev(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	var c common
 	var f fanoutFlags
+	var d devFlags
+	var gf gatewayFlags
 	c.bind(fs, true)
 	f.bind(fs)
-	dataDir := fs.String("data-dir", "./data", "where the embedded Kafka log and PostgreSQL cluster live")
-	pgPort := fs.Int("pg-port", 54329, "port of the embedded PostgreSQL (when no database URL is given)")
-	kafkaPort := fs.Int("kafka-port", 9092, "port of the embedded Kafka (when no brokers are given)")
-	var gf gatewayFlags
+	d.bind(fs)
 	gf.bind(fs)
 	fs.Usage = config.Usage(fs, "inboxd dev: everything in one process on an embedded Kafka (kfake) and PostgreSQL")
 	if err := config.Parse(fs, args); err != nil {
@@ -40,18 +58,15 @@ func runDev(ctx context.Context, args []string) error {
 		return err
 	}
 	infra, err := app.StartDev(ctx, app.DevConfig{
-		DataDir: *dataDir, DatabaseURL: c.databaseURL, Brokers: config.SplitList(c.brokers),
-		PGPort: *pgPort, KafkaPort: *kafkaPort, Partitions: c.partitions, Logger: log,
+		DataDir: d.dataDir, DatabaseURL: c.databaseURL, Brokers: config.SplitList(c.brokers),
+		PGPort: d.pgPort, KafkaPort: d.kafkaPort, HTTPAddr: gf.httpAddr, Partitions: c.partitions, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
 	defer infra.Close()
 	c.databaseURL = infra.DatabaseURL
-	c.brokers = fmt.Sprint(infra.Brokers[0])
-	for _, b := range infra.Brokers[1:] {
-		c.brokers += "," + b
-	}
+	c.brokers = strings.Join(infra.Brokers, ",")
 	if gf.authSecret == "" {
 		gf.authSecret = "inboxd-dev-secret"
 		log.Warn("no auth secret given; using the well-known dev secret (never do this in production)")
@@ -67,33 +82,45 @@ func runDev(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeDeps()
+	err = serveDev(ctx, log, &c, &f, &gf, d.noFanout, pool, prod)
+	log.Info("inboxd dev stopped")
+	return err
+}
+
+// serveDev runs dev's fanout (unless noFanout) and gateway until ctx ends or
+// either fails.
+func serveDev(ctx context.Context, log *slog.Logger, c *common, f *fanoutFlags, gf *gatewayFlags,
+	noFanout bool, pool *pgxpool.Pool, prod *producer.Producer) error {
 	reg := app.NewRegistry()
-	fcfg := f.config(&c, log.With("service", "fanout"))
-	fcfg.Registerer = reg
-	if fcfg.InstanceID == fanout.AutoInstanceID {
-		fcfg.InstanceID = "" // one process: nothing to take over
-	}
-	fo, err := fanout.New(fcfg, pool)
-	if err != nil {
-		return err
-	}
-	gcfg := gf.config(&c, log.With("service", "gateway"))
+	gcfg := gf.config(c, log.With("service", "gateway"))
 	gcfg.DevMode = true
 	// The demo page logs in through dev mode's token endpoint: it is
 	// served by dev only, beside the API.
 	demo := web.Handler()
 	gcfg.Pages = map[string]http.Handler{"GET /{$}": demo, "GET /demo/": demo}
 	gcfg.Registerer = reg
-	// One /readyz for the process: a stuck partition shows there too.
-	gcfg.ReadyChecks = map[string]func(context.Context) error{"fanout": func(context.Context) error { return fo.Ready() }}
+	g, gctx := errgroup.WithContext(ctx)
+	if noFanout {
+		log.Warn("fanout off (--no-fanout): events are appended but not projected until a fanout or inboxd replay runs",
+			"database_url", c.databaseURL, "brokers", c.brokers)
+	} else {
+		fcfg := f.config(c, log.With("service", "fanout"))
+		fcfg.Registerer = reg
+		if fcfg.InstanceID == fanout.AutoInstanceID {
+			fcfg.InstanceID = "" // one process: nothing to take over
+		}
+		fo, err := fanout.New(fcfg, pool)
+		if err != nil {
+			return err
+		}
+		// One /readyz for the process: a stuck partition shows there too.
+		gcfg.ReadyChecks = map[string]func(context.Context) error{"fanout": func(context.Context) error { return fo.Ready() }}
+		g.Go(func() error { return fo.Run(gctx) })
+	}
 	gw, err := gateway.New(gcfg, pool, prod)
 	if err != nil {
 		return err
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return fo.Run(gctx) })
 	g.Go(func() error { return gw.Run(gctx) })
-	err = g.Wait()
-	log.Info("inboxd dev stopped")
-	return err
+	return g.Wait()
 }

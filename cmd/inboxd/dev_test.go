@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,20 +20,12 @@ import (
 // `inboxd dev` on its embedded default keeps every event and projection
 // across a stop and a start, and goes on from where it stopped.
 func TestDevRestartKeepsEverything(t *testing.T) {
-	if os.Getenv("DATABASE_URL") != "" {
-		t.Skip("DATABASE_URL is set: dev would not start its own PostgreSQL")
-	}
-	dir, err := os.MkdirTemp("", "inboxd-dev-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	pgPort, kPort, hPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
-	args := []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--pg-port", fmt.Sprint(pgPort),
-		"--kafka-port", fmt.Sprint(kPort), "--http-addr", fmt.Sprintf("127.0.0.1:%d", hPort), "--partitions", "4"}
-	env := []string{"INBOXD_KAFKA_BROKERS=", "DATABASE_URL="}
+	d := newDevInstance(t)
+	kPort, hPort := d.kafkaPort, d.http
 	start := func() *testenv.Proc {
-		p := testenv.Start(t, env, args...)
-		require.NoError(t, p.WaitOutput("partitions assigned", 2*time.Minute))
-		return p
+		d.start(t)
+		require.NoError(t, d.proc.WaitOutput("partitions assigned", 2*time.Minute))
+		return d.proc
 	}
 	p := start()
 	// The demo page is dev's: mounted beside the API by dev, not by the gateway.
@@ -46,7 +36,7 @@ func TestDevRestartKeepsEverything(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, string(page), `<script src="/demo/app.js">`)
-	dbURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", pgPort)
+	dbURL := d.dbURL()
 	require.Contains(t, p.Output(), dbURL)
 
 	g := workload.New(workload.Config{Seed: 9, Users: 100, Conversations: 20})

@@ -2,10 +2,15 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -21,6 +26,7 @@ type DevInfra struct {
 	Brokers     []string
 	pg          *pgserver.Server
 	kafka       *kfake.Cluster
+	lock        *os.File
 }
 
 // DevConfig configures StartDev.
@@ -30,27 +36,47 @@ type DevConfig struct {
 	Brokers     []string // empty: start kfake under DataDir/kafka
 	PGPort      int
 	KafkaPort   int
-	Partitions  int
-	Logger      *slog.Logger
+	// HTTPAddr is the address dev's gateway will listen on: checked with
+	// the others before anything starts.
+	HTTPAddr   string
+	Partitions int
+	Logger     *slog.Logger
 }
 
-// StartDev starts what cfg does not point at. Stop it with Close.
+// PortTakenError says which of dev's ports another process holds, and the
+// setting that moves it.
+type PortTakenError struct {
+	What, Addr, Flag, Env string
+	Err                   error
+}
+
+func (e *PortTakenError) Error() string {
+	return fmt.Sprintf("port %s for the %s is taken (%v): stop what runs there, or move this one with --%s (%s)",
+		e.Addr, e.What, e.Err, e.Flag, e.Env)
+}
+
+// StartDev starts what cfg does not point at. Stop it with Close. Before
+// anything starts it checks that each of its ports is free and takes the
+// data dir's lock, so a second dev refuses instead of sharing the first
+// one's files or attaching to its servers.
 func StartDev(ctx context.Context, cfg DevConfig) (*DevInfra, error) {
-	d := &DevInfra{DatabaseURL: cfg.DatabaseURL, Brokers: cfg.Brokers}
+	if err := checkDevPorts(cfg); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
+	d := &DevInfra{DatabaseURL: cfg.DatabaseURL, Brokers: cfg.Brokers}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	d.lock = lock
 	if d.DatabaseURL == "" {
-		s, err := pgserver.Start(ctx, pgserver.Config{Dir: filepath.Join(cfg.DataDir, "pg"), Port: cfg.PGPort, Logger: cfg.Logger})
-		if err != nil {
-			return nil, fmt.Errorf("start embedded PostgreSQL: %w", err)
-		}
-		d.pg = s
-		if err := createDatabase(ctx, s.URL, "inboxd"); err != nil {
+		if err := d.startPostgres(ctx, cfg); err != nil {
 			d.Close()
 			return nil, err
 		}
-		d.DatabaseURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", s.Port)
 	}
 	if len(d.Brokers) == 0 {
 		c, err := kfake.NewCluster(
@@ -67,6 +93,48 @@ func StartDev(ctx context.Context, cfg DevConfig) (*DevInfra, error) {
 		d.Brokers = c.ListenAddrs()
 	}
 	return d, nil
+}
+
+func (d *DevInfra) startPostgres(ctx context.Context, cfg DevConfig) error {
+	s, err := pgserver.Start(ctx, pgserver.Config{Dir: filepath.Join(cfg.DataDir, "pg"), Port: cfg.PGPort, Logger: cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("start embedded PostgreSQL on port %d: %w", cfg.PGPort, err)
+	}
+	d.pg = s
+	if err := createDatabase(ctx, s.URL, "inboxd"); err != nil {
+		return err
+	}
+	d.DatabaseURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", s.Port)
+	return nil
+}
+
+// checkDevPorts listens on each port dev will take and lets go at once: a
+// port another process holds is refused by name before anything starts.
+func checkDevPorts(cfg DevConfig) error {
+	type port struct{ what, addr, flag, env string }
+	var ports []port
+	if cfg.HTTPAddr != "" {
+		ports = append(ports, port{"HTTP API", cfg.HTTPAddr, "http-addr", "INBOXD_HTTP_ADDR"})
+	}
+	if cfg.DatabaseURL == "" && cfg.PGPort != 0 {
+		ports = append(ports, port{"embedded PostgreSQL", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.PGPort)), "pg-port", "INBOXD_PG_PORT"})
+	}
+	if len(cfg.Brokers) == 0 && cfg.KafkaPort != 0 {
+		// kfake listens on every interface.
+		ports = append(ports, port{"embedded Kafka", net.JoinHostPort("", strconv.Itoa(cfg.KafkaPort)), "kafka-port", "INBOXD_KAFKA_PORT"})
+	}
+	for _, p := range ports {
+		l, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				err = errno // "address already in use", without the op and address repeated
+			}
+			return &PortTakenError{What: p.what, Addr: strings.TrimPrefix(p.addr, ":"), Flag: p.flag, Env: p.env, Err: err}
+		}
+		l.Close()
+	}
+	return nil
 }
 
 func createDatabase(ctx context.Context, adminURL, name string) error {
@@ -88,7 +156,7 @@ func createDatabase(ctx context.Context, adminURL, name string) error {
 }
 
 // Close stops what StartDev started: Kafka first (it persists its log on
-// close), then PostgreSQL.
+// close), then PostgreSQL; then it lets go of the data dir.
 func (d *DevInfra) Close() {
 	if d.kafka != nil {
 		d.kafka.Close()
@@ -97,5 +165,9 @@ func (d *DevInfra) Close() {
 	if d.pg != nil {
 		_ = d.pg.Stop()
 		d.pg = nil
+	}
+	if d.lock != nil {
+		d.lock.Close()
+		d.lock = nil
 	}
 }

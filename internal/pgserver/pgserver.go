@@ -97,6 +97,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		cfg.Port = p
 	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, fmt.Errorf("port %d is taken: %w", cfg.Port, err)
+	}
+	l.Close()
 	cred, err := credential()
 	if err != nil {
 		return nil, err
@@ -138,8 +143,56 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		_ = s.Stop()
 		return nil, err
 	}
+	if err := s.checkOwn(ctx, pgdata); err != nil {
+		_ = s.Stop()
+		return nil, err
+	}
 	cfg.Logger.Info("PostgreSQL started", "port", cfg.Port, "dir", pgdata)
 	return s, nil
+}
+
+// checkOwn makes sure the server answering on the port is the one just
+// started: alive, and serving this data directory. Another PostgreSQL that
+// already held the port would otherwise answer in its place while ours
+// failed to bind.
+func (s *Server) checkOwn(ctx context.Context, pgdata string) error {
+	select {
+	case err := <-s.done:
+		s.done <- err
+		return fmt.Errorf("postgres exited during start-up (%v); another server answers on port %d: %s", err, s.cfg.Port, s.logTail())
+	default:
+	}
+	c, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	var dir string
+	if err := c.QueryRow(ctx, "SHOW data_directory").Scan(&dir); err != nil {
+		return fmt.Errorf("port %d: ask the server for its data directory: %w", s.cfg.Port, err)
+	}
+	if !sameDir(dir, pgdata) {
+		return fmt.Errorf("port %d is taken by another PostgreSQL (serving %s, not %s)", s.cfg.Port, dir, pgdata)
+	}
+	return nil
+}
+
+func sameDir(a, b string) bool {
+	if ra, err := filepath.EvalSymlinks(a); err == nil {
+		a = ra
+	}
+	if rb, err := filepath.EvalSymlinks(b); err == nil {
+		b = rb
+	}
+	return filepath.Clean(a) == filepath.Clean(b)
+}
+
+func (s *Server) logTail() string {
+	log, _ := os.ReadFile(filepath.Join(s.cfg.Dir, "postgres.log"))
+	if len(log) > 2000 {
+		log = log[len(log)-2000:]
+	}
+	return string(log)
 }
 
 func (s *Server) waitReady(ctx context.Context) error {
@@ -153,11 +206,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 		select {
 		case err := <-s.done:
 			s.done <- err
-			log, _ := os.ReadFile(filepath.Join(s.cfg.Dir, "postgres.log"))
-			if len(log) > 2000 {
-				log = log[len(log)-2000:]
-			}
-			return fmt.Errorf("postgres exited during start-up: %v\n%s", err, log)
+			return fmt.Errorf("postgres exited during start-up: %v\n%s", err, s.logTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):

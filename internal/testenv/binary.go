@@ -138,6 +138,17 @@ func (p *Proc) Stop(timeout time.Duration) error {
 	}
 }
 
+// Wait waits up to timeout for the process to end by itself and returns its
+// exit error (nil for status 0).
+func (p *Proc) Wait(timeout time.Duration) error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(timeout):
+		return fmt.Errorf("still running after %v:\n%s", timeout, p.Output())
+	}
+}
+
 // Exited reports whether the process has ended.
 func (p *Proc) Exited() bool {
 	select {

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/workload"
+	"github.com/inboxd/inboxd/producer"
+)
+
+// devInstance is an `inboxd dev` the test started on free ports.
+type devInstance struct {
+	proc                    *testenv.Proc
+	dataDir                 string
+	pgPort, kafkaPort, http int
+}
+
+func (d devInstance) url() string { return fmt.Sprintf("http://127.0.0.1:%d", d.http) }
+func (d devInstance) dbURL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", d.pgPort)
+}
+func (d devInstance) brokers() string { return fmt.Sprintf("127.0.0.1:%d", d.kafkaPort) }
+
+// devArgs are the arguments of a dev on d's data dir and ports.
+func (d devInstance) args(extra ...string) []string {
+	return append([]string{"dev", "--data-dir", d.dataDir, "--pg-port", fmt.Sprint(d.pgPort),
+		"--kafka-port", fmt.Sprint(d.kafkaPort), "--http-addr", fmt.Sprintf("127.0.0.1:%d", d.http), "--partitions", "4"}, extra...)
+}
+
+// newDevInstance picks a data dir and free ports; start runs it.
+func newDevInstance(t *testing.T) devInstance {
+	if os.Getenv("DATABASE_URL") != "" {
+		t.Skip("DATABASE_URL is set: dev would not start its own PostgreSQL")
+	}
+	dir, err := os.MkdirTemp("", "inboxd-dev-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return devInstance{dataDir: filepath.Join(dir, "data"), pgPort: testenv.FreePort(t),
+		kafkaPort: testenv.FreePort(t), http: testenv.FreePort(t)}
+}
+
+// devEnv keeps the test's own settings from reaching dev's.
+var devEnv = []string{"INBOXD_KAFKA_BROKERS=", "DATABASE_URL="}
+
+func (d *devInstance) start(t *testing.T, extra ...string) {
+	d.proc = testenv.Start(t, devEnv, d.args(extra...)...)
+	require.NoError(t, d.proc.WaitOutput("gateway listening", 2*time.Minute))
+}
+
+// A second dev whose PostgreSQL, Kafka, HTTP port or data dir is the first
+// one's exits non-zero naming what is taken, before it touches anything:
+// it never attaches to the first one's servers, and the first goes on with
+// its data as it was.
+func TestDevRefusesTakenPorts(t *testing.T) {
+	first := newDevInstance(t)
+	first.start(t)
+	require.NoError(t, first.proc.WaitOutput("partitions assigned", time.Minute))
+
+	ctx := testenv.Ctx(t, 3*time.Minute)
+	prod, err := producer.New(producer.Config{Brokers: []string{first.brokers()}})
+	require.NoError(t, err)
+	defer prod.Close()
+	g := workload.New(workload.Config{Seed: 4, Users: 20, Conversations: 5})
+	for i := 0; i < 50; i++ {
+		_, err := prod.Append(ctx, g.Next())
+		require.NoError(t, err)
+	}
+	pool, err := pgxpool.New(ctx, first.dbURL())
+	require.NoError(t, err)
+	defer pool.Close()
+	require.NoError(t, testenv.WaitCaughtUp(ctx, pool, prod, time.Minute))
+	snapshot := func() (s [3]int64) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM inbox),
+			(SELECT coalesce(sum(next_offset),0) FROM consumer_offsets)`).Scan(&s[0], &s[1], &s[2]))
+		return s
+	}
+	before := snapshot()
+
+	cases := map[string]struct {
+		second func(d *devInstance)
+		want   []string
+	}{
+		"PostgreSQL port": {func(d *devInstance) { d.pgPort = first.pgPort },
+			[]string{fmt.Sprintf("port 127.0.0.1:%d for the embedded PostgreSQL is taken", first.pgPort), "--pg-port"}},
+		"Kafka port": {func(d *devInstance) { d.kafkaPort = first.kafkaPort },
+			[]string{fmt.Sprintf("port %d for the embedded Kafka is taken", first.kafkaPort), "--kafka-port"}},
+		"HTTP port": {func(d *devInstance) { d.http = first.http },
+			[]string{fmt.Sprintf("port 127.0.0.1:%d for the HTTP API is taken", first.http), "--http-addr"}},
+		"data dir": {func(d *devInstance) { d.dataDir = first.dataDir },
+			[]string{"data dir " + first.dataDir + " is in use by another inboxd dev (pid"}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			second := newDevInstance(t)
+			c.second(&second)
+			p := testenv.Start(t, devEnv, second.args()...)
+			err := p.Wait(time.Minute)
+			require.Error(t, err, "the second dev exits non-zero:\n%s", p.Output())
+			for _, w := range c.want {
+				require.Contains(t, p.Output(), w)
+			}
+			require.NotContains(t, p.Output(), "PostgreSQL started")
+			require.NotContains(t, p.Output(), "gateway listening")
+			if second.dataDir != first.dataDir {
+				_, err := os.Stat(filepath.Join(second.dataDir, "pg"))
+				require.True(t, os.IsNotExist(err), "the refused dev created nothing")
+			}
+		})
+	}
+
+	require.Equal(t, before, snapshot(), "the first dev's data is untouched")
+	require.False(t, first.proc.Exited(), first.proc.Output())
+	res, err := http.Get(first.url() + "/readyz")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	for i := 0; i < 10; i++ {
+		_, err := prod.Append(ctx, g.Next())
+		require.NoError(t, err)
+	}
+	require.NoError(t, testenv.WaitCaughtUp(ctx, pool, prod, time.Minute))
+	require.Equal(t, before[2]+10, snapshot()[2], "and it goes on projecting")
+	require.NoError(t, first.proc.Stop(30*time.Second), first.proc.Output())
+}
+
+// `inboxd dev --no-fanout` keeps the log and the database up without a
+// fanout, so `inboxd replay` runs against a dev setup as docs/operations.md
+// describes; dev with its fanout then goes on from where the replay ended.
+func TestDevReplayWithoutFanout(t *testing.T) {
+	d := newDevInstance(t)
+	d.start(t)
+	ctx := testenv.Ctx(t, 4*time.Minute)
+	g := workload.New(workload.Config{Seed: 5, Users: 30, Conversations: 6})
+	appendAndWait := func(n int) [2]int64 {
+		prod, err := producer.New(producer.Config{Brokers: []string{d.brokers()}})
+		require.NoError(t, err)
+		defer prod.Close()
+		for i := 0; i < n; i++ {
+			_, err := prod.Append(ctx, g.Next())
+			require.NoError(t, err)
+		}
+		pool, err := pgxpool.New(ctx, d.dbURL())
+		require.NoError(t, err)
+		defer pool.Close()
+		require.NoError(t, testenv.WaitCaughtUp(ctx, pool, prod, time.Minute))
+		var s [2]int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM messages), (SELECT coalesce(sum(next_offset),0) FROM consumer_offsets)`).Scan(&s[0], &s[1]))
+		return s
+	}
+	before := appendAndWait(200)
+	require.NoError(t, d.proc.Stop(30*time.Second))
+
+	d.start(t, "--no-fanout")
+	require.Contains(t, d.proc.Output(), "fanout off (--no-fanout)")
+	require.NotContains(t, d.proc.Output(), "partitions assigned")
+	rp := testenv.Start(t, nil, "replay", "--database-url", d.dbURL(), "--kafka-brokers", d.brokers())
+	require.NoError(t, rp.Wait(3*time.Minute), rp.Output())
+	require.Contains(t, rp.Output(), "replayed 200 records")
+	vp := testenv.Start(t, nil, "verify", "--database-url", d.dbURL())
+	require.NoError(t, vp.Wait(time.Minute), vp.Output())
+	require.NoError(t, d.proc.Stop(30*time.Second))
+
+	d.start(t)
+	after := appendAndWait(50)
+	require.Equal(t, before[1]+50, after[1], "the fanout goes on from where the replay ended")
+	require.GreaterOrEqual(t, after[0], before[0])
+	require.NoError(t, d.proc.Stop(30*time.Second), d.proc.Output())
+}

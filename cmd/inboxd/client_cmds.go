@@ -417,13 +417,7 @@ func (p *tailPrinter) entry(_ context.Context, e client.Entry) error {
 	}
 	switch {
 	case e.Message != nil:
-		m := e.Message
-		at := m.CreatedAt.Local().Format("15:04:05")
-		if m.Kind == "system" {
-			_, err := fmt.Fprintf(p.out, "%s %s #%d  * %s\n", at, conv, m.Seq, m.Text())
-			return err
-		}
-		_, err := fmt.Fprintf(p.out, "%s %s #%d  user %d: %s\n", at, conv, m.Seq, m.SenderID, m.Text())
+		_, err := fmt.Fprintln(p.out, formatMessage(conv, e.Message))
 		return err
 	case e.Record != nil:
 		r := e.Record
@@ -451,12 +445,28 @@ func (p *tailPrinter) tooLong(t client.TooLong) error {
 		p.titles[r.ConversationID] = r.Title
 	}
 	if p.json {
-		return printJSON(p.out, map[string]any{"too_long": map[string]any{"epoch": t.Epoch, "head": t.Head,
+		return printJSON(p.out, map[string]any{"too_long": map[string]any{"epoch": t.Epoch, "head": t.Head, "previous_epoch": t.PreviousEpoch,
 			"previous_cursor": t.PreviousCursor, "conversations": len(t.Conversations), "holes": t.NewHoles}})
 	}
-	_, err := fmt.Fprintf(p.out, "-- more than the server keeps happened since the last run: skipped inbox %d..%d; "+
-		"%d conversations have older history to load\n", t.PreviousCursor+1, t.Head, len(t.NewHoles))
+	_, err := fmt.Fprintln(p.out, tooLongLine(t))
 	return err
+}
+
+// tooLongLine says what a too-long answer means for this user: the
+// server's inbox was rebuilt (a new epoch: nothing was lost, the numbering
+// restarted), or more happened since the last run than the server keeps.
+func tooLongLine(t client.TooLong) string {
+	loads := fmt.Sprintf("%d conversations have older history to load (inboxd history)", len(t.NewHoles))
+	if t.PreviousEpoch != 0 && t.PreviousEpoch != t.Epoch {
+		return fmt.Sprintf("-- the server rebuilt its inboxes (epoch %d -> %d, e.g. after inboxd replay): nothing was lost; "+
+			"your inbox is numbered afresh and continues after #%d; %s", t.PreviousEpoch, t.Epoch, t.Head, loads)
+	}
+	if t.PreviousCursor >= t.Head {
+		return fmt.Sprintf("-- the server no longer keeps your inbox position #%d (head #%d): the conversation list was reloaded; %s",
+			t.PreviousCursor, t.Head, loads)
+	}
+	return fmt.Sprintf("-- more than the server keeps happened since the last run: skipped inbox #%d..#%d; %s",
+		t.PreviousCursor+1, t.Head, loads)
 }
 
 func runConversations(ctx context.Context, args []string) error {
@@ -467,15 +477,7 @@ func runConversations(ctx context.Context, args []string) error {
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
-	l, _, err := f.session()
-	if err != nil {
-		return err
-	}
-	log, err := f.logger()
-	if err != nil {
-		return err
-	}
-	c, err := client.New(client.Config{BaseURL: l.URL, Token: l.Token, Logger: log})
+	c, _, err := f.client()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/inboxd/inboxd/client"
+	"github.com/inboxd/inboxd/internal/config"
+)
+
+// The conversation commands (create, members, history, read, pin, mute):
+// one request each through the client package, a line of text or of JSON
+// out. They share the login of inboxd login and its flags.
+
+// client returns a client of the saved login (or of --url and --token) with
+// no state file: these commands change the server, not a local inbox.
+func (f *clientFlags) client() (*client.Client, cliLogin, error) {
+	l, _, err := f.session()
+	if err != nil {
+		return nil, l, err
+	}
+	log, err := f.logger()
+	if err != nil {
+		return nil, l, err
+	}
+	c, err := client.New(client.Config{BaseURL: l.URL, Token: l.Token, Logger: log})
+	return c, l, err
+}
+
+// parseUsers reads user ids given as arguments ("2 3" or "2,3").
+func parseUsers(args []string) ([]int64, error) {
+	var ids []int64
+	for _, a := range args {
+		for _, s := range strings.Split(a, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			id, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || id <= 0 {
+				return nil, fmt.Errorf("user id %q: want a positive number", s)
+			}
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// convCommand parses the flags every conversation command has (the client's
+// and --conversation) plus the command's own, bound by more.
+func convCommand(name, usage string, args []string, needConv bool, more func(fs *flag.FlagSet)) (*clientFlags, int64, []string, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	var f clientFlags
+	f.bind(fs)
+	conv := fs.Int64("conversation", 0, "conversation id")
+	if more != nil {
+		more(fs)
+	}
+	fs.Usage = config.Usage(fs, usage)
+	if err := config.Parse(fs, args); err != nil {
+		return nil, 0, nil, err
+	}
+	if needConv && *conv <= 0 {
+		return nil, 0, nil, errors.New("give --conversation ID")
+	}
+	return &f, *conv, fs.Args(), nil
+}
+
+func runCreate(ctx context.Context, args []string) error {
+	var title string
+	f, _, rest, err := convCommand("create", "inboxd create [--title T] [USER...]: create a conversation with you and the users, print its id",
+		args, false, func(fs *flag.FlagSet) { fs.StringVar(&title, "title", "", "title of the conversation") })
+	if err != nil {
+		return err
+	}
+	members, err := parseUsers(rest)
+	if err != nil {
+		return err
+	}
+	c, _, err := f.client()
+	if err != nil {
+		return err
+	}
+	id, err := c.CreateConversation(ctx, title, members...)
+	if err != nil {
+		return err
+	}
+	if f.jsonOut {
+		return printJSON(os.Stdout, map[string]any{"conversation_id": id})
+	}
+	fmt.Printf("created conversation %d\n", id)
+	return nil
+}
+
+func runMembers(ctx context.Context, args []string) error {
+	const usage = "inboxd members list|add|remove --conversation ID [USER...]: list a conversation's members, or add or remove users"
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return fmt.Errorf("%s\n(give list, add or remove first)", usage)
+	}
+	verb := args[0]
+	f, conv, rest, err := convCommand("members "+verb, usage, args[1:], true, nil)
+	if err != nil {
+		return err
+	}
+	c, _, err := f.client()
+	if err != nil {
+		return err
+	}
+	switch verb {
+	case "list":
+		return listMembers(ctx, c, f.jsonOut, conv)
+	case "add", "remove":
+		users, err := parseUsers(rest)
+		if err != nil {
+			return err
+		}
+		if len(users) == 0 {
+			return fmt.Errorf("members %s: give the user ids", verb)
+		}
+		for _, u := range users {
+			if verb == "add" {
+				err = c.AddMember(ctx, conv, u)
+			} else {
+				err = c.RemoveMember(ctx, conv, u)
+			}
+			if err != nil {
+				return fmt.Errorf("%s user %d: %w", verb, u, err)
+			}
+			if f.jsonOut {
+				if err := printJSON(os.Stdout, map[string]any{"conversation_id": conv, "user_id": u, verb: true}); err != nil {
+					return err
+				}
+				continue
+			}
+			fmt.Printf("%s user %d: conversation %d\n", map[string]string{"add": "added", "remove": "removed"}[verb], u, conv)
+		}
+		return nil
+	}
+	return fmt.Errorf("members %q: want list, add or remove", verb)
+}
+
+func runHistory(ctx context.Context, args []string) error {
+	var before int64
+	var limit int
+	f, conv, _, err := convCommand("history", "inboxd history --conversation ID [--before SEQ] [--limit N]: print a conversation's messages, oldest first",
+		args, true, func(fs *flag.FlagSet) {
+			fs.Int64Var(&before, "before", 0, "print messages with a seq below this one (0: up to the newest)")
+			fs.IntVar(&limit, "limit", 50, "how many messages at most (the server caps it)")
+		})
+	if err != nil {
+		return err
+	}
+	c, _, err := f.client()
+	if err != nil {
+		return err
+	}
+	msgs, more, err := c.History(ctx, conv, before, limit)
+	if err != nil {
+		return err
+	}
+	for i := range msgs {
+		if f.jsonOut {
+			if err := printJSON(os.Stdout, msgs[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Println(formatMessage("conv "+strconv.FormatInt(conv, 10), &msgs[i]))
+	}
+	if more && !f.jsonOut && len(msgs) > 0 {
+		fmt.Printf("-- older messages: inboxd history --conversation %d --before %d\n", conv, msgs[0].Seq)
+	}
+	return nil
+}
+
+func runRead(ctx context.Context, args []string) error {
+	var seq int64
+	f, conv, _, err := convCommand("read", "inboxd read --conversation ID [--seq SEQ]: mark the conversation read up to SEQ (default: its last message)",
+		args, true, func(fs *flag.FlagSet) { fs.Int64Var(&seq, "seq", 0, "read up to this seq (0: the last one)") })
+	if err != nil {
+		return err
+	}
+	c, _, err := f.client()
+	if err != nil {
+		return err
+	}
+	if seq == 0 {
+		recs, err := c.Conversations(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if r.ConversationID == conv {
+				seq = r.LastSeq
+			}
+		}
+		if seq == 0 {
+			return fmt.Errorf("conversation %d: not in your list, or no message yet", conv)
+		}
+	}
+	if err := c.MarkRead(ctx, conv, seq); err != nil {
+		return err
+	}
+	if f.jsonOut {
+		return printJSON(os.Stdout, map[string]any{"conversation_id": conv, "read_seq": seq})
+	}
+	fmt.Printf("conversation %d read up to #%d\n", conv, seq)
+	return nil
+}
+
+func runPin(ctx context.Context, args []string) error  { return setFlag(ctx, "pin", "pinned", args) }
+func runMute(ctx context.Context, args []string) error { return setFlag(ctx, "mute", "muted", args) }
+
+// setFlag sets or clears (--off) the pinned or muted flag of the user's
+// record of a conversation.
+func setFlag(ctx context.Context, name, state string, args []string) error {
+	var off bool
+	f, conv, _, err := convCommand(name, fmt.Sprintf("inboxd %s --conversation ID [--off]: %s the conversation in your list (--off: un%s it)", name, name, name),
+		args, true, func(fs *flag.FlagSet) { fs.BoolVar(&off, "off", false, "clear the flag instead of setting it") })
+	if err != nil {
+		return err
+	}
+	c, _, err := f.client()
+	if err != nil {
+		return err
+	}
+	on := !off
+	if name == "pin" {
+		err = c.SetRecord(ctx, conv, &on, nil)
+	} else {
+		err = c.SetRecord(ctx, conv, nil, &on)
+	}
+	if err != nil {
+		return err
+	}
+	if f.jsonOut {
+		return printJSON(os.Stdout, map[string]any{"conversation_id": conv, state: on})
+	}
+	if off {
+		state = "not " + state
+	}
+	fmt.Printf("conversation %d is %s\n", conv, state)
+	return nil
+}
+
+// formatMessage is a message as tail and history print it.
+func formatMessage(conv string, m *client.Message) string {
+	at := m.CreatedAt.Local().Format("15:04:05")
+	if m.Kind == "system" {
+		return fmt.Sprintf("%s %s #%d  * %s", at, conv, m.Seq, m.Text())
+	}
+	return fmt.Sprintf("%s %s #%d  user %d: %s", at, conv, m.Seq, m.SenderID, m.Text())
+}

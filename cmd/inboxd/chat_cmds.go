@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -251,7 +252,38 @@ func setFlag(ctx context.Context, name, state string, args []string) error {
 func formatMessage(conv string, m *client.Message) string {
 	at := m.CreatedAt.Local().Format("15:04:05")
 	if m.Kind == "system" {
-		return fmt.Sprintf("%s %s #%d  * %s", at, conv, m.Seq, m.Text())
+		return fmt.Sprintf("%s %s #%d  * %s", at, conv, m.Seq, describeSystem(m.Body))
 	}
 	return fmt.Sprintf("%s %s #%d  user %d: %s", at, conv, m.Seq, m.SenderID, m.Text())
+}
+
+// describeSystem reads a system message's body (docs/protocol.md) as a
+// sentence; a body it does not know is printed as it is.
+func describeSystem(body json.RawMessage) string {
+	var b struct {
+		Event   string  `json:"event"`
+		By      int64   `json:"by"`
+		Title   string  `json:"title"`
+		Members []int64 `json:"members"`
+		UserID  int64   `json:"user_id"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return string(body)
+	}
+	switch b.Event {
+	case "conversation.created":
+		users := make([]string, len(b.Members))
+		for i, m := range b.Members {
+			users[i] = strconv.FormatInt(m, 10)
+		}
+		return fmt.Sprintf("user %d created %q with users %s", b.By, b.Title, strings.Join(users, ", "))
+	case "member.added":
+		return fmt.Sprintf("user %d added user %d", b.By, b.UserID)
+	case "member.removed":
+		if b.By == b.UserID {
+			return fmt.Sprintf("user %d left", b.UserID)
+		}
+		return fmt.Sprintf("user %d removed user %d", b.By, b.UserID)
+	}
+	return string(body)
 }

@@ -69,6 +69,22 @@ type History struct {
 	HasMore  bool      `json:"has_more"`
 }
 
+// Member is a current member of a conversation: JoinedSeq is the seq of the
+// member.added (or conversation.created) message of its current span.
+type Member struct {
+	UserID    int64 `json:"user_id"`
+	JoinedSeq int64 `json:"joined_seq"`
+}
+
+// MemberList is the answer of GET /v1/conversations/{cid}/members: current
+// members by ascending user id, a page at a time. NextPage is null on the
+// last page.
+type MemberList struct {
+	ConversationID int64    `json:"conversation_id"`
+	Members        []Member `json:"members"`
+	NextPage       *string  `json:"next_page"`
+}
+
 // CreateConversation is the body of POST /v1/conversations; both fields
 // are optional.
 type CreateConversation struct {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/inboxd/inboxd/client"
 	"github.com/inboxd/inboxd/internal/config"
@@ -286,4 +287,25 @@ func describeSystem(body json.RawMessage) string {
 		return fmt.Sprintf("user %d removed user %d", b.By, b.UserID)
 	}
 	return string(body)
+}
+
+func listMembers(ctx context.Context, c *client.Client, jsonOut bool, conv int64) error {
+	ms, err := c.Members(ctx, conv)
+	if err != nil {
+		return err
+	}
+	if jsonOut {
+		for _, m := range ms {
+			if err := printJSON(os.Stdout, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "USER\tJOINED AT")
+	for _, m := range ms {
+		fmt.Fprintf(tw, "%d\t#%d\n", m.UserID, m.JoinedSeq)
+	}
+	return tw.Flush()
 }

@@ -509,6 +509,9 @@ func runConversations(ctx context.Context, args []string) error {
 		last := ""
 		if r.LastMessage != nil {
 			last = r.LastMessage.Text()
+			if r.LastMessage.Kind == "system" {
+				last = describeSystem(r.LastMessage.Body)
+			}
 			if r.LastMessage.Kind == "text" {
 				last = "user " + strconv.FormatInt(r.LastMessage.SenderID, 10) + ": " + last
 			}

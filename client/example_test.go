@@ -82,21 +82,19 @@ func ExampleClient_Run() {
 	aliceRan := make(chan error, 1)
 	go func() { aliceRan <- alice.Run(ctx) }()
 
-	// Bob's device shows the text messages of one conversation, and here
-	// it stops after the message last.
 	bobToken, err := client.DevToken(ctx, nil, gatewayURL(), bobID)
 	if err != nil {
 		log.Fatal(err)
 	}
-	var cid int64
-	bobDevice := func(last string, sync func(*client.Client) error) {
+	var cid int64 // set before a device runs
+	// bobDevice starts Bob's app on its state file. It shows the text
+	// messages of conversation cid; its run ends once the message last came.
+	bobDevice := func(last string) (run func() error, quit func()) {
 		store, err := client.OpenFileStore(filepath.Join(dir, "bob.json"))
 		if err != nil {
 			log.Fatal(err)
 		}
-		defer store.Close()
 		runCtx, stop := context.WithCancel(ctx)
-		defer stop()
 		bob, err := client.New(client.Config{BaseURL: gatewayURL(), Token: bobToken, Store: store,
 			Handler: client.Handler{OnEntry: func(_ context.Context, e client.Entry) error {
 				if e.Kind == client.KindMessage && e.ConversationID == cid && e.Message.Kind == client.MessageText {
@@ -110,31 +108,25 @@ func ExampleClient_Run() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if err := sync(bob); err != nil {
-			log.Fatal(err)
-		}
-		if err := bob.Run(runCtx); err != nil { // nil once runCtx ends
+		run = func() error { return bob.Run(runCtx) } // nil once runCtx ends
+		return run, func() { stop(); store.Close() }
+	}
+
+	if cid, err = alice.CreateConversation(ctx, "lunch", bobID); err != nil {
+		log.Fatal(err)
+	}
+	for _, text := range []string{"one", "two"} {
+		if _, err := alice.Send(ctx, cid, text); err != nil {
 			log.Fatal(err)
 		}
 	}
-
-	bobDevice("two", func(bob *client.Client) error {
-		// A new device catches up once (Sync) before Alice writes, so that
-		// the example's output does not depend on what Bob got before.
-		if err := bob.Sync(ctx); err != nil {
-			return err
-		}
-		if cid, err = alice.CreateConversation(ctx, "lunch", bobID); err != nil {
-			return err
-		}
-		for _, text := range []string{"one", "two"} {
-			if _, err := alice.Send(ctx, cid, text); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	run, quit := bobDevice("two")
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+	quit()
 	fmt.Println("bob's device is off")
+
 	id, err := alice.Send(ctx, cid, "three")
 	if err != nil {
 		log.Fatal(err)
@@ -142,9 +134,13 @@ func ExampleClient_Run() {
 	if _, err := alice.WaitSent(ctx, id); err != nil {
 		log.Fatal(err)
 	}
-	// Restarted, the device reads its position from the file: only what
-	// came since.
-	bobDevice("three", func(*client.Client) error { return nil })
+	// Restarted, the device reads its position from the file: it gets only
+	// what came since.
+	run, quit = bobDevice("three")
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+	quit()
 
 	cancel()
 	if err := <-aliceRan; err != nil {

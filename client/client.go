@@ -137,111 +137,169 @@ func (c *Client) status(s Status) {
 // runSync runs sessions, WebSocket or long-poll, one after the other, with
 // the backoff, Retry-After, circuit breaker and fallback of PROTOCOL.md.
 func (c *Client) runSync(ctx context.Context) error {
-	rnd := c.newRand()
-	pol := newPolicy(&c.cfg, rnd)
-	jitter := func(d time.Duration) time.Duration {
-		if d <= 0 {
-			return 0
-		}
-		return time.Duration(rnd.Int64N(int64(d) + 1))
-	}
-	var (
-		wsFails      int
-		pollUntil    time.Time
-		lastErr      error
-		tokenRetried bool
-	)
+	l := newSyncLoop(c)
 	for {
-		useWS := c.cfg.Transport == TransportWebSocket ||
-			(c.cfg.Transport == TransportAuto && !time.Now().Before(pollUntil))
-		transport := "polling"
-		if useWS {
-			transport = "websocket"
-		}
-		c.status(Status{State: StateConnecting, Transport: transport, Err: lastErr})
-		var upAt time.Time
-		up := func() {
-			upAt = time.Now()
-			pol.succeeded()
-			tokenRetried = false
-			c.status(Status{State: StateConnected, Transport: transport})
-			c.log.Debug("connected", "transport", transport)
-		}
-		var err error
-		if useWS {
-			err = c.runWS(ctx, up)
-		} else {
-			until := time.Time{}
-			if c.cfg.Transport == TransportAuto {
-				until = pollUntil
-			}
-			err = c.runPoll(ctx, up, until, jitter)
-		}
+		s := l.session(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if isFatal(err) {
+		if isFatal(s.err) {
+			return s.err
+		}
+		again, err := l.reconnectAtOnce(s)
+		if err != nil {
 			return err
 		}
-		established := !upAt.IsZero()
-		lasted := time.Duration(0)
-		if established {
-			lasted = time.Since(upAt)
-		}
-		if errors.Is(err, errNoWebSocket) && c.cfg.Transport == TransportAuto {
-			// Not the client's fault: a proxy without upgrades. Poll.
-			wsFails = 0
-			pollUntil = time.Now().Add(c.cfg.PollingPeriod)
-			c.log.Warn("no WebSocket through this path, long-polling for a while", "err", err, "until", pollUntil)
-			lastErr = err
+		if again {
 			continue
 		}
-		if p := permanent(err); p != nil {
-			unauth := p.Status == http.StatusUnauthorized || p.CloseCode == CloseUnauthorized
-			if unauth && c.cfg.TokenSource != nil && !tokenRetried {
-				// The token may have expired; the source may have a new one.
-				tokenRetried = true
-				lastErr = err
-				continue
-			}
-			return p // Run's caller reports it
-		}
-		if errors.Is(err, errTryWebSocket) {
-			pollUntil, lastErr = time.Time{}, nil
-			continue
-		}
-		if useWS && c.cfg.Transport == TransportAuto {
-			switch {
-			case !established && serverAway(err):
-				// The gateway is down or restarting: long-polling would
-				// fail the same way, so this says nothing against the
-				// WebSocket (a restart must not send every client to
-				// long-polling for PollingPeriod).
-			case !established || lasted < c.cfg.StablePeriod:
-				wsFails++
-			default:
-				wsFails = 0
-			}
-			if wsFails >= c.cfg.WSFallbackAfter {
-				wsFails = 0
-				pollUntil = time.Now().Add(c.cfg.PollingPeriod)
-				c.log.Warn("WebSocket keeps failing, long-polling for a while", "err", err, "until", pollUntil)
-			}
-		}
-		wait, opened := pol.failed(err, established, lasted)
-		lastErr = err
-		st := StateWaiting
-		if opened {
-			st = StateCircuitOpen
-			c.log.Warn("circuit open after repeated failures", "transport", transport, "err", err, "cooldown", wait)
-		} else {
-			c.log.Info("connection lost, reconnecting", "transport", transport, "err", err, "retry_in", wait, "lasted", lasted)
-		}
-		c.status(Status{State: st, Transport: transport, Err: err, RetryAt: time.Now().Add(wait)})
-		if !sleepCtx(ctx, wait) {
+		l.countWSFailure(s)
+		if !l.waitToReconnect(ctx, s) {
 			return nil
 		}
 	}
+}
+
+// syncLoop is the state runSync keeps across sessions. It is owned by
+// runSync's goroutine.
+type syncLoop struct {
+	c            *Client
+	rnd          *rand.Rand
+	pol          *policy
+	wsFails      int       // WebSocket sessions in a row that failed (TransportAuto)
+	pollUntil    time.Time // long-poll until then (TransportAuto)
+	lastErr      error     // why the last session ended, for Status
+	tokenRetried bool      // the TokenSource was asked again after a 401
+}
+
+func newSyncLoop(c *Client) *syncLoop {
+	rnd := c.newRand()
+	return &syncLoop{c: c, rnd: rnd, pol: newPolicy(&c.cfg, rnd)}
+}
+
+// syncSession is how one session went.
+type syncSession struct {
+	ws        bool
+	transport string        // "websocket" or "polling", for logs and Status
+	upAt      time.Time     // when it came up; zero if it never did
+	lasted    time.Duration // how long it stayed up
+	err       error         // why it ended
+}
+
+func (s syncSession) established() bool { return !s.upAt.IsZero() }
+
+// jitter is uniform in [0, d].
+func (l *syncLoop) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(l.rnd.Int64N(int64(d) + 1))
+}
+
+// session runs one session on the transport due now, until it ends.
+func (l *syncLoop) session(ctx context.Context) syncSession {
+	c := l.c
+	s := syncSession{ws: c.cfg.Transport == TransportWebSocket ||
+		(c.cfg.Transport == TransportAuto && !time.Now().Before(l.pollUntil))}
+	s.transport = "polling"
+	if s.ws {
+		s.transport = "websocket"
+	}
+	c.status(Status{State: StateConnecting, Transport: s.transport, Err: l.lastErr})
+	up := func() {
+		s.upAt = time.Now()
+		l.pol.succeeded()
+		l.tokenRetried = false
+		c.status(Status{State: StateConnected, Transport: s.transport})
+		c.log.Debug("connected", "transport", s.transport)
+	}
+	if s.ws {
+		s.err = c.runWS(ctx, up)
+	} else {
+		until := time.Time{}
+		if c.cfg.Transport == TransportAuto {
+			until = l.pollUntil
+		}
+		s.err = c.runPoll(ctx, up, until, l.jitter)
+	}
+	if s.established() {
+		s.lasted = time.Since(s.upAt)
+	}
+	return s
+}
+
+// reconnectAtOnce handles the endings that change the transport or the
+// token rather than wait: no WebSocket on this path (poll), a 401 that a
+// new token may cure, a poll period that ended (WebSocket again). A
+// permanent refusal is returned as the error that ends Run.
+func (l *syncLoop) reconnectAtOnce(s syncSession) (again bool, err error) {
+	c := l.c
+	if errors.Is(s.err, errNoWebSocket) && c.cfg.Transport == TransportAuto {
+		// Not the client's fault: a proxy without upgrades. Poll.
+		l.wsFails = 0
+		l.pollUntil = time.Now().Add(c.cfg.PollingPeriod)
+		c.log.Warn("no WebSocket through this path, long-polling for a while", "err", s.err, "until", l.pollUntil)
+		l.lastErr = s.err
+		return true, nil
+	}
+	if p := permanent(s.err); p != nil {
+		unauth := p.Status == http.StatusUnauthorized || p.CloseCode == CloseUnauthorized
+		if unauth && c.cfg.TokenSource != nil && !l.tokenRetried {
+			// The token may have expired; the source may have a new one.
+			l.tokenRetried = true
+			l.lastErr = s.err
+			return true, nil
+		}
+		return false, p // Run's caller reports it
+	}
+	if errors.Is(s.err, errTryWebSocket) {
+		l.pollUntil, l.lastErr = time.Time{}, nil
+		return true, nil
+	}
+	return false, nil
+}
+
+// countWSFailure counts a failed WebSocket session and switches to
+// long-polling for PollingPeriod after WSFallbackAfter in a row
+// (TransportAuto only).
+func (l *syncLoop) countWSFailure(s syncSession) {
+	c := l.c
+	if !s.ws || c.cfg.Transport != TransportAuto {
+		return
+	}
+	switch {
+	case !s.established() && serverAway(s.err):
+		// The gateway is down or restarting: long-polling would
+		// fail the same way, so this says nothing against the
+		// WebSocket (a restart must not send every client to
+		// long-polling for PollingPeriod).
+	case !s.established() || s.lasted < c.cfg.StablePeriod:
+		l.wsFails++
+	default:
+		l.wsFails = 0
+	}
+	if l.wsFails >= c.cfg.WSFallbackAfter {
+		l.wsFails = 0
+		l.pollUntil = time.Now().Add(c.cfg.PollingPeriod)
+		c.log.Warn("WebSocket keeps failing, long-polling for a while", "err", s.err, "until", l.pollUntil)
+	}
+}
+
+// waitToReconnect waits out the backoff (or Retry-After, or the open
+// circuit) after a failed session; false if ctx ended first.
+func (l *syncLoop) waitToReconnect(ctx context.Context, s syncSession) bool {
+	c := l.c
+	wait, opened := l.pol.failed(s.err, s.established(), s.lasted)
+	l.lastErr = s.err
+	st := StateWaiting
+	if opened {
+		st = StateCircuitOpen
+		c.log.Warn("circuit open after repeated failures", "transport", s.transport, "err", s.err, "cooldown", wait)
+	} else {
+		c.log.Info("connection lost, reconnecting", "transport", s.transport, "err", s.err, "retry_in", wait, "lasted", s.lasted)
+	}
+	c.status(Status{State: st, Transport: s.transport, Err: s.err, RetryAt: time.Now().Add(wait)})
+	return sleepCtx(ctx, wait)
 }
 
 // Position returns the saved inbox position: every entry up to cursor (of

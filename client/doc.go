@@ -23,6 +23,10 @@
 //	res, err := c.WaitSent(ctx, id)              // its seq, or a refusal
 //	page, err := c.Backfill(ctx, conversationID) // older history after a too_long
 //
+// The examples (a send, a sync loop on a FileStore, a too_long handler) run
+// as tests against a real dev gateway; examples/chat in the repository is a
+// small terminal chat on the package.
+//
 // # Delivery guarantees
 //
 // OnEntry receives the inbox entries in inbox_seq order, each once, from one

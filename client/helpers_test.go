@@ -18,11 +18,8 @@ import (
 
 	"github.com/inboxd/inboxd/client"
 	"github.com/inboxd/inboxd/gateway"
-	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var testSecret = []byte("client-test-secret-0123456789abcdef")
 

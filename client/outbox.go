@@ -194,74 +194,36 @@ func sendPermanent(err error) bool {
 // refused (401).
 func (c *Client) runOutbox(ctx context.Context) error {
 	pol := newPolicy(&c.cfg, c.newRand())
-	recheck := map[string]time.Time{}
-	recheckDelay := map[string]time.Duration{}
+	rc := newRechecks()
 	for {
-		now := time.Now()
-		it, wait, ok := c.nextSend(recheck, now)
+		it, wait, ok := c.nextSend(rc.at, time.Now())
 		if !ok {
-			var timer <-chan time.Time
-			var t *time.Timer
-			if wait > 0 {
-				t = time.NewTimer(wait)
-				timer = t.C
-			}
-			select {
-			case <-ctx.Done():
-			case <-c.kick:
-			case <-timer:
-			}
-			if t != nil {
-				t.Stop()
-			}
-			if ctx.Err() != nil {
+			if !c.waitForSend(ctx, wait) {
 				return nil
 			}
 			continue
 		}
-		c.mu.Lock()
-		if i := c.outboxIndex(it.MsgID); i >= 0 {
-			c.st.Outbox[i].Attempts++
-		}
-		c.mu.Unlock()
-
+		c.countAttempt(it.MsgID)
 		m, err := c.sendOnce(ctx, it)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err == nil && m != nil:
 			pol.reset()
-			delete(recheck, it.MsgID)
-			delete(recheckDelay, it.MsgID)
+			rc.forget(it.MsgID)
 			if err := c.finishSend(ctx, SendResult{MsgID: it.MsgID, ConversationID: it.ConversationID, Message: m}); err != nil {
 				return err
 			}
 		case err == nil: // 202 pending: in the log, the seq comes later
 			c.log.Debug("send pending", "msg_id", it.MsgID, "conversation_id", it.ConversationID)
 			pol.succeeded()
-			d := recheckDelay[it.MsgID]
-			if d == 0 {
-				d = c.cfg.PendingRecheck
-			} else {
-				d = min(2*d, max(c.cfg.BackoffMax, c.cfg.PendingRecheck))
-			}
-			recheckDelay[it.MsgID] = d
-			recheck[it.MsgID] = time.Now().Add(d)
-			c.mu.Lock()
-			changed := false
-			if i := c.outboxIndex(it.MsgID); i >= 0 && !c.st.Outbox[i].Appended {
-				c.st.Outbox[i].Appended, changed = true, true
-			}
-			c.mu.Unlock()
-			if changed {
-				if err := c.save(ctx); err != nil {
-					return err
-				}
+			rc.schedule(it.MsgID, &c.cfg)
+			if err := c.markAppended(ctx, it.MsgID); err != nil {
+				return err
 			}
 		case sendPermanent(err):
 			pol.succeeded()
-			delete(recheck, it.MsgID)
-			delete(recheckDelay, it.MsgID)
+			rc.forget(it.MsgID)
 			if err := c.finishSend(ctx, SendResult{MsgID: it.MsgID, ConversationID: it.ConversationID, Err: err}); err != nil {
 				return err
 			}
@@ -277,6 +239,78 @@ func (c *Client) runOutbox(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// waitForSend waits until Send queues a message, a pending send's recheck
+// is due (wait; 0: none is), or ctx ends; false when ctx ended.
+func (c *Client) waitForSend(ctx context.Context, wait time.Duration) bool {
+	var timer <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-c.kick:
+	case <-timer:
+	}
+	return ctx.Err() == nil
+}
+
+// countAttempt counts an attempt of a queued send (saved with the next
+// change of the state).
+func (c *Client) countAttempt(msgID string) {
+	c.mu.Lock()
+	if i := c.outboxIndex(msgID); i >= 0 {
+		c.st.Outbox[i].Attempts++
+	}
+	c.mu.Unlock()
+}
+
+// markAppended records that a send is in the log (202 pending), so that it
+// no longer holds back the later ones, and saves that.
+func (c *Client) markAppended(ctx context.Context, msgID string) error {
+	c.mu.Lock()
+	changed := false
+	if i := c.outboxIndex(msgID); i >= 0 && !c.st.Outbox[i].Appended {
+		c.st.Outbox[i].Appended, changed = true, true
+	}
+	c.mu.Unlock()
+	if !changed {
+		return nil
+	}
+	return c.save(ctx)
+}
+
+// rechecks schedules posting again the sends answered 202 pending: after
+// PendingRecheck, then doubling up to BackoffMax, per send. It is owned by
+// runOutbox.
+type rechecks struct {
+	at    map[string]time.Time     // when to post the send again, by msg_id
+	delay map[string]time.Duration // the last delay, by msg_id
+}
+
+func newRechecks() *rechecks {
+	return &rechecks{at: map[string]time.Time{}, delay: map[string]time.Duration{}}
+}
+
+// schedule sets the next recheck of a pending send.
+func (r *rechecks) schedule(msgID string, cfg *Config) {
+	d := r.delay[msgID]
+	if d == 0 {
+		d = cfg.PendingRecheck
+	} else {
+		d = min(2*d, max(cfg.BackoffMax, cfg.PendingRecheck))
+	}
+	r.delay[msgID] = d
+	r.at[msgID] = time.Now().Add(d)
+}
+
+// forget drops a send that ended.
+func (r *rechecks) forget(msgID string) {
+	delete(r.at, msgID)
+	delete(r.delay, msgID)
 }
 
 // sendOnce makes one attempt: over the WebSocket when one is up (and

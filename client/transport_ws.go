@@ -248,16 +248,12 @@ func isTimeout(err error) bool {
 	return errors.As(err, &te) && te.Timeout()
 }
 
-// run is the session loop.
+// run is the session loop: it says hello, starts the reader, and hands
+// each frame and repair timer to the session's stream until the
+// connection fails or ctx ends.
 func (s *wsSession) run(ctx context.Context, up func()) error {
-	c := s.c
-	epoch, cursor := c.position()
-	hello := protocol.Hello{Type: protocol.FrameHello, After: cursor}
-	if epoch > 0 {
-		hello.Epoch = &epoch
-	}
-	if err := s.write(hello); err != nil {
-		return fmt.Errorf("websocket hello: %w", err)
+	if err := s.hello(); err != nil {
+		return err
 	}
 	frames := make(chan *protocol.ServerFrame, 16)
 	errc := make(chan error, 1)
@@ -271,108 +267,153 @@ func (s *wsSession) run(ctx context.Context, up func()) error {
 		<-readerDone
 	}()
 
-	seq := newSequencer(c)
-	var serverHead int64
-	gap := newTimer()
-	behind := newTimer()
-	defer gap.stop()
-	defer behind.stop()
-	var behindMark int64
-	welcomed := false
-
-	// watch arms or disarms the repair timers after a change.
-	watch := func(gapped bool) {
-		switch {
-		case gapped && !gap.armed:
-			gap.arm(c.cfg.GapWait)
-		case !gapped:
-			gap.stop()
-		}
-		_, cur := c.position()
-		switch {
-		case serverHead > cur && !behind.armed:
-			behind.arm(c.cfg.HeadWait)
-			behindMark = cur
-		case serverHead <= cur:
-			behind.stop()
-		}
-	}
+	st := &wsStream{s: s, c: s.c, seq: newSequencer(s.c), gap: newTimer(), behind: newTimer()}
+	defer st.gap.stop()
+	defer st.behind.stop()
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
-			s.wmu.Lock()
-			_ = s.conn.WriteControl(websocket.CloseMessage,
-				websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
-			s.wmu.Unlock()
+			s.closeNormally()
 			return ctx.Err()
-
-		case err := <-errc:
+		case err = <-errc:
 			return err
-
 		case f := <-frames:
-			switch f.Type {
-			case protocol.FrameWelcome:
-				welcomed = true
-				c.noteEpoch(f.Epoch)
-				serverHead = max(serverHead, f.Head)
-				if f.HeartbeatMS > 0 {
-					s.setIdle(c.idleForHeartbeat(f.HeartbeatMS))
-				}
-				c.mu.Lock()
-				c.sess = s
-				c.mu.Unlock()
-				c.kickOutbox()
-				up()
-			case protocol.FrameEntries:
-				if !welcomed {
-					return errors.New("websocket: entries before welcome")
-				}
-				serverHead = max(serverHead, f.Head)
-				gapped, err := seq.offer(ctx, f.Entries)
-				if err != nil {
-					return err
-				}
-				watch(gapped)
-				continue
-			case protocol.FrameTooLong:
-				seq.reset()
-				ans := &protocol.SyncAnswer{TooLong: true, Epoch: f.Epoch, Head: f.Head, RecordVersion: f.RecordVersion,
-					Conversations: f.Conversations, NextPage: f.NextPage, Polling: f.Polling}
-				if err := c.applyTooLong(ctx, ans); err != nil {
-					return err
-				}
-				serverHead = max(serverHead, f.Head)
-			case protocol.FrameHeartbeat:
-				serverHead = max(serverHead, f.Head)
-			}
-			watch(len(seq.buf) > 0)
-
-		case <-gap.c():
-			// The missing entries did not come: pull them.
-			gap.fired()
-			if err := c.pull(ctx, seq); err != nil {
-				return err
-			}
-			gapped, err := seq.drain(ctx)
-			if err != nil {
-				return err
-			}
-			watch(gapped)
-
-		case <-behind.c():
-			behind.fired()
-			_, cur := c.position()
-			if cur < serverHead && cur == behindMark {
-				// The head moved and no push came: pull.
-				if err := c.pull(ctx, seq); err != nil {
-					return err
-				}
-				if _, err := seq.drain(ctx); err != nil {
-					return err
-				}
-			}
-			watch(len(seq.buf) > 0)
+			err = st.frame(ctx, f, up)
+		case <-st.gap.c():
+			err = st.gapExpired(ctx)
+		case <-st.behind.c():
+			err = st.behindExpired(ctx)
 		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// hello opens the session from the saved position.
+func (s *wsSession) hello() error {
+	epoch, cursor := s.c.position()
+	hello := protocol.Hello{Type: protocol.FrameHello, After: cursor}
+	if epoch > 0 {
+		hello.Epoch = &epoch
+	}
+	if err := s.write(hello); err != nil {
+		return fmt.Errorf("websocket hello: %w", err)
+	}
+	return nil
+}
+
+// closeNormally tells the server the client is leaving (close 1000).
+func (s *wsSession) closeNormally() {
+	s.wmu.Lock()
+	_ = s.conn.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
+	s.wmu.Unlock()
+}
+
+// wsStream is the inbox as one session receives it: the sequencer, the
+// highest head the server announced, and the two repair timers. It is
+// owned by the session loop.
+type wsStream struct {
+	s          *wsSession
+	c          *Client
+	seq        *sequencer
+	serverHead int64
+	gap        *timer // entries wait beyond a missing one: pull when it fires
+	behind     *timer // the head is beyond the cursor: pull when it fires without progress
+	behindMark int64  // the cursor when behind was armed
+	welcomed   bool
+}
+
+// frame handles one frame from the reader.
+func (st *wsStream) frame(ctx context.Context, f *protocol.ServerFrame, up func()) error {
+	c := st.c
+	switch f.Type {
+	case protocol.FrameWelcome:
+		st.welcomed = true
+		c.noteEpoch(f.Epoch)
+		st.serverHead = max(st.serverHead, f.Head)
+		if f.HeartbeatMS > 0 {
+			st.s.setIdle(c.idleForHeartbeat(f.HeartbeatMS))
+		}
+		c.mu.Lock()
+		c.sess = st.s
+		c.mu.Unlock()
+		c.kickOutbox()
+		up()
+	case protocol.FrameEntries:
+		if !st.welcomed {
+			return errors.New("websocket: entries before welcome")
+		}
+		st.serverHead = max(st.serverHead, f.Head)
+		gapped, err := st.seq.offer(ctx, f.Entries)
+		if err != nil {
+			return err
+		}
+		st.watch(gapped)
+		return nil
+	case protocol.FrameTooLong:
+		st.seq.reset()
+		ans := &protocol.SyncAnswer{TooLong: true, Epoch: f.Epoch, Head: f.Head, RecordVersion: f.RecordVersion,
+			Conversations: f.Conversations, NextPage: f.NextPage, Polling: f.Polling}
+		if err := c.applyTooLong(ctx, ans); err != nil {
+			return err
+		}
+		st.serverHead = max(st.serverHead, f.Head)
+	case protocol.FrameHeartbeat:
+		st.serverHead = max(st.serverHead, f.Head)
+	}
+	st.watch(len(st.seq.buf) > 0)
+	return nil
+}
+
+// gapExpired: the missing entries did not come within GapWait: pull them.
+func (st *wsStream) gapExpired(ctx context.Context) error {
+	st.gap.fired()
+	if err := st.c.pull(ctx, st.seq); err != nil {
+		return err
+	}
+	gapped, err := st.seq.drain(ctx)
+	if err != nil {
+		return err
+	}
+	st.watch(gapped)
+	return nil
+}
+
+// behindExpired: HeadWait passed since the head went beyond the cursor.
+// If the cursor has not moved since, no push came: pull.
+func (st *wsStream) behindExpired(ctx context.Context) error {
+	st.behind.fired()
+	_, cur := st.c.position()
+	if cur < st.serverHead && cur == st.behindMark {
+		if err := st.c.pull(ctx, st.seq); err != nil {
+			return err
+		}
+		if _, err := st.seq.drain(ctx); err != nil {
+			return err
+		}
+	}
+	st.watch(len(st.seq.buf) > 0)
+	return nil
+}
+
+// watch arms or disarms the repair timers after a change.
+func (st *wsStream) watch(gapped bool) {
+	switch {
+	case gapped && !st.gap.armed:
+		st.gap.arm(st.c.cfg.GapWait)
+	case !gapped:
+		st.gap.stop()
+	}
+	_, cur := st.c.position()
+	switch {
+	case st.serverHead > cur && !st.behind.armed:
+		st.behind.arm(st.c.cfg.HeadWait)
+		st.behindMark = cur
+	case st.serverHead <= cur:
+		st.behind.stop()
 	}
 }
 

@@ -12,6 +12,13 @@ const (
 	KindRecord  = protocol.KindRecord
 )
 
+// Message kinds (Message.Kind): a message a user sent, or one the server
+// made of a membership event.
+const (
+	MessageText   = protocol.MessageText
+	MessageSystem = protocol.MessageSystem
+)
+
 // Message is a message of a conversation (protocol.Message). Body is a JSON
 // string for kind "text" and a JSON object (such as
 // {"event":"member.added","user_id":7}) for kind "system"; Text returns the

@@ -76,6 +76,16 @@ func (c *Config) setDefaults() {
 	}
 }
 
+func (c *Config) validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("replay: no brokers")
+	}
+	if c.Shadow == "public" {
+		return errors.New("replay: the shadow schema cannot be public")
+	}
+	return nil
+}
+
 // Result says what a run did.
 type Result struct {
 	Records int64
@@ -99,11 +109,8 @@ func (r Result) Rate() float64 { return float64(r.Records) / r.Duration.Seconds(
 func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
 	cfg.setDefaults()
 	var res Result
-	if len(cfg.Brokers) == 0 {
-		return res, errors.New("replay: no brokers")
-	}
-	if cfg.Shadow == "public" {
-		return res, errors.New("replay: the shadow schema cannot be public")
+	if err := cfg.validate(); err != nil {
+		return res, err
 	}
 	start := time.Now()
 
@@ -114,12 +121,8 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
 	}
 	defer lockConn.Release()
 	if !cfg.Verify {
-		var got bool
-		if err := lockConn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, projection.LockFanout).Scan(&got); err != nil {
-			return res, fmt.Errorf("take the fanout lock: %w", err)
-		}
-		if !got {
-			return res, ErrFanoutRunning
+		if err := lockFanout(ctx, lockConn); err != nil {
+			return res, err
 		}
 		defer lockConn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, projection.LockFanout) //nolint:errcheck
 	}
@@ -129,19 +132,10 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
 		return res, err
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, cfg.Topic)
+	end, total, err := endOffsets(ctx, cl, cfg.Topic)
 	if err != nil {
-		return res, fmt.Errorf("end offsets of %s: %w", cfg.Topic, err)
+		return res, err
 	}
-	if err := ends.Error(); err != nil {
-		return res, fmt.Errorf("end offsets of %s: %w", cfg.Topic, err)
-	}
-	end := map[int32]int64{}
-	var total int64
-	ends.Each(func(o kadm.ListedOffset) {
-		end[o.Partition] = o.Offset
-		total += o.Offset
-	})
 	res.Offsets = end
 	cfg.Logger.Info("replay starting", "topic", cfg.Topic, "records", total, "shadow", cfg.Shadow, "verify", cfg.Verify)
 
@@ -150,11 +144,66 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
 		return res, err
 	}
 	defer shadow.Close()
-	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: "inboxd_replay", Logger: cfg.Logger}, shadow)
+	if err := rebuild(ctx, cfg, cl, end, total, shadow, &res); err != nil {
+		return res, err
+	}
+	res.Duration = time.Since(start)
+
+	if cfg.Verify {
+		err := verify(ctx, cfg, pool, shadow, &res)
+		return res, err
+	}
+	shadow.Close()
+	epoch, err := swap(ctx, pool, cfg.Shadow, cfg.Channel)
 	if err != nil {
 		return res, err
 	}
+	res.Epoch = epoch
+	res.Duration = time.Since(start)
+	cfg.Logger.Info("replay done", "records", res.Records, "invalid", res.Invalid, "epoch", epoch,
+		"seconds", res.Duration.Seconds(), "records_per_sec", res.Rate())
+	return res, nil
+}
 
+// lockFanout takes the fanout advisory lock on conn, or fails with
+// ErrFanoutRunning when a fanout holds it.
+func lockFanout(ctx context.Context, conn *pgxpool.Conn) error {
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, projection.LockFanout).Scan(&got); err != nil {
+		return fmt.Errorf("take the fanout lock: %w", err)
+	}
+	if !got {
+		return ErrFanoutRunning
+	}
+	return nil
+}
+
+// endOffsets are the end offsets of topic's partitions, the end of the
+// replay, and their sum.
+func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, int64, error) {
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, 0, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return nil, 0, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	end := map[int32]int64{}
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) {
+		end[o.Partition] = o.Offset
+		total += o.Offset
+	})
+	return end, total, nil
+}
+
+// rebuild projects the log up to end into the shadow, counting in res, and
+// builds the primary keys left out for the bulk load.
+func rebuild(ctx context.Context, cfg Config, cl *kgo.Client, end map[int32]int64, total int64, shadow *pgxpool.Pool, res *Result) error {
+	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: "inboxd_replay", Logger: cfg.Logger}, shadow)
+	if err != nil {
+		return err
+	}
 	prog := newProgress(cfg.Progress, total)
 	if err := readLog(ctx, cl, cfg, end, func(batch []projector.Record, invalid int64) error {
 		t0 := time.Now()
@@ -174,38 +223,30 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
 		prog.set(res.Records)
 		return nil
 	}); err != nil {
-		return res, err
+		return err
 	}
 	prog.finish(res.Records)
 	if _, err := shadow.Exec(ctx, `ALTER TABLE inbox ADD CONSTRAINT inbox_pkey PRIMARY KEY (user_id, inbox_seq);
 ALTER TABLE messages ADD CONSTRAINT messages_pkey PRIMARY KEY (conversation_id, seq)`); err != nil {
-		return res, fmt.Errorf("index the rebuilt inbox: %w", err)
+		return fmt.Errorf("index the rebuilt inbox: %w", err)
 	}
-	res.Duration = time.Since(start)
+	return nil
+}
 
-	if cfg.Verify {
-		d, err := Compare(ctx, pool, shadow, cfg.Shadow)
-		if err != nil {
-			return res, err
-		}
-		res.Diff = &d
-		if err := pool.QueryRow(ctx, `SELECT epoch FROM public.meta`).Scan(&res.Epoch); err != nil {
-			return res, err
-		}
-		shadow.Close()
-		_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{cfg.Shadow}.Sanitize()+" CASCADE")
-		return res, nil
+// verify compares the rebuilt shadow with the live projections into
+// res.Diff, reads the live epoch, and drops the shadow.
+func verify(ctx context.Context, cfg Config, pool, shadow *pgxpool.Pool, res *Result) error {
+	d, err := Compare(ctx, pool, shadow, cfg.Shadow)
+	if err != nil {
+		return err
+	}
+	res.Diff = &d
+	if err := pool.QueryRow(ctx, `SELECT epoch FROM public.meta`).Scan(&res.Epoch); err != nil {
+		return err
 	}
 	shadow.Close()
-	epoch, err := swap(ctx, pool, cfg.Shadow, cfg.Channel)
-	if err != nil {
-		return res, err
-	}
-	res.Epoch = epoch
-	res.Duration = time.Since(start)
-	cfg.Logger.Info("replay done", "records", res.Records, "invalid", res.Invalid, "epoch", epoch,
-		"seconds", res.Duration.Seconds(), "records_per_sec", res.Rate())
-	return res, nil
+	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{cfg.Shadow}.Sanitize()+" CASCADE")
+	return nil
 }
 
 // prepareShadow (re)creates the shadow schema with the current migrations

@@ -36,7 +36,11 @@ var (
 
 // Main runs the package's tests and stops a server that it started.
 // Use it as TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main for a TestMain with more to set up and tear down: it runs the
+// tests, stops a server that it started and returns the exit code.
+func Run(m *testing.M) int {
 	code := m.Run()
 	mu.Lock()
 	if server != nil {
@@ -44,7 +48,7 @@ func Main(m *testing.M) {
 		_ = os.RemoveAll(tmpDir)
 	}
 	mu.Unlock()
-	os.Exit(code)
+	return code
 }
 
 // StartServer starts a private server in a temporary directory, stopped at

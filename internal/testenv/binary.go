@@ -27,6 +27,15 @@ var (
 // started it).
 func Binary(t testing.TB) string {
 	t.Helper()
+	path, err := BuildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// BuildBinary is Binary for code without a testing.TB (a TestMain).
+func BuildBinary() (string, error) {
 	buildOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
@@ -46,10 +55,7 @@ func Binary(t testing.TB) string {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildPath
+	return buildPath, buildErr
 }
 
 // Proc is a subprocess of the inboxd binary whose output is kept.
@@ -67,14 +73,34 @@ type Proc struct {
 // unless env says otherwise (the binary refuses the default 3 there).
 func Start(t testing.TB, env []string, args ...string) *Proc {
 	t.Helper()
-	cmd := exec.Command(Binary(t), args...)
+	p, err := StartProcess(env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if err := p.RaceReport(); err != nil {
+			t.Errorf("inboxd %v: %v", args, err)
+		}
+	})
+	return p
+}
+
+// StartProcess is Start for code without a testing.TB (a TestMain): the
+// caller stops the process.
+func StartProcess(env []string, args ...string) (*Proc, error) {
+	bin, err := BuildBinary()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append(os.Environ(), "INBOXD_REPLICATION_FACTOR=1"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &Proc{cmd: cmd, done: make(chan struct{})}
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -88,13 +114,16 @@ func Start(t testing.TB, env []string, args ...string) *Proc {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() {
-		p.Kill()
-		if out := p.Output(); bytes.Contains([]byte(out), []byte("WARNING: DATA RACE")) {
-			t.Errorf("inboxd %v: the race detector reported a race:\n%s", args, out)
-		}
-	})
-	return p
+	return p, nil
+}
+
+// RaceReport returns an error with the output if the race detector
+// reported a race in the process.
+func (p *Proc) RaceReport() error {
+	if out := p.Output(); bytes.Contains([]byte(out), []byte("WARNING: DATA RACE")) {
+		return fmt.Errorf("the race detector reported a race:\n%s", out)
+	}
+	return nil
 }
 
 // Output returns what the process printed so far.
@@ -169,10 +198,18 @@ func Ctx(t testing.TB, d time.Duration) context.Context {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return port
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -21,7 +21,7 @@ import (
 // across a stop and a start, and goes on from where it stopped.
 func TestDevRestartKeepsEverything(t *testing.T) {
 	d := newDevInstance(t)
-	kPort, hPort := d.kafkaPort, d.http
+	kPort, hPort := d.KafkaPort, d.HTTPPort
 	start := func() *testenv.Proc {
 		d.start(t)
 		require.NoError(t, d.proc.WaitOutput("partitions assigned", 2*time.Minute))

@@ -16,42 +16,32 @@ import (
 	"github.com/inboxd/inboxd/producer"
 )
 
-// devInstance is an `inboxd dev` the test started on free ports.
+// devInstance is an `inboxd dev` the test runs (and may restart) on a
+// setup of its own.
 type devInstance struct {
-	proc                    *testenv.Proc
-	dataDir                 string
-	pgPort, kafkaPort, http int
+	testenv.DevSetup
+	proc *testenv.Proc
 }
 
-func (d devInstance) url() string { return fmt.Sprintf("http://127.0.0.1:%d", d.http) }
+func (d devInstance) url() string { return "http://" + d.Addr() }
 func (d devInstance) dbURL() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", d.pgPort)
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", d.PGPort)
 }
-func (d devInstance) brokers() string { return fmt.Sprintf("127.0.0.1:%d", d.kafkaPort) }
-
-// devArgs are the arguments of a dev on d's data dir and ports.
-func (d devInstance) args(extra ...string) []string {
-	return append([]string{"dev", "--data-dir", d.dataDir, "--pg-port", fmt.Sprint(d.pgPort),
-		"--kafka-port", fmt.Sprint(d.kafkaPort), "--http-addr", fmt.Sprintf("127.0.0.1:%d", d.http), "--partitions", "4"}, extra...)
-}
+func (d devInstance) brokers() string { return fmt.Sprintf("127.0.0.1:%d", d.KafkaPort) }
 
 // newDevInstance picks a data dir and free ports; start runs it.
 func newDevInstance(t *testing.T) devInstance {
 	if os.Getenv("DATABASE_URL") != "" {
 		t.Skip("DATABASE_URL is set: dev would not start its own PostgreSQL")
 	}
-	dir, err := os.MkdirTemp("", "inboxd-dev-")
+	s, err := testenv.NewDevSetup()
 	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return devInstance{dataDir: filepath.Join(dir, "data"), pgPort: testenv.FreePort(t),
-		kafkaPort: testenv.FreePort(t), http: testenv.FreePort(t)}
+	t.Cleanup(func() { os.RemoveAll(s.Dir) })
+	return devInstance{DevSetup: s}
 }
 
-// devEnv keeps the test's own settings from reaching dev's.
-var devEnv = []string{"INBOXD_KAFKA_BROKERS=", "DATABASE_URL="}
-
 func (d *devInstance) start(t *testing.T, extra ...string) {
-	d.proc = testenv.Start(t, devEnv, d.args(extra...)...)
+	d.proc = testenv.Start(t, testenv.DevEnv, d.Args(append([]string{"--partitions", "4"}, extra...)...)...)
 	require.NoError(t, d.proc.WaitOutput("gateway listening", 2*time.Minute))
 }
 
@@ -88,20 +78,20 @@ func TestDevRefusesTakenPorts(t *testing.T) {
 		second func(d *devInstance)
 		want   []string
 	}{
-		"PostgreSQL port": {func(d *devInstance) { d.pgPort = first.pgPort },
-			[]string{fmt.Sprintf("port 127.0.0.1:%d for the embedded PostgreSQL is taken", first.pgPort), "--pg-port"}},
-		"Kafka port": {func(d *devInstance) { d.kafkaPort = first.kafkaPort },
-			[]string{fmt.Sprintf("port %d for the embedded Kafka is taken", first.kafkaPort), "--kafka-port"}},
-		"HTTP port": {func(d *devInstance) { d.http = first.http },
-			[]string{fmt.Sprintf("port 127.0.0.1:%d for the HTTP API is taken", first.http), "--http-addr"}},
-		"data dir": {func(d *devInstance) { d.dataDir = first.dataDir },
-			[]string{"data dir " + first.dataDir + " is in use by another inboxd dev (pid"}},
+		"PostgreSQL port": {func(d *devInstance) { d.PGPort = first.PGPort },
+			[]string{fmt.Sprintf("port 127.0.0.1:%d for the embedded PostgreSQL is taken", first.PGPort), "--pg-port"}},
+		"Kafka port": {func(d *devInstance) { d.KafkaPort = first.KafkaPort },
+			[]string{fmt.Sprintf("port %d for the embedded Kafka is taken", first.KafkaPort), "--kafka-port"}},
+		"HTTP port": {func(d *devInstance) { d.HTTPPort = first.HTTPPort },
+			[]string{fmt.Sprintf("port 127.0.0.1:%d for the HTTP API is taken", first.HTTPPort), "--http-addr"}},
+		"data dir": {func(d *devInstance) { d.Dir = first.Dir },
+			[]string{"data dir " + first.DataDir() + " is in use by another inboxd dev (pid"}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			second := newDevInstance(t)
 			c.second(&second)
-			p := testenv.Start(t, devEnv, second.args()...)
+			p := testenv.Start(t, testenv.DevEnv, second.Args()...)
 			err := p.Wait(time.Minute)
 			require.Error(t, err, "the second dev exits non-zero:\n%s", p.Output())
 			for _, w := range c.want {
@@ -109,8 +99,8 @@ func TestDevRefusesTakenPorts(t *testing.T) {
 			}
 			require.NotContains(t, p.Output(), "PostgreSQL started")
 			require.NotContains(t, p.Output(), "gateway listening")
-			if second.dataDir != first.dataDir {
-				_, err := os.Stat(filepath.Join(second.dataDir, "pg"))
+			if second.Dir != first.Dir {
+				_, err := os.Stat(filepath.Join(second.DataDir(), "pg"))
 				require.True(t, os.IsNotExist(err), "the refused dev created nothing")
 			}
 		})

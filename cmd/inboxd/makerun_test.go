@@ -46,7 +46,7 @@ func TestMakeRunCtrlC(t *testing.T) {
 		}
 	}
 	d := newDevInstance(t)
-	args := strings.Join(d.args()[1:], " ")
+	args := strings.Join(d.Args()[1:], " ")
 	cmd := exec.Command("script", "-qefc", fmt.Sprintf("make run ARGS='%s'", args), "/dev/null")
 	cmd.Dir = "../.."
 	cmd.Env = append(os.Environ(), "INBOXD_KAFKA_BROKERS=", "DATABASE_URL=", "INBOXD_REPLICATION_FACTOR=1")

@@ -39,31 +39,59 @@ func NewDev(t testing.TB, args ...string) *Dev {
 	return d
 }
 
+// DevSetup is where an `inboxd dev` lives: a data directory and three
+// loopback ports that were free when it was made.
+type DevSetup struct {
+	Dir                         string // removed by the caller; the data dir is Dir/data
+	PGPort, KafkaPort, HTTPPort int
+}
+
+// NewDevSetup makes a temporary directory and picks free ports.
+func NewDevSetup() (DevSetup, error) {
+	dir, err := os.MkdirTemp("", "inboxd-dev-")
+	if err != nil {
+		return DevSetup{}, err
+	}
+	s := DevSetup{Dir: dir}
+	for _, p := range []*int{&s.PGPort, &s.KafkaPort, &s.HTTPPort} {
+		if *p, err = freePort(); err != nil {
+			_ = os.RemoveAll(dir)
+			return DevSetup{}, err
+		}
+	}
+	return s, nil
+}
+
+// DataDir is dev's --data-dir.
+func (s DevSetup) DataDir() string { return filepath.Join(s.Dir, "data") }
+
+// Addr is the gateway's address, 127.0.0.1:port.
+func (s DevSetup) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.HTTPPort) }
+
+// Args are the arguments of `inboxd dev` on this setup, then extra.
+func (s DevSetup) Args(extra ...string) []string {
+	return append([]string{"dev", "--data-dir", s.DataDir(), "--pg-port", fmt.Sprint(s.PGPort),
+		"--kafka-port", fmt.Sprint(s.KafkaPort), "--http-addr", s.Addr()}, extra...)
+}
+
+// DevEnv keeps the environment's PostgreSQL and Kafka from reaching dev:
+// it starts its own.
+var DevEnv = []string{"INBOXD_KAFKA_BROKERS=", "DATABASE_URL="}
+
 // StartDev is NewDev for code without a testing.TB (a TestMain): the
 // caller calls Stop. It waits until the gateway serves and the fanout has
 // its partitions.
 func StartDev(args ...string) (*Dev, error) {
-	dir, err := os.MkdirTemp("", "inboxd-dev-")
+	s, err := NewDevSetup()
 	if err != nil {
 		return nil, err
 	}
-	ports := make([]int, 3)
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[2])
-	all := append([]string{"dev", "--data-dir", filepath.Join(dir, "data"), "--pg-port", fmt.Sprint(ports[0]),
-		"--kafka-port", fmt.Sprint(ports[1]), "--http-addr", addr}, args...)
-	// Its own PostgreSQL and Kafka, whatever the environment points at.
-	p, err := StartProcess([]string{"INBOXD_KAFKA_BROKERS=", "DATABASE_URL="}, all...)
+	p, err := StartProcess(DevEnv, s.Args(args...)...)
 	if err != nil {
-		_ = os.RemoveAll(dir)
+		_ = os.RemoveAll(s.Dir)
 		return nil, err
 	}
-	d := &Dev{URL: "http://" + addr, Proc: p, dir: dir}
+	d := &Dev{URL: "http://" + s.Addr(), Proc: p, dir: s.Dir}
 	if err := p.WaitOutput(devReady, 2*time.Minute); err != nil {
 		return nil, errors.Join(fmt.Errorf("inboxd dev: %w", err), d.Stop())
 	}

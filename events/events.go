@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -41,15 +42,26 @@ const (
 	MessageSent         = "message.sent"
 	RecordUpdated       = "record.updated"
 	ReadUpdated         = "read.updated"
+	MessageEdited       = "message.edited"
+	MessageDeleted      = "message.deleted"
+	ReactionAdded       = "reaction.added"
+	ReactionRemoved     = "reaction.removed"
 )
+
+// MaxEmoji bounds a reaction's emoji in bytes (one emoji with its
+// modifiers and joiners, or a short :name:).
+const MaxEmoji = 64
 
 // MaxMembers bounds the member list of a created event.
 const MaxMembers = 10000
 
 // Event is one change. Fields beyond the envelope are set per type:
 // conversation.created: Title, Members; member.added/removed: UserID;
-// message.sent: MsgID, Body; record.updated: Pinned and/or Muted;
-// read.updated: ReadSeq.
+// message.sent: MsgID, Body, optionally ReplyTo; record.updated: Pinned
+// and/or Muted; read.updated: ReadSeq. The changes of a message
+// (message.edited: Body; message.deleted; reaction.added: Emoji;
+// reaction.removed) name it by Seq and carry their own idempotency key,
+// ChangeID.
 type Event struct {
 	V              int       `json:"v"`
 	Type           string    `json:"type"`
@@ -66,6 +78,11 @@ type Event struct {
 	Pinned  *bool   `json:"pinned,omitempty"`
 	Muted   *bool   `json:"muted,omitempty"`
 	ReadSeq *int64  `json:"read_seq,omitempty"`
+
+	ReplyTo  int64  `json:"reply_to,omitempty"`
+	Seq      int64  `json:"seq,omitempty"`
+	ChangeID string `json:"change_id,omitempty"`
+	Emoji    string `json:"emoji,omitempty"`
 }
 
 // ErrInvalid is wrapped by every validation failure of Decode and Validate.
@@ -175,6 +192,11 @@ func (e *Event) Validate(maxBody int) error {
 		if err := storableText("body", *e.Body); err != nil {
 			return err
 		}
+		if e.ReplyTo < 0 {
+			return invalid("reply_to must be a seq")
+		}
+	case MessageEdited, MessageDeleted, ReactionAdded, ReactionRemoved:
+		return e.validateChange(maxBody)
 	case RecordUpdated:
 		if e.Pinned == nil && e.Muted == nil {
 			return invalid("record.updated without pinned or muted")
@@ -187,6 +209,46 @@ func (e *Event) Validate(maxBody int) error {
 		return invalid("missing type")
 	default:
 		return invalid("unknown type %q", e.Type)
+	}
+	return nil
+}
+
+// validateChange checks the fields of a change to a message.
+func (e *Event) validateChange(maxBody int) error {
+	if _, err := uuid.Parse(e.ChangeID); err != nil || len(e.ChangeID) != 36 {
+		return invalid("change_id is not a uuid")
+	}
+	if e.Seq <= 0 {
+		return invalid("seq must be positive")
+	}
+	switch e.Type {
+	case MessageEdited:
+		if e.Body == nil || *e.Body == "" {
+			return invalid("missing body")
+		}
+		if len(*e.Body) > maxBody {
+			return invalid("body over %d bytes", maxBody)
+		}
+		return storableText("body", *e.Body)
+	case ReactionAdded:
+		return ValidEmoji(e.Emoji)
+	}
+	return nil
+}
+
+// ValidEmoji says whether s may be a reaction: 1..MaxEmoji bytes of text
+// without whitespace or control characters.
+func ValidEmoji(s string) error {
+	if s == "" || len(s) > MaxEmoji {
+		return invalid("emoji must be 1..%d bytes", MaxEmoji)
+	}
+	if err := storableText("emoji", s); err != nil {
+		return err
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return invalid("emoji contains whitespace or a control character")
+		}
 	}
 	return nil
 }

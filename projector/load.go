@@ -18,11 +18,18 @@ const (
 SELECT $1, p, 0 FROM unnest($2::int[]) AS p ORDER BY p ON CONFLICT DO NOTHING`
 	sqlLockOffsets = `SELECT "partition", next_offset FROM consumer_offsets
 WHERE topic = $1 AND "partition" = ANY($2::int[]) ORDER BY "partition" FOR UPDATE`
-	sqlLockConversations = `SELECT id, last_seq FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
-	sqlCurrentMembers    = `SELECT conversation_id, user_id FROM member_spans
+	sqlLockConversations = `SELECT id, last_seq, created_by FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
+	sqlCurrentMembers    = `SELECT conversation_id, user_id, joined_seq FROM member_spans
 WHERE conversation_id = ANY($1::bigint[]) AND left_seq IS NULL`
-	sqlKnownMsgIDs = `SELECT msg_id::text FROM messages WHERE msg_id = ANY($1::uuid[])`
-	sqlRecords     = `SELECT r.user_id, r.conversation_id, r.pinned, r.muted, r.read_seq, r.removed
+	sqlKnownMsgIDs  = `SELECT msg_id::text FROM messages WHERE msg_id = ANY($1::uuid[])`
+	sqlKnownChanges = `SELECT change_id::text FROM changes WHERE change_id = ANY($1::uuid[])`
+	sqlMessageState = `SELECT m.conversation_id, m.seq, m.sender_id, m.kind, m.created_at, m.deleted, m.version, m.body,
+  m.reply_to, m.reactions
+FROM messages m JOIN unnest($1::bigint[], $2::bigint[]) AS k(c, s) ON m.conversation_id = k.c AND m.seq = k.s`
+	sqlActorReactions = `SELECT r.conversation_id, r.seq, r.user_id, r.emoji
+FROM reactions r JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS k(c, s, u)
+  ON r.conversation_id = k.c AND r.seq = k.s AND r.user_id = k.u`
+	sqlRecords = `SELECT r.user_id, r.conversation_id, r.pinned, r.muted, r.read_seq, r.removed
 FROM records r JOIN unnest($1::bigint[], $2::bigint[]) AS k(u, c) ON r.user_id = k.u AND r.conversation_id = k.c`
 )
 
@@ -86,6 +93,11 @@ type loadKeys struct {
 	convIDs            []int64 // in id order, the lock order
 	msgIDs             []string
 	recUsers, recConvs []int64 // the (user, conversation) pairs of records
+	// The changes of messages: their ids, the messages (conversation, seq)
+	// and the actors' reactions on them.
+	changeIDs                         []string
+	msgConvs, msgSeqs                 []int64
+	reactConvs, reactSeqs, reactUsers []int64
 }
 
 // need adds to b a conversation (not known to exist yet) for every event
@@ -107,7 +119,7 @@ func (b *batch) need(recs []Record) loadKeys {
 			continue
 		}
 		if _, ok := b.convs[e.ConversationID]; !ok {
-			b.convs[e.ConversationID] = &convState{id: e.ConversationID, members: map[int64]bool{}}
+			b.convs[e.ConversationID] = &convState{id: e.ConversationID, members: map[int64]bool{}, joined: map[int64]int64{}}
 			k.convIDs = append(k.convIDs, e.ConversationID)
 		}
 		switch e.Type {
@@ -120,6 +132,11 @@ func (b *batch) need(recs []Record) loadKeys {
 			}
 		case events.RecordUpdated, events.ReadUpdated:
 			wantRecord(e.ActorID, e.ConversationID)
+		case events.MessageEdited, events.MessageDeleted, events.ReactionAdded, events.ReactionRemoved:
+			k.changeIDs = append(k.changeIDs, e.ChangeID)
+			k.msgConvs, k.msgSeqs = append(k.msgConvs, e.ConversationID), append(k.msgSeqs, e.Seq)
+			k.reactConvs, k.reactSeqs = append(k.reactConvs, e.ConversationID), append(k.reactSeqs, e.Seq)
+			k.reactUsers = append(k.reactUsers, e.ActorID)
 		}
 	}
 	sort.Slice(k.convIDs, func(i, j int) bool { return k.convIDs[i] < k.convIDs[j] })
@@ -127,13 +144,17 @@ func (b *batch) need(recs []Record) loadKeys {
 }
 
 // loadedConv marks conversation id as existing with last seq last.
-func (b *batch) loadedConv(id, last int64) {
+func (b *batch) loadedConv(id, last, by int64) {
 	c := b.convs[id]
-	c.exists, c.lastSeq, c.loadedAt = true, last, last
+	c.exists, c.lastSeq, c.loadedAt, c.by = true, last, last, by
 }
 
-// loadedMember marks user u a current member of conversation c.
-func (b *batch) loadedMember(c, u int64) { b.convs[c].members[u] = true }
+// loadedMember marks user u a current member of conversation c since seq
+// joined.
+func (b *batch) loadedMember(c, u, joined int64) {
+	b.convs[c].members[u] = true
+	b.convs[c].joined[u] = joined
+}
 
 // queueLoad queues the reads and locks of the state the batch's events
 // depend on.
@@ -143,21 +164,21 @@ func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 	// depend only on the batch.
 	bt.Queue(sqlLockConversations, k.convIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id, last int64
-			if err := rows.Scan(&id, &last); err != nil {
+			var id, last, by int64
+			if err := rows.Scan(&id, &last, &by); err != nil {
 				return err
 			}
-			b.loadedConv(id, last)
+			b.loadedConv(id, last, by)
 		}
 		return rows.Err()
 	})
 	bt.Queue(sqlCurrentMembers, k.convIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var c, u int64
-			if err := rows.Scan(&c, &u); err != nil {
+			var c, u, joined int64
+			if err := rows.Scan(&c, &u, &joined); err != nil {
 				return err
 			}
-			b.loadedMember(c, u)
+			b.loadedMember(c, u, joined)
 		}
 		return rows.Err()
 	})
@@ -173,6 +194,9 @@ func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 			return rows.Err()
 		})
 	}
+	if len(k.changeIDs) > 0 {
+		queueLoadChanges(bt, b, k)
+	}
 	if len(k.recUsers) > 0 {
 		bt.Queue(sqlRecords, k.recUsers, k.recConvs).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -186,4 +210,52 @@ func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 			return rows.Err()
 		})
 	}
+}
+
+// queueLoadChanges queues the reads the changes of messages depend on:
+// which change ids are applied, the messages' states and the actors'
+// reactions.
+func queueLoadChanges(bt *pgx.Batch, b *batch, k loadKeys) {
+	bt.Queue(sqlKnownChanges, k.changeIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			b.knownChanges.add(id)
+		}
+		return rows.Err()
+	})
+	bt.Queue(sqlMessageState, k.msgConvs, k.msgSeqs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var c, s int64
+			var replyTo *int64
+			var reactions map[string]int64
+			st := &msgState{found: true, mine: map[int64]string{}, mineChanged: map[int64]bool{}}
+			if err := rows.Scan(&c, &s, &st.sender, &st.kind, &st.at, &st.deleted, &st.version, &st.body,
+				&replyTo, &reactions); err != nil {
+				return err
+			}
+			st.key = msgKey{c, s}
+			if replyTo != nil {
+				st.replyTo = *replyTo
+			}
+			if len(reactions) > 0 {
+				st.reactions = reactions
+			}
+			b.msgStates[st.key] = st
+		}
+		return rows.Err()
+	})
+	bt.Queue(sqlActorReactions, k.reactConvs, k.reactSeqs, k.reactUsers).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var c, s, u int64
+			var emoji string
+			if err := rows.Scan(&c, &s, &u, &emoji); err != nil {
+				return err
+			}
+			b.msgFor(c, s).mine[u] = emoji
+		}
+		return rows.Err()
+	})
 }

@@ -23,7 +23,8 @@ type convState struct {
 	lastAt   time.Time
 	changed  bool
 	members  map[int64]bool
-	loadedAt int64 // last_seq as loaded
+	joined   map[int64]int64 // current member -> the seq its span began
+	loadedAt int64           // last_seq as loaded
 }
 
 type recKey struct{ user, conv int64 }
@@ -46,6 +47,7 @@ type fanRow struct {
 	inbox      int64     // the inbox_seq write numbers it with
 	version    int64     // the record version (kind record)
 	rec        *recState // kind record
+	msg        *msgState // kind update: the version is the message's
 	at         time.Time
 }
 
@@ -56,6 +58,7 @@ type msgRow struct {
 	kind      string
 	body      string
 	at        time.Time
+	st        *msgState // its state at the end of the batch
 }
 
 type rejection struct {
@@ -93,7 +96,14 @@ type batch struct {
 	rejects   []rejection
 	recsOrder []recKey
 	acks      []ack    // message.sent events projected, for the senders' gateways
-	dups      []string // event ids of message.sent events whose msg_id was taken
+	dups      []string // event ids of message.sent events whose msg_id was taken, and of repeated changes
+
+	// The changes of messages (changes.go).
+	msgStates    map[msgKey]*msgState
+	knownChanges idSet
+	changes      []change
+	changeAcks   []ack
+	changedMsgs  []*msgState // loaded messages whose row is updated
 }
 
 // ack is a message.sent event and the seq its message got.
@@ -109,6 +119,9 @@ func newBatch() *batch {
 		known:   idSet{},
 		refused: idSet{},
 		openNew: map[recKey]*span{},
+
+		msgStates:    map[msgKey]*msgState{},
+		knownChanges: idSet{},
 	}
 }
 
@@ -131,7 +144,11 @@ func (b *batch) reject(r Record, reason string) {
 		return // a duplicate record of an event already refused
 	}
 	b.refused.add(e.EventID)
-	b.rejects = append(b.rejects, rejection{eventID: e.EventID, msgID: e.MsgID, typ: e.Type,
+	msgID := e.MsgID
+	if msgID == "" {
+		msgID = e.ChangeID // a change is waited for by its change_id
+	}
+	b.rejects = append(b.rejects, rejection{eventID: e.EventID, msgID: msgID, typ: e.Type,
 		conv: e.ConversationID, actor: e.ActorID, reason: reason, partition: r.Partition, offset: r.Offset})
 }
 
@@ -152,6 +169,14 @@ func (b *batch) step(r Record) {
 		b.recordUpdated(r.Event, c)
 	case events.ReadUpdated:
 		b.readUpdated(r.Event, c)
+	case events.MessageEdited:
+		b.messageEdited(r, c)
+	case events.MessageDeleted:
+		b.messageDeleted(r, c)
+	case events.ReactionAdded:
+		b.reactionAdded(r, c)
+	case events.ReactionRemoved:
+		b.reactionRemoved(r, c)
 	}
 }
 
@@ -248,7 +273,12 @@ func (b *batch) messageSent(r Record, c *convState) {
 		b.reject(r, projection.ReasonNotMember)
 		return
 	}
+	if e.ReplyTo > c.lastSeq || e.ReplyTo > 0 && e.ReplyTo < c.joined[e.ActorID] {
+		b.reject(r, projection.ReasonNoMessage) // a reply to a message the sender cannot see
+		return
+	}
 	seq := b.message(c, e.MsgID, e.ActorID, "text", *e.Body, e.At)
+	b.msgStates[msgKey{c.id, seq}].replyTo = e.ReplyTo
 	b.acks = append(b.acks, ack{eventID: e.EventID, seq: seq})
 }
 
@@ -295,7 +325,10 @@ func (b *batch) message(c *convState, msgID string, sender int64, kind, body str
 	c.lastSeq++
 	c.lastAt = at
 	c.changed = true
-	b.msgs = append(b.msgs, msgRow{conv: c.id, seq: c.lastSeq, msgID: msgID, sender: sender, kind: kind, body: body, at: at})
+	st := &msgState{key: msgKey{c.id, c.lastSeq}, found: true, fresh: true, sender: sender, kind: kind, at: at,
+		version: 1, body: body, mine: map[int64]string{}, mineChanged: map[int64]bool{}}
+	b.msgStates[st.key] = st
+	b.msgs = append(b.msgs, msgRow{conv: c.id, seq: c.lastSeq, msgID: msgID, sender: sender, kind: kind, body: body, at: at, st: st})
 	for u := range c.members {
 		b.fan = append(b.fan, fanRow{user: u, conv: c.id, kind: projection.KindMessage, seq: c.lastSeq, at: at})
 	}
@@ -324,12 +357,14 @@ func (b *batch) record(user, conv int64, at time.Time, change func(*recState)) {
 }
 
 func (b *batch) openSpan(conv, user, seq int64) {
+	b.convs[conv].joined[user] = seq
 	s := &span{conv: conv, user: user, joined: seq}
 	b.newSpans = append(b.newSpans, s)
 	b.openNew[recKey{user, conv}] = s
 }
 
 func (b *batch) closeSpan(conv, user, seq int64) {
+	delete(b.convs[conv].joined, user)
 	k := recKey{user, conv}
 	if s, ok := b.openNew[k]; ok {
 		s.left = seq

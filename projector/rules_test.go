@@ -19,6 +19,8 @@ import (
 type conv struct {
 	last    int64
 	members []int64
+	by      int64           // the creator
+	joined  map[int64]int64 // a member's span start, when not 1
 }
 
 // state is what a batch starts from, as load.go would read it.
@@ -26,6 +28,22 @@ type state struct {
 	convs   map[int64]conv
 	known   []string          // msg ids (and system messages' event ids) already projected
 	records map[[2]int64]rec0 // (user, conversation) -> stored record
+	// The changes of messages: stored messages, reactions (conv, seq,
+	// user) -> emoji, and applied change ids.
+	messages  map[[2]int64]msg0
+	reactions map[[3]int64]string
+	changes   []string
+}
+
+// msg0 is a stored message, as the changes load it.
+type msg0 struct {
+	sender    int64
+	kind      string
+	body      string
+	at        time.Time
+	deleted   bool
+	version   int64
+	reactions map[string]int64
 }
 
 type rec0 struct {
@@ -118,10 +136,40 @@ func runRules(t *testing.T, st state, inputs []any) *batch {
 	require.True(t, slices.IsSorted(keys.convIDs), "conversations are locked in id order")
 	for id, c := range st.convs {
 		require.Contains(t, keys.convIDs, id, "the state names a conversation of the batch")
-		b.loadedConv(id, c.last)
+		b.loadedConv(id, c.last, c.by)
 		for _, u := range c.members {
-			b.loadedMember(id, u)
+			joined := int64(1)
+			if j, ok := c.joined[u]; ok {
+				joined = j
+			}
+			b.loadedMember(id, u, joined)
 		}
+	}
+	asked := map[[2]int64]bool{}
+	for i := range keys.msgConvs {
+		asked[[2]int64{keys.msgConvs[i], keys.msgSeqs[i]}] = true
+	}
+	for k, m := range st.messages {
+		if !asked[k] {
+			continue // the database returns only what the batch asks for
+		}
+		kind := m.kind
+		if kind == "" {
+			kind = "text"
+		}
+		b.msgStates[msgKey{k[0], k[1]}] = &msgState{key: msgKey{k[0], k[1]}, found: true, sender: m.sender, kind: kind,
+			body: m.body, at: m.at, deleted: m.deleted, version: max(1, m.version), reactions: m.reactions,
+			mine: map[int64]string{}, mineChanged: map[int64]bool{}}
+	}
+	for k, emoji := range st.reactions {
+		if !asked[[2]int64{k[0], k[1]}] {
+			continue
+		}
+		b.msgFor(k[0], k[1]).mine[k[2]] = emoji
+	}
+	for _, id := range st.changes {
+		require.Contains(t, keys.changeIDs, id)
+		b.knownChanges.add(id)
 	}
 	for _, id := range st.known {
 		require.Contains(t, keys.msgIDs, id, "the state knows an id the batch asks for")
@@ -164,8 +212,11 @@ func summarize(b *batch) result {
 			res.inbox = map[int64][]string{}
 		}
 		s := fmt.Sprintf("rec %d", f.conv)
-		if f.kind == projection.KindMessage {
+		switch f.kind {
+		case projection.KindMessage:
 			s = fmt.Sprintf("msg %d/%d", f.conv, f.seq)
+		case projection.KindUpdate:
+			s = fmt.Sprintf("upd %d/%d", f.conv, f.seq)
 		}
 		res.inbox[f.user] = append(res.inbox[f.user], s)
 	}

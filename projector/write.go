@@ -100,6 +100,7 @@ func (t *txn) write(ctx context.Context) error {
 	t.queueHeads(bt)
 	t.queueRejections(bt)
 	t.queueOffsets(bt)
+	t.b.queueChanges(bt)
 	// A small batch (the live case: a few messages) writes its rows and its
 	// notifications in the same pipeline as the rest, one round trip; a
 	// large one (catching up) copies its rows, which is faster in bulk.
@@ -131,10 +132,13 @@ func number(fan []fanRow, heads map[int64]*head) {
 		h := heads[f.user]
 		h.inbox++
 		f.inbox = h.inbox
-		if f.kind == projection.KindRecord {
+		switch f.kind {
+		case projection.KindRecord:
 			h.version++
 			f.version = h.version
 			f.rec.version = f.version
+		case projection.KindUpdate:
+			f.version = f.msg.version // the message's version at the end of the batch
 		}
 	}
 }
@@ -241,8 +245,10 @@ func (t *txn) queueOffsets(bt *pgx.Batch) {
 }
 
 const (
-	sqlInsertMessages = `INSERT INTO messages (conversation_id, seq, msg_id, sender_id, kind, body, created_at)
-SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[])`
+	sqlInsertMessages = `INSERT INTO messages (conversation_id, seq, msg_id, sender_id, kind, body, created_at,
+  version, edited_at, deleted, reply_to, reactions)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
+  $8::bigint[], $9::timestamptz[], $10::bool[], $11::bigint[], $12::jsonb[])`
 	sqlInsertInbox = `INSERT INTO inbox (user_id, inbox_seq, conversation_id, kind, seq, version, created_at)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[], $5::bigint[], $6::bigint[], $7::timestamptz[])`
 )
@@ -257,14 +263,16 @@ func queueMessages(bt *pgx.Batch, msgs []msgRow) error {
 	ids := make([]uuid.UUID, n)
 	kinds, bodies := make([]string, n), make([]string, n)
 	ats := make([]time.Time, n)
+	vs, edits, dels, replies, reacts := make([]int64, n), make([]*time.Time, n), make([]bool, n), make([]*int64, n), make([]map[string]int64, n)
 	for i, m := range msgs {
 		id, err := uuid.Parse(m.msgID)
 		if err != nil {
 			return fmt.Errorf("msg id %q: %w", m.msgID, err)
 		}
-		cs[i], ss[i], ids[i], senders[i], kinds[i], bodies[i], ats[i] = m.conv, m.seq, id, m.sender, m.kind, m.body, m.at
+		cs[i], ss[i], ids[i], senders[i], kinds[i], ats[i] = m.conv, m.seq, id, m.sender, m.kind, m.at
+		bodies[i], vs[i], edits[i], dels[i], replies[i], reacts[i] = m.st.row()
 	}
-	bt.Queue(sqlInsertMessages, cs, ss, ids, senders, kinds, bodies, ats)
+	bt.Queue(sqlInsertMessages, cs, ss, ids, senders, kinds, bodies, ats, vs, edits, dels, replies, reacts)
 	return nil
 }
 
@@ -294,10 +302,12 @@ func (t *txn) copyRows(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("msg id %q: %w", m.msgID, err)
 			}
-			msgRows[i] = []any{m.conv, m.seq, id, m.sender, m.kind, m.body, m.at}
+			body, v, edited, deleted, replyTo, reactions := m.st.row()
+			msgRows[i] = []any{m.conv, m.seq, id, m.sender, m.kind, body, m.at, v, edited, deleted, replyTo, reactions}
 		}
 		if _, err := t.tx.CopyFrom(ctx, pgx.Identifier{"messages"},
-			[]string{"conversation_id", "seq", "msg_id", "sender_id", "kind", "body", "created_at"},
+			[]string{"conversation_id", "seq", "msg_id", "sender_id", "kind", "body", "created_at",
+				"version", "edited_at", "deleted", "reply_to", "reactions"},
 			pgx.CopyFromRows(msgRows)); err != nil {
 			return fmt.Errorf("copy messages: %w", err)
 		}
@@ -346,6 +356,9 @@ func (t *txn) queueNotify(bt *pgx.Batch, announce bool) {
 		encodeRuns(&enc, b.fan)
 	}
 	for _, a := range b.acks {
+		enc.Projected(a.eventID, a.seq)
+	}
+	for _, a := range b.changeAcks {
 		enc.Projected(a.eventID, a.seq)
 	}
 	for _, id := range b.dups {

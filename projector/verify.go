@@ -131,13 +131,52 @@ WHERE u.inbox_floor = 0 AND NOT EXISTS (
 	{"I8", "user record_version is the highest version", `
 SELECT format('user %s: record_version %s, highest record %s', u.id, u.record_version, max(r.version))
 FROM users u JOIN records r ON r.user_id = u.id GROUP BY u.id, u.record_version HAVING max(r.version) > u.record_version`},
+	{"M1", "update entries point at messages their users could see", `
+SELECT format('user %s inbox_seq %s: update of conversation %s seq %s it could not see', i.user_id, i.inbox_seq, i.conversation_id, i.seq)
+FROM inbox i LEFT JOIN messages m ON m.conversation_id = i.conversation_id AND m.seq = i.seq
+WHERE i.kind = 3 AND (m.seq IS NULL OR NOT EXISTS (
+  SELECT 1 FROM member_spans s WHERE s.conversation_id = i.conversation_id AND s.user_id = i.user_id
+  AND i.seq >= s.joined_seq AND (s.left_seq IS NULL OR i.seq <= s.left_seq)))`},
+	{"M2", "every change of a message is an update entry of each member who sees it", `
+SELECT format('user %s has no update of conversation %s seq %s at version %s', s.user_id, m.conversation_id, m.seq, m.version)
+FROM messages m
+JOIN member_spans s ON s.conversation_id = m.conversation_id AND s.left_seq IS NULL AND s.joined_seq <= m.seq
+JOIN users u ON u.id = s.user_id AND u.inbox_floor = 0
+WHERE m.version > 1 AND NOT EXISTS (
+  SELECT 1 FROM inbox i WHERE i.user_id = s.user_id AND i.kind = 3 AND i.conversation_id = m.conversation_id
+  AND i.seq = m.seq AND i.version = m.version)`},
+	{"M3", "a message's update versions ascend within each inbox", `
+SELECT format('user %s: conversation %s seq %s version %s at inbox_seq %s after version %s', user_id, conversation_id, seq, version, inbox_seq, prev)
+FROM (SELECT user_id, conversation_id, seq, version, inbox_seq,
+             lag(version) OVER (PARTITION BY user_id, conversation_id, seq ORDER BY inbox_seq) AS prev
+      FROM inbox WHERE kind = 3) x WHERE prev >= version`},
+	{"M4", "a deleted message keeps no body and no reactions", `
+SELECT format('conversation %s seq %s is deleted but keeps %s', m.conversation_id, m.seq,
+  CASE WHEN m.body <> '' THEN 'its body' ELSE 'reactions' END)
+FROM messages m WHERE m.deleted AND (m.body <> '' OR m.reactions IS NOT NULL OR EXISTS (
+  SELECT 1 FROM reactions r WHERE r.conversation_id = m.conversation_id AND r.seq = m.seq))`},
+	{"M5", "reaction counts are the reactions", `
+WITH counted AS (
+  SELECT conversation_id, seq, jsonb_object_agg(emoji, n) AS counts
+  FROM (SELECT conversation_id, seq, emoji, count(*) AS n FROM reactions GROUP BY 1, 2, 3) x GROUP BY 1, 2)
+SELECT format('conversation %s seq %s: counts %s, reactions %s', coalesce(m.conversation_id, c.conversation_id),
+  coalesce(m.seq, c.seq), m.reactions, c.counts)
+FROM (SELECT * FROM messages WHERE reactions IS NOT NULL) m
+FULL JOIN counted c ON c.conversation_id = m.conversation_id AND c.seq = m.seq
+WHERE m.reactions IS DISTINCT FROM c.counts`},
+	{"M6", "each applied change names a message at or below its version", `
+SELECT format('change %s: conversation %s seq %s version %s, message %s', c.change_id, c.conversation_id, c.seq, c.version,
+  coalesce('version ' || m.version, 'missing'))
+FROM changes c LEFT JOIN messages m ON m.conversation_id = c.conversation_id AND m.seq = c.seq
+WHERE m.seq IS NULL OR c.version > m.version`},
 	{"--", "members and records agree", `
 SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)
 FROM records r LEFT JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
 WHERE (s.user_id IS NULL) <> r.removed`},
 }
 
-// Verify checks invariants I1–I8 on the projections in the current schema
+// Verify checks invariants I1–I8, and the rules of message changes
+// (M1–M6), on the projections in the current schema
 // search path of q.
 func Verify(ctx context.Context, q Querier) (Report, error) {
 	var r Report

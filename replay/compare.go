@@ -75,11 +75,13 @@ SELECT format('conversation %s: shadow (%s, %s, last_seq %s), live %s', s.id, s.
   coalesce(format('(%s, %s, last_seq %s)', l.title, l.created_by, l.last_seq), 'missing'))
 FROM {shadow}.conversations s LEFT JOIN public.conversations l ON l.id = s.id
 WHERE l.id IS NULL OR (l.title, l.created_by, l.created_at) IS DISTINCT FROM (s.title, s.created_by, s.created_at) OR l.last_seq < s.last_seq`},
-	{"messages (seq, msg_id, sender, kind, body, time)", `
+	{"messages (seq, msg_id, sender, kind, body, time, and the changes: version, deleted, edited, reply, reactions)", `
 SELECT format('conversation %s seq %s: shadow %s/%s %L, live %s', s.conversation_id, s.seq, s.msg_id, s.sender_id, left(s.body, 40),
   coalesce(format('%s/%s %L', l.msg_id, l.sender_id, left(l.body, 40)), 'missing'))
 FROM {shadow}.messages s LEFT JOIN public.messages l ON l.conversation_id = s.conversation_id AND l.seq = s.seq
-WHERE l.seq IS NULL OR (l.msg_id, l.sender_id, l.kind, l.body, l.created_at) IS DISTINCT FROM (s.msg_id, s.sender_id, s.kind, s.body, s.created_at)
+WHERE l.seq IS NULL OR (l.msg_id, l.sender_id, l.kind, l.created_at, l.reply_to) IS DISTINCT FROM (s.msg_id, s.sender_id, s.kind, s.created_at, s.reply_to)
+   OR l.version < s.version
+   OR (l.version = s.version AND (l.body, l.deleted, l.edited_at, l.reactions) IS DISTINCT FROM (s.body, s.deleted, s.edited_at, s.reactions))
 UNION ALL
 SELECT format('conversation %s seq %s: live has it (%s), the log does not', l.conversation_id, l.seq, l.msg_id)
 FROM public.messages l JOIN {shadow}.conversations c ON c.id = l.conversation_id AND l.seq <= c.last_seq
@@ -101,6 +103,12 @@ FROM (SELECT * FROM s EXCEPT SELECT * FROM l) x WHERE user_id NOT IN (SELECT id 
 UNION ALL
 SELECT format('user %s: conversation %s seq %s only in the live inbox', user_id, conversation_id, seq)
 FROM (SELECT * FROM l EXCEPT SELECT * FROM s) y`},
+	{"reactions of messages at the same version", `
+SELECT format('conversation %s seq %s user %s: shadow %s, live %s', s.conversation_id, s.seq, s.user_id, s.emoji, coalesce(l.emoji, 'none'))
+FROM {shadow}.reactions s JOIN {shadow}.messages sm ON sm.conversation_id = s.conversation_id AND sm.seq = s.seq
+JOIN public.messages lm ON lm.conversation_id = s.conversation_id AND lm.seq = s.seq AND lm.version = sm.version
+LEFT JOIN public.reactions l ON l.conversation_id = s.conversation_id AND l.seq = s.seq AND l.user_id = s.user_id
+WHERE l.emoji IS DISTINCT FROM s.emoji`},
 	{"rejections", `
 SELECT format('event %s rejected by the replay (%s), not live', s.event_id, s.reason)
 FROM {shadow}.rejections s LEFT JOIN public.rejections l ON l.event_id = s.event_id WHERE l.event_id IS NULL`},

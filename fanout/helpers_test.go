@@ -2,6 +2,7 @@ package fanout_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func appendEvents(t testing.TB, p *producer.Producer, evs []*events.Event, dup b
 	var firstErr error
 	for _, e := range evs {
 		n := 1
-		if dup && e.Type == events.MessageSent {
+		if dup && (e.Type == events.MessageSent || workload.IsChange(e)) {
 			n = 2
 		}
 		for i := 0; i < n; i++ {
@@ -71,6 +72,7 @@ func assertOutcome(t testing.TB, env *testenv.Env, g *workload.Generator) {
 	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM rejections`).Scan(&rejected))
 	require.Equal(t, g.Sends, texts, "each accepted send projected exactly once")
 	require.Equal(t, g.Rejected, rejected, "each non-member send rejected once")
+	assertMessageStates(t, env, g)
 
 	// I7: the stored offsets are the end of the log.
 	adm := kadm.NewClient(env.Producer.Client())
@@ -105,4 +107,46 @@ func lastSeqs(t testing.TB, env *testenv.Env) map[int64]int64 {
 	}
 	require.NoError(t, rows.Err())
 	return got
+}
+
+// assertMessageStates checks the changes of messages against the model:
+// each change applied once, and every text message deleted, edited and
+// reacted to as the model says.
+func assertMessageStates(t testing.TB, env *testenv.Env, g *workload.Generator) {
+	t.Helper()
+	ctx := testenv.Ctx(t, time.Minute)
+	var changes int
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM changes`).Scan(&changes))
+	require.Equal(t, g.Changes, changes, "each change applied exactly once")
+	if g.Changes > 0 {
+		t.Logf("%d changes of messages applied", g.Changes)
+	}
+	rows, err := env.Pool.Query(ctx, `SELECT m.conversation_id, m.seq, m.deleted, m.edited_at IS NOT NULL, m.body,
+  coalesce((SELECT jsonb_object_agg(r.user_id::text, r.emoji) FROM reactions r WHERE r.conversation_id = m.conversation_id AND r.seq = m.seq), '{}')
+FROM messages m WHERE m.kind = 'text'`)
+	require.NoError(t, err)
+	got := map[[2]int64]workload.MessageState{}
+	for rows.Next() {
+		var c, s int64
+		var st workload.MessageState
+		var body string
+		var reactions map[string]string
+		require.NoError(t, rows.Scan(&c, &s, &st.Deleted, &st.Edited, &body, &reactions))
+		if st.Deleted {
+			require.Empty(t, body, "conversation %d seq %d is deleted and keeps no body", c, s)
+			st.Edited = false
+		}
+		for u, e := range reactions {
+			if st.Reactions == nil {
+				st.Reactions = map[int64]string{}
+			}
+			var id int64
+			_, err := fmt.Sscan(u, &id)
+			require.NoError(t, err)
+			st.Reactions[id] = e
+		}
+		got[[2]int64{c, s}] = st
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, g.Messages(), got, "every message's state is the model's")
 }

@@ -25,7 +25,8 @@ import (
 func TestRandomWorkloadWithDuplicates(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Partitions: 8})
 	env.StartFanout(t)
-	g := workload.New(workload.Config{Seed: 1, Users: 1000, Conversations: 200})
+	g := workload.New(workload.Config{Seed: 1, Users: 1000, Conversations: 200,
+		EditPct: 3, DeletePct: 2, ReactPct: 6, UnreactPct: 2, ReplyPct: 10})
 	evs := generate(g, 20000)
 	// In chunks, so that batches see membership change mid-stream.
 	for i := 0; i < len(evs); i += 2500 {
@@ -42,7 +43,8 @@ func TestRandomWorkloadWithDuplicates(t *testing.T) {
 // times, and restarted each time.
 func TestFanoutKilledHard(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Partitions: 6})
-	g := workload.New(workload.Config{Seed: 2, Users: 1000, Conversations: 200})
+	g := workload.New(workload.Config{Seed: 2, Users: 1000, Conversations: 200,
+		EditPct: 3, DeletePct: 2, ReactPct: 6, UnreactPct: 2, ReplyPct: 10})
 	// Enough paced work to outlast the kills: the fanout applies a poll in
 	// concurrent transactions and catches up quickly after each restart.
 	evs := generate(g, 32000)
@@ -95,7 +97,7 @@ func TestTwoFanoutsRebalance(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Partitions: 8})
 	// Few users, so that nearly every batch of both processes touches the
 	// same users.
-	g := workload.New(workload.Config{Seed: 3, Users: 60, Conversations: 100})
+	g := workload.New(workload.Config{Seed: 3, Users: 60, Conversations: 100, EditPct: 2, DeletePct: 1, ReactPct: 4, UnreactPct: 1})
 	evs := generate(g, 16000)
 	base := []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
 		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=pair", "INBOXD_SESSION_TIMEOUT=6s",

@@ -27,6 +27,11 @@ type Config struct {
 	NoChurn bool
 	// BodyBytes of each message [16].
 	BodyBytes int
+	// Changes of messages, in percent of the operations (0 by default):
+	// edits and deletes of the member's own messages, reactions added and
+	// removed on messages the member can see, and sends that reply to one.
+	// All of them are valid: none is rejected.
+	EditPct, DeletePct, ReactPct, UnreactPct, ReplyPct int
 }
 
 func (c *Config) setDefaults() {
@@ -56,6 +61,17 @@ type conv struct {
 	id      int64
 	members []int64
 	seq     int64
+	joined  map[int64]int64 // member -> the seq its span began
+	texts   []text          // its text messages
+}
+
+// text is a text message of the model: who sent it, whether it is deleted,
+// and who reacted with what.
+type text struct {
+	seq, sender int64
+	deleted     bool
+	edited      bool
+	reactions   map[int64]string
 }
 
 // Generator produces events; Expect says what they project to.
@@ -68,6 +84,7 @@ type Generator struct {
 	// Expectations.
 	Rejected int // events that must be rejected (non-member sends)
 	Sends    int // accepted message.sent events
+	Changes  int // message changes (all applied)
 	Events   int // events generated
 	LastSeq  map[int64]int64
 }
@@ -103,10 +120,11 @@ func (g *Generator) Next() *events.Event {
 		id := g.cfg.FirstConvID + int64(g.next)
 		g.next++
 		n := g.cfg.MinMembers + g.rnd.IntN(g.cfg.MaxMembers-g.cfg.MinMembers+1)
-		c := &conv{id: id}
+		c := &conv{id: id, joined: map[int64]int64{}}
 		for len(c.members) < n {
 			if u := g.user(); !c.has(u) {
 				c.members = append(c.members, u)
+				c.joined[u] = 1
 			}
 		}
 		g.convs = append(g.convs, c)
@@ -131,6 +149,7 @@ func (g *Generator) Next() *events.Event {
 		e.UserID = u
 		c.members = append(c.members, u)
 		c.seq++
+		c.joined[u] = c.seq
 		g.LastSeq[c.id] = c.seq
 		return e
 	case p < cut+g.cfg.RemovePct:
@@ -140,6 +159,7 @@ func (g *Generator) Next() *events.Event {
 		i := g.rnd.IntN(len(c.members))
 		e := events.New(events.MemberRemoved, c.id, member)
 		e.UserID = c.members[i]
+		delete(c.joined, e.UserID)
 		c.members = append(c.members[:i], c.members[i+1:]...)
 		c.seq++
 		g.LastSeq[c.id] = c.seq
@@ -166,13 +186,103 @@ func (g *Generator) Next() *events.Event {
 		g.Rejected++
 		return e
 	}
+	if e := g.change(c, member, p-(cut+g.cfg.RemovePct+g.cfg.PinPct+g.cfg.ReadPct+g.cfg.StrangerPct)); e != nil {
+		g.Changes++
+		return e
+	}
 	e := events.New(events.MessageSent, c.id, member)
 	e.MsgID = uuid.NewString()
 	e.Body = &g.body
+	if g.rnd.IntN(100) < g.cfg.ReplyPct {
+		if t := g.visible(c, member); t != nil {
+			e.ReplyTo = t.seq
+		}
+	}
 	c.seq++
+	c.texts = append(c.texts, text{seq: c.seq, sender: member})
 	g.LastSeq[c.id] = c.seq
 	g.Sends++
 	return e
+}
+
+// emoji are the reactions of the workloads.
+var emoji = []string{"👍", "🎉", "❤️", "😂", "👀"}
+
+// change returns a change of a message by member when p falls in the
+// changes' shares and one applies, else nil (a plain send then).
+func (g *Generator) change(c *conv, member int64, p int) *events.Event {
+	var typ string
+	switch cut := 0; {
+	case p < cut+g.cfg.EditPct:
+		typ = events.MessageEdited
+	case p < cut+g.cfg.EditPct+g.cfg.DeletePct:
+		typ = events.MessageDeleted
+	case p < cut+g.cfg.EditPct+g.cfg.DeletePct+g.cfg.ReactPct:
+		typ = events.ReactionAdded
+	case p < cut+g.cfg.EditPct+g.cfg.DeletePct+g.cfg.ReactPct+g.cfg.UnreactPct:
+		typ = events.ReactionRemoved
+	default:
+		return nil
+	}
+	var t *text
+	if typ == events.MessageEdited || typ == events.MessageDeleted {
+		t = g.own(c, member)
+	} else {
+		t = g.visible(c, member)
+	}
+	if t == nil {
+		return nil
+	}
+	e := events.New(typ, c.id, member)
+	e.ChangeID, e.Seq = uuid.NewString(), t.seq
+	switch typ {
+	case events.MessageEdited:
+		body := g.body + " (edited)"
+		e.Body = &body
+		t.edited = true
+	case events.MessageDeleted:
+		t.deleted, t.reactions = true, nil
+	case events.ReactionAdded:
+		e.Emoji = emoji[g.rnd.IntN(len(emoji))]
+		if t.reactions == nil {
+			t.reactions = map[int64]string{}
+		}
+		t.reactions[member] = e.Emoji
+	case events.ReactionRemoved:
+		delete(t.reactions, member)
+	}
+	return e
+}
+
+// own returns a random undeleted text message member sent (and can still
+// see), or nil.
+func (g *Generator) own(c *conv, member int64) *text {
+	var mine []*text
+	for i := range c.texts {
+		t := &c.texts[i]
+		if t.sender == member && !t.deleted && t.seq >= c.joined[member] {
+			mine = append(mine, t)
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	return mine[g.rnd.IntN(len(mine))]
+}
+
+// visible returns a random undeleted text message member can see, or nil.
+func (g *Generator) visible(c *conv, member int64) *text {
+	lo := c.joined[member]
+	var seen []*text
+	for i := range c.texts {
+		if t := &c.texts[i]; t.seq >= lo && !t.deleted {
+			seen = append(seen, t)
+		}
+	}
+	if len(seen) == 0 {
+		return nil
+	}
+	return seen[g.rnd.IntN(len(seen))]
 }
 
 // Members returns the current members of a conversation (by the model).
@@ -183,4 +293,35 @@ func (g *Generator) Members(convID int64) []int64 {
 		}
 	}
 	return nil
+}
+
+// MessageState is the model's final state of a text message.
+type MessageState struct {
+	Deleted, Edited bool
+	Reactions       map[int64]string // user -> emoji; nil when none
+}
+
+// Messages returns the final state of every text message of the model by
+// (conversation, seq).
+func (g *Generator) Messages() map[[2]int64]MessageState {
+	out := map[[2]int64]MessageState{}
+	for _, c := range g.convs {
+		for _, t := range c.texts {
+			st := MessageState{Deleted: t.deleted, Edited: t.edited && !t.deleted}
+			if len(t.reactions) > 0 {
+				st.Reactions = t.reactions
+			}
+			out[[2]int64{c.id, t.seq}] = st
+		}
+	}
+	return out
+}
+
+// IsChange says whether e is a change of a message.
+func IsChange(e *events.Event) bool {
+	switch e.Type {
+	case events.MessageEdited, events.MessageDeleted, events.ReactionAdded, events.ReactionRemoved:
+		return true
+	}
+	return false
 }

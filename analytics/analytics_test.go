@@ -30,7 +30,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestBesideFanout(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Partitions: 8})
 	env.StartFanout(t)
-	g := workload.New(workload.Config{Seed: 11, Users: 300, Conversations: 150})
+	g := workload.New(workload.Config{Seed: 11, Users: 300, Conversations: 150, EditPct: 3, DeletePct: 2, ReactPct: 5, UnreactPct: 2})
 	evs, fans := generate(g, 4000)
 	want := expectOf(evs, fans)
 	require.Equal(t, int64(g.Sends+g.Rejected), want.messages)
@@ -63,6 +63,10 @@ func TestBesideFanout(t *testing.T) {
 	require.Equal(t, 150, got.Conversations)
 	require.Equal(t, float64(want.messages), metric(t, reg, "inboxd_analytics_messages_total", nil))
 	require.Equal(t, float64(want.events[events.MemberAdded]), metric(t, reg, "inboxd_analytics_events_total", map[string]string{"type": events.MemberAdded}))
+	for _, typ := range []string{events.MessageEdited, events.MessageDeleted, events.ReactionAdded, events.ReactionRemoved} {
+		require.Positive(t, want.events[typ], "the workload has %s", typ)
+		require.Equal(t, float64(want.events[typ]), metric(t, reg, "inboxd_analytics_events_total", map[string]string{"type": typ}), typ)
+	}
 	require.Equal(t, float64(want.messages), metric(t, reg, "inboxd_analytics_fanout_size", nil))
 	require.Equal(t, float64(want.top[0].Messages), metric(t, reg, "inboxd_analytics_top_sender_messages", map[string]string{"rank": "1"}))
 

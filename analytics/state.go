@@ -18,7 +18,8 @@ const TypeUnknown = "unknown"
 // Types lists the label values of events_total, in table order.
 func Types() []string {
 	return []string{events.ConversationCreated, events.MemberAdded, events.MemberRemoved,
-		events.MessageSent, events.RecordUpdated, events.ReadUpdated, TypeUnknown}
+		events.MessageSent, events.RecordUpdated, events.ReadUpdated,
+		events.MessageEdited, events.MessageDeleted, events.ReactionAdded, events.ReactionRemoved, TypeUnknown}
 }
 
 // errHeaderMismatch is the reason of a record whose body is another type
@@ -38,7 +39,8 @@ func headerType(hs []kgo.RecordHeader) string {
 		}
 		switch t := string(h.Value); t {
 		case events.ConversationCreated, events.MemberAdded, events.MemberRemoved,
-			events.MessageSent, events.RecordUpdated, events.ReadUpdated:
+			events.MessageSent, events.RecordUpdated, events.ReadUpdated,
+			events.MessageEdited, events.MessageDeleted, events.ReactionAdded, events.ReactionRemoved:
 			return t
 		}
 		return TypeUnknown

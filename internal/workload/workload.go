@@ -213,6 +213,8 @@ var emoji = []string{"👍", "🎉", "❤️", "😂", "👀"}
 func (g *Generator) change(c *conv, member int64, p int) *events.Event {
 	var typ string
 	switch cut := 0; {
+	case p < 0:
+		return nil // an earlier operation that did not apply: a send
 	case p < cut+g.cfg.EditPct:
 		typ = events.MessageEdited
 	case p < cut+g.cfg.EditPct+g.cfg.DeletePct:

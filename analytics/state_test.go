@@ -137,6 +137,7 @@ func TestHeaderFilterAndInvalid(t *testing.T) {
 	require.Equal(t, map[string]int64{
 		events.ConversationCreated: 1, events.MemberAdded: 0, events.MemberRemoved: 0,
 		events.MessageSent: 3, events.RecordUpdated: 1, events.ReadUpdated: 1, TypeUnknown: 2,
+		events.MessageEdited: 0, events.MessageDeleted: 0, events.ReactionAdded: 0, events.ReactionRemoved: 0,
 	}, got.Events)
 }
 

@@ -38,8 +38,8 @@ var profiles = map[string]bool{"monitoring": true}
 //     interpolation with a random INBOXD_AUTH_SECRET);
 //   - every service of the default set and of the monitoring profile runs at
 //     its replica count, each instance with its service's command and
-//     environment, its hostnames and ports mapped to 127.0.0.1 (topology.go
-//     says how, images_test.go how each image runs here): PostgreSQL, the
+//     environment, its hostnames and ports mapped to 127.0.0.1
+//     (topology_test.go says how, images_test.go how each image runs here): PostgreSQL, the
 //     migrate job (which must exit 0), three KRaft brokers of the file's
 //     Apache Kafka version, fanout and gateway, HAProxy with deploy/haproxy.cfg,
 //     Prometheus with deploy/prometheus.yml;
@@ -343,9 +343,14 @@ func (tp *topology) waitHealthy(ctx context.Context, in *instance, logf func(str
 		budget = 90 * time.Second
 	}
 	t0 := time.Now()
+	lastLog := t0
 	var out string
 	for attempt := 1; ; attempt++ {
 		out, err = tp.healthOnce(ctx, in)
+		if err != nil && time.Since(lastLog) > 20*time.Second {
+			lastLog = time.Now()
+			logf("health check of %s still failing (attempt %d, %.0fs of %v): %v %s", in.name, attempt, time.Since(t0).Seconds(), budget, err, strings.TrimSpace(out))
+		}
 		if err == nil {
 			logf("health check of %s passed (attempt %d, %.1fs): %s", in.name, attempt, time.Since(t0).Seconds(), strings.Join(hc.Test, " "))
 			return nil
@@ -364,47 +369,67 @@ func (tp *topology) waitHealthy(ctx context.Context, in *instance, logf func(str
 	}
 }
 
-// stopAll stops the topology as compose down does: dependents first (the
-// reverse of the start order), the replicas of a service together.
+// stopAll stops the topology as compose down does: a service after the
+// services that depend on it, independent ones and the replicas of one
+// together.
 func stopAll(t *testing.T, tp *topology, ps *procs, logf func(string, ...any)) {
-	list := ps.all()
 	byService := map[string][]*proc{}
-	var order []string
-	for _, p := range list {
-		svc := p.svc.name
-		if byService[svc] == nil {
-			order = append(order, svc)
-		}
-		byService[svc] = append(byService[svc], p)
+	for _, p := range ps.all() {
+		byService[p.svc.name] = append(byService[p.svc.name], p)
 	}
-	for i := len(order) - 1; i >= 0; i-- {
-		svc := tp.file.Services[order[i]]
-		grace, err := duration(svc.StopGracePeriod, 10*time.Second)
-		if err != nil {
-			t.Errorf("%s: stop_grace_period: %v", svc.name, err)
+	// level: 0 for a service without dependencies, else one more than the
+	// highest of its dependencies; stopped from the highest level down.
+	level := map[string]int{}
+	var levelOf func(name string) int
+	levelOf = func(name string) int {
+		if l, ok := level[name]; ok {
+			return l
 		}
+		level[name] = 0
+		l := 0
+		for dep := range tp.file.Services[name].DependsOn {
+			l = max(l, levelOf(dep)+1)
+		}
+		level[name] = l
+		return l
+	}
+	top := 0
+	for name := range byService {
+		top = max(top, levelOf(name))
+	}
+	for l := top; l >= 0; l-- {
 		var wg sync.WaitGroup
-		for _, p := range byService[order[i]] {
-			if p.exited() {
+		for name, list := range byService {
+			if level[name] != l {
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				t0 := time.Now()
-				err, killed := p.terminate(grace)
-				took := time.Since(t0).Round(10 * time.Millisecond)
-				switch {
-				case svc.repo() != "inboxd":
-					logf("stopped %s (%v)", p.name, took)
-				case killed:
-					t.Errorf("%s did not exit within its stop_grace_period %v after SIGTERM:\n%s", p.name, grace, p.tail(20))
-				case err != nil && !t.Failed():
-					t.Errorf("%s exited with %v after SIGTERM:\n%s", p.name, err, p.tail(20))
-				default:
-					logf("stopped %s: exit 0 %v after SIGTERM", p.name, took)
+			svc := tp.file.Services[name]
+			grace, err := duration(svc.StopGracePeriod, 10*time.Second)
+			if err != nil {
+				t.Errorf("%s: stop_grace_period: %v", name, err)
+			}
+			for _, p := range list {
+				if p.exited() {
+					continue
 				}
-			}()
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					t0 := time.Now()
+					err, killed := p.terminate(grace)
+					took := time.Since(t0).Round(10 * time.Millisecond)
+					switch {
+					case svc.repo() != "inboxd":
+						logf("stopped %s (%v)", p.name, took)
+					case killed:
+						t.Errorf("%s did not exit within its stop_grace_period %v after SIGTERM:\n%s", p.name, grace, p.tail(20))
+					case err != nil && !t.Failed():
+						t.Errorf("%s exited with %v after SIGTERM:\n%s", p.name, err, p.tail(20))
+					default:
+						logf("stopped %s: exit 0 %v after SIGTERM", p.name, took)
+					}
+				}()
+			}
 		}
 		wg.Wait()
 	}

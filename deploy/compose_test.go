@@ -67,7 +67,7 @@ func TestComposeTopology(t *testing.T) {
 		if mode == "required" {
 			t.Fatalf("%s=required: "+format, append([]any{EnvMode}, args...)...)
 		}
-		t.Skipf(format+" (make test-compose installs or requires it)", args...)
+		t.Skipf(format+" (.ci/run installs it; make test-compose requires it)", args...)
 	}
 	if testing.Short() {
 		need("-short: the topology takes minutes")
@@ -204,9 +204,9 @@ func TestComposeTopology(t *testing.T) {
 	}
 	logf("every service is up and every health check passed")
 
-	checkPostgresCommand(t, ctx, tp)
+	checkPostgresCommand(t, ctx, tp, logf)
 	heldPoll := checkTraffic(t, ctx, tp, vars["INBOXD_AUTH_SECRET"], logf)
-	checkMonitoring(t, ctx, tp, tl, composeDir, logf)
+	checkMonitoring(t, ctx, tp, composeDir, logf)
 	heldPoll()
 
 	if err := context.Cause(ctx); err != nil {

@@ -21,7 +21,7 @@ import (
 // configured with, all up, and loaded every alert rule group; Grafana (not
 // run) is provisioned with files that exist and a data source that is the
 // file's Prometheus.
-func checkMonitoring(t *testing.T, ctx context.Context, tp *topology, tl *tools, composeDir string, logf func(string, ...any)) {
+func checkMonitoring(t *testing.T, ctx context.Context, tp *topology, composeDir string, logf func(string, ...any)) {
 	proms := byCommand(tp, "prom/prometheus", "")
 	require.Len(t, proms, 1, "the monitoring profile runs one Prometheus")
 	prom := proms[0]

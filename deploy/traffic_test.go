@@ -305,7 +305,7 @@ func checkBackendsUp(t *testing.T, ctx context.Context, lb *instance, want int, 
 
 // checkPostgresCommand: the server runs with the compose command's
 // settings (-c name=value), not the defaults.
-func checkPostgresCommand(t *testing.T, ctx context.Context, tp *topology) {
+func checkPostgresCommand(t *testing.T, ctx context.Context, tp *topology, logf func(string, ...any)) {
 	for _, in := range byCommand(tp, "postgres", "") {
 		env := in.svc.Environment
 		a, err := in.addr(5432)
@@ -320,6 +320,7 @@ func checkPostgresCommand(t *testing.T, ctx context.Context, tp *topology) {
 			var got string
 			require.NoError(t, c.QueryRow(ctx, "SELECT current_setting($1)", k).Scan(&got))
 			require.Equal(t, v, got, "%s from the compose command", k)
+			logf("%s runs with %s=%s, from its command", in.name, k, got)
 		}
 		c.Close(ctx)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -207,11 +208,11 @@ func (c *tokenCache) put(tok string, user int64, exp time.Time) {
 func (g *Gateway) authenticate(r *http.Request) (int64, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return 0, unauthorized("missing bearer token")
+		return 0, apierr.Unauthorized("missing bearer token")
 	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return 0, unauthorized("authorization is not a bearer token")
+		return 0, apierr.Unauthorized("authorization is not a bearer token")
 	}
 	tok = strings.TrimSpace(tok)
 	if u, ok := g.tokens.get(tok, time.Now()); ok {
@@ -238,13 +239,13 @@ func (g *Gateway) handleDevToken(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.UserID <= 0 {
-		return badRequest("user_id must be a positive integer")
+		return apierr.BadRequest("user_id must be a positive integer")
 	}
 	tok, err := IssueToken(g.cfg.AuthSecret, req.UserID, g.cfg.DevTokenTTL)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, protocol.DevToken{Token: tok, UserID: req.UserID,
+	apierr.WriteJSON(w, http.StatusOK, protocol.DevToken{Token: tok, UserID: req.UserID,
 		ExpiresAt: time.Now().Add(g.cfg.DevTokenTTL).UTC().Truncate(time.Second)})
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
 	"github.com/inboxd/inboxd/producer"
 )
 
@@ -36,8 +37,8 @@ type Gateway struct {
 
 	promHandler http.Handler
 
-	sendLimits *limiters
-	syncLimits *limiters
+	sendLimits *ratelimit.Limiters
+	syncLimits *ratelimit.Limiters
 
 	ws        *WebSocket    // GET /v1/ws, run by Listen
 	held      atomic.Int64  // long-polls currently held
@@ -60,8 +61,8 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		pool:       pool,
 		prod:       prod,
 		log:        cfg.Logger,
-		sendLimits: newLimiters(cfg.SendRate, cfg.SendBurst),
-		syncLimits: newLimiters(cfg.SyncRate, cfg.SyncBurst),
+		sendLimits: ratelimit.New(cfg.SendRate, cfg.SendBurst),
+		syncLimits: ratelimit.New(cfg.SyncRate, cfg.SyncBurst),
 		draining:   make(chan struct{}),
 	}
 	m, err := newMetrics(cfg.Registerer,

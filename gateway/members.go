@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -18,18 +20,18 @@ func (g *Gateway) appendEvent(ctx context.Context, e *events.Event) error {
 	defer cancel()
 	if _, err := g.prod.Append(actx, e); err != nil {
 		if ctx.Err() != nil {
-			return errClientGone
+			return apierr.ErrClientGone
 		}
 		if errors.Is(err, events.ErrInvalid) {
 			return err
 		}
-		return unavailable("appending to the log failed, try again", time.Second, err)
+		return apierr.Unavailable("appending to the log failed, try again", time.Second, err)
 	}
 	return nil
 }
 
 func writeAccepted(w http.ResponseWriter) {
-	writeJSON(w, http.StatusAccepted, protocol.Accepted{Status: protocol.StatusAccepted})
+	apierr.WriteJSON(w, http.StatusAccepted, protocol.Accepted{Status: protocol.StatusAccepted})
 }
 
 const (
@@ -53,17 +55,17 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(req.Title) > DefaultMaxTitle || !utf8.ValidString(req.Title) {
-		return badRequest("title must be UTF-8 of at most %d bytes", DefaultMaxTitle)
+		return apierr.BadRequest("title must be UTF-8 of at most %d bytes", DefaultMaxTitle)
 	}
-	if err := checkText("title", req.Title); err != nil {
+	if err := input.CheckText("title", req.Title); err != nil {
 		return err
 	}
 	if len(req.Members) > g.cfg.MaxMembers {
-		return badRequest("at most %d members", g.cfg.MaxMembers)
+		return apierr.BadRequest("at most %d members", g.cfg.MaxMembers)
 	}
 	for _, m := range req.Members {
 		if m <= 0 {
-			return badRequest("members must be positive user ids")
+			return apierr.BadRequest("members must be positive user ids")
 		}
 	}
 	var cid int64
@@ -88,10 +90,10 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	if rejected {
 		// Only possible if the sequence fell behind the log (a restore
 		// without replay's setval): a retry allocates a fresh id.
-		return unavailable("conversation id already taken, retry", time.Second,
+		return apierr.Unavailable("conversation id already taken, retry", time.Second,
 			fmt.Errorf("conversation.created %d refused: id exists", cid))
 	}
-	writeJSON(w, http.StatusCreated, protocol.ConversationCreated{ConversationID: cid})
+	apierr.WriteJSON(w, http.StatusCreated, protocol.ConversationCreated{ConversationID: cid})
 	return nil
 }
 
@@ -111,7 +113,7 @@ func (g *Gateway) waitProjected(ctx context.Context, sub *subscription, done fun
 		case <-g.draining:
 			return nil
 		case <-ctx.Done():
-			return errClientGone
+			return apierr.ErrClientGone
 		}
 	}
 }
@@ -132,7 +134,7 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	if req.UserID <= 0 {
-		return badRequest("user_id must be a positive integer")
+		return apierr.BadRequest("user_id must be a positive integer")
 	}
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
@@ -236,7 +238,7 @@ func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Pinned == nil && req.Muted == nil {
-		return badRequest("give pinned and/or muted")
+		return apierr.BadRequest("give pinned and/or muted")
 	}
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
@@ -288,7 +290,7 @@ func (g *Gateway) handleRead(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Seq == nil || *req.Seq < 0 {
-		return badRequest("seq must be a non-negative integer")
+		return apierr.BadRequest("seq must be a non-negative integer")
 	}
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -58,10 +60,10 @@ func (g *Gateway) requireMember(ctx context.Context, user, cid int64) error {
 		return fmt.Errorf("membership of user %d in %d: %w", user, cid, err)
 	}
 	if !exists {
-		return notFound("conversation %d does not exist", cid)
+		return apierr.NotFound("conversation %d does not exist", cid)
 	}
 	if !member {
-		return notMember("user %d is not a member of conversation %d", user, cid)
+		return apierr.NotMember("user %d is not a member of conversation %d", user, cid)
 	}
 	return nil
 }
@@ -70,7 +72,7 @@ func (g *Gateway) requireMember(ctx context.Context, user, cid int64) error {
 // the same sender and conversation, else a 400 (the id is taken).
 func sameMessage(m *protocol.Message, user, cid int64) error {
 	if m.SenderID != user || m.ConversationID != cid || m.Kind != protocol.MessageText {
-		return badRequest("msg_id %s is already used by another message", m.MsgID)
+		return apierr.BadRequest("msg_id %s is already used by another message", m.MsgID)
 	}
 	return nil
 }
@@ -79,7 +81,7 @@ func sameMessage(m *protocol.Message, user, cid int64) error {
 // refused for good (it went to the DLQ): permanent, so a 400, and the same
 // for every retry of the msg_id.
 func deadLetteredSend(msgID string) *Error {
-	return badRequest("message %s was refused by the projection (dead-lettered) and will not be delivered; do not retry it", msgID)
+	return apierr.BadRequest("message %s was refused by the projection (dead-lettered) and will not be delivered; do not retry it", msgID)
 }
 
 // send appends a message.sent and waits up to AckWait for its projection.
@@ -93,12 +95,12 @@ func deadLetteredSend(msgID string) *Error {
 // the wait.
 func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string) (*sendResult, error) {
 	if len(body) > g.cfg.MaxBody {
-		return nil, tooLarge("body is %d bytes, over the limit of %d", len(body), g.cfg.MaxBody)
+		return nil, apierr.TooLarge("body is %d bytes, over the limit of %d", len(body), g.cfg.MaxBody)
 	}
 	if body == "" {
-		return nil, badRequest("body must not be empty")
+		return nil, apierr.BadRequest("body must not be empty")
 	}
-	if err := checkText("body", body); err != nil {
+	if err := input.CheckText("body", body); err != nil {
 		return nil, err
 	}
 	e := events.New(events.MessageSent, cid, user)
@@ -144,10 +146,10 @@ func (g *Gateway) checkSend(ctx context.Context, user, cid int64, msgID string) 
 		return nil, deadLetteredSend(msgID)
 	}
 	if !exists {
-		return nil, notFound("conversation %d does not exist", cid)
+		return nil, apierr.NotFound("conversation %d does not exist", cid)
 	}
 	if !member {
-		return nil, notMember("user %d is not a member of conversation %d", user, cid)
+		return nil, apierr.NotMember("user %d is not a member of conversation %d", user, cid)
 	}
 	if m != nil {
 		return nil, sameMessage(m, user, cid)
@@ -172,7 +174,7 @@ func (g *Gateway) awaitSend(ctx context.Context, e *events.Event, ack, rej *subs
 		case <-g.draining:
 			last = true
 		case <-ctx.Done():
-			return nil, errClientGone
+			return nil, apierr.ErrClientGone
 		}
 		if seq := ack.seq.Load(); seq > 0 {
 			return g.projectedSend(e, seq), nil
@@ -229,11 +231,11 @@ func (g *Gateway) sendOutcome(ctx context.Context, e *events.Event, ack *subscri
 	g.metrics.sends.WithLabelValues("rejected").Inc()
 	switch *reason {
 	case projection.ReasonNoConversation:
-		return nil, notFound("conversation %d does not exist", cid)
+		return nil, apierr.NotFound("conversation %d does not exist", cid)
 	case projection.ReasonDeadLetter:
 		return nil, deadLetteredSend(msgID)
 	}
-	return nil, notMember("user %d is not a member of conversation %d at the message's log position", user, cid)
+	return nil, apierr.NotMember("user %d is not a member of conversation %d at the message's log position", user, cid)
 }
 
 // handleSend is POST /v1/conversations/{cid}/messages.
@@ -248,25 +250,25 @@ func (g *Gateway) handleSend(w http.ResponseWriter, r *http.Request) error {
 	}
 	msgID := req.MsgID
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
-		k, err := parseMsgID(key)
+		k, err := input.ParseMsgID(key)
 		if err != nil {
-			return badRequest("Idempotency-Key must be a uuid")
+			return apierr.BadRequest("Idempotency-Key must be a uuid")
 		}
 		if msgID != "" {
-			m, err := parseMsgID(msgID)
+			m, err := input.ParseMsgID(msgID)
 			if err != nil {
 				return err
 			}
 			if m != k {
-				return badRequest("msg_id and Idempotency-Key differ")
+				return apierr.BadRequest("msg_id and Idempotency-Key differ")
 			}
 		}
 		msgID = k
 	}
 	if msgID == "" {
-		return badRequest("msg_id (or the Idempotency-Key header) is required")
+		return apierr.BadRequest("msg_id (or the Idempotency-Key header) is required")
 	}
-	if msgID, err = parseMsgID(msgID); err != nil {
+	if msgID, err = input.ParseMsgID(msgID); err != nil {
 		return err
 	}
 	res, err := g.send(r.Context(), userFrom(r.Context()), cid, msgID, req.Body)
@@ -275,11 +277,11 @@ func (g *Gateway) handleSend(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch res.status {
 	case sendProjected:
-		writeJSON(w, http.StatusCreated, res.message)
+		apierr.WriteJSON(w, http.StatusCreated, res.message)
 	case sendDuplicate:
-		writeJSON(w, http.StatusOK, res.message)
+		apierr.WriteJSON(w, http.StatusOK, res.message)
 	default:
-		writeJSON(w, http.StatusAccepted, protocol.SendPending{MsgID: res.msgID, Status: protocol.StatusPending})
+		apierr.WriteJSON(w, http.StatusAccepted, protocol.SendPending{MsgID: res.msgID, Status: protocol.StatusPending})
 	}
 	return nil
 }
@@ -310,10 +312,10 @@ func (g *Gateway) history(ctx context.Context, user, cid, before int64, limit in
 		return nil, false, fmt.Errorf("membership of user %d in %d: %w", user, cid, err)
 	}
 	if !exists {
-		return nil, false, notFound("conversation %d does not exist", cid)
+		return nil, false, apierr.NotFound("conversation %d does not exist", cid)
 	}
 	if !member {
-		return nil, false, notMember("user %d was never a member of conversation %d", user, cid)
+		return nil, false, apierr.NotMember("user %d was never a member of conversation %d", user, cid)
 	}
 	rows, err := g.pool.Query(ctx, sqlHistory, cid, user, before, limit+1)
 	if err != nil {
@@ -361,6 +363,6 @@ func (g *Gateway) handleHistory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, protocol.History{Messages: msgs, HasMore: more})
+	apierr.WriteJSON(w, http.StatusOK, protocol.History{Messages: msgs, HasMore: more})
 	return nil
 }

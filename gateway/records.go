@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -54,7 +55,7 @@ func (t pageToken) String() string {
 }
 
 func parsePageToken(s string) (*pageToken, error) {
-	bad := badRequest("page is not a next_page value of this API nor a page number")
+	bad := apierr.BadRequest("page is not a next_page value of this API nor a page number")
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil && len(s) <= 7 {
 		if n < 1 {
 			return nil, bad
@@ -186,13 +187,13 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
 	}
 	if vs, ok := q["page"]; ok {
 		if len(vs) != 1 {
-			return badRequest("parameter page given more than once")
+			return apierr.BadRequest("parameter page given more than once")
 		}
 		if p.page, err = parsePageToken(vs[0]); err != nil {
 			return err
 		}
 		if p.hasSince && !p.page.byVersion && p.page.number == 0 {
-			return badRequest("page belongs to a list without since_version")
+			return apierr.BadRequest("page belongs to a list without since_version")
 		}
 	}
 	// The head (and record version) before the list: a change committed
@@ -204,6 +205,6 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
 	if resp.Conversations, resp.NextPage, err = g.listRecords(ctx, user, p); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, resp)
+	apierr.WriteJSON(w, http.StatusOK, resp)
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -76,7 +78,7 @@ func (g *Gateway) buildHandler() (http.Handler, error) {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n := headerSize(r); n > g.cfg.MaxHeaderBytes {
 			w.Header().Set("Connection", "close")
-			g.writeError(w, r, headerTooLarge(n, g.cfg.MaxHeaderBytes))
+			g.writeError(w, r, apierr.HeaderTooLarge(n, g.cfg.MaxHeaderBytes))
 			return
 		}
 		if _, pattern := mux.Handler(r); pattern == "" {
@@ -139,7 +141,7 @@ func (g *Gateway) writeUnmatched(mux *http.ServeMux, w http.ResponseWriter, r *h
 	if probe.code == http.StatusMethodNotAllowed {
 		allow := probe.header.Get("Allow")
 		w.Header().Set("Allow", allow)
-		writeJSON(w, http.StatusMethodNotAllowed, protocol.ErrorBody{Error: protocol.ErrorDetail{Code: protocol.CodeBadRequest,
+		apierr.WriteJSON(w, http.StatusMethodNotAllowed, protocol.ErrorBody{Error: protocol.ErrorDetail{Code: protocol.CodeBadRequest,
 			Message: "method " + r.Method + " not allowed here; allowed: " + allow}})
 		return
 	}
@@ -148,7 +150,7 @@ func (g *Gateway) writeUnmatched(mux *http.ServeMux, w http.ResponseWriter, r *h
 		w.WriteHeader(probe.code)
 		return
 	}
-	g.writeError(w, r, notFound("no endpoint %s %s", r.Method, r.URL.Path))
+	g.writeError(w, r, apierr.NotFound("no endpoint %s %s", r.Method, r.URL.Path))
 }
 
 // wrap adds authentication, rate limiting and error mapping to an API route.
@@ -162,7 +164,7 @@ func (g *Gateway) wrap(rt route) http.Handler {
 				return
 			}
 			r = r.WithContext(context.WithValue(r.Context(), userKey, user))
-			var lim *limiters
+			var lim *ratelimit.Limiters
 			switch rt.bucket {
 			case bucketSend:
 				lim = g.sendLimits
@@ -170,10 +172,10 @@ func (g *Gateway) wrap(rt route) http.Handler {
 				lim = g.syncLimits
 			}
 			if lim != nil {
-				st := lim.take(user, time.Now())
-				st.setHeaders(w.Header())
-				if !st.allowed {
-					g.writeError(w, r, rateLimited(st))
+				st := lim.Take(user, time.Now())
+				st.SetHeaders(w.Header())
+				if !st.Allowed() {
+					g.writeError(w, r, st.Err())
 					return
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -58,7 +59,7 @@ func (g *Gateway) readSync(ctx context.Context, user int64, p syncParams) (*sync
 		p.after < res.floor:
 		res.tooLong, res.entries = true, nil
 	case p.after > res.head:
-		return nil, badRequest("after %d is beyond the inbox head %d of epoch %d", p.after, res.head, res.epoch)
+		return nil, apierr.BadRequest("after %d is beyond the inbox head %d of epoch %d", p.after, res.head, res.epoch)
 	}
 	if n := len(res.entries); n > 0 {
 		res.hasMore = res.entries[n-1].InboxSeq < res.head
@@ -144,7 +145,7 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 		return g.writeSync(w, r, user, p, res, sub == nil)
 	}
 	if !g.acquireHold() {
-		return unavailable("too many held long-polls on this node, retry later", 2*time.Second, nil)
+		return apierr.Unavailable("too many held long-polls on this node, retry later", 2*time.Second, nil)
 	}
 	defer g.releaseHold()
 	timer := time.NewTimer(wait)
@@ -172,7 +173,7 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 			return g.writeSync(w, r, user, p, res, false)
 		case <-ctx.Done():
 			g.metrics.polls.WithLabelValues("gone").Inc()
-			return errClientGone
+			return apierr.ErrClientGone
 		}
 	}
 }
@@ -189,7 +190,7 @@ func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, 
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, ans)
+		apierr.WriteJSON(w, http.StatusOK, ans)
 		return nil
 	}
 	if allow304 && len(res.entries) == 0 && etagMatch(r.Header.Get("If-None-Match"), res.etag()) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -223,7 +224,7 @@ func (ws *WebSocket) heartbeatDelay() time.Duration {
 func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !websocket.IsWebSocketUpgrade(r) {
 		w.Header().Set("Upgrade", "websocket")
-		ws.g.writeError(w, r, badRequest("GET /v1/ws needs a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)"))
+		ws.g.writeError(w, r, apierr.BadRequest("GET /v1/ws needs a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)"))
 		return
 	}
 	ws.mu.Lock()
@@ -231,7 +232,7 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Not yet or no longer running: nothing would push to the
 		// session, and Run no longer waits for new ones.
 		ws.mu.Unlock()
-		ws.g.writeError(w, r, unavailable("WebSocket endpoint not running", time.Second, nil))
+		ws.g.writeError(w, r, apierr.Unavailable("WebSocket endpoint not running", time.Second, nil))
 		return
 	}
 	ws.conns.Add(1)
@@ -264,8 +265,8 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A connection costs a read token: reconnect storms are rate limited.
-	if st := ws.g.syncLimits.take(user, time.Now()); !st.allowed {
-		ws.reject(conn, protocol.CloseRateLimited, "rate limited", rateLimited(st))
+	if st := ws.g.syncLimits.Take(user, time.Now()); !st.Allowed() {
+		ws.reject(conn, protocol.CloseRateLimited, "rate limited", st.Err())
 		return
 	}
 	s, refusal := ws.register(conn, hj.nc, user)
@@ -295,7 +296,7 @@ func (ws *WebSocket) authenticate(r *http.Request) (int64, error) {
 	}
 	tok := r.URL.Query().Get("access_token")
 	if tok == "" {
-		return 0, unauthorized("missing bearer token (Authorization header or access_token parameter)")
+		return 0, apierr.Unauthorized("missing bearer token (Authorization header or access_token parameter)")
 	}
 	u, err := verifyToken(ws.g.cfg.AuthSecret, tok)
 	if err != nil {

@@ -1,6 +1,9 @@
 package gateway
 
-import "github.com/inboxd/inboxd/protocol"
+import (
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/protocol"
+)
 
 // How the gateway writes the frames of the WebSocket; the frames, their
 // type names and the close codes are declared in package protocol.
@@ -21,7 +24,7 @@ func encodeFrame(v any) []byte {
 
 // errorFrame is the error frame of err (an *Error or anything toError maps).
 func errorFrame(err error, msgID string) []byte {
-	e := toError(err)
+	e := apierr.From(err)
 	f := protocol.ErrorFrame{Type: protocol.FrameError, Code: e.Code, Message: e.Message, Retryable: e.Retryable, MsgID: msgID}
 	if e.RetryAfter > 0 {
 		f.RetryAfterMS = e.RetryAfter.Milliseconds()

@@ -12,6 +12,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -83,7 +85,7 @@ func (s *wsSession) handle(mt int, data []byte) {
 				return
 			case protocol.FrameSend:
 				// Name the send the error answers when its id is fine.
-				msgID, _ = parseMsgID(in.MsgID)
+				msgID, _ = input.ParseMsgID(in.MsgID)
 			}
 		}
 		s.pushControl(errorFrame(err, msgID), protocol.FrameError)
@@ -108,27 +110,27 @@ func (s *wsSession) handle(mt int, data []byte) {
 // decoded), so that a bad hello closes and a bad send names its msg_id.
 func decodeInbound(mt int, data []byte) (*protocol.ClientFrame, error) {
 	if mt != websocket.TextMessage {
-		return nil, badRequest("frames must be JSON text messages")
+		return nil, apierr.BadRequest("frames must be JSON text messages")
 	}
 	if !utf8.Valid(data) {
-		return nil, badRequest("frame is not valid UTF-8")
+		return nil, apierr.BadRequest("frame is not valid UTF-8")
 	}
 	var in protocol.ClientFrame
 	if err := json.Unmarshal(data, &in); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return &in, badRequest("%s", describeJSONError(err))
+			return &in, apierr.BadRequest("%s", input.DescribeJSONError(err))
 		}
-		return nil, badRequest("%s", describeJSONError(err))
+		return nil, apierr.BadRequest("%s", input.DescribeJSONError(err))
 	}
-	if err := checkJSONText(data); err != nil {
+	if err := input.CheckJSONText(data); err != nil {
 		return &in, err
 	}
 	switch in.Type {
 	case protocol.FrameHello, protocol.FrameSend, protocol.FramePing:
 		return &in, nil
 	}
-	return nil, badRequest("unknown frame type %q (hello, send, ping)", in.Type)
+	return nil, apierr.BadRequest("unknown frame type %q (hello, send, ping)", in.Type)
 }
 
 // refuseHello answers a hello that GET /v1/sync would answer with 400 (a
@@ -140,7 +142,7 @@ func (s *wsSession) refuseHello(err error) {
 	first := s.takeHelloLocked()
 	s.mu.Unlock()
 	if !first {
-		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), protocol.FrameError)
+		s.pushControl(errorFrame(apierr.BadRequest("hello was already received on this connection"), ""), protocol.FrameError)
 		return
 	}
 	s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(err, ""))
@@ -155,7 +157,7 @@ func (s *wsSession) hello(in *protocol.ClientFrame) {
 	first := s.takeHelloLocked()
 	s.mu.Unlock()
 	if !first {
-		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), protocol.FrameError)
+		s.pushControl(errorFrame(apierr.BadRequest("hello was already received on this connection"), ""), protocol.FrameError)
 		return
 	}
 	g, cfg := s.ws.g, &s.ws.cfg
@@ -165,13 +167,13 @@ func (s *wsSession) hello(in *protocol.ClientFrame) {
 	}
 	// The bounds and messages of GET /v1/sync's parameters (queryInt).
 	if p.after < 0 {
-		s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(badRequest("parameter after must be an integer in 0..%d", int64(math.MaxInt64)), ""))
+		s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(apierr.BadRequest("parameter after must be an integer in 0..%d", int64(math.MaxInt64)), ""))
 		return
 	}
 	if in.Epoch != nil {
 		p.epoch, p.hasEpoch = *in.Epoch, true
 		if p.epoch < 0 {
-			s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(badRequest("parameter epoch must be an integer in 0..%d", int64(math.MaxInt64)), ""))
+			s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(apierr.BadRequest("parameter epoch must be an integer in 0..%d", int64(math.MaxInt64)), ""))
 			return
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -18,24 +20,24 @@ func (s *wsSession) send(in *protocol.ClientFrame) {
 	g := s.ws.g
 	fail := func(err error, msgID string) { s.pushControl(errorFrame(err, msgID), protocol.FrameError) }
 	if in.MsgID == "" {
-		fail(badRequest("msg_id is required"), "")
+		fail(apierr.BadRequest("msg_id is required"), "")
 		return
 	}
-	msgID, err := parseMsgID(in.MsgID)
+	msgID, err := input.ParseMsgID(in.MsgID)
 	if err != nil {
 		fail(err, in.MsgID)
 		return
 	}
 	if in.ConversationID <= 0 {
-		fail(badRequest("conversation_id must be a positive integer id"), msgID)
+		fail(apierr.BadRequest("conversation_id must be a positive integer id"), msgID)
 		return
 	}
 	if in.Body == nil {
-		fail(badRequest("body is required"), msgID)
+		fail(apierr.BadRequest("body is required"), msgID)
 		return
 	}
-	if st := g.sendLimits.take(s.user, time.Now()); !st.allowed {
-		fail(rateLimited(st), msgID)
+	if st := g.sendLimits.Take(s.user, time.Now()); !st.Allowed() {
+		fail(st.Err(), msgID)
 		return
 	}
 	// A send slot: while MaxInflightSends run, the connection's next
@@ -67,15 +69,15 @@ func (s *wsSession) send(in *protocol.ClientFrame) {
 		res, err := g.send(ctx, s.user, cid, msgID, body)
 		switch {
 		case err != nil:
-			if errors.Is(err, errClientGone) || ctx.Err() != nil {
+			if errors.Is(err, apierr.ErrClientGone) || ctx.Err() != nil {
 				return
 			}
-			if e := toError(err); e.Code == protocol.CodeInternal || e.Err != nil {
+			if e := apierr.From(err); e.Code == protocol.CodeInternal || e.Err != nil {
 				s.logAt(slog.LevelWarn, "WebSocket send failed", "conversation_id", cid, "msg_id", msgID, "err", err)
 			}
 			fail(err, msgID)
 		case res.status == sendPending:
-			fail(unavailable("the message is appended but not projected yet; send it again with the same msg_id for its seq",
+			fail(apierr.Unavailable("the message is appended but not projected yet; send it again with the same msg_id for its seq",
 				time.Second, nil), msgID)
 		default:
 			s.pushControl(encodeFrame(protocol.SendAck{Type: protocol.FrameSendAck, MsgID: msgID, ConversationID: cid,

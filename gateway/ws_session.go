@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -157,7 +158,7 @@ func (s *wsSession) helloExpired() {
 	s.helloTimer = nil
 	s.mu.Unlock()
 	if !seen {
-		s.closeWith(protocol.CloseProtocol, "hello expected", errorFrame(badRequest("no hello within %v", s.ws.cfg.HelloTimeout), ""))
+		s.closeWith(protocol.CloseProtocol, "hello expected", errorFrame(apierr.BadRequest("no hello within %v", s.ws.cfg.HelloTimeout), ""))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -74,7 +75,7 @@ func FuzzWSInbound(f *testing.F) {
 		}
 		in, err := decodeInbound(mt, []byte(raw))
 		if err != nil {
-			require.Equal(t, protocol.CodeBadRequest, toError(err).Code)
+			require.Equal(t, protocol.CodeBadRequest, apierr.From(err).Code)
 			return
 		}
 		require.Contains(t, []string{"hello", "send", "ping"}, in.Type)

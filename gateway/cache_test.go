@@ -82,61 +82,6 @@ func TestHeadCacheForgetsWhileDeaf(t *testing.T) {
 	hear()
 }
 
-func TestHeadCacheUnit(t *testing.T) {
-	c := newHeadCache(1000)
-	gen := c.generation()
-	c.learn(gen, 1, 7, 10)
-	_, _, ok := c.get(1)
-	require.False(t, ok, "not valid before the LISTEN connection is up")
-
-	c.reset(true)
-	gen = c.generation()
-	c.learn(gen, 1, 7, 10)
-	ep, h, ok := c.get(1)
-	require.True(t, ok)
-	require.Equal(t, [2]int64{7, 10}, [2]int64{ep, h})
-	c.notified(map[int64]int64{1: 12, 2: 5})
-	_, h, _ = c.get(1)
-	require.EqualValues(t, 12, h)
-	_, _, ok = c.get(2)
-	require.False(t, ok, "notifications do not add users")
-	c.learn(gen, 1, 7, 11) // an older read never moves a head back
-	_, h, _ = c.get(1)
-	require.EqualValues(t, 12, h)
-
-	stale := c.generation()
-	c.reset(false) // the connection dropped
-	_, _, ok = c.get(1)
-	require.False(t, ok)
-	c.reset(true)
-	c.learn(stale, 3, 7, 1) // a read from before the outage
-	_, _, ok = c.get(3)
-	require.False(t, ok)
-
-	gen = c.generation()
-	c.learn(gen, 1, 7, 20)
-	c.learn(gen, 4, 8, 3) // the database moved to epoch 8: everything goes
-	_, _, ok = c.get(1)
-	require.False(t, ok)
-
-	// A replay's announcement resets through the hub.
-	h2 := newHub(nil, 0, 1, nil)
-	h2.heads = newHeadCache(1000)
-	h2.heads.reset(true)
-	h2.heads.learn(h2.heads.generation(), 5, 9, 1)
-	_, _, ok = h2.heads.get(5)
-	require.True(t, ok)
-	h2.dispatch("e10")
-	_, _, ok = h2.heads.get(5)
-	require.False(t, ok)
-
-	var nilCache *headCache
-	nilCache.learn(1, 1, 1, 1)
-	nilCache.reset(true)
-	_, _, ok = nilCache.get(1)
-	require.False(t, ok)
-}
-
 func TestMsgCacheBudget(t *testing.T) {
 	var hits, misses int
 	const budget = 1 << 20 // 16 KiB a shard, a conversation is 12 KiB

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/projection"
 )
 
@@ -30,8 +31,8 @@ const (
 	DefaultSendBurst       = 200
 	DefaultSyncRate        = 50
 	DefaultSyncBurst       = 200
-	DefaultWakeJitter      = 5 * time.Millisecond
-	DefaultWakeBurst       = 64
+	DefaultWakeJitter      = hub.DefaultWakeJitter
+	DefaultWakeBurst       = hub.DefaultWakeBurst
 	DefaultDevTokenTTL     = 24 * time.Hour
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultListenBackoff   = 5 * time.Second
@@ -39,6 +40,7 @@ const (
 	DefaultMaxHeaderBytes  = 64 << 10
 	DefaultMessageCache    = 256 << 20
 	DefaultTokenCache      = 1 << 16
+	DefaultHeadCacheUsers  = hub.DefaultHeadCacheUsers
 )
 
 // Config configures a Gateway. The zero value of every field means its

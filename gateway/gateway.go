@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
 	"github.com/inboxd/inboxd/producer"
 )
@@ -29,7 +30,7 @@ type Gateway struct {
 	prod    *producer.Producer
 	log     *slog.Logger
 	metrics *metrics
-	hub     *hub
+	hub     *hub.Hub
 	msgs    *msgCache   // nil when disabled
 	tokens  *tokenCache // nil when disabled
 	handler http.Handler
@@ -44,6 +45,10 @@ type Gateway struct {
 	held      atomic.Int64  // long-polls currently held
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
+
+	// beforeConnect, when set (tests), runs before each attempt to open
+	// the LISTEN connection.
+	beforeConnect func(ctx context.Context)
 }
 
 // New builds a gateway reading projections through pool and appending
@@ -68,7 +73,7 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	m, err := newMetrics(cfg.Registerer,
 		func() float64 { return float64(g.held.Load()) },
 		func() float64 {
-			if g.hub.connected.Load() {
+			if g.hub.Connected() {
 				return 1
 			}
 			return 0
@@ -77,8 +82,8 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	g.metrics = m
-	g.hub = newHub(cfg.Logger, cfg.WakeJitter, cfg.WakeBurst, m)
-	g.hub.heads = newHeadCache(cfg.HeadCacheUsers)
+	g.hub = hub.New(hub.Config{WakeJitter: cfg.WakeJitter, WakeBurst: cfg.WakeBurst, HeadCacheUsers: cfg.HeadCacheUsers,
+		Notifications: m.notifications, Reconnects: m.listenerReconnects, Logger: cfg.Logger})
 	g.msgs = newMsgCache(cfg.MessageCacheBytes, m.cache.WithLabelValues("messages", "hit").Inc,
 		m.cache.WithLabelValues("messages", "miss").Inc)
 	g.tokens = newTokenCache(cfg.TokenCache, m.cache.WithLabelValues("tokens", "hit").Inc,
@@ -109,7 +114,10 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	cc.RuntimeParams["application_name"] = "inboxd-gateway-listen"
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error {
-		return g.hub.run(ctx, g.cfg.Channel, g.cfg.ListenBackoffMax, func(ctx context.Context) (*pgx.Conn, error) {
+		return g.hub.Run(ctx, g.cfg.Channel, g.cfg.ListenBackoffMax, func(ctx context.Context) (*pgx.Conn, error) {
+			if g.beforeConnect != nil {
+				g.beforeConnect(ctx)
+			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			return pgx.ConnectConfig(cctx, cc)

@@ -38,9 +38,9 @@ func (g *Gateway) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	if err := g.prod.Client().Ping(ctx); err != nil {
 		checks["kafka"], ready = err.Error(), false
 	}
-	if g.hub.listening.Load() {
+	if g.hub.Listening() {
 		checks["listen"] = "ok"
-		if !g.hub.connected.Load() {
+		if !g.hub.Connected() {
 			checks["listen"], ready = "not connected", false
 		}
 	}

@@ -71,7 +71,7 @@ func TestLongPollWakesOnCommit(t *testing.T) {
 	require.Equal(t, len(others), tg.pollOutcome("woken"))
 	require.Zero(t, tg.pollOutcome("timeout"))
 	require.Zero(t, tg.g.HeldPolls())
-	require.Zero(t, tg.g.hub.waiters())
+	require.Zero(t, tg.g.hub.Waiters())
 }
 
 // TestLongPollTimeout: nothing new within the wait gives 200 with no entries.
@@ -164,7 +164,7 @@ func TestHeldPollsReleasedAtShutdown(t *testing.T) {
 		require.Empty(t, s.Entries)
 	}
 	require.Zero(t, tg.g.HeldPolls())
-	require.Zero(t, tg.g.hub.waiters())
+	require.Zero(t, tg.g.hub.Waiters())
 	tg.hc.CloseIdleConnections()
 	waitNoLeaks(t)
 }

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/protocol"
@@ -72,7 +73,7 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := g.pool.QueryRow(ctx, sqlNextConversationID).Scan(&cid); err != nil {
 		return fmt.Errorf("allocate conversation id: %w", err)
 	}
-	sub := g.hub.subscribeUser(user)
+	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
 	e := events.New(events.ConversationCreated, cid, user)
 	e.Title, e.Members = req.Title, req.Members
@@ -99,7 +100,7 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 
 // waitProjected waits up to AckWait until done reports true, re-checking on
 // every wake-up of sub. Running out of time is not an error.
-func (g *Gateway) waitProjected(ctx context.Context, sub *subscription, done func(context.Context) (bool, error)) error {
+func (g *Gateway) waitProjected(ctx context.Context, sub *hub.Subscription, done func(context.Context) (bool, error)) error {
 	timer := time.NewTimer(g.cfg.AckWait)
 	defer timer.Stop()
 	for {
@@ -139,7 +140,7 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
-	sub := g.hub.subscribeUser(user)
+	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
 	e := events.New(events.MemberAdded, cid, user)
 	e.UserID = req.UserID
@@ -185,7 +186,7 @@ func (g *Gateway) handleRemoveMember(w http.ResponseWriter, r *http.Request) err
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
-	sub := g.hub.subscribeUser(user)
+	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
 	e := events.New(events.MemberRemoved, cid, user)
 	e.UserID = uid
@@ -258,7 +259,7 @@ func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
 // projected, so that the caller's next request reads its own write.
 func (g *Gateway) appendRecordChange(ctx context.Context, e *events.Event, settled string, args ...any) error {
 	user, cid := e.ActorID, e.ConversationID
-	sub := g.hub.subscribeUser(user)
+	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
 	v0, err := g.recordVersion(ctx, user)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/projection"
@@ -108,9 +109,9 @@ func (g *Gateway) send(ctx context.Context, user, cid int64, msgID, body string)
 	// message as it will be read.
 	e.At = e.At.Truncate(time.Microsecond)
 	e.MsgID, e.Body = msgID, &body
-	ack := g.hub.subscribeEvent(e.EventID)
+	ack := g.hub.SubscribeEvent(e.EventID)
 	defer ack.Close()
-	rej := g.hub.subscribeRejection(msgID)
+	rej := g.hub.SubscribeRejection(msgID)
 	defer rej.Close()
 
 	if res, err := g.checkSend(ctx, user, cid, msgID); res != nil || err != nil {
@@ -161,7 +162,7 @@ func (g *Gateway) checkSend(ctx context.Context, user, cid int64, msgID string) 
 // send: its ack carries the seq (the answer is built from e, with no read);
 // a duplicate, a rejection, the end of the wait or a drain read the
 // outcome. The result is pending when the wait ends without one.
-func (g *Gateway) awaitSend(ctx context.Context, e *events.Event, ack, rej *subscription) (*sendResult, error) {
+func (g *Gateway) awaitSend(ctx context.Context, e *events.Event, ack, rej *hub.Subscription) (*sendResult, error) {
 	timer := time.NewTimer(g.cfg.AckWait)
 	defer timer.Stop()
 	for {
@@ -176,7 +177,7 @@ func (g *Gateway) awaitSend(ctx context.Context, e *events.Event, ack, rej *subs
 		case <-ctx.Done():
 			return nil, apierr.ErrClientGone
 		}
-		if seq := ack.seq.Load(); seq > 0 {
+		if seq := ack.Seq(); seq > 0 {
 			return g.projectedSend(e, seq), nil
 		}
 		res, err := g.sendOutcome(ctx, e, ack)
@@ -197,7 +198,7 @@ func (g *Gateway) projectedSend(e *events.Event, seq int64) *sendResult {
 	m := &protocol.Message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: protocol.MessageText,
 		Body: messageBody(protocol.MessageText, body), CreatedAt: e.At.UTC()}
 	// The members' pushes read it next: from the cache.
-	if epoch := g.hub.heads.currentEpoch(); epoch != 0 {
+	if epoch := g.hub.Heads().CurrentEpoch(); epoch != 0 {
 		g.msgs.put(msgKey{epoch: epoch, conv: cid, seq: seq}, marshalWire(m))
 	}
 	g.metrics.sends.WithLabelValues("projected").Inc()
@@ -207,7 +208,7 @@ func (g *Gateway) projectedSend(e *events.Event, seq int64) *sendResult {
 // sendOutcome reads what became of the send e (sqlSendOutcome): projected
 // (a duplicate when the ack says so), refused, or, with neither result
 // nor error, not known yet.
-func (g *Gateway) sendOutcome(ctx context.Context, e *events.Event, ack *subscription) (*sendResult, error) {
+func (g *Gateway) sendOutcome(ctx context.Context, e *events.Event, ack *hub.Subscription) (*sendResult, error) {
 	cid, user, msgID := e.ConversationID, e.ActorID, e.MsgID
 	var reason *string
 	var out msgScan
@@ -219,7 +220,7 @@ func (g *Gateway) sendOutcome(ctx context.Context, e *events.Event, ack *subscri
 			return nil, err
 		}
 		outcome, status := "projected", sendProjected
-		if ack.dup.Load() {
+		if ack.Dup() {
 			outcome, status = "duplicate", sendDuplicate
 		}
 		g.metrics.sends.WithLabelValues(outcome).Inc()

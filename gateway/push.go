@@ -213,7 +213,7 @@ func (p *pusher) fromRuns(ctx context.Context, sessions []*wsSession, users, aft
 	var owners []int // index in sessions of each page
 	var misses map[msgKey][]entryRef
 	for i, s := range sessions {
-		first, keys := s.sub.takeRun(afters[i], int(limits[i]))
+		first, keys := s.sub.TakeRun(afters[i], int(limits[i]))
 		if len(keys) == 0 {
 			continue
 		}

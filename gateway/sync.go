@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -45,13 +46,13 @@ func etagOf(epoch, head int64) string {
 // epoch) is refused: no answer could ever fill the gap up to it. The epoch,
 // head, floor and entries come from one snapshot (readInbox).
 func (g *Gateway) readSync(ctx context.Context, user int64, p syncParams) (*syncResult, error) {
-	gen := g.hub.heads.generation()
+	gen := g.hub.Heads().Generation()
 	pages, err := g.readInbox(ctx, []inboxReq{{user: user, after: p.after, limit: int32(p.limit)}}, g.cfg.TooLongLag)
 	if err != nil {
 		return nil, fmt.Errorf("sync of user %d after %d: %w", user, p.after, err)
 	}
 	pg := pages[0]
-	g.hub.heads.learn(gen, user, pg.epoch, pg.head)
+	g.hub.Heads().Learn(gen, user, pg.epoch, pg.head)
 	res := &syncResult{epoch: pg.epoch, head: pg.head, floor: pg.floor, recordVersion: pg.recordVersion, entries: pg.entries}
 	switch {
 	case p.hasEpoch && p.epoch != res.epoch && p.after > 0,
@@ -131,10 +132,10 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	if wait == 0 && g.notModified(w, r, user, p) {
 		return nil
 	}
-	var sub *subscription
+	var sub *hub.Subscription
 	if wait > 0 {
 		// Before the first read: a commit after it must wake us.
-		sub = g.hub.subscribeUser(user)
+		sub = g.hub.SubscribeUser(user)
 		defer sub.Close()
 	}
 	res, err := g.readSync(ctx, user, p)
@@ -209,7 +210,7 @@ func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64
 	if inm == "" {
 		return false
 	}
-	epoch, head, ok := g.hub.heads.get(user)
+	epoch, head, ok := g.hub.Heads().Get(user)
 	if ok && p.after == head && (!p.hasEpoch || p.epoch == epoch || p.after == 0) {
 		tag := etagOf(epoch, head)
 		if etagMatch(inm, tag) {

@@ -86,7 +86,7 @@ func newWSGatewayOn(t testing.TB, env *testenv.Env, o wsOpts) *wsgw {
 	noWSGoroutinesAtEnd(t)
 	g, err := New(wsTestConfig(env, o.tweak), env.Pool, env.Producer)
 	require.NoError(t, err)
-	g.hub.beforeConnect = o.beforeConnect
+	g.beforeConnect = o.beforeConnect
 	tg := &tgw{env: env, g: g,
 		hc: &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	startListen(t, g)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -36,7 +37,7 @@ type wsSession struct {
 	nc       *stallConn // under conn
 	id       uint64
 	user     int64
-	sub      *subscription
+	sub      *hub.Subscription
 	readDone chan struct{}  // closed when the reader has ended
 	bg       sync.WaitGroup // the hub loop and the writer
 	sends    sync.WaitGroup
@@ -67,7 +68,7 @@ func newSession(ws *WebSocket, conn *websocket.Conn, nc *stallConn, user int64) 
 	nc.arm()
 	s := &wsSession{
 		ws: ws, conn: conn, nc: nc, id: ws.nextID.Add(1), user: user,
-		sub:      ws.g.hub.subscribeUserRuns(user),
+		sub:      ws.g.hub.SubscribeUserRuns(user),
 		readDone: make(chan struct{}),
 	}
 	s.sendSlot.L = &s.mu
@@ -103,7 +104,7 @@ func (s *wsSession) finish() {
 		cancel()
 	}
 	_ = s.conn.Close() // unblocks a write to a client that went away
-	s.sub.signal()     // the hub loop sees closed and ends
+	s.sub.Signal()     // the hub loop sees closed and ends
 	s.bg.Wait()
 	s.sends.Wait()
 	s.sub.Close()
@@ -193,7 +194,7 @@ func (s *wsSession) hubWake() bool {
 	// A notification of a head this session has already delivered (or is
 	// reading: the read's end compares with s.head) needs no read; a
 	// wake-up without a head (the LISTEN connection came back) does.
-	if !s.sub.takeResync() && (s.head <= s.cursor || s.fetch == fetchInflight) {
+	if !s.sub.TakeResync() && (s.head <= s.cursor || s.fetch == fetchInflight) {
 		if s.state == stateStarted && s.head > s.cursor && s.signalAt.IsZero() {
 			s.signalAt = time.Now()
 		}

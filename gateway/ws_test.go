@@ -239,7 +239,7 @@ func TestWSListenKilled(t *testing.T) {
 	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE application_name = 'inboxd-gateway-listen' AND datname = current_database()`).Scan(&killed))
 	require.Equal(t, 1, killed)
-	waitFor(t, 30*time.Second, "the hub to notice", func() bool { return !w.g.hub.connected.Load() })
+	waitFor(t, 30*time.Second, "the hub to notice", func() bool { return !w.g.hub.Connected() })
 
 	// Appended straight to the log: the gateway's send would wait for a
 	// notification that cannot come.
@@ -250,13 +250,13 @@ func TestWSListenKilled(t *testing.T) {
 	for id, s := range streams {
 		s.waitCursor(t, w.user(t, id).head(t))
 	}
-	require.False(t, w.g.hub.connected.Load(), "repaired by heartbeats, not by the hub's wake-all")
+	require.False(t, w.g.hub.Connected(), "repaired by heartbeats, not by the hub's wake-all")
 	// The rare-heartbeat sessions heard nothing meanwhile.
 	require.Equal(t, rareFrames, counterValue(w.extra["/v1/ws-rare"].m.frames.WithLabelValues(protocol.FrameEntries)))
 
 	hold.Store(false)
 	close(release)
-	waitFor(t, 30*time.Second, "the hub to reconnect", func() bool { return w.g.hub.connected.Load() })
+	waitFor(t, 30*time.Second, "the hub to reconnect", func() bool { return w.g.hub.Connected() })
 	for id, s := range rare { // woken by the wake-all, they re-read
 		s.waitCursor(t, w.user(t, id).head(t))
 	}

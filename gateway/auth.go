@@ -204,8 +204,16 @@ func (c *tokenCache) put(tok string, user int64, exp time.Time) {
 	sh.mu.Unlock()
 }
 
-// authenticate resolves the bearer token of r.
-func (g *Gateway) authenticate(r *http.Request) (int64, error) {
+// authenticator resolves bearer tokens: verified once, then remembered
+// (tokenCache) until their expiry. It serves the API routes (bearer) and
+// the WebSocket server (Authenticate, its ws.Authenticator).
+type authenticator struct {
+	secret []byte
+	tokens *tokenCache // nil when disabled
+}
+
+// bearer resolves the bearer token of r's Authorization header.
+func (a *authenticator) bearer(r *http.Request) (int64, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return 0, apierr.Unauthorized("missing bearer token")
@@ -215,12 +223,12 @@ func (g *Gateway) authenticate(r *http.Request) (int64, error) {
 		return 0, apierr.Unauthorized("authorization is not a bearer token")
 	}
 	tok = strings.TrimSpace(tok)
-	if u, ok := g.tokens.get(tok, time.Now()); ok {
+	if u, ok := a.tokens.get(tok, time.Now()); ok {
 		return u, nil
 	}
-	u, exp, err := verifyClaims(g.cfg.AuthSecret, tok)
+	u, exp, err := verifyClaims(a.secret, tok)
 	if err == nil {
-		g.tokens.put(tok, u, exp)
+		a.tokens.put(tok, u, exp)
 	}
 	if err != nil {
 		msg := "invalid token"
@@ -228,6 +236,23 @@ func (g *Gateway) authenticate(r *http.Request) (int64, error) {
 			msg = "token expired"
 		}
 		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: msg, Err: err}
+	}
+	return u, nil
+}
+
+// Authenticate reads a WebSocket upgrade's token from the Authorization
+// header or, for browsers, the access_token query parameter.
+func (a *authenticator) Authenticate(r *http.Request) (int64, error) {
+	if r.Header.Get("Authorization") != "" {
+		return a.bearer(r)
+	}
+	tok := r.URL.Query().Get("access_token")
+	if tok == "" {
+		return 0, apierr.Unauthorized("missing bearer token (Authorization header or access_token parameter)")
+	}
+	u, err := verifyToken(a.secret, tok)
+	if err != nil {
+		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "invalid token", Err: err}
 	}
 	return u, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/projection"
 )
 
@@ -24,7 +25,7 @@ const (
 	DefaultLongPollMax     = 30 * time.Second
 	DefaultMaxHeldPolls    = 20000
 	DefaultPollInterval    = time.Second
-	DefaultTooLongLag      = 500
+	DefaultTooLongLag      = inbox.DefaultTooLongLag
 	DefaultPageDefault     = 50
 	DefaultPageMax         = 200
 	DefaultSendRate        = 50
@@ -38,7 +39,7 @@ const (
 	DefaultListenBackoff   = 5 * time.Second
 	DefaultMaxTitle        = 256
 	DefaultMaxHeaderBytes  = 64 << 10
-	DefaultMessageCache    = 256 << 20
+	DefaultMessageCache    = inbox.DefaultMessageCacheBytes
 	DefaultTokenCache      = 1 << 16
 	DefaultHeadCacheUsers  = hub.DefaultHeadCacheUsers
 )

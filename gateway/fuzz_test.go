@@ -25,7 +25,7 @@ func FuzzQuery(f *testing.F) {
 		r := &http.Request{URL: &url.URL{RawQuery: rawQuery}}
 		p, wait, err := g.parseSyncQuery(r)
 		if err == nil {
-			if p.after < 0 || p.limit < 1 || p.limit > cfg.PageMax || wait < 0 || wait > cfg.LongPollMax || (p.hasEpoch && p.epoch < 0) {
+			if p.After < 0 || p.Limit < 1 || p.Limit > cfg.PageMax || wait < 0 || wait > cfg.LongPollMax || (p.HasEpoch && p.Epoch < 0) {
 				t.Fatalf("out of bounds: %+v wait %v", p, wait)
 			}
 		} else if e, ok := err.(*Error); !ok || e.Code != protocol.CodeBadRequest {

@@ -17,22 +17,27 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
 	"github.com/inboxd/inboxd/producer"
 )
 
 // Gateway serves the HTTP API. Create it with New; serve Handler with Run
 // (or Serve, or any http.Server) while Listen runs the notification hub.
-// It is safe for concurrent use.
+// It is the composition root of its packages: hub, inbox and ws, which it
+// wires together; none of them refers back to it. It is safe for
+// concurrent use.
 type Gateway struct {
 	cfg     Config
 	pool    *pgxpool.Pool
 	prod    *producer.Producer
 	log     *slog.Logger
 	metrics *metrics
-	hub     *hub.Hub
-	msgs    *msgCache   // nil when disabled
-	tokens  *tokenCache // nil when disabled
+	hub     *hub.Hub      // the LISTEN connection, subscriptions, head cache
+	inbox   *inbox.Reader // the inbox reads, shared by sync and the pushes
+	auth    *authenticator
+	app     *appender
+	sends   *sender // the send path, shared by HTTP and WebSocket
 	handler http.Handler
 	routes  []route
 
@@ -84,10 +89,14 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	g.metrics = m
 	g.hub = hub.New(hub.Config{WakeJitter: cfg.WakeJitter, WakeBurst: cfg.WakeBurst, HeadCacheUsers: cfg.HeadCacheUsers,
 		Notifications: m.notifications, Reconnects: m.listenerReconnects, Logger: cfg.Logger})
-	g.msgs = newMsgCache(cfg.MessageCacheBytes, m.cache.WithLabelValues("messages", "hit").Inc,
-		m.cache.WithLabelValues("messages", "miss").Inc)
-	g.tokens = newTokenCache(cfg.TokenCache, m.cache.WithLabelValues("tokens", "hit").Inc,
-		m.cache.WithLabelValues("tokens", "miss").Inc)
+	g.inbox = inbox.New(pool, inbox.Config{MessageCacheBytes: cfg.MessageCacheBytes, TooLongLag: cfg.TooLongLag,
+		Heads: g.hub.Heads(), CacheHit: m.cache.WithLabelValues("messages", "hit").Inc,
+		CacheMiss: m.cache.WithLabelValues("messages", "miss").Inc})
+	g.auth = &authenticator{secret: cfg.AuthSecret, tokens: newTokenCache(cfg.TokenCache,
+		m.cache.WithLabelValues("tokens", "hit").Inc, m.cache.WithLabelValues("tokens", "miss").Inc)}
+	g.app = &appender{prod: prod, timeout: cfg.AppendTimeout}
+	g.sends = &sender{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.sends,
+		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining}
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err
 	}

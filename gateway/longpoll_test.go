@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
@@ -21,7 +20,7 @@ func (tg *tgw) pollOutcome(outcome string) int {
 	return int(counterValue(tg.g.metrics.polls.WithLabelValues(outcome)))
 }
 
-func counterValue(c prometheus.Counter) float64 {
+func counterValue(c interface{ Write(*dto.Metric) error }) float64 {
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
 		panic(err)

@@ -12,14 +12,21 @@ import (
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
+	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/protocol"
 )
 
+// appender appends the gateway's events to the log.
+type appender struct {
+	prod    *producer.Producer
+	timeout time.Duration // Config.AppendTimeout
+}
+
 // appendEvent appends e within AppendTimeout; a failure is a retryable 503.
-func (g *Gateway) appendEvent(ctx context.Context, e *events.Event) error {
-	actx, cancel := context.WithTimeout(ctx, g.cfg.AppendTimeout)
+func (a *appender) appendEvent(ctx context.Context, e *events.Event) error {
+	actx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	if _, err := g.prod.Append(actx, e); err != nil {
+	if _, err := a.prod.Append(actx, e); err != nil {
 		if ctx.Err() != nil {
 			return apierr.ErrClientGone
 		}
@@ -77,7 +84,7 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	defer sub.Close()
 	e := events.New(events.ConversationCreated, cid, user)
 	e.Title, e.Members = req.Title, req.Members
-	if err := g.appendEvent(ctx, e); err != nil {
+	if err := g.app.appendEvent(ctx, e); err != nil {
 		return err
 	}
 	var rejected bool
@@ -144,7 +151,7 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 	defer sub.Close()
 	e := events.New(events.MemberAdded, cid, user)
 	e.UserID = req.UserID
-	if err := g.appendEvent(ctx, e); err != nil {
+	if err := g.app.appendEvent(ctx, e); err != nil {
 		return err
 	}
 	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
@@ -190,7 +197,7 @@ func (g *Gateway) handleRemoveMember(w http.ResponseWriter, r *http.Request) err
 	defer sub.Close()
 	e := events.New(events.MemberRemoved, cid, user)
 	e.UserID = uid
-	if err := g.appendEvent(ctx, e); err != nil {
+	if err := g.app.appendEvent(ctx, e); err != nil {
 		return err
 	}
 	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
@@ -265,7 +272,7 @@ func (g *Gateway) appendRecordChange(ctx context.Context, e *events.Event, settl
 	if err != nil {
 		return err
 	}
-	if err := g.appendEvent(ctx, e); err != nil {
+	if err := g.app.appendEvent(ctx, e); err != nil {
 		return err
 	}
 	qargs := append([]any{user, cid, v0}, args...)

@@ -157,7 +157,7 @@ func (g *Gateway) writeUnmatched(mux *http.ServeMux, w http.ResponseWriter, r *h
 func (g *Gateway) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rt.auth {
-			user, err := g.authenticate(r)
+			user, err := g.auth.bearer(r)
 			if err != nil {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="inboxd"`)
 				g.writeError(w, r, err)

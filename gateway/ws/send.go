@@ -1,7 +1,6 @@
-package gateway
+package ws
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -11,13 +10,13 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// The session's sends: a send frame goes through Gateway.send, the path of
+// The session's sends: a send frame goes through Deps.Sender, the path of
 // POST .../messages, and is answered with send_ack or an error frame.
 
 // send appends a message through the gateway's send path (the one of POST
-// .../messages) in its own goroutine and answers send_ack or error.
-func (s *wsSession) send(in *protocol.ClientFrame) {
-	g := s.ws.g
+// .../messages) in its own goroutine, on the session's context, and answers
+// send_ack or error.
+func (s *session) send(in *protocol.ClientFrame) {
 	fail := func(err error, msgID string) { s.pushControl(errorFrame(err, msgID), protocol.FrameError) }
 	if in.MsgID == "" {
 		fail(apierr.BadRequest("msg_id is required"), "")
@@ -36,7 +35,7 @@ func (s *wsSession) send(in *protocol.ClientFrame) {
 		fail(apierr.BadRequest("body is required"), msgID)
 		return
 	}
-	if st := g.sendLimits.Take(s.user, time.Now()); !st.Allowed() {
+	if st := s.ws.deps.SendLimits.Take(s.user, time.Now()); !st.Allowed() {
 		fail(st.Err(), msgID)
 		return
 	}
@@ -51,11 +50,8 @@ func (s *wsSession) send(in *protocol.ClientFrame) {
 		s.sendSlot.Wait()
 	}
 	s.inflight++
-	if s.sendCtx == nil {
-		s.sendCtx, s.sendCancel = context.WithCancel(context.Background())
-	}
-	ctx := s.sendCtx
 	s.mu.Unlock()
+	ctx := s.ctx
 	cid, body := in.ConversationID, *in.Body
 	s.sends.Add(1)
 	go func() {
@@ -66,7 +62,7 @@ func (s *wsSession) send(in *protocol.ClientFrame) {
 			s.sendSlot.Signal()
 			s.mu.Unlock()
 		}()
-		res, err := g.send(ctx, s.user, cid, msgID, body)
+		seq, pending, err := s.ws.deps.Sender.Send(ctx, s.user, cid, msgID, body)
 		switch {
 		case err != nil:
 			if errors.Is(err, apierr.ErrClientGone) || ctx.Err() != nil {
@@ -76,12 +72,12 @@ func (s *wsSession) send(in *protocol.ClientFrame) {
 				s.logAt(slog.LevelWarn, "WebSocket send failed", "conversation_id", cid, "msg_id", msgID, "err", err)
 			}
 			fail(err, msgID)
-		case res.status == sendPending:
+		case pending:
 			fail(apierr.Unavailable("the message is appended but not projected yet; send it again with the same msg_id for its seq",
 				time.Second, nil), msgID)
 		default:
 			s.pushControl(encodeFrame(protocol.SendAck{Type: protocol.FrameSendAck, MsgID: msgID, ConversationID: cid,
-				Seq: res.message.Seq}), protocol.FrameSendAck)
+				Seq: seq}), protocol.FrameSendAck)
 		}
 	}()
 }

@@ -199,7 +199,7 @@ func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64
 }
 
 // writeSyncPage writes the 200 answer of a page, a protocol.SyncPage, by
-// hand (the entries' messages are cached JSON; see appendEntry).
+// hand (the entries' messages are cached JSON; see inbox.AppendEntries).
 func (g *Gateway) writeSyncPage(w http.ResponseWriter, res *inbox.Result) {
 	b := make([]byte, 0, 128+inbox.EntriesSize(res.Entries))
 	b = protocol.AppendSyncPage(b, res.Epoch, res.Head, res.HasMore, g.pollingHint(),

@@ -15,15 +15,6 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// The read path of GET /v1/sync and of the WebSocket push. Inbox entries
-// are read from PostgreSQL as bare keys (inbox_seq, conversation, kind,
-// message seq) in one statement, and the messages they point at come from
-// msgCache: a message never changes once committed (PROTOCOL.md has no
-// edits), so its wire form is rendered once and reused by every page and
-// frame that carries it, for every member. Only the messages the cache
-// lacks, and the records of record entries (current state, rare), take a
-// second statement.
-
 // Req is one "entries after N" read: up to Limit entries of User's inbox
 // after After.
 type Req struct {
@@ -123,7 +114,7 @@ func (r *Reader) CachedMessages() int { return r.msgs.len() }
 // record version, and the entries' keys as four arrays (one row rather than
 // one per entry: less work for PostgreSQL and for the decoding). The arrays
 // aggregate an ordered subquery, which PostgreSQL keeps in order in
-// practice; readInboxOnce sorts them should that ever not hold. Entries are
+// practice; readOnce sorts them should that ever not hold. Entries are
 // read only when the answer can carry them: after at or above the floor and
 // head - after within the max lag ($4 in both forms).
 func sqlInboxFrom(src string) string {

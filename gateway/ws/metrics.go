@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the WebSocket metrics, registered by NewWebSocket.
+// metrics are the WebSocket metrics, registered by New.
 type metrics struct {
 	conns        prometheus.Gauge
 	closes       *prometheus.CounterVec // by close code

@@ -9,13 +9,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// etagOf is the validator of a sync answer: the epoch and head it was read
+// at.
 func etagOf(epoch, head int64) string {
 	return `"` + strconv.FormatInt(epoch, 10) + "." + strconv.FormatInt(head, 10) + `"`
 }

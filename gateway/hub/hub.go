@@ -168,12 +168,6 @@ func New(cfg Config) *Hub {
 	if cfg.HeadCacheUsers == 0 {
 		cfg.HeadCacheUsers = DefaultHeadCacheUsers
 	}
-	if cfg.Notifications == nil {
-		cfg.Notifications = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered"})
-	}
-	if cfg.Reconnects == nil {
-		cfg.Reconnects = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered"})
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -184,6 +178,13 @@ func New(cfg Config) *Hub {
 		h.users[i].subs = map[int64]map[*Subscription]struct{}{}
 	}
 	return h
+}
+
+// inc counts on c unless it is nil (not counted).
+func inc(c prometheus.Counter) {
+	if c != nil {
+		c.Inc()
+	}
 }
 
 // Heads is the head cache the notifications keep current (nil, which
@@ -439,7 +440,7 @@ func (h *Hub) Run(ctx context.Context, channel string, maxBackoff time.Duration,
 		if ctx.Err() != nil {
 			return nil
 		}
-		h.reconnects.Inc()
+		inc(h.reconnects)
 		if err == nil { // it had been connected: a new outage starts
 			bo.Reset()
 		}
@@ -484,7 +485,7 @@ func (h *Hub) listen(ctx context.Context, channel string, connect func(context.C
 			h.log.Warn("waiting for notifications failed", "channel", channel, "err", err)
 			return nil
 		}
-		h.notifications.Inc()
+		inc(h.notifications)
 		h.dispatch(n.Payload)
 	}
 }

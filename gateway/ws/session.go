@@ -49,7 +49,7 @@ type session struct {
 	inflight     int          // sends running
 	heartbeat    *time.Timer  // the next heartbeat (beat)
 	helloTimer   *time.Timer  // the hello deadline, nil once the hello came
-	state        sessionState // where the session is in its life (ws_state.go)
+	state        sessionState // where the session is in its life (state.go)
 	closeCode    int          // of the close decided, 0 until one is
 	closeReason  string
 	epoch        int64

@@ -270,9 +270,9 @@ func TestWSIdleGoroutines(t *testing.T) {
 		waitFor(t, 30*time.Second, what, func() bool {
 			buf := make([]byte, 1<<22)
 			stacks := string(buf[:runtime.Stack(buf, true)])
-			r := strings.Count(stacks, "gateway.(*wsSession).read(")
-			h := strings.Count(stacks, "gateway.(*wsSession).hubLoop(")
-			wr := strings.Count(stacks, "gateway.(*wsSession).writer(")
+			r := strings.Count(stacks, "gateway/ws.(*session).read(")
+			h := strings.Count(stacks, "gateway/ws.(*session).hubLoop(")
+			wr := strings.Count(stacks, "gateway/ws.(*session).writer(")
 			last = fmt.Sprintf("%d readers, %d hub loops, %d writers", r, h, wr)
 			return r == n && h == n && wr == 0
 		})

@@ -1,4 +1,4 @@
-package gateway
+package inbox
 
 import (
 	"cmp"
@@ -10,38 +10,111 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/gateway/internal/rows"
 	"github.com/inboxd/inboxd/projection"
+	"github.com/inboxd/inboxd/protocol"
 )
 
-// The read path of GET /v1/sync and of the WebSocket push. Inbox entries
-// are read from PostgreSQL as bare keys (inbox_seq, conversation, kind,
-// message seq) in one statement, and the messages they point at come from
-// msgCache: a message never changes once committed (PROTOCOL.md has no
-// edits), so its wire form is rendered once and reused by every page and
-// frame that carries it, for every member. Only the messages the cache
-// lacks, and the records of record entries (current state, rare), take a
-// second statement.
-
-// inboxReq is one "entries after N" read: up to limit entries of user's
-// inbox after after.
-type inboxReq struct {
-	user, after int64
-	limit       int32
+// Req is one "entries after N" read: up to Limit entries of User's inbox
+// after After.
+type Req struct {
+	User, After int64
+	Limit       int32
 }
 
-// inboxPage is what readInbox read for one inboxReq: the epoch, the user's
+// Page is what Read read for one Req: the epoch, the user's
 // head, floor and record version, all from the snapshot of the entries.
-type inboxPage struct {
-	epoch, head, floor, recordVersion int64
-	entries                           []entry
+type Page struct {
+	Epoch, Head, Floor, RecordVersion int64
+	Entries                           []Entry
 }
+
+// Defaults of Config.
+const (
+	DefaultMessageCacheBytes = 256 << 20
+	DefaultTooLongLag        = 500
+)
+
+// Config configures a Reader. The zero value of every field means its
+// default.
+type Config struct {
+	// MessageCacheBytes bounds the memory of the message cache: the wire
+	// form of messages read, reused for every page, frame and member that
+	// carries them (messages never change). Negative disables it. Default
+	// DefaultMessageCacheBytes (256 MiB).
+	MessageCacheBytes int64
+
+	// TooLongLag is the lag (head - after) above which Sync answers too
+	// long instead of entries. Default DefaultTooLongLag (500,
+	// PROTOCOL.md).
+	TooLongLag int64
+
+	// Heads, when set, learns the heads that Sync reads (the hub's head
+	// cache).
+	Heads Heads
+
+	// CacheHit and CacheMiss count the message cache's lookups. Default:
+	// not counted.
+	CacheHit, CacheMiss func()
+}
+
+// Heads is what Sync teaches the heads it reads: Generation is taken
+// before the read and handed to Learn after it (see hub.HeadCache).
+type Heads interface {
+	Generation() uint64
+	Learn(gen uint64, user, epoch, head int64)
+}
+
+// Querier runs a query; a *pgxpool.Pool is one.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Reader reads users' inboxes: the entries after a cursor, for one user
+// or many in one statement, with the messages from its cache. It is safe
+// for concurrent use.
+type Reader struct {
+	db    Querier
+	msgs  *msgCache // nil when disabled
+	lag   int64
+	heads Heads
+}
+
+// New makes a reader that queries db.
+func New(db Querier, cfg Config) *Reader {
+	if cfg.MessageCacheBytes == 0 {
+		cfg.MessageCacheBytes = DefaultMessageCacheBytes
+	}
+	if cfg.TooLongLag <= 0 {
+		cfg.TooLongLag = DefaultTooLongLag
+	}
+	if cfg.CacheHit == nil {
+		cfg.CacheHit = func() {}
+	}
+	if cfg.CacheMiss == nil {
+		cfg.CacheMiss = func() {}
+	}
+	return &Reader{db: db, msgs: newMsgCache(cfg.MessageCacheBytes, cfg.CacheHit, cfg.CacheMiss),
+		lag: cfg.TooLongLag, heads: cfg.Heads}
+}
+
+// CacheMessage puts the wire form of m, a message of epoch, in the message
+// cache (a send's answer, which its members' pushes read next).
+func (r *Reader) CacheMessage(epoch int64, m *protocol.Message) {
+	if r.msgs != nil {
+		r.msgs.put(msgKey{epoch: epoch, conv: m.ConversationID, seq: m.Seq}, marshalWire(m))
+	}
+}
+
+// CachedMessages counts the messages in the cache.
+func (r *Reader) CachedMessages() int { return r.msgs.len() }
 
 // sqlInboxFrom builds the key read over a source q(user_id, after, lim,
 // ord): one row per request with the epoch, the user's head, floor and
 // record version, and the entries' keys as four arrays (one row rather than
 // one per entry: less work for PostgreSQL and for the decoding). The arrays
 // aggregate an ordered subquery, which PostgreSQL keeps in order in
-// practice; readInboxOnce sorts them should that ever not hold. Entries are
+// practice; readOnce sorts them should that ever not hold. Entries are
 // read only when the answer can carry them: after at or above the floor and
 // head - after within the max lag ($4 in both forms).
 func sqlInboxFrom(src string) string {
@@ -70,25 +143,26 @@ var (
 
 // sqlMessagesByKey reads messages by (conversation, seq), with the epoch of
 // the snapshot. $1 conversations, $2 seqs.
-const sqlMessagesByKey = `SELECT (SELECT epoch FROM meta), ` + sqlMessageCols + `
+const sqlMessagesByKey = `SELECT (SELECT epoch FROM meta), ` + rows.MessageCols + `
 FROM unnest($1::bigint[], $2::bigint[]) AS k(conversation_id, seq)
 JOIN messages m ON m.conversation_id = k.conversation_id AND m.seq = k.seq`
 
 // sqlRecordsByKey reads records by (user, conversation), with the epoch of
 // the snapshot. $1 users, $2 conversations.
-const sqlRecordsByKey = `SELECT (SELECT epoch FROM meta), k.user_id, ` + sqlRecordCols + `
+const sqlRecordsByKey = `SELECT (SELECT epoch FROM meta), k.user_id, ` + rows.RecordCols + `
 FROM unnest($1::bigint[], $2::bigint[]) AS k(user_id, conversation_id)
-JOIN records r ON r.user_id = k.user_id AND r.conversation_id = k.conversation_id` + sqlRecordJoins
+JOIN records r ON r.user_id = k.user_id AND r.conversation_id = k.conversation_id` + rows.RecordJoins
 
 // errEpochMoved says that a replay swapped the projections between the
 // statements of one read; the read starts over.
 var errEpochMoved = errors.New("the epoch changed during the read")
 
-// readInbox answers reqs. maxLag bounds head - after for entries to be read
+// Read answers reqs, in one statement for all of them plus one for the
+// messages the cache lacks and one for records. maxLag bounds head - after for entries to be read
 // (the too-long rule; the push passes no bound).
-func (g *Gateway) readInbox(ctx context.Context, reqs []inboxReq, maxLag int64) ([]inboxPage, error) {
+func (r *Reader) Read(ctx context.Context, reqs []Req, maxLag int64) ([]Page, error) {
 	for attempt := 0; ; attempt++ {
-		pages, err := g.readInboxOnce(ctx, reqs, maxLag)
+		pages, err := r.readOnce(ctx, reqs, maxLag)
 		if errors.Is(err, errEpochMoved) && attempt < 3 {
 			continue
 		}
@@ -97,46 +171,43 @@ func (g *Gateway) readInbox(ctx context.Context, reqs []inboxReq, maxLag int64) 
 }
 
 // entryRef points back from a message or record to the entry that needs it.
-type entryRef struct {
-	page, idx int
-	user      int64
-}
+type entryRef struct{ page, idx int }
 
-// inboxRead is one readInboxOnce in progress: the pages being filled and
+// inboxRead is one readOnce in progress: the pages being filled and
 // what their entries still need from a second statement.
 type inboxRead struct {
-	g       *Gateway
-	reqs    []inboxReq
-	pages   []inboxPage
+	r       *Reader
+	reqs    []Req
+	pages   []Page
 	misses  map[msgKey][]entryRef   // messages the cache lacks
 	records map[[2]int64][]entryRef // records of record entries, by (user, conversation)
 	epoch   int64                   // of the snapshot (the last row's)
 	cols    [4][]int64              // a row's key arrays, reused
 }
 
-func (g *Gateway) readInboxOnce(ctx context.Context, reqs []inboxReq, maxLag int64) ([]inboxPage, error) {
-	rows, err := g.queryInbox(ctx, reqs, maxLag)
+func (r *Reader) readOnce(ctx context.Context, reqs []Req, maxLag int64) ([]Page, error) {
+	rs, err := r.query(ctx, reqs, maxLag)
 	if err != nil {
 		return nil, fmt.Errorf("read the inbox of %d users: %w", len(reqs), err)
 	}
-	rd := &inboxRead{g: g, reqs: reqs, pages: make([]inboxPage, len(reqs))}
-	for rows.Next() {
-		if err := rd.row(rows.FieldDescriptions(), rows.RawValues()); err != nil {
-			rows.Close()
+	rd := &inboxRead{r: r, reqs: reqs, pages: make([]Page, len(reqs))}
+	for rs.Next() {
+		if err := rd.row(rs.FieldDescriptions(), rs.RawValues()); err != nil {
+			rs.Close()
 			return nil, fmt.Errorf("read the inbox: %w", err)
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	rs.Close()
+	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("read the inbox: %w", err)
 	}
 	if len(rd.misses) > 0 {
-		if err := g.loadMessages(ctx, rd.epoch, rd.misses, rd.pages); err != nil {
+		if err := r.loadMessages(ctx, rd.epoch, rd.misses, rd.pages); err != nil {
 			return nil, err
 		}
 	}
 	if len(rd.records) > 0 {
-		if err := g.loadRecords(ctx, rd.epoch, rd.records, rd.pages); err != nil {
+		if err := r.loadRecords(ctx, rd.epoch, rd.records, rd.pages); err != nil {
 			return nil, err
 		}
 	}
@@ -145,17 +216,17 @@ func (g *Gateway) readInboxOnce(ctx context.Context, reqs []inboxReq, maxLag int
 
 // queryInbox runs the key read: the scalar form for one request, the
 // unnest form for many.
-func (g *Gateway) queryInbox(ctx context.Context, reqs []inboxReq, maxLag int64) (pgx.Rows, error) {
+func (r *Reader) query(ctx context.Context, reqs []Req, maxLag int64) (pgx.Rows, error) {
 	if len(reqs) == 1 {
-		return g.pool.Query(ctx, sqlInboxOne, reqs[0].user, reqs[0].after, reqs[0].limit, maxLag)
+		return r.db.Query(ctx, sqlInboxOne, reqs[0].User, reqs[0].After, reqs[0].Limit, maxLag)
 	}
 	users := make([]int64, len(reqs))
 	afters := make([]int64, len(reqs))
 	limits := make([]int32, len(reqs))
-	for i, r := range reqs {
-		users[i], afters[i], limits[i] = r.user, r.after, r.limit
+	for i, q := range reqs {
+		users[i], afters[i], limits[i] = q.User, q.After, q.Limit
 	}
-	return g.pool.Query(ctx, sqlInboxMany, users, afters, limits, maxLag)
+	return r.db.Query(ctx, sqlInboxMany, users, afters, limits, maxLag)
 }
 
 // row decodes one row of the key read into its page: the scalars, then
@@ -174,7 +245,7 @@ func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 		return fmt.Errorf("ordinal %d out of range", ord)
 	}
 	p := &rd.pages[ord-1]
-	p.epoch, p.head, p.floor, p.recordVersion = v[1], v[2], v[3], v[4]
+	p.Epoch, p.Head, p.Floor, p.RecordVersion = v[1], v[2], v[3], v[4]
 	rd.epoch = v[1]
 	cols := &rd.cols
 	for c := range cols {
@@ -197,17 +268,17 @@ func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 	return nil
 }
 
-// entries fills p.entries from the row's key arrays: a message from the
+// entries fills p.Entries from the row's key arrays: a message from the
 // cache, else it is noted as a miss; a record is noted for loadRecords.
-func (rd *inboxRead) entries(page int, p *inboxPage) {
+func (rd *inboxRead) entries(page int, p *Page) {
 	cols := &rd.cols
 	n := len(cols[0])
-	user := rd.reqs[page].user
-	p.entries = make([]entry, n)
+	user := rd.reqs[page].User
+	p.Entries = make([]Entry, n)
 	for i := range n {
-		e := &p.entries[i]
+		e := &p.Entries[i]
 		e.InboxSeq, e.ConversationID = cols[0][i], cols[1][i]
-		ref := entryRef{page: page, idx: i, user: user}
+		ref := entryRef{page: page, idx: i}
 		if cols[2][i] == projection.KindRecord {
 			e.record = true
 			if rd.records == nil {
@@ -218,7 +289,7 @@ func (rd *inboxRead) entries(page int, p *inboxPage) {
 			continue
 		}
 		k := msgKey{epoch: rd.epoch, conv: e.ConversationID, seq: cols[3][i]}
-		if b, ok := rd.g.msgs.get(k); ok {
+		if b, ok := rd.r.msgs.get(k); ok {
 			e.raw = b
 			continue
 		}
@@ -247,38 +318,38 @@ func sortColumns(cols *[4][]int64) {
 
 // loadMessages reads the messages the cache lacked, caches their wire form
 // and sets it on the entries that point at them.
-func (g *Gateway) loadMessages(ctx context.Context, epoch int64, misses map[msgKey][]entryRef, pages []inboxPage) error {
+func (r *Reader) loadMessages(ctx context.Context, epoch int64, misses map[msgKey][]entryRef, pages []Page) error {
 	convs := make([]int64, 0, len(misses))
 	seqs := make([]int64, 0, len(misses))
 	for k := range misses {
 		convs, seqs = append(convs, k.conv), append(seqs, k.seq)
 	}
-	rows, err := g.pool.Query(ctx, sqlMessagesByKey, convs, seqs)
+	rs, err := r.db.Query(ctx, sqlMessagesByKey, convs, seqs)
 	if err != nil {
 		return fmt.Errorf("read %d messages: %w", len(convs), err)
 	}
-	defer rows.Close()
-	for rows.Next() {
+	defer rs.Close()
+	for rs.Next() {
 		var at int64
-		var s msgScan
-		if err := rows.Scan(append([]any{&at}, s.targets()...)...); err != nil {
+		var s rows.MessageScan
+		if err := rs.Scan(append([]any{&at}, s.Targets()...)...); err != nil {
 			return fmt.Errorf("read messages: %w", err)
 		}
 		if at != epoch {
 			return errEpochMoved
 		}
-		m := s.message()
+		m := s.Message()
 		if m == nil {
 			continue
 		}
 		k := msgKey{epoch: epoch, conv: m.ConversationID, seq: m.Seq}
 		b := marshalWire(m)
-		g.msgs.put(k, b)
+		r.msgs.put(k, b)
 		for _, ref := range misses[k] {
-			pages[ref.page].entries[ref.idx].raw = b
+			pages[ref.page].Entries[ref.idx].raw = b
 		}
 	}
-	if err := rows.Err(); err != nil {
+	if err := rs.Err(); err != nil {
 		return fmt.Errorf("read messages: %w", err)
 	}
 	return nil
@@ -286,36 +357,36 @@ func (g *Gateway) loadMessages(ctx context.Context, epoch int64, misses map[msgK
 
 // loadRecords reads the records of record entries as they are now (the
 // projections keep only the current state; versions only grow).
-func (g *Gateway) loadRecords(ctx context.Context, epoch int64, want map[[2]int64][]entryRef, pages []inboxPage) error {
+func (r *Reader) loadRecords(ctx context.Context, epoch int64, want map[[2]int64][]entryRef, pages []Page) error {
 	users := make([]int64, 0, len(want))
 	convs := make([]int64, 0, len(want))
 	for k := range want {
 		users, convs = append(users, k[0]), append(convs, k[1])
 	}
-	rows, err := g.pool.Query(ctx, sqlRecordsByKey, users, convs)
+	rs, err := r.db.Query(ctx, sqlRecordsByKey, users, convs)
 	if err != nil {
 		return fmt.Errorf("read %d records: %w", len(users), err)
 	}
-	defer rows.Close()
-	for rows.Next() {
+	defer rs.Close()
+	for rs.Next() {
 		var at, user int64
-		var s recScan
-		if err := rows.Scan(append([]any{&at, &user}, s.targets()...)...); err != nil {
+		var s rows.RecordScan
+		if err := rs.Scan(append([]any{&at, &user}, s.Targets()...)...); err != nil {
 			return fmt.Errorf("read records: %w", err)
 		}
 		if at != epoch {
 			return errEpochMoved
 		}
-		r := s.record()
+		r := s.Record()
 		if r == nil {
 			continue
 		}
 		b := marshalWire(r)
 		for _, ref := range want[[2]int64{user, r.ConversationID}] {
-			pages[ref.page].entries[ref.idx].raw = b
+			pages[ref.page].Entries[ref.idx].raw = b
 		}
 	}
-	if err := rows.Err(); err != nil {
+	if err := rs.Err(); err != nil {
 		return fmt.Errorf("read records: %w", err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"errors"
@@ -15,11 +15,11 @@ import (
 // frames, replies first, and the close frame; a write that stalls closes
 // with 4008 (see stallConn).
 
-// wsWriter is a session's outgoing side: the frames queued for the client
-// and the state of the session's one writer goroutine (wsSession.writer),
+// sessionWriter is a session's outgoing side: the frames queued for the client
+// and the state of the session's one writer goroutine (session.writer),
 // which drains them. It is guarded by the session's mu: the session decides
 // what is queued, and when a close replaces the stream.
-type wsWriter struct {
+type sessionWriter struct {
 	running    bool      // a writer goroutine runs
 	pingDue    bool      // the heartbeat's ping is to be written
 	control    []queued  // replies (pong, send_ack, error), written first
@@ -29,18 +29,18 @@ type wsWriter struct {
 }
 
 // empty reports whether nothing is to be written but, perhaps, a close.
-func (w *wsWriter) empty() bool {
+func (w *sessionWriter) empty() bool {
 	return !w.pingDue && len(w.control) == 0 && len(w.data) == 0
 }
 
 // pushData queues a frame of the ordered stream.
-func (w *wsWriter) pushData(q queued) {
+func (w *sessionWriter) pushData(q queued) {
 	w.data = append(w.data, q)
 	w.dataBytes += len(q.b)
 }
 
 // popControl takes the first reply.
-func (w *wsWriter) popControl() queued {
+func (w *sessionWriter) popControl() queued {
 	q := w.control[0]
 	w.control[0] = queued{}
 	if w.control = w.control[1:]; len(w.control) == 0 {
@@ -50,7 +50,7 @@ func (w *wsWriter) popControl() queued {
 }
 
 // popData takes the first frame of the stream.
-func (w *wsWriter) popData() queued {
+func (w *sessionWriter) popData() queued {
 	q := w.data[0]
 	w.data[0] = queued{}
 	if w.data = w.data[1:]; len(w.data) == 0 {
@@ -61,12 +61,12 @@ func (w *wsWriter) popData() queued {
 }
 
 // dropAll drops every queued frame.
-func (w *wsWriter) dropAll() {
+func (w *sessionWriter) dropAll() {
 	w.data, w.dataBytes, w.control = nil, 0, nil
 }
 
 // wake starts a writer if something is queued and none runs.
-func (s *wsSession) wake() {
+func (s *session) wake() {
 	s.mu.Lock()
 	start := s.startWriterLocked()
 	s.mu.Unlock()
@@ -78,7 +78,7 @@ func (s *wsSession) wake() {
 // startWriterLocked reports whether the caller must start a writer (go
 // s.writer()): something is to be written and no writer runs. At most one
 // writer runs at a time, so gorilla's rule of one concurrent writer holds.
-func (s *wsSession) startWriterLocked() bool {
+func (s *session) startWriterLocked() bool {
 	if s.out.running || s.state >= stateWriteDone {
 		return false
 	}
@@ -94,7 +94,7 @@ func (s *wsSession) startWriterLocked() bool {
 // are empty (a later frame starts a new writer) or the connection is done:
 // close frame written, write failed, or reader ended. Every write has a
 // deadline (WriteTimeout).
-func (s *wsSession) writer() {
+func (s *session) writer() {
 	defer s.bg.Done()
 	for {
 		s.checkSlow()
@@ -164,7 +164,7 @@ func (s *wsSession) writer() {
 // a frame within WriteTimeout (or a close kicked the write). The unsent rest
 // of the frame is kept by the stallConn; the close frame, 4008 unless a
 // close was already decided, goes after it, and writeClose flushes both.
-func (s *wsSession) closeStalled() {
+func (s *session) closeStalled() {
 	s.mu.Lock()
 	code, reason := s.closeCode, s.closeReason
 	if code == 0 { // no close decided yet
@@ -186,13 +186,13 @@ func (s *wsSession) closeStalled() {
 // setWriteDoneLocked records that nothing more is written (a close frame
 // goes out, or the connection is dropped) and releases a reader waiting
 // for a send slot.
-func (s *wsSession) setWriteDoneLocked() {
+func (s *session) setWriteDoneLocked() {
 	s.advanceLocked(stateWriteDone)
 	s.sendSlot.Broadcast()
 }
 
 // checkSlow closes a session that has been lagging for SlowTimeout.
-func (s *wsSession) checkSlow() {
+func (s *session) checkSlow() {
 	s.mu.Lock()
 	since := s.laggingSince
 	s.mu.Unlock()
@@ -203,7 +203,7 @@ func (s *wsSession) checkSlow() {
 	}
 }
 
-func (s *wsSession) write(q queued) error {
+func (s *session) write(q queued) error {
 	_ = s.conn.SetWriteDeadline(time.Now().Add(s.ws.cfg.WriteTimeout))
 	if err := s.conn.WriteMessage(websocket.TextMessage, q.b); err != nil {
 		return err
@@ -223,7 +223,7 @@ func (s *wsSession) write(q queued) error {
 // client's (the reader ends on it) and drops the connection. Behind a
 // stalled write, the close frame is kept after the rest of the stalled
 // frame, and both get WriteTimeout of their own to reach the client.
-func (s *wsSession) writeClose(code int, reason string) {
+func (s *session) writeClose(code int, reason string) {
 	deadline := time.Now().Add(min(s.ws.cfg.WriteTimeout, time.Second))
 	err := s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), deadline)
 	if err == nil {
@@ -247,7 +247,7 @@ func (s *wsSession) writeClose(code int, reason string) {
 // not a failure once the stallConn is armed (it stalls, and closeStalled
 // closes with 4008); what is left here is a connection that is gone, or a
 // client that went on pinging while not reading after a stall.
-func (s *wsSession) abort(err error) {
+func (s *session) abort(err error) {
 	var ne net.Error
 	readerLive := true
 	select {

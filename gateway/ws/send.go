@@ -1,41 +1,42 @@
-package gateway
+package ws
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"time"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// The session's sends: a send frame goes through Gateway.send, the path of
+// The session's sends: a send frame goes through Deps.Sender, the path of
 // POST .../messages, and is answered with send_ack or an error frame.
 
 // send appends a message through the gateway's send path (the one of POST
-// .../messages) in its own goroutine and answers send_ack or error.
-func (s *wsSession) send(in *protocol.ClientFrame) {
-	g := s.ws.g
+// .../messages) in its own goroutine, on the session's context, and answers
+// send_ack or error.
+func (s *session) send(in *protocol.ClientFrame) {
 	fail := func(err error, msgID string) { s.pushControl(errorFrame(err, msgID), protocol.FrameError) }
 	if in.MsgID == "" {
-		fail(badRequest("msg_id is required"), "")
+		fail(apierr.BadRequest("msg_id is required"), "")
 		return
 	}
-	msgID, err := parseMsgID(in.MsgID)
+	msgID, err := input.ParseMsgID(in.MsgID)
 	if err != nil {
 		fail(err, in.MsgID)
 		return
 	}
 	if in.ConversationID <= 0 {
-		fail(badRequest("conversation_id must be a positive integer id"), msgID)
+		fail(apierr.BadRequest("conversation_id must be a positive integer id"), msgID)
 		return
 	}
 	if in.Body == nil {
-		fail(badRequest("body is required"), msgID)
+		fail(apierr.BadRequest("body is required"), msgID)
 		return
 	}
-	if st := g.sendLimits.take(s.user, time.Now()); !st.allowed {
-		fail(rateLimited(st), msgID)
+	if st := s.ws.deps.SendLimits.Take(s.user, time.Now()); !st.Allowed() {
+		fail(st.Err(), msgID)
 		return
 	}
 	// A send slot: while MaxInflightSends run, the connection's next
@@ -49,11 +50,8 @@ func (s *wsSession) send(in *protocol.ClientFrame) {
 		s.sendSlot.Wait()
 	}
 	s.inflight++
-	if s.sendCtx == nil {
-		s.sendCtx, s.sendCancel = context.WithCancel(context.Background())
-	}
-	ctx := s.sendCtx
 	s.mu.Unlock()
+	ctx := s.ctx
 	cid, body := in.ConversationID, *in.Body
 	s.sends.Add(1)
 	go func() {
@@ -64,22 +62,22 @@ func (s *wsSession) send(in *protocol.ClientFrame) {
 			s.sendSlot.Signal()
 			s.mu.Unlock()
 		}()
-		res, err := g.send(ctx, s.user, cid, msgID, body)
+		seq, pending, err := s.ws.deps.Sender.Send(ctx, s.user, cid, msgID, body)
 		switch {
 		case err != nil:
-			if errors.Is(err, errClientGone) || ctx.Err() != nil {
+			if errors.Is(err, apierr.ErrClientGone) || ctx.Err() != nil {
 				return
 			}
-			if e := toError(err); e.Code == protocol.CodeInternal || e.Err != nil {
+			if e := apierr.From(err); e.Code == protocol.CodeInternal || e.Err != nil {
 				s.logAt(slog.LevelWarn, "WebSocket send failed", "conversation_id", cid, "msg_id", msgID, "err", err)
 			}
 			fail(err, msgID)
-		case res.status == sendPending:
-			fail(unavailable("the message is appended but not projected yet; send it again with the same msg_id for its seq",
+		case pending:
+			fail(apierr.Unavailable("the message is appended but not projected yet; send it again with the same msg_id for its seq",
 				time.Second, nil), msgID)
 		default:
 			s.pushControl(encodeFrame(protocol.SendAck{Type: protocol.FrameSendAck, MsgID: msgID, ConversationID: cid,
-				Seq: res.message.Seq}), protocol.FrameSendAck)
+				Seq: seq}), protocol.FrameSendAck)
 		}
 	}()
 }

@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"errors"
@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// wsMetrics are the WebSocket metrics, registered by NewWebSocket.
-type wsMetrics struct {
+// metrics are the WebSocket metrics, registered by New.
+type metrics struct {
 	conns        prometheus.Gauge
 	closes       *prometheus.CounterVec // by close code
 	frames       *prometheus.CounterVec // frames written by type
@@ -24,9 +24,9 @@ type wsMetrics struct {
 	received     *prometheus.CounterVec // client frames by type
 }
 
-func newWSMetrics(reg prometheus.Registerer, stalled func() float64) (*wsMetrics, error) {
+func newMetrics(reg prometheus.Registerer, stalled func() float64) (*metrics, error) {
 	const ns, sub = "inboxd", "gateway_ws"
-	m := &wsMetrics{
+	m := &metrics{
 		conns: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections",
 			Help: "WebSocket connections open (upgraded and accepted)."}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "closes_total",
@@ -95,4 +95,4 @@ func newWSMetrics(reg prometheus.Registerer, stalled func() float64) (*wsMetrics
 	return m, nil
 }
 
-func (m *wsMetrics) closed(code int) { m.closes.WithLabelValues(strconv.Itoa(code)).Inc() }
+func (m *metrics) closed(code int) { m.closes.WithLabelValues(strconv.Itoa(code)).Inc() }

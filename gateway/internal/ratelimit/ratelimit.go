@@ -1,4 +1,8 @@
-package gateway
+// Package ratelimit is the gateway's per-user token buckets and the
+// X-RateLimit-* headers that report them. The HTTP routes and the
+// WebSocket server spend from the same buckets. It is safe for concurrent
+// use and owns no goroutine.
+package ratelimit
 
 import (
 	"math"
@@ -9,17 +13,18 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
 // limiterShards spreads the buckets over independently locked maps.
 const limiterShards = 32
 
-// limiters is one kind of per-user token bucket (sends or syncs). Buckets
+// Limiters is one kind of per-user token bucket (sends or syncs). Buckets
 // are created on first use and dropped when they have been idle long enough
 // to be full again, which is indistinguishable from a fresh bucket; the sweep
 // runs inline when a shard has grown, so no goroutine owns it.
-type limiters struct {
+type Limiters struct {
 	limit  rate.Limit
 	burst  int
 	idle   time.Duration // time to refill an empty bucket
@@ -37,8 +42,9 @@ type tokenBucket struct {
 	last time.Time
 }
 
-func newLimiters(limit rate.Limit, burst int) *limiters {
-	l := &limiters{limit: limit, burst: burst}
+// New makes the buckets of limit tokens a second, burst at most.
+func New(limit rate.Limit, burst int) *Limiters {
+	l := &Limiters{limit: limit, burst: burst}
 	if limit > 0 {
 		l.idle = time.Duration(float64(burst) / float64(limit) * float64(time.Second))
 	}
@@ -49,8 +55,8 @@ func newLimiters(limit rate.Limit, burst int) *limiters {
 	return l
 }
 
-// rateState is what the X-RateLimit-* headers report.
-type rateState struct {
+// State is what the X-RateLimit-* headers report.
+type State struct {
 	limit     int
 	remaining int
 	reset     time.Time // when the bucket is full again
@@ -58,10 +64,10 @@ type rateState struct {
 	allowed   bool
 }
 
-// take spends one token of user's bucket at now.
-func (l *limiters) take(user int64, now time.Time) rateState {
+// Take spends one token of user's bucket at now.
+func (l *Limiters) Take(user int64, now time.Time) State {
 	if l.limit == rate.Inf {
-		return rateState{limit: l.burst, remaining: l.burst, reset: now, allowed: true}
+		return State{limit: l.burst, remaining: l.burst, reset: now, allowed: true}
 	}
 	s := &l.shards[uint64(user)%limiterShards]
 	s.mu.Lock()
@@ -83,7 +89,7 @@ func (l *limiters) take(user int64, now time.Time) rateState {
 	tokens := b.lim.TokensAt(now)
 	s.mu.Unlock()
 
-	st := rateState{limit: l.burst, allowed: allowed, remaining: max(0, int(math.Floor(tokens)))}
+	st := State{limit: l.burst, allowed: allowed, remaining: max(0, int(math.Floor(tokens)))}
 	missing := float64(l.burst) - tokens
 	st.reset = now.Add(time.Duration(missing / float64(l.limit) * float64(time.Second)))
 	if !allowed {
@@ -92,8 +98,8 @@ func (l *limiters) take(user int64, now time.Time) rateState {
 	return st
 }
 
-// setHeaders writes the X-RateLimit-* headers of st.
-func (st rateState) setHeaders(h http.Header) {
+// SetHeaders writes the X-RateLimit-* headers of st.
+func (st State) SetHeaders(h http.Header) {
 	h.Set("X-RateLimit-Limit", strconv.Itoa(st.limit))
 	h.Set("X-RateLimit-Remaining", strconv.Itoa(st.remaining))
 	reset := st.reset.Unix()
@@ -103,7 +109,12 @@ func (st rateState) setHeaders(h http.Header) {
 	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
 }
 
-func rateLimited(st rateState) *Error {
-	return &Error{Status: http.StatusTooManyRequests, Code: protocol.CodeRateLimited,
+// Allowed reports whether the token was spent (the request may go on).
+func (st State) Allowed() bool { return st.allowed }
+
+// Err is the 429 rate_limited answer of a refused State, with its
+// Retry-After.
+func (st State) Err() *apierr.Error {
+	return &apierr.Error{Status: http.StatusTooManyRequests, Code: protocol.CodeRateLimited,
 		Message: "too many requests, retry after the Retry-After seconds", Retryable: true, RetryAfter: st.retry}
 }

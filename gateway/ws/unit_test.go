@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -35,21 +36,20 @@ func TestWSOrigins(t *testing.T) {
 }
 
 func TestWSConfigValidate(t *testing.T) {
-	g := Config{MaxRequestBytes: 64 << 10}
-	var c WSConfig
-	c.setDefaults(&g)
+	var c Config
+	c.setDefaults()
 	require.NoError(t, c.validate())
-	require.Equal(t, DefaultWSHeartbeat, c.HeartbeatInterval)
-	require.Equal(t, 2*DefaultWSHeartbeat+10*time.Second, c.ReadTimeout)
+	require.Equal(t, DefaultHeartbeat, c.HeartbeatInterval)
+	require.Equal(t, 2*DefaultHeartbeat+10*time.Second, c.ReadTimeout)
 	require.Equal(t, int64(64<<10), c.MaxFrameBytes)
-	for _, bad := range []WSConfig{
+	for _, bad := range []Config{
 		{HeartbeatInterval: 1},
 		{HeartbeatInterval: 20e9, ReadTimeout: 10e9},
 		{QueueBytes: 100},
 		{PushWorkers: -1},
 		{AllowedOrigins: []string{"app.example"}},
 	} {
-		bad.setDefaults(&g)
+		bad.setDefaults()
 		require.Error(t, bad.validate(), "%+v", bad)
 	}
 }
@@ -74,7 +74,7 @@ func FuzzWSInbound(f *testing.F) {
 		}
 		in, err := decodeInbound(mt, []byte(raw))
 		if err != nil {
-			require.Equal(t, protocol.CodeBadRequest, toError(err).Code)
+			require.Equal(t, protocol.CodeBadRequest, apierr.From(err).Code)
 			return
 		}
 		require.Contains(t, []string{"hello", "send", "ping"}, in.Type)

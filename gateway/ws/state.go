@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 // sessionState is where a session is in its life: one field instead of the
 // booleans that together were its state. It only moves forward, with mu
@@ -29,7 +29,7 @@ const (
 
 // advanceLocked moves the session to st unless it is already there or
 // further.
-func (s *wsSession) advanceLocked(st sessionState) {
+func (s *session) advanceLocked(st sessionState) {
 	if s.state < st {
 		s.state = st
 	}
@@ -37,11 +37,11 @@ func (s *wsSession) advanceLocked(st sessionState) {
 
 // endingLocked reports whether a close is decided or the session is done with:
 // nothing is queued any more.
-func (s *wsSession) endingLocked() bool { return s.state >= stateClosing }
+func (s *session) endingLocked() bool { return s.state >= stateClosing }
 
 // takeHelloLocked records that a hello arrived and reports whether it is
 // the first to be answered; it stops the hello deadline either way.
-func (s *wsSession) takeHelloLocked() (first bool) {
+func (s *session) takeHelloLocked() (first bool) {
 	if t := s.helloTimer; t != nil {
 		t.Stop()
 		s.helloTimer = nil
@@ -55,7 +55,7 @@ func (s *wsSession) takeHelloLocked() (first bool) {
 
 // startLocked records that the hello was answered: the pusher may read.
 // A close decided during the hello's read stays decided.
-func (s *wsSession) startLocked() {
+func (s *session) startLocked() {
 	if s.state == stateHello {
 		s.state = stateStarted
 	}

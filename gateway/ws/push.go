@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -22,12 +23,12 @@ const pushRetryDelay = 500 * time.Millisecond
 // cursor up to its user's head, PushBatch at most each. One commit that
 // touches 500 users connected here is one or a few queries, not 500.
 type pusher struct {
-	ws *WebSocket
+	ws *Server
 
 	mu      sync.Mutex
-	pending []*wsSession
+	pending []*session
 	firstAt time.Time // when the oldest pending session was added
-	retry   []*wsSession
+	retry   []*session
 	retryAt time.Time
 
 	kick  chan struct{}
@@ -35,12 +36,12 @@ type pusher struct {
 	wg    sync.WaitGroup
 }
 
-func newPusher(ws *WebSocket) *pusher {
+func newPusher(ws *Server) *pusher {
 	return &pusher{ws: ws, kick: make(chan struct{}, 1), slots: make(chan struct{}, ws.cfg.PushWorkers)}
 }
 
 // add hands a session (its fetch state just set to pending) to the pusher.
-func (p *pusher) add(s *wsSession) {
+func (p *pusher) add(s *session) {
 	p.mu.Lock()
 	if len(p.pending) == 0 {
 		p.firstAt = time.Now()
@@ -58,7 +59,7 @@ func (p *pusher) poke() {
 }
 
 // retryLater reads s again after pushRetryDelay.
-func (p *pusher) retryLater(s *wsSession) {
+func (p *pusher) retryLater(s *session) {
 	p.mu.Lock()
 	p.retry = append(p.retry, s)
 	if p.retryAt.IsZero() {
@@ -124,7 +125,7 @@ func (p *pusher) run(ctx context.Context) {
 		}
 		p.mu.Lock()
 		k := min(len(p.pending), p.ws.cfg.PushMaxSessions)
-		batch := make([]*wsSession, k)
+		batch := make([]*session, k)
 		copy(batch, p.pending)
 		clear(p.pending[:k])
 		p.pending = p.pending[k:]
@@ -143,15 +144,14 @@ func (p *pusher) run(ctx context.Context) {
 	}
 }
 
-// pushResult is what one push query read for one session.
+// pushResult is what one push query read for one session (or its error).
 type pushResult struct {
-	epoch, head, floor, recordVersion int64
-	entries                           []entry
-	err                               error
+	inbox.Page
+	err error
 }
 
 // work reads one batch and delivers every session's result.
-func (p *pusher) work(ctx context.Context, batch []*wsSession) {
+func (p *pusher) work(ctx context.Context, batch []*session) {
 	sessions := batch[:0]
 	var users, afters []int64
 	var limits []int32
@@ -197,75 +197,41 @@ func (p *pusher) work(ctx context.Context, batch []*wsSession) {
 
 // announcedPush is a session's push built from announced entries.
 type announcedPush struct {
-	s *wsSession
+	s *session
 	r pushResult
 }
 
 // fromRuns takes, for each session, the entries after its cursor that the
-// notifications announced (subscription.takeRun) and resolves their
-// messages (the cache, then one read of the misses for all of them). The
-// sessions that had none, or whose messages could not all be resolved, are
-// returned for a read, with their cursors and limits.
-func (p *pusher) fromRuns(ctx context.Context, sessions []*wsSession, users, afters []int64, limits []int32) (
-	done []announcedPush, rest []*wsSession, rUsers, rAfters []int64, rLimits []int32) {
-	g := p.ws.g
-	var pages []inboxPage
-	var owners []int // index in sessions of each page
-	var misses map[msgKey][]entryRef
+// notifications announced (hub.Subscription.TakeRun) and resolves their
+// messages (inbox.Reader.Resolve: the cache, then one read of the misses
+// for all of them). The sessions that had none, or whose messages could
+// not all be resolved, are returned for a read, with their cursors and
+// limits.
+func (p *pusher) fromRuns(ctx context.Context, sessions []*session, users, afters []int64, limits []int32) (
+	done []announcedPush, rest []*session, rUsers, rAfters []int64, rLimits []int32) {
+	var runs []inbox.Announced
+	var owners []int // index in sessions of each run
 	for i, s := range sessions {
-		first, keys := s.sub.takeRun(afters[i], int(limits[i]))
+		first, keys := s.sub.TakeRun(afters[i], int(limits[i]))
 		if len(keys) == 0 {
 			continue
 		}
 		epoch, head := s.runBase(first + int64(len(keys)) - 1)
-		pg := inboxPage{epoch: epoch, head: head, entries: make([]entry, len(keys))}
-		for j, k := range keys {
-			e := &pg.entries[j]
-			e.InboxSeq, e.ConversationID = first+int64(j), k[0]
-			mk := msgKey{epoch: epoch, conv: k[0], seq: k[1]}
-			if b, ok := g.msgs.get(mk); ok {
-				e.raw = b
-				continue
-			}
-			if misses == nil {
-				misses = map[msgKey][]entryRef{}
-			}
-			misses[mk] = append(misses[mk], entryRef{page: len(pages), idx: j, user: s.user})
-		}
-		pages = append(pages, pg)
+		runs = append(runs, inbox.Announced{Epoch: epoch, Head: head, First: first, Keys: keys})
 		owners = append(owners, i)
 	}
-	if len(pages) == 0 {
+	if len(runs) == 0 {
 		return nil, sessions, users, afters, limits
 	}
-	if len(misses) > 0 {
-		// The announced entries are of the sessions' epoch; a replay since
-		// shows up as errEpochMoved and they are read instead.
-		var epoch int64
-		for k := range misses {
-			epoch = k.epoch
-			break
-		}
-		if err := g.loadMessages(ctx, epoch, misses, pages); err != nil {
-			for _, refs := range misses {
-				for _, r := range refs {
-					pages[r.page].entries = nil
-				}
-			}
-		}
-	}
+	pages, ok := p.ws.deps.Inbox.Resolve(ctx, runs)
 	taken := make([]bool, len(sessions))
-	for pi, pg := range pages {
-		complete := len(pg.entries) > 0
-		for _, e := range pg.entries {
-			complete = complete && e.raw != nil
-		}
-		if !complete {
+	for ri, pg := range pages {
+		if !ok[ri] {
 			continue // read instead
 		}
-		i := owners[pi]
+		i := owners[ri]
 		taken[i] = true
-		done = append(done, announcedPush{s: sessions[i], r: pushResult{epoch: pg.epoch, head: pg.head, entries: pg.entries}})
+		done = append(done, announcedPush{s: sessions[i], r: pushResult{Page: inbox.Page{Epoch: pg.Epoch, Head: pg.Head, Entries: pg.Entries}}})
 	}
 	p.ws.m.announced.Add(float64(len(done)))
 	for i, s := range sessions {
@@ -276,37 +242,36 @@ func (p *pusher) fromRuns(ctx context.Context, sessions []*wsSession, users, aft
 	return done, rest, rUsers, rAfters, rLimits
 }
 
-// read reads every session's entries after its cursor (readInbox: one
-// statement for all of them, plus one for messages not cached).
+// read reads every session's entries after its cursor (inbox.Reader.Read:
+// one statement for all of them, plus one for messages not cached).
 func (p *pusher) read(ctx context.Context, users, afters []int64, limits []int32) ([]pushResult, error) {
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	reqs := make([]inboxReq, len(users))
+	reqs := make([]inbox.Req, len(users))
 	for i := range reqs {
-		reqs[i] = inboxReq{user: users[i], after: afters[i], limit: limits[i]}
+		reqs[i] = inbox.Req{User: users[i], After: afters[i], Limit: limits[i]}
 	}
-	pages, err := p.ws.g.readInbox(qctx, reqs, math.MaxInt64)
+	pages, err := p.ws.deps.Inbox.Read(qctx, reqs, math.MaxInt64)
 	if err != nil {
 		return nil, fmt.Errorf("push read of %d sessions: %w", len(users), err)
 	}
 	results := make([]pushResult, len(pages))
 	for i, pg := range pages {
-		results[i] = pushResult{epoch: pg.epoch, head: pg.head, floor: pg.floor, recordVersion: pg.recordVersion, entries: pg.entries}
+		results[i] = pushResult{Page: pg}
 	}
 	return results, nil
 }
 
-// finish hands what was read for s to the session (wsSession.takeFetch),
+// finish hands what was read for s to the session (session.takeFetch),
 // after the too-long answer when the stream cannot continue, and does what
 // the session asks next: a retry after pushRetryDelay or another read.
-func (p *pusher) finish(ctx context.Context, s *wsSession, r *pushResult) {
-	g := p.ws.g
+func (p *pusher) finish(ctx context.Context, s *session, r *pushResult) {
 	var tl *protocol.TooLong
 	if r.err == nil && s.mustRebase(r) {
 		// A replay started a new epoch, or retention passed the
 		// cursor: the stream cannot continue, the client rebases.
-		tl, r.err = g.tooLongAnswer(ctx, s.user,
-			&syncResult{epoch: r.epoch, head: r.head, recordVersion: r.recordVersion}, g.cfg.PageDefault)
+		tl, r.err = p.ws.deps.Rebaser.Rebase(ctx, s.user,
+			&inbox.Result{Page: inbox.Page{Epoch: r.Epoch, Head: r.Head, RecordVersion: r.RecordVersion}})
 	}
 	switch s.takeFetch(r, tl) {
 	case fetchRetry:

@@ -1,11 +1,11 @@
-package gateway
+package hub
 
 import (
 	"sync"
 	"sync/atomic"
 )
 
-// headCache knows the inbox heads of users this process has read, kept
+// HeadCache knows the inbox heads of users this process has read, kept
 // current by the notifications: every commit's NOTIFY carries the new head
 // of every user it touched, so while the LISTEN connection stays up, a head
 // learned from a read and moved by the notifications since is the head in
@@ -17,9 +17,9 @@ import (
 // LISTEN connection drops or (re)connects (notifications may be lost) and
 // when a replay announces a new epoch. A read only teaches the cache if the
 // generation did not move while it ran, so a read from before an outage or
-// an epoch change can never pass for current. A nil *headCache knows
+// an epoch change can never pass for current. A nil *HeadCache knows
 // nothing.
-type headCache struct {
+type HeadCache struct {
 	gen    atomic.Uint64 // odd while valid (listening), even while not
 	epoch  atomic.Int64  // the epoch the heads belong to, 0 if unknown
 	max    int           // users per shard before the shard is reset
@@ -31,21 +31,19 @@ type headShard struct {
 	heads map[int64]int64
 }
 
-// DefaultHeadCacheUsers bounds the users whose heads a gateway remembers.
-const DefaultHeadCacheUsers = 1 << 20
-
-func newHeadCache(users int) *headCache {
+func newHeadCache(users int) *HeadCache {
 	if users <= 0 {
 		return nil
 	}
-	c := &headCache{max: max(users/hubShards, 1)}
+	c := &HeadCache{max: max(users/hubShards, 1)}
 	for i := range c.shards {
 		c.shards[i].heads = map[int64]int64{}
 	}
 	return c
 }
 
-func (c *headCache) generation() uint64 {
+// Generation is taken before a read and handed to Learn after it.
+func (c *HeadCache) Generation() uint64 {
 	if c == nil {
 		return 0
 	}
@@ -54,7 +52,7 @@ func (c *headCache) generation() uint64 {
 
 // reset forgets everything; valid says whether notifications flow from now
 // on (the LISTEN connection is up).
-func (c *headCache) reset(valid bool) {
+func (c *HeadCache) reset(valid bool) {
 	if c == nil {
 		return
 	}
@@ -77,9 +75,9 @@ func (c *headCache) reset(valid bool) {
 	}
 }
 
-// learn records what a read saw, if nothing invalidated the cache since gen
+// Learn records what a read saw, if nothing invalidated the cache since gen
 // was taken before the read.
-func (c *headCache) learn(gen uint64, user, epoch, head int64) {
+func (c *HeadCache) Learn(gen uint64, user, epoch, head int64) {
 	if c == nil || gen%2 == 0 || c.gen.Load() != gen {
 		return
 	}
@@ -104,7 +102,7 @@ func (c *headCache) learn(gen uint64, user, epoch, head int64) {
 
 // notified moves the heads of a notification forward (users not known are
 // not added: only reads add users).
-func (c *headCache) notified(heads map[int64]int64) {
+func (c *HeadCache) notified(heads map[int64]int64) {
 	if c == nil {
 		return
 	}
@@ -118,8 +116,8 @@ func (c *headCache) notified(heads map[int64]int64) {
 	}
 }
 
-// get returns the epoch and head of user if known.
-func (c *headCache) get(user int64) (epoch, head int64, ok bool) {
+// Get returns the epoch and head of user if known.
+func (c *HeadCache) Get(user int64) (epoch, head int64, ok bool) {
 	if c == nil {
 		return 0, 0, false
 	}
@@ -141,8 +139,8 @@ func (c *headCache) get(user int64) (epoch, head int64, ok bool) {
 	return epoch, head, ok
 }
 
-// currentEpoch is the epoch of the heads, 0 when unknown or not valid.
-func (c *headCache) currentEpoch() int64 {
+// CurrentEpoch is the epoch of the heads, 0 when unknown or not valid.
+func (c *HeadCache) CurrentEpoch() int64 {
 	if c == nil || c.gen.Load()%2 == 0 {
 		return 0
 	}

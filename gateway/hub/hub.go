@@ -1,4 +1,4 @@
-package gateway
+package hub
 
 import (
 	"context"
@@ -12,61 +12,89 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inboxd/inboxd/projection"
 )
 
 const hubShards = 64
 
-// hub routes notifications to waiters. Waiters subscribe by user id (held
+// Defaults of Config.
+const (
+	DefaultWakeJitter     = 5 * time.Millisecond
+	DefaultWakeBurst      = 64
+	DefaultHeadCacheUsers = 1 << 20
+)
+
+// Config configures a Hub. The zero value of every field means its default.
+type Config struct {
+	// WakeJitter is the window over which the wake-ups of one notification
+	// are spread; WakeBurst waiters are woken at once in each step, the
+	// first step immediately. Negative disables the spreading. Defaults
+	// DefaultWakeJitter (5ms) and DefaultWakeBurst (64).
+	WakeJitter time.Duration
+	WakeBurst  int
+
+	// HeadCacheUsers bounds the users whose heads the head cache keeps
+	// (see HeadCache). Negative disables it. Default DefaultHeadCacheUsers.
+	HeadCacheUsers int
+
+	// Notifications counts the NOTIFY payloads received and Reconnects
+	// the LISTEN connections lost or not opened. Default: not counted.
+	Notifications, Reconnects prometheus.Counter
+
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Hub routes notifications to waiters. Waiters subscribe by user id (held
 // long-polls, WebSocket sessions) or by key: a send waits on its event id
-// (projected, with the seq, or a duplicate) and on its msg_id (refused). A subscription is a coalescing
-// signal: any number of notifications between two reads wake the waiter once,
-// and the waiter re-reads PostgreSQL. It is safe for concurrent use.
-type hub struct {
-	log     *slog.Logger
-	jitter  time.Duration
-	burst   int
-	metrics *metrics
+// (projected, with the seq, or a duplicate) and on its msg_id (refused). A
+// Subscription is a coalescing signal: any number of notifications between
+// two reads wake the waiter once, and the waiter re-reads PostgreSQL. Run
+// holds the LISTEN connection that feeds it. It is safe for concurrent use.
+type Hub struct {
+	log           *slog.Logger
+	jitter        time.Duration
+	burst         int
+	notifications prometheus.Counter
+	reconnects    prometheus.Counter
 
 	users [hubShards]hubShard
 	keyMu sync.Mutex
-	keyed map[string]map[*subscription]struct{} // "r"+msg_id, "e"+event_id
+	keyed map[string]map[*Subscription]struct{} // "r"+msg_id, "e"+event_id
 
-	heads *headCache // nil when disabled
+	heads *HeadCache // nil when disabled
 
 	connected atomic.Bool
 	listening atomic.Bool
 	spread    sync.WaitGroup // goroutines spreading the wake-ups of one notification
-
-	// beforeConnect, when set (tests), runs before each connection attempt.
-	beforeConnect func(ctx context.Context)
 }
 
 type hubShard struct {
 	mu   sync.Mutex
-	subs map[int64]map[*subscription]struct{}
+	subs map[int64]map[*Subscription]struct{}
 }
 
-// subscription is one waiter's registration. C is signalled (never closed)
+// Subscription is one waiter's registration. C is signalled (never closed)
 // when the waiter should re-read; Head is the highest inbox head notified
-// for the user since the subscription began (0 if none).
-type subscription struct {
+// for the user since the Subscription began (0 if none).
+type Subscription struct {
 	c    chan struct{}
 	head atomic.Int64
-	h    *hub
+	h    *Hub
 	user int64
 	key  string
 	once sync.Once
 	// For an event subscription: the seq its message was projected at, or
-	// dup when its msg_id had been taken.
+	// dup when its msg_id had been taken (Seq, Dup).
 	seq atomic.Int64
 	dup atomic.Bool
 	// resync is set by a wake-up that carries no head (after the LISTEN
 	// connection came back): the waiter must read whatever its head says.
 	resync atomic.Bool
 
-	// For a subscription that wants them (WebSocket sessions): the new
+	// For a Subscription that wants them (WebSocket sessions): the new
 	// entries the notifications announced, contiguous from runFirst.
 	wantRuns bool
 	runMu    sync.Mutex
@@ -74,12 +102,12 @@ type subscription struct {
 	run      [][2]int64
 }
 
-// maxRun bounds the announced entries a subscription keeps.
+// maxRun bounds the announced entries a Subscription keeps.
 const maxRun = 1024
 
 // addRun appends an announced run; one that does not continue the kept
 // run replaces it (what lies between is read from PostgreSQL).
-func (s *subscription) addRun(r projection.Run) {
+func (s *Subscription) addRun(r projection.Run) {
 	s.runMu.Lock()
 	if len(s.run) == 0 || r.First != s.runFirst+int64(len(s.run)) {
 		s.run, s.runFirst = nil, r.First
@@ -92,9 +120,9 @@ func (s *subscription) addRun(r projection.Run) {
 	s.runMu.Unlock()
 }
 
-// takeRun returns up to limit announced entries after cursor, if the kept
+// TakeRun returns up to limit announced entries after cursor, if the kept
 // run continues exactly from it, and forgets those at or below cursor.
-func (s *subscription) takeRun(cursor int64, limit int) (first int64, keys [][2]int64) {
+func (s *Subscription) TakeRun(cursor int64, limit int) (first int64, keys [][2]int64) {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
 	if drop := cursor + 1 - s.runFirst; drop > 0 {
@@ -112,30 +140,71 @@ func (s *subscription) takeRun(cursor int64, limit int) (first int64, keys [][2]
 }
 
 // clearRun forgets the announced entries (a new epoch).
-func (s *subscription) clearRun() {
+func (s *Subscription) clearRun() {
 	s.runMu.Lock()
 	s.run = nil
 	s.runMu.Unlock()
 }
 
-// takeResync reports (and clears) whether a wake-up without a head came.
-func (s *subscription) takeResync() bool { return s.resync.Swap(false) }
+// Seq is, for an event subscription, the seq the event's message was
+// projected at; 0 until a notification said so.
+func (s *Subscription) Seq() int64 { return s.seq.Load() }
 
-func newHub(log *slog.Logger, jitter time.Duration, burst int, m *metrics) *hub {
-	h := &hub{log: log, jitter: jitter, burst: burst, metrics: m, keyed: map[string]map[*subscription]struct{}{}}
+// Dup reports, for an event subscription, whether a notification said the
+// event's msg_id had been taken already.
+func (s *Subscription) Dup() bool { return s.dup.Load() }
+
+// TakeResync reports (and clears) whether a wake-up without a head came.
+func (s *Subscription) TakeResync() bool { return s.resync.Swap(false) }
+
+// New makes a hub; Run connects it.
+func New(cfg Config) *Hub {
+	if cfg.WakeJitter == 0 {
+		cfg.WakeJitter = DefaultWakeJitter
+	}
+	if cfg.WakeBurst <= 0 {
+		cfg.WakeBurst = DefaultWakeBurst
+	}
+	if cfg.HeadCacheUsers == 0 {
+		cfg.HeadCacheUsers = DefaultHeadCacheUsers
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	h := &Hub{log: cfg.Logger, jitter: cfg.WakeJitter, burst: cfg.WakeBurst,
+		notifications: cfg.Notifications, reconnects: cfg.Reconnects,
+		keyed: map[string]map[*Subscription]struct{}{}, heads: newHeadCache(cfg.HeadCacheUsers)}
 	for i := range h.users {
-		h.users[i].subs = map[int64]map[*subscription]struct{}{}
+		h.users[i].subs = map[int64]map[*Subscription]struct{}{}
 	}
 	return h
 }
 
-// C is signalled when something for the subscription may have changed.
-func (s *subscription) C() <-chan struct{} { return s.c }
+// inc counts on c unless it is nil (not counted).
+func inc(c prometheus.Counter) {
+	if c != nil {
+		c.Inc()
+	}
+}
+
+// Heads is the head cache the notifications keep current (nil, which
+// knows nothing, when disabled).
+func (h *Hub) Heads() *HeadCache { return h.heads }
+
+// Connected reports whether the LISTEN connection is up.
+func (h *Hub) Connected() bool { return h.connected.Load() }
+
+// Listening reports whether Run is running.
+func (h *Hub) Listening() bool { return h.listening.Load() }
+
+// C is signalled when something for the Subscription may have changed.
+func (s *Subscription) C() <-chan struct{} { return s.c }
 
 // Head is the highest head notified for the user since subscribing.
-func (s *subscription) Head() int64 { return s.head.Load() }
+func (s *Subscription) Head() int64 { return s.head.Load() }
 
-func (s *subscription) signal() {
+// Signal wakes the subscription's waiter as a notification would.
+func (s *Subscription) Signal() {
 	select {
 	case s.c <- struct{}{}:
 	default:
@@ -143,7 +212,7 @@ func (s *subscription) signal() {
 }
 
 // Close unsubscribes; it is idempotent.
-func (s *subscription) Close() {
+func (s *Subscription) Close() {
 	s.once.Do(func() {
 		if s.key != "" {
 			s.h.keyMu.Lock()
@@ -168,18 +237,18 @@ func (s *subscription) Close() {
 	})
 }
 
-// subscribeUser registers a waiter for user's inbox head. Subscribe before
+// SubscribeUser registers a waiter for user's inbox head. Subscribe before
 // reading, so that a commit after the read cannot go unnoticed.
-func (h *hub) subscribeUser(user int64) *subscription {
-	return h.addUser(&subscription{c: make(chan struct{}, 1), h: h, user: user})
+func (h *Hub) SubscribeUser(user int64) *Subscription {
+	return h.addUser(&Subscription{c: make(chan struct{}, 1), h: h, user: user})
 }
 
-func (h *hub) addUser(s *subscription) *subscription {
+func (h *Hub) addUser(s *Subscription) *Subscription {
 	sh := &h.users[uint64(s.user)%hubShards]
 	sh.mu.Lock()
 	set := sh.subs[s.user]
 	if set == nil {
-		set = map[*subscription]struct{}{}
+		set = map[*Subscription]struct{}{}
 		sh.subs[s.user] = set
 	}
 	set[s] = struct{}{}
@@ -187,14 +256,14 @@ func (h *hub) addUser(s *subscription) *subscription {
 	return s
 }
 
-// subscribeUserRuns is subscribeUser for a waiter that also keeps the
-// entries the notifications announce (takeRun).
-func (h *hub) subscribeUserRuns(user int64) *subscription {
-	return h.addUser(&subscription{c: make(chan struct{}, 1), h: h, user: user, wantRuns: true})
+// SubscribeUserRuns is SubscribeUser for a waiter that also keeps the
+// entries the notifications announce (TakeRun).
+func (h *Hub) SubscribeUserRuns(user int64) *Subscription {
+	return h.addUser(&Subscription{c: make(chan struct{}, 1), h: h, user: user, wantRuns: true})
 }
 
-// clearRuns forgets every subscription's announced entries.
-func (h *hub) clearRuns() {
+// clearRuns forgets every Subscription's announced entries.
+func (h *Hub) clearRuns() {
 	for i := range h.users {
 		sh := &h.users[i]
 		sh.mu.Lock()
@@ -209,20 +278,20 @@ func (h *hub) clearRuns() {
 	}
 }
 
-// subscribeRejection registers a waiter for the rejection of msgID.
-func (h *hub) subscribeRejection(msgID string) *subscription { return h.subscribeKey("r" + msgID) }
+// SubscribeRejection registers a waiter for the rejection of msgID.
+func (h *Hub) SubscribeRejection(msgID string) *Subscription { return h.subscribeKey("r" + msgID) }
 
-// subscribeEvent registers a waiter for the projection of the message.sent
+// SubscribeEvent registers a waiter for the projection of the message.sent
 // event eventID: Seq is set when it was projected, Dup when its msg_id was
 // already taken.
-func (h *hub) subscribeEvent(eventID string) *subscription { return h.subscribeKey("e" + eventID) }
+func (h *Hub) SubscribeEvent(eventID string) *Subscription { return h.subscribeKey("e" + eventID) }
 
-func (h *hub) subscribeKey(key string) *subscription {
-	s := &subscription{c: make(chan struct{}, 1), h: h, key: key}
+func (h *Hub) subscribeKey(key string) *Subscription {
+	s := &Subscription{c: make(chan struct{}, 1), h: h, key: key}
 	h.keyMu.Lock()
 	set := h.keyed[key]
 	if set == nil {
-		set = map[*subscription]struct{}{}
+		set = map[*Subscription]struct{}{}
 		h.keyed[key] = set
 	}
 	set[s] = struct{}{}
@@ -231,14 +300,14 @@ func (h *hub) subscribeKey(key string) *subscription {
 }
 
 // dispatch wakes the waiters of one notification payload.
-func (h *hub) dispatch(payload string) {
+func (h *Hub) dispatch(payload string) {
 	n := projection.ParseNotification(payload)
 	if n.Epoch != 0 {
 		h.heads.reset(true) // a replay swapped the projections
 		h.clearRuns()
 	}
 	h.heads.notified(n.Heads) // before any waiter re-reads
-	var wake []*subscription
+	var wake []*Subscription
 	for user, head := range n.Heads {
 		sh := &h.users[uint64(user)%hubShards]
 		sh.mu.Lock()
@@ -267,13 +336,13 @@ func (h *hub) dispatch(payload string) {
 		for id, seq := range n.Projected {
 			for s := range h.keyed["e"+id] {
 				s.seq.Store(seq)
-				s.signal() // a sender waits: no jitter
+				s.Signal() // a sender waits: no jitter
 			}
 		}
 		for _, id := range n.Duplicates {
 			for s := range h.keyed["e"+id] {
 				s.dup.Store(true)
-				s.signal()
+				s.Signal()
 			}
 		}
 		h.keyMu.Unlock()
@@ -283,8 +352,8 @@ func (h *hub) dispatch(payload string) {
 
 // wakeAll wakes every waiter: after a reconnect, notifications may have been
 // lost, so everybody re-reads.
-func (h *hub) wakeAll() {
-	var wake []*subscription
+func (h *Hub) wakeAll() {
+	var wake []*Subscription
 	for i := range h.users {
 		sh := &h.users[i]
 		sh.mu.Lock()
@@ -308,16 +377,16 @@ func (h *hub) wakeAll() {
 
 // wake signals subs: the first burst now, the rest in bursts spread evenly
 // over the jitter window in random order.
-func (h *hub) wake(subs []*subscription) {
+func (h *Hub) wake(subs []*Subscription) {
 	if len(subs) <= h.burst || h.jitter <= 0 {
 		for _, s := range subs {
-			s.signal()
+			s.Signal()
 		}
 		return
 	}
 	rand.Shuffle(len(subs), func(i, j int) { subs[i], subs[j] = subs[j], subs[i] })
 	for _, s := range subs[:h.burst] {
-		s.signal()
+		s.Signal()
 	}
 	rest := subs[h.burst:]
 	steps := (len(rest) + h.burst - 1) / h.burst
@@ -331,15 +400,15 @@ func (h *hub) wake(subs []*subscription) {
 			<-t.C
 			n := min(h.burst, len(rest))
 			for _, s := range rest[:n] {
-				s.signal()
+				s.Signal()
 			}
 			rest = rest[n:]
 		}
 	}()
 }
 
-// waiters counts the current subscriptions (for tests and metrics).
-func (h *hub) waiters() int {
+// Waiters counts the current subscriptions (for tests and metrics).
+func (h *Hub) Waiters() int {
 	n := 0
 	for i := range h.users {
 		sh := &h.users[i]
@@ -352,12 +421,12 @@ func (h *hub) waiters() int {
 	return n
 }
 
-// run holds the LISTEN connection until ctx ends, reconnecting with capped
+// Run holds the LISTEN connection until ctx ends, reconnecting with capped
 // exponential backoff. connect opens a dedicated connection (never a pool
 // connection: LISTEN is session state).
-func (h *hub) run(ctx context.Context, channel string, maxBackoff time.Duration, connect func(context.Context) (*pgx.Conn, error)) error {
+func (h *Hub) Run(ctx context.Context, channel string, maxBackoff time.Duration, connect func(context.Context) (*pgx.Conn, error)) error {
 	if !h.listening.CompareAndSwap(false, true) {
-		return errors.New("gateway: notification hub already running")
+		return errors.New("hub: already running")
 	}
 	defer h.listening.Store(false)
 	defer h.spread.Wait()
@@ -366,15 +435,12 @@ func (h *hub) run(ctx context.Context, channel string, maxBackoff time.Duration,
 	bo.MaxInterval = maxBackoff
 	bo.MaxElapsedTime = 0
 	for {
-		if h.beforeConnect != nil {
-			h.beforeConnect(ctx)
-		}
 		err := h.listen(ctx, channel, connect)
 		h.connected.Store(false)
 		if ctx.Err() != nil {
 			return nil
 		}
-		h.metrics.listenerReconnects.Inc()
+		inc(h.reconnects)
 		if err == nil { // it had been connected: a new outage starts
 			bo.Reset()
 		}
@@ -391,7 +457,7 @@ func (h *hub) run(ctx context.Context, channel string, maxBackoff time.Duration,
 // listen connects, listens and dispatches until the connection fails. It
 // returns nil when the connection had been established (so the backoff
 // resets), else the connect error.
-func (h *hub) listen(ctx context.Context, channel string, connect func(context.Context) (*pgx.Conn, error)) error {
+func (h *Hub) listen(ctx context.Context, channel string, connect func(context.Context) (*pgx.Conn, error)) error {
 	conn, err := connect(ctx)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -419,7 +485,7 @@ func (h *hub) listen(ctx context.Context, channel string, connect func(context.C
 			h.log.Warn("waiting for notifications failed", "channel", channel, "err", err)
 			return nil
 		}
-		h.metrics.notifications.Inc()
+		inc(h.notifications)
 		h.dispatch(n.Payload)
 	}
 }

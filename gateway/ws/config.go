@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"errors"
@@ -9,28 +9,31 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Defaults of WSConfig.
+// Defaults of Config.
 const (
-	DefaultWSHeartbeat        = 20 * time.Second
-	DefaultWSWriteTimeout     = 10 * time.Second
-	DefaultWSHelloTimeout     = 10 * time.Second
-	DefaultWSSlowTimeout      = 30 * time.Second
-	DefaultWSQueueBytes       = 512 << 10
-	DefaultWSControlQueue     = 256
-	DefaultWSPushBatch        = 256
-	DefaultWSPushWindow       = 2 * time.Millisecond
-	DefaultWSPushWorkers      = 4
-	DefaultWSPushMaxSessions  = 1000
-	DefaultWSMaxConns         = 16384
-	DefaultWSMaxConnsPerUser  = 16
-	DefaultWSMaxInflightSends = 8
-	DefaultWSCloseGrace       = time.Second
-	DefaultWSRetryAfter       = 5 * time.Second
+	DefaultHeartbeat        = 20 * time.Second
+	DefaultWriteTimeout     = 10 * time.Second
+	DefaultHelloTimeout     = 10 * time.Second
+	DefaultSlowTimeout      = 30 * time.Second
+	DefaultQueueBytes       = 512 << 10
+	DefaultControlQueue     = 256
+	DefaultPushBatch        = 256
+	DefaultPushWindow       = 2 * time.Millisecond
+	DefaultPushWorkers      = 4
+	DefaultPushMaxSessions  = 1000
+	DefaultMaxConns         = 16384
+	DefaultMaxConnsPerUser  = 16
+	DefaultMaxInflightSends = 8
+	DefaultCloseGrace       = time.Second
+	DefaultRetryAfter       = 5 * time.Second
+	DefaultMaxFrameBytes    = 64 << 10
 )
 
-// WSConfig configures the WebSocket endpoint GET /v1/ws (see WebSocket).
-// The zero value of every field means its default.
-type WSConfig struct {
+// Config configures the WebSocket endpoint GET /v1/ws (see Server).
+// The zero value of every field means its default. (The gateway's
+// NewWebSocket fills MaxFrameBytes and Registerer from its own Config
+// before New applies the defaults below.)
+type Config struct {
 	// HeartbeatInterval is the mean interval of the {"type":"heartbeat"}
 	// frames (each one jittered by ±10%). Every heartbeat re-reads the
 	// user's head from PostgreSQL (batched with the pushes), so a client
@@ -115,7 +118,8 @@ type WSConfig struct {
 
 	// MaxFrameBytes is the read limit of one client frame; a bigger frame
 	// closes the connection with 1009. Default the gateway's
-	// MaxRequestBytes.
+	// MaxRequestBytes; DefaultMaxFrameBytes (64 KiB) for a Server made
+	// with New alone.
 	MaxFrameBytes int64
 
 	// AllowedOrigins lists the browser origins (scheme://host[:port],
@@ -137,68 +141,69 @@ type WSConfig struct {
 	RetryAfter time.Duration
 
 	// Registerer receives the WebSocket metrics. Default the gateway's
-	// Config.Registerer.
+	// Config.Registerer; a registry of its own for a Server made with New
+	// alone.
 	Registerer prometheus.Registerer
 }
 
-func (c *WSConfig) setDefaults(g *Config) {
+func (c *Config) setDefaults() {
 	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultWSHeartbeat
+		c.HeartbeatInterval = DefaultHeartbeat
 	}
 	if c.ReadTimeout == 0 {
 		c.ReadTimeout = 2*c.HeartbeatInterval + 10*time.Second
 	}
 	if c.WriteTimeout == 0 {
-		c.WriteTimeout = DefaultWSWriteTimeout
+		c.WriteTimeout = DefaultWriteTimeout
 	}
 	if c.HelloTimeout == 0 {
-		c.HelloTimeout = DefaultWSHelloTimeout
+		c.HelloTimeout = DefaultHelloTimeout
 	}
 	if c.SlowTimeout == 0 {
-		c.SlowTimeout = DefaultWSSlowTimeout
+		c.SlowTimeout = DefaultSlowTimeout
 	}
 	if c.QueueBytes == 0 {
-		c.QueueBytes = DefaultWSQueueBytes
+		c.QueueBytes = DefaultQueueBytes
 	}
 	if c.ControlQueue == 0 {
-		c.ControlQueue = DefaultWSControlQueue
+		c.ControlQueue = DefaultControlQueue
 	}
 	if c.PushBatch == 0 {
-		c.PushBatch = DefaultWSPushBatch
+		c.PushBatch = DefaultPushBatch
 	}
 	if c.PushWindow == 0 {
-		c.PushWindow = DefaultWSPushWindow
+		c.PushWindow = DefaultPushWindow
 	}
 	if c.PushWorkers == 0 {
-		c.PushWorkers = DefaultWSPushWorkers
+		c.PushWorkers = DefaultPushWorkers
 	}
 	if c.PushMaxSessions == 0 {
-		c.PushMaxSessions = DefaultWSPushMaxSessions
+		c.PushMaxSessions = DefaultPushMaxSessions
 	}
 	if c.MaxConns == 0 {
-		c.MaxConns = DefaultWSMaxConns
+		c.MaxConns = DefaultMaxConns
 	}
 	if c.MaxConnsPerUser == 0 {
-		c.MaxConnsPerUser = DefaultWSMaxConnsPerUser
+		c.MaxConnsPerUser = DefaultMaxConnsPerUser
 	}
 	if c.MaxInflightSends == 0 {
-		c.MaxInflightSends = DefaultWSMaxInflightSends
+		c.MaxInflightSends = DefaultMaxInflightSends
 	}
 	if c.MaxFrameBytes == 0 {
-		c.MaxFrameBytes = g.MaxRequestBytes
+		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	if c.CloseGrace == 0 {
-		c.CloseGrace = DefaultWSCloseGrace
+		c.CloseGrace = DefaultCloseGrace
 	}
 	if c.RetryAfter == 0 {
-		c.RetryAfter = DefaultWSRetryAfter
+		c.RetryAfter = DefaultRetryAfter
 	}
 	if c.Registerer == nil {
-		c.Registerer = g.Registerer
+		c.Registerer = prometheus.NewRegistry()
 	}
 }
 
-func (c *WSConfig) validate() error {
+func (c *Config) validate() error {
 	switch {
 	case c.HeartbeatInterval < 10*time.Millisecond:
 		return fmt.Errorf("gateway: WebSocket HeartbeatInterval %v below 10ms", c.HeartbeatInterval)

@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/inboxd/inboxd/gateway/inbox"
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -23,7 +26,7 @@ import (
 // stack holds, so the work is done in other functions (readFrame,
 // readSetup, readEnded), not inlined here: used below a quarter of 8 KiB,
 // the stack that a hello grew is halved back to 4 KiB by the next GCs.
-func (s *wsSession) read() {
+func (s *session) read() {
 	s.readSetup()
 	for {
 		mt, r, err := s.conn.NextReader()
@@ -39,7 +42,7 @@ func (s *wsSession) read() {
 }
 
 //go:noinline
-func (s *wsSession) readSetup() {
+func (s *session) readSetup() {
 	c, cfg := s.conn, &s.ws.cfg
 	c.SetReadLimit(cfg.MaxFrameBytes)
 	_ = c.SetReadDeadline(time.Now().Add(cfg.ReadTimeout))
@@ -49,7 +52,7 @@ func (s *wsSession) readSetup() {
 // readFrame reads and handles one client frame; false ends the reader.
 //
 //go:noinline
-func (s *wsSession) readFrame(mt int, r io.Reader) bool {
+func (s *session) readFrame(mt int, r io.Reader) bool {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		s.readEnded(err)
@@ -61,7 +64,7 @@ func (s *wsSession) readFrame(mt int, r io.Reader) bool {
 }
 
 //go:noinline
-func (s *wsSession) readEnded(err error) {
+func (s *session) readEnded(err error) {
 	if !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
 		s.logAt(slog.LevelDebug, "WebSocket read ended", "err", err)
 	}
@@ -69,7 +72,7 @@ func (s *wsSession) readEnded(err error) {
 
 // handle acts on one client frame. Bad frames get an error frame and the
 // connection stays open; only a bad hello closes it.
-func (s *wsSession) handle(mt int, data []byte) {
+func (s *session) handle(mt int, data []byte) {
 	in, err := decodeInbound(mt, data)
 	if err != nil {
 		s.ws.m.received.WithLabelValues("invalid").Inc()
@@ -83,7 +86,7 @@ func (s *wsSession) handle(mt int, data []byte) {
 				return
 			case protocol.FrameSend:
 				// Name the send the error answers when its id is fine.
-				msgID, _ = parseMsgID(in.MsgID)
+				msgID, _ = input.ParseMsgID(in.MsgID)
 			}
 		}
 		s.pushControl(errorFrame(err, msgID), protocol.FrameError)
@@ -108,78 +111,67 @@ func (s *wsSession) handle(mt int, data []byte) {
 // decoded), so that a bad hello closes and a bad send names its msg_id.
 func decodeInbound(mt int, data []byte) (*protocol.ClientFrame, error) {
 	if mt != websocket.TextMessage {
-		return nil, badRequest("frames must be JSON text messages")
+		return nil, apierr.BadRequest("frames must be JSON text messages")
 	}
 	if !utf8.Valid(data) {
-		return nil, badRequest("frame is not valid UTF-8")
+		return nil, apierr.BadRequest("frame is not valid UTF-8")
 	}
 	var in protocol.ClientFrame
 	if err := json.Unmarshal(data, &in); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return &in, badRequest("%s", describeJSONError(err))
+			return &in, apierr.BadRequest("%s", input.DescribeJSONError(err))
 		}
-		return nil, badRequest("%s", describeJSONError(err))
+		return nil, apierr.BadRequest("%s", input.DescribeJSONError(err))
 	}
-	if err := checkJSONText(data); err != nil {
+	if err := input.CheckJSONText(data); err != nil {
 		return &in, err
 	}
 	switch in.Type {
 	case protocol.FrameHello, protocol.FrameSend, protocol.FramePing:
 		return &in, nil
 	}
-	return nil, badRequest("unknown frame type %q (hello, send, ping)", in.Type)
+	return nil, apierr.BadRequest("unknown frame type %q (hello, send, ping)", in.Type)
 }
 
 // refuseHello answers a hello that GET /v1/sync would answer with 400 (a
 // cursor or epoch that is negative, of the wrong type or beyond the head):
 // the error frame HTTP's body would be, and close 1008 at once. A second
 // hello, bad or not, only gets an error frame.
-func (s *wsSession) refuseHello(err error) {
+func (s *session) refuseHello(err error) {
 	s.mu.Lock()
 	first := s.takeHelloLocked()
 	s.mu.Unlock()
 	if !first {
-		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), protocol.FrameError)
+		s.pushControl(errorFrame(apierr.BadRequest("hello was already received on this connection"), ""), protocol.FrameError)
 		return
 	}
 	s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(err, ""))
 }
 
 // hello answers the client's cursor: welcome, then too_long or the first
-// catch-up page, read with the rules of GET /v1/sync (readSync). The rest
-// of the catch-up and the live entries come from the pusher. The hub
-// subscription predates this read, so a commit after it is not missed.
-func (s *wsSession) hello(in *protocol.ClientFrame) {
+// catch-up page, read with the rules of GET /v1/sync (inbox.Reader.Sync),
+// on the session's context. The rest of the catch-up and the live entries
+// come from the pusher. The hub subscription predates this read, so a
+// commit after it is not missed.
+func (s *session) hello(in *protocol.ClientFrame) {
 	s.mu.Lock()
 	first := s.takeHelloLocked()
 	s.mu.Unlock()
 	if !first {
-		s.pushControl(errorFrame(badRequest("hello was already received on this connection"), ""), protocol.FrameError)
+		s.pushControl(errorFrame(apierr.BadRequest("hello was already received on this connection"), ""), protocol.FrameError)
 		return
 	}
-	g, cfg := s.ws.g, &s.ws.cfg
-	p := syncParams{limit: cfg.PushBatch}
-	if in.After != nil {
-		p.after = *in.After
-	}
-	// The bounds and messages of GET /v1/sync's parameters (queryInt).
-	if p.after < 0 {
-		s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(badRequest("parameter after must be an integer in 0..%d", int64(math.MaxInt64)), ""))
+	cfg := &s.ws.cfg
+	p, err := helloQuery(in, cfg.PushBatch)
+	if err != nil {
+		s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(err, ""))
 		return
 	}
-	if in.Epoch != nil {
-		p.epoch, p.hasEpoch = *in.Epoch, true
-		if p.epoch < 0 {
-			s.closeWith(protocol.CloseProtocol, "bad hello", errorFrame(badRequest("parameter epoch must be an integer in 0..%d", int64(math.MaxInt64)), ""))
-			return
-		}
-	}
-	// The hello runs on the reader, so the session cannot end under it.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	res, err := g.readSync(ctx, s.user, p)
-	var e *Error
+	res, err := s.ws.deps.Inbox.Sync(ctx, s.user, p)
+	var e *apierr.Error
 	if errors.As(err, &e) && e.Code == protocol.CodeBadRequest {
 		// A cursor beyond the head cannot be filled: HTTP answers 400,
 		// and so does the hello, closing at once. The client's cursor
@@ -189,8 +181,8 @@ func (s *wsSession) hello(in *protocol.ClientFrame) {
 		return
 	}
 	var tl *protocol.TooLong
-	if err == nil && res.tooLong {
-		tl, err = g.tooLongAnswer(ctx, s.user, res, g.cfg.PageDefault)
+	if err == nil && res.TooLong {
+		tl, err = s.ws.deps.Rebaser.Rebase(ctx, s.user, res)
 	}
 	if err != nil {
 		s.logAt(slog.LevelWarn, "WebSocket hello failed", "err", err)
@@ -200,27 +192,46 @@ func (s *wsSession) hello(in *protocol.ClientFrame) {
 
 	s.mu.Lock()
 	s.startLocked()
-	s.epoch = res.epoch
-	s.head = max(s.head, res.head, s.sub.Head())
-	s.pushDataLocked(queued{kind: protocol.FrameWelcome, b: encodeFrame(protocol.Welcome{Type: protocol.FrameWelcome, Epoch: res.epoch, Head: res.head,
+	s.epoch = res.Epoch
+	s.head = max(s.head, res.Head, s.sub.Head())
+	s.pushDataLocked(queued{kind: protocol.FrameWelcome, b: encodeFrame(protocol.Welcome{Type: protocol.FrameWelcome, Epoch: res.Epoch, Head: res.Head,
 		HeartbeatMS: cfg.HeartbeatInterval.Milliseconds()})})
 	if tl != nil {
 		s.pushDataLocked(queued{kind: protocol.FrameTooLong, b: encodeFrame(protocol.TooLongFrame{Type: protocol.FrameTooLong, TooLong: tl})})
-		s.cursor, s.head = res.head, res.head
+		s.cursor, s.head = res.Head, res.Head
 	} else {
-		s.cursor = p.after
-		if n := len(res.entries); n > 0 {
+		s.cursor = p.After
+		if n := len(res.Entries); n > 0 {
 			s.pushDataLocked(queued{kind: protocol.FrameEntries, entries: n,
-				b: entriesFrame(res.entries, res.head)})
-			s.cursor = res.entries[n-1].InboxSeq
+				b: entriesFrame(res.Entries, res.Head)})
+			s.cursor = res.Entries[n-1].InboxSeq
 		}
 	}
 	// Read again at once: the rest of a long catch-up, and anything
-	// committed since readSync's snapshot.
+	// committed since Sync's snapshot.
 	enq := s.markFetchLocked()
 	s.mu.Unlock()
 	s.wake()
 	if enq {
 		s.ws.push.add(s)
 	}
+}
+
+// helloQuery is the sync question of a hello, limit entries at most, with
+// the bounds and messages of GET /v1/sync's parameters (queryInt).
+func helloQuery(in *protocol.ClientFrame, limit int) (inbox.Query, error) {
+	p := inbox.Query{Limit: limit}
+	if in.After != nil {
+		p.After = *in.After
+	}
+	if p.After < 0 {
+		return p, apierr.BadRequest("parameter after must be an integer in 0..%d", int64(math.MaxInt64))
+	}
+	if in.Epoch != nil {
+		p.Epoch, p.HasEpoch = *in.Epoch, true
+		if p.Epoch < 0 {
+			return p, apierr.BadRequest("parameter epoch must be an integer in 0..%d", int64(math.MaxInt64))
+		}
+	}
+	return p, nil
 }

@@ -1,4 +1,4 @@
-package gateway
+package inbox
 
 import (
 	"encoding/binary"

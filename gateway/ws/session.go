@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -19,7 +21,7 @@ type queued struct {
 	signalAt time.Time // hub wake-up that led to it, for the push latency
 }
 
-// wsSession is one connection after its admission.
+// session is one connection after its admission.
 //
 // Goroutines: the reader (read, for the life of the connection), the hub
 // loop (hubLoop, for the life of the connection: it only waits for the
@@ -29,31 +31,31 @@ type queued struct {
 // queue work and start the writer. An idle connection so has two parked
 // goroutines with small stacks and no writer; see docs/websocket.md.
 // Everything below mu is shared with the pusher, the sends and the timers.
-type wsSession struct {
-	ws       *WebSocket
+type session struct {
+	ctx      context.Context    // the session's: the hello's read and the sends run on it
+	cancel   context.CancelFunc // ends ctx, when the reader has ended (finish)
+	ws       *Server
 	conn     *websocket.Conn
 	nc       *stallConn // under conn
 	id       uint64
 	user     int64
-	sub      *subscription
+	sub      *hub.Subscription
 	readDone chan struct{}  // closed when the reader has ended
 	bg       sync.WaitGroup // the hub loop and the writer
 	sends    sync.WaitGroup
 
 	mu           sync.Mutex
-	sendSlot     sync.Cond          // on mu: a send finished or the writer is done
-	inflight     int                // sends running
-	sendCtx      context.Context    // the sends' context, made by the first send
-	sendCancel   context.CancelFunc // ends it when the reader ends
-	heartbeat    *time.Timer        // the next heartbeat (beat)
-	helloTimer   *time.Timer        // the hello deadline, nil once the hello came
-	state        sessionState       // where the session is in its life (ws_state.go)
-	closeCode    int                // of the close decided, 0 until one is
+	sendSlot     sync.Cond    // on mu: a send finished or the writer is done
+	inflight     int          // sends running
+	heartbeat    *time.Timer  // the next heartbeat (beat)
+	helloTimer   *time.Timer  // the hello deadline, nil once the hello came
+	state        sessionState // where the session is in its life (state.go)
+	closeCode    int          // of the close decided, 0 until one is
 	closeReason  string
 	epoch        int64
-	cursor       int64    // last inbox_seq queued
-	head         int64    // highest head known (reads and notifications)
-	out          wsWriter // the queued frames and the writer's state
+	cursor       int64         // last inbox_seq queued
+	head         int64         // highest head known (reads and notifications)
+	out          sessionWriter // the queued frames and the writer's state
 	fetch        fetchState
 	dirty        bool      // signalled while a read was in flight
 	hbDue        bool      // a heartbeat is owed once caught up
@@ -62,11 +64,15 @@ type wsSession struct {
 	signalAt     time.Time // first hub wake-up not yet answered by entries
 }
 
-func newSession(ws *WebSocket, conn *websocket.Conn, nc *stallConn, user int64) *wsSession {
+// newSession makes the session of an admitted connection; its context is
+// derived from base, the server's.
+func newSession(ws *Server, base context.Context, conn *websocket.Conn, nc *stallConn, user int64) *session {
 	nc.arm()
-	s := &wsSession{
+	ctx, cancel := context.WithCancel(base)
+	s := &session{
+		ctx: ctx, cancel: cancel,
 		ws: ws, conn: conn, nc: nc, id: ws.nextID.Add(1), user: user,
-		sub:      ws.g.hub.subscribeUserRuns(user),
+		sub:      ws.deps.Hub.SubscribeUserRuns(user),
 		readDone: make(chan struct{}),
 	}
 	s.sendSlot.L = &s.mu
@@ -75,7 +81,7 @@ func newSession(ws *WebSocket, conn *websocket.Conn, nc *stallConn, user int64) 
 
 // start arms the timers and starts the hub loop; the caller then runs
 // read on a goroutine of its own.
-func (s *wsSession) start() {
+func (s *session) start() {
 	s.logAt(slog.LevelDebug, "WebSocket session open")
 	s.mu.Lock()
 	s.heartbeat = time.AfterFunc(s.ws.heartbeatDelay(), s.beat)
@@ -87,10 +93,10 @@ func (s *wsSession) start() {
 
 // finish ends the session once the reader has ended: it stops the timers,
 // the hub loop, the writer and the sends and releases what they hold.
-func (s *wsSession) finish() {
+func (s *session) finish() {
 	s.mu.Lock()
 	s.advanceLocked(stateClosed)
-	hb, hello, cancel := s.heartbeat, s.helloTimer, s.sendCancel
+	hb, hello := s.heartbeat, s.helloTimer
 	s.helloTimer = nil
 	s.mu.Unlock()
 	close(s.readDone) // a writer waiting for the client's close goes on
@@ -98,11 +104,9 @@ func (s *wsSession) finish() {
 	if hello != nil {
 		hello.Stop()
 	}
-	if cancel != nil {
-		cancel()
-	}
+	s.cancel()         // the sends in flight end
 	_ = s.conn.Close() // unblocks a write to a client that went away
-	s.sub.signal()     // the hub loop sees closed and ends
+	s.sub.Signal()     // the hub loop sees closed and ends
 	s.bg.Wait()
 	s.sends.Wait()
 	s.sub.Close()
@@ -116,10 +120,9 @@ func (s *wsSession) finish() {
 }
 
 // logAt logs with the session's ids.
-func (s *wsSession) logAt(level slog.Level, msg string, args ...any) {
-	ctx := context.Background()
-	if l := s.ws.log; l.Enabled(ctx, level) {
-		l.Log(ctx, level, msg, append([]any{"conn_id", s.id, "user_id", s.user}, args...)...)
+func (s *session) logAt(level slog.Level, msg string, args ...any) {
+	if l := s.ws.log; l.Enabled(s.ctx, level) {
+		l.Log(s.ctx, level, msg, append([]any{"conn_id", s.id, "user_id", s.user}, args...)...)
 	}
 }
 
@@ -127,7 +130,7 @@ func (s *wsSession) logAt(level slog.Level, msg string, args ...any) {
 
 // beat is the heartbeat: a ping and a re-read of the head (the heartbeat
 // frame follows the read).
-func (s *wsSession) beat() {
+func (s *session) beat() {
 	s.mu.Lock()
 	if s.endingLocked() {
 		s.mu.Unlock()
@@ -151,13 +154,13 @@ func (s *wsSession) beat() {
 }
 
 // helloExpired closes a connection whose hello did not come in time.
-func (s *wsSession) helloExpired() {
+func (s *session) helloExpired() {
 	s.mu.Lock()
 	seen := s.state != stateAwaitHello
 	s.helloTimer = nil
 	s.mu.Unlock()
 	if !seen {
-		s.closeWith(protocol.CloseProtocol, "hello expected", errorFrame(badRequest("no hello within %v", s.ws.cfg.HelloTimeout), ""))
+		s.closeWith(protocol.CloseProtocol, "hello expected", errorFrame(apierr.BadRequest("no hello within %v", s.ws.cfg.HelloTimeout), ""))
 	}
 }
 
@@ -166,7 +169,7 @@ func (s *wsSession) helloExpired() {
 // hubLoop takes the hub's wake-ups of the user until the session ends.
 // It is parked in one channel receive nearly all the time and never
 // writes, so its stack stays at the smallest size.
-func (s *wsSession) hubLoop() {
+func (s *session) hubLoop() {
 	defer s.bg.Done()
 	for range s.sub.C() {
 		if !s.hubWake() {
@@ -180,7 +183,7 @@ func (s *wsSession) hubLoop() {
 // so that hubLoop's frame, which an idle connection holds, stays small.
 //
 //go:noinline
-func (s *wsSession) hubWake() bool {
+func (s *session) hubWake() bool {
 	s.mu.Lock()
 	if s.state == stateClosed {
 		s.mu.Unlock()
@@ -192,7 +195,7 @@ func (s *wsSession) hubWake() bool {
 	// A notification of a head this session has already delivered (or is
 	// reading: the read's end compares with s.head) needs no read; a
 	// wake-up without a head (the LISTEN connection came back) does.
-	if !s.sub.takeResync() && (s.head <= s.cursor || s.fetch == fetchInflight) {
+	if !s.sub.TakeResync() && (s.head <= s.cursor || s.fetch == fetchInflight) {
 		if s.state == stateStarted && s.head > s.cursor && s.signalAt.IsZero() {
 			s.signalAt = time.Now()
 		}
@@ -214,13 +217,13 @@ func (s *wsSession) hubWake() bool {
 
 // pushDataLocked queues a frame of the ordered stream (welcome, entries,
 // too_long, heartbeat).
-func (s *wsSession) pushDataLocked(q queued) {
+func (s *session) pushDataLocked(q queued) {
 	s.out.pushData(q)
 }
 
 // pushControl queues a reply (pong, send_ack, error); replies go before the
 // stream. A client that does not read its replies is closed with 4008.
-func (s *wsSession) pushControl(b []byte, kind string) {
+func (s *session) pushControl(b []byte, kind string) {
 	s.mu.Lock()
 	if s.endingLocked() {
 		s.mu.Unlock()
@@ -242,7 +245,7 @@ func (s *wsSession) pushControl(b []byte, kind string) {
 
 // closeWith makes the writer send frame (if any) and close with code; the
 // queued stream is dropped (the client resumes from its cursor).
-func (s *wsSession) closeWith(code int, reason string, frame []byte) {
+func (s *session) closeWith(code int, reason string, frame []byte) {
 	s.mu.Lock()
 	if s.endingLocked() {
 		s.mu.Unlock()
@@ -267,14 +270,14 @@ func (s *wsSession) closeWith(code int, reason string, frame []byte) {
 	}
 }
 
-func (s *wsSession) setLaggingLocked() {
+func (s *session) setLaggingLocked() {
 	if s.laggingSince.IsZero() {
 		s.laggingSince = time.Now()
 		s.ws.m.lagging.Inc()
 	}
 }
 
-func (s *wsSession) clearLaggingLocked() {
+func (s *session) clearLaggingLocked() {
 	if !s.laggingSince.IsZero() {
 		s.laggingSince = time.Time{}
 		s.ws.m.lagging.Dec()

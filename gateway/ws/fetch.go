@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"time"
@@ -25,7 +25,7 @@ const (
 // pending or running (then it is redone after) or the queue is too full
 // (then the writer asks again when it has drained). It reports whether the
 // caller must hand the session to the pusher.
-func (s *wsSession) markFetchLocked() bool {
+func (s *session) markFetchLocked() bool {
 	if s.state != stateStarted {
 		return false
 	}
@@ -50,7 +50,7 @@ func (s *wsSession) markFetchLocked() bool {
 // beginFetch moves a pending read in flight and returns the cursor to read
 // after; false when no read is to run (none pending, or the session is
 // closing: a pending read is then dropped).
-func (s *wsSession) beginFetch() (after int64, ok bool) {
+func (s *session) beginFetch() (after int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fetch == fetchPending && !s.endingLocked() {
@@ -65,7 +65,7 @@ func (s *wsSession) beginFetch() (after int64, ok bool) {
 
 // runBase is the epoch and head of a push built from entries up to last
 // that the notifications announced.
-func (s *wsSession) runBase(last int64) (epoch, head int64) {
+func (s *session) runBase(last int64) (epoch, head int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.epoch, max(s.head, last)
@@ -75,11 +75,11 @@ func (s *wsSession) runBase(last int64) (epoch, head int64) {
 // started a new epoch, retention passed the cursor, or r does not follow
 // it. The session's state only changes under its own (single) read, so its
 // cursor and epoch are still those of the query.
-func (s *wsSession) mustRebase(r *pushResult) bool {
+func (s *session) mustRebase(r *pushResult) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return r.epoch != s.epoch || s.cursor < r.floor || s.cursor > r.head ||
-		(len(r.entries) > 0 && r.entries[0].InboxSeq != s.cursor+1)
+	return r.Epoch != s.epoch || s.cursor < r.Floor || s.cursor > r.Head ||
+		(len(r.Entries) > 0 && r.Entries[0].InboxSeq != s.cursor+1)
 }
 
 // fetchNext is what the pusher does for a session after takeFetch.
@@ -95,7 +95,7 @@ const (
 // too-long answer of a rebase) and decides what comes next: another read
 // right away (more to read, or signalled meanwhile), a read when the
 // writer has drained (queue full: the session lags), a retry, or nothing.
-func (s *wsSession) takeFetch(r *pushResult, tl *protocol.TooLong) fetchNext {
+func (s *session) takeFetch(r *pushResult, tl *protocol.TooLong) fetchNext {
 	s.mu.Lock()
 	s.fetch = fetchIdle
 	if s.endingLocked() {
@@ -115,26 +115,26 @@ func (s *wsSession) takeFetch(r *pushResult, tl *protocol.TooLong) fetchNext {
 	switch {
 	case tl != nil:
 		s.pushDataLocked(queued{kind: protocol.FrameTooLong, b: encodeFrame(protocol.TooLongFrame{Type: protocol.FrameTooLong, TooLong: tl})})
-		s.epoch, s.cursor, s.head = r.epoch, r.head, r.head
-	case len(r.entries) > 0:
-		n := len(r.entries)
+		s.epoch, s.cursor, s.head = r.Epoch, r.Head, r.Head
+	case len(r.Entries) > 0:
+		n := len(r.Entries)
 		s.pushDataLocked(queued{kind: protocol.FrameEntries, entries: n, signalAt: s.signalAt,
-			b: entriesFrame(r.entries, r.head)})
-		s.cursor = r.entries[n-1].InboxSeq
+			b: entriesFrame(r.Entries, r.Head)})
+		s.cursor = r.Entries[n-1].InboxSeq
 		s.signalAt = time.Time{}
 	}
 	// A notification newer than the read's snapshot may have raised s.head
 	// while it ran: then it reads again. After a rebase the read is the
 	// truth (a new epoch may have lower heads).
-	if tl != nil || r.head > s.head {
-		s.head = r.head
+	if tl != nil || r.Head > s.head {
+		s.head = r.Head
 	}
-	if s.cursor >= r.head {
+	if s.cursor >= r.Head {
 		s.clearLaggingLocked()
 		s.signalAt = time.Time{}
 		if s.hbDue {
 			s.hbDue = false
-			s.pushDataLocked(queued{kind: protocol.FrameHeartbeat, b: encodeFrame(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Head: r.head})})
+			s.pushDataLocked(queued{kind: protocol.FrameHeartbeat, b: encodeFrame(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Head: r.Head})})
 		}
 	}
 	enq := false

@@ -136,7 +136,7 @@ type Config struct {
 	SyncBurst int
 
 	// TooLongLag is the lag (head - after) above which a sync answers
-	// too long instead of entries. Default 500 (PROTOCOL.md).
+	// too long instead of entries. Default 500 (docs/protocol.md).
 	TooLongLag int64
 
 	// PageDefault and PageMax are the default and largest page size of

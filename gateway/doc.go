@@ -1,4 +1,4 @@
-// Package gateway serves the client protocol of PROTOCOL.md over HTTP: sync
+// Package gateway serves the client protocol of docs/protocol.md over HTTP: sync
 // and long-poll of a user's inbox, the conversation list, history, sends and
 // the membership/record changes, plus health, readiness, metrics and the
 // OpenAPI document, and mounts the WebSocket endpoint. It reads the

@@ -154,7 +154,7 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// writeSync answers a sync. allow304 is false for a long-poll: PROTOCOL.md
+// writeSync answers a sync. allow304 is false for a long-poll: docs/protocol.md
 // says a wait that ends with nothing new answers 200 with entries: [], so a
 // held request never turns into a 304.
 func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, p inbox.Query, res *inbox.Result, allow304 bool) error {

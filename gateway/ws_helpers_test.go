@@ -258,7 +258,7 @@ func (c *wsClient) closeCode(t testing.TB) (int, []protocol.ServerFrame) {
 }
 
 // wsStream is a connected client that reads in the background and checks
-// PROTOCOL.md's promise as frames arrive: inbox_seqs contiguous from the
+// docs/protocol.md's promise as frames arrive: inbox_seqs contiguous from the
 // hello's after (too_long rebases), each once.
 type wsStream struct {
 	c    *wsClient

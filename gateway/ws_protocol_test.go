@@ -15,7 +15,7 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// TestWSProtocol walks PROTOCOL.md's WebSocket section on one world:
+// TestWSProtocol walks docs/protocol.md's WebSocket section on one world:
 // authentication, origins, hello/welcome/entries, ping, send, too_long,
 // caps, hello timeout, heartbeats and the 1012 of a draining gateway.
 func TestWSProtocol(t *testing.T) {

@@ -8,7 +8,7 @@
 // conversation, kind, message seq) in one statement, decoded from the raw
 // binary arrays without Scan's reflection, and the messages they point at
 // come from the message cache: a message never changes once committed
-// (PROTOCOL.md has no edits), so its wire form is rendered once and reused
+// (docs/protocol.md has no edits), so its wire form is rendered once and reused
 // by every page and frame that carries it, for every member. Only the
 // messages the cache lacks, and the records of record entries (current
 // state, rare), take a second statement.

@@ -46,7 +46,7 @@ type Config struct {
 
 	// TooLongLag is the lag (head - after) above which Sync answers too
 	// long instead of entries. Default DefaultTooLongLag (500,
-	// PROTOCOL.md).
+	// docs/protocol.md).
 	TooLongLag int64
 
 	// Heads, when set, learns the heads that Sync reads (the hub's head

@@ -26,7 +26,7 @@ type Result struct {
 }
 
 // Sync answers q for user. It is the read behind GET /v1/sync and the
-// WebSocket catch-up. The too-long rules are PROTOCOL.md's: head - after
+// WebSocket catch-up. The too-long rules are docs/protocol.md's: head - after
 // over TooLongLag, after below the retained floor, or an epoch that is not
 // the current one (with after > 0). A cursor beyond the head (of the
 // current epoch) is refused with a bad_request: no answer could ever fill

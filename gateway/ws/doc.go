@@ -1,4 +1,4 @@
-// Package ws is the gateway's WebSocket server, GET /v1/ws (PROTOCOL.md):
+// Package ws is the gateway's WebSocket server, GET /v1/ws (docs/protocol.md):
 // the handshake and admission, one session per connection, and the pusher
 // that reads the entries of many sessions per query. It knows the gateway
 // only through Deps: the inbox reader and the hub (packages below it) and

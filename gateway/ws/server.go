@@ -19,7 +19,7 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// Server serves GET /v1/ws (PROTOCOL.md): a hello with a cursor, the
+// Server serves GET /v1/ws (docs/protocol.md): a hello with a cursor, the
 // catch-up from PostgreSQL, live pushes, heartbeats, sends and pings on one
 // connection. Create it with New, run Run beside the HTTP server and mount
 // it (it is an http.Handler) at GET /v1/ws. It reaches the gateway only
@@ -326,7 +326,7 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ws.originAllowed(r) {
-		// No error frame: PROTOCOL.md has no error code for it; the
+		// No error frame: docs/protocol.md has no error code for it; the
 		// close code and reason say it.
 		ws.reject(conn, protocol.CloseNotAllowed, "origin not allowed", nil)
 		return

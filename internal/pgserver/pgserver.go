@@ -112,11 +112,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		cfg.Port = p
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.Port)))
-	if err != nil {
-		return nil, fmt.Errorf("port %d is taken: %w", cfg.Port, err)
+	if err := portFree(cfg.Port); err != nil {
+		return nil, err
 	}
-	l.Close()
 	cred, err := credential()
 	if err != nil {
 		return nil, err
@@ -125,24 +123,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	pgdata := filepath.Join(dir, "pgdata")
-	if _, err := os.Stat(filepath.Join(pgdata, "PG_VERSION")); err != nil {
-		cfg.Logger.Info("initialising PostgreSQL cluster", "dir", pgdata)
-		args := []string{"-D", pgdata, "-U", cfg.User, "-E", "UTF8", "--locale=C", "--no-sync"}
-		if cfg.Password != "" {
-			pwfile := filepath.Join(dir, "pwfile")
-			if err := writeOwned(pwfile, cfg.Password+"\n", cred); err != nil {
-				return nil, err
-			}
-			defer os.Remove(pwfile)
-			args = append(args, "--pwfile="+pwfile, "--auth-local=trust", "--auth-host=scram-sha-256")
-		} else {
-			args = append(args, "--auth=trust")
-		}
-		cmd := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "initdb"), args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("initdb %s: %w\n%s", pgdata, err, out)
-		}
+	if err := initCluster(ctx, cfg, pgdata, cred); err != nil {
+		return nil, err
 	}
 	args := []string{"-D", pgdata, "-p", strconv.Itoa(cfg.Port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=500",
@@ -179,6 +161,31 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	cfg.Logger.Info("PostgreSQL started", "port", cfg.Port, "dir", pgdata)
 	return s, nil
+}
+
+// initCluster runs initdb unless pgdata holds a cluster already.
+func initCluster(ctx context.Context, cfg Config, pgdata string, cred *syscall.Credential) error {
+	if _, err := os.Stat(filepath.Join(pgdata, "PG_VERSION")); err == nil {
+		return nil
+	}
+	cfg.Logger.Info("initialising PostgreSQL cluster", "dir", pgdata)
+	args := []string{"-D", pgdata, "-U", cfg.User, "-E", "UTF8", "--locale=C", "--no-sync"}
+	if cfg.Password != "" {
+		pwfile := filepath.Join(cfg.Dir, "pwfile")
+		if err := writeOwned(pwfile, cfg.Password+"\n", cred); err != nil {
+			return err
+		}
+		defer os.Remove(pwfile)
+		args = append(args, "--pwfile="+pwfile, "--auth-local=trust", "--auth-host=scram-sha-256")
+	} else {
+		args = append(args, "--auth=trust")
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "initdb"), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb %s: %w\n%s", pgdata, err, out)
+	}
+	return nil
 }
 
 // checkOwn makes sure the server answering on the port is the one just
@@ -270,6 +277,15 @@ func (s *Server) Stop() error {
 // Restart starts a stopped server again on the same port and directory.
 func (s *Server) Restart(ctx context.Context) (*Server, error) {
 	return Start(ctx, s.cfg)
+}
+
+// portFree says whether nothing listens on port at 127.0.0.1 now.
+func portFree(port int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("port %d is taken: %w", port, err)
+	}
+	return l.Close()
 }
 
 func freePort() (int, error) {

@@ -2,7 +2,7 @@
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: run test test-race test-kafka test-short fuzz build vet bench clean
+.PHONY: run test test-race test-kafka test-compose test-short fuzz build vet bench clean
 
 run: ## build bin/inboxd and start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it; exit 0)
 	$(GO) build -o bin/inboxd ./cmd/inboxd
@@ -15,15 +15,20 @@ build:
 	$(GO) build -o bin/inboxd ./cmd/inboxd
 	$(GO) build -o bin/inboxd-bench ./cmd/inboxd-bench
 
+# make test and make test-race leave the compose topology to make test-compose.
 test: ## every test, against a real PostgreSQL and kfake started by the tests
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 40m $(GOTESTFLAGS) ./...
+	INBOXD_COMPOSE_TEST=skip $(GO) test -count=1 -timeout 40m $(GOTESTFLAGS) ./...
 
 test-race: ## every test under the race detector (the inboxd binaries the tests start too)
-	$(GO) test -race -count=1 -timeout 40m $(GOTESTFLAGS) ./...
+	INBOXD_COMPOSE_TEST=skip $(GO) test -race -count=1 -timeout 40m $(GOTESTFLAGS) ./...
 
 test-kafka: ## the integration tests against a real Apache Kafka 4.1.1 (KRaft, jars from Maven Central; needs java 17+, mvn)
 	GOTESTFLAGS="$(GOTESTFLAGS)" scripts/test-kafka.sh
+
+test-compose: ## docker-compose.yml run as local processes (deploy/compose_test.go): every command and health check, traffic through both gateways and HAProxy, Prometheus; needs java, mvn, haproxy, prometheus, wget; a missing one fails
+	scripts/kafka-local.sh install
+	INBOXD_COMPOSE_TEST=required $(GO) test -count=1 -v -timeout 10m -run TestComposeTopology $(GOTESTFLAGS) ./deploy/
 
 fuzz: ## schemathesis (pinned in scripts/fuzz/requirements.txt) against /openapi.yaml of inboxd dev for 3 minutes; then checks the pipeline still projects
 	scripts/fuzz-api.sh

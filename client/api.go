@@ -16,7 +16,7 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// api makes the HTTP requests of PROTOCOL.md. Each method is one request:
+// api makes the HTTP requests of docs/protocol.md. Each method is one request:
 // retries are the callers' business.
 type api struct {
 	base    *url.URL

@@ -97,7 +97,7 @@ func (c *Client) newRand() *rand.Rand {
 // returns nil, after a last save) or a fatal error: a *PermanentError (the
 // server refused the client: 401, 403, 400, close 4001/4003), an error of a
 // handler, or of the Store. Temporary failures (network, 429, 5xx, other
-// close codes) never end Run: it reconnects as PROTOCOL.md asks. Only one
+// close codes) never end Run: it reconnects as docs/protocol.md asks. Only one
 // Run may be active at a time.
 func (c *Client) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
@@ -135,7 +135,7 @@ func (c *Client) status(s Status) {
 }
 
 // runSync runs sessions, WebSocket or long-poll, one after the other, with
-// the backoff, Retry-After, circuit breaker and fallback of PROTOCOL.md.
+// the backoff, Retry-After, circuit breaker and fallback of docs/protocol.md.
 func (c *Client) runSync(ctx context.Context) error {
 	l := newSyncLoop(c)
 	for {

@@ -1,5 +1,5 @@
 // Package client is the Go SDK of inboxd: one device of one user, kept in
-// sync with its inbox over the protocol of PROTOCOL.md, as an app embeds it
+// sync with its inbox over the protocol of docs/protocol.md, as an app embeds it
 // (and as the inboxd CLI, the load generators and the benchmarks use it).
 // It implements the protocol's "well-behaved client": it persists its
 // position, reconnects with jittered backoff, honours Retry-After and the

@@ -11,7 +11,7 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// Error codes of PROTOCOL.md, under the SDK's names (declared in protocol).
+// Error codes of docs/protocol.md, under the SDK's names (declared in protocol).
 const (
 	CodeBadRequest      = protocol.CodeBadRequest
 	CodeUnauthorized    = protocol.CodeUnauthorized
@@ -23,7 +23,7 @@ const (
 	CodeInternal        = protocol.CodeInternal
 )
 
-// WebSocket close codes of PROTOCOL.md, under the SDK's names (declared in
+// WebSocket close codes of docs/protocol.md, under the SDK's names (declared in
 // protocol).
 const (
 	CloseUnauthorized   = protocol.CloseUnauthorized   // stop: the token is refused
@@ -47,7 +47,7 @@ var (
 )
 
 // APIError is a non-2xx answer of the gateway: the error body of
-// PROTOCOL.md plus the status and Retry-After.
+// docs/protocol.md plus the status and Retry-After.
 type APIError struct {
 	Op         string // the request, "GET /v1/sync"
 	Status     int

@@ -40,7 +40,7 @@ func frameError(f *protocol.ServerFrame, op string) *APIError {
 		RetryAfter: time.Duration(f.RetryAfterMS) * time.Millisecond, Message: f.ErrorMessage()}
 }
 
-// statusOfCode maps an error code of PROTOCOL.md to its HTTP status, so that
+// statusOfCode maps an error code of docs/protocol.md to its HTTP status, so that
 // WebSocket and HTTP refusals are classified alike.
 func statusOfCode(code string) int {
 	switch code {

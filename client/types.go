@@ -2,7 +2,7 @@ package client
 
 import "github.com/inboxd/inboxd/protocol"
 
-// The objects of PROTOCOL.md under the SDK's names. They are declared once,
+// The objects of docs/protocol.md under the SDK's names. They are declared once,
 // in package protocol (shared with the gateway); unknown fields are ignored:
 // the server may add fields, never change these.
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -203,23 +204,31 @@ func (c *tokenCache) put(tok string, user int64, exp time.Time) {
 	sh.mu.Unlock()
 }
 
-// authenticate resolves the bearer token of r.
-func (g *Gateway) authenticate(r *http.Request) (int64, error) {
+// authenticator resolves bearer tokens: verified once, then remembered
+// (tokenCache) until their expiry. It serves the API routes (bearer) and
+// the WebSocket server (Authenticate, its ws.Authenticator).
+type authenticator struct {
+	secret []byte
+	tokens *tokenCache // nil when disabled
+}
+
+// bearer resolves the bearer token of r's Authorization header.
+func (a *authenticator) bearer(r *http.Request) (int64, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return 0, unauthorized("missing bearer token")
+		return 0, apierr.Unauthorized("missing bearer token")
 	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return 0, unauthorized("authorization is not a bearer token")
+		return 0, apierr.Unauthorized("authorization is not a bearer token")
 	}
 	tok = strings.TrimSpace(tok)
-	if u, ok := g.tokens.get(tok, time.Now()); ok {
+	if u, ok := a.tokens.get(tok, time.Now()); ok {
 		return u, nil
 	}
-	u, exp, err := verifyClaims(g.cfg.AuthSecret, tok)
+	u, exp, err := verifyClaims(a.secret, tok)
 	if err == nil {
-		g.tokens.put(tok, u, exp)
+		a.tokens.put(tok, u, exp)
 	}
 	if err != nil {
 		msg := "invalid token"
@@ -231,6 +240,23 @@ func (g *Gateway) authenticate(r *http.Request) (int64, error) {
 	return u, nil
 }
 
+// Authenticate reads a WebSocket upgrade's token from the Authorization
+// header or, for browsers, the access_token query parameter.
+func (a *authenticator) Authenticate(r *http.Request) (int64, error) {
+	if r.Header.Get("Authorization") != "" {
+		return a.bearer(r)
+	}
+	tok := r.URL.Query().Get("access_token")
+	if tok == "" {
+		return 0, apierr.Unauthorized("missing bearer token (Authorization header or access_token parameter)")
+	}
+	u, err := verifyToken(a.secret, tok)
+	if err != nil {
+		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "invalid token", Err: err}
+	}
+	return u, nil
+}
+
 // handleDevToken is POST /v1/dev/token, registered only in dev mode.
 func (g *Gateway) handleDevToken(w http.ResponseWriter, r *http.Request) error {
 	var req protocol.DevTokenRequest
@@ -238,13 +264,13 @@ func (g *Gateway) handleDevToken(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.UserID <= 0 {
-		return badRequest("user_id must be a positive integer")
+		return apierr.BadRequest("user_id must be a positive integer")
 	}
 	tok, err := IssueToken(g.cfg.AuthSecret, req.UserID, g.cfg.DevTokenTTL)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, protocol.DevToken{Token: tok, UserID: req.UserID,
+	apierr.WriteJSON(w, http.StatusOK, protocol.DevToken{Token: tok, UserID: req.UserID,
 		ExpiresAt: time.Now().Add(g.cfg.DevTokenTTL).UTC().Truncate(time.Second)})
 	return nil
 }

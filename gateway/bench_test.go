@@ -141,8 +141,8 @@ func BenchmarkHeldLongPolls(b *testing.B) {
 		b.ReportMetric(float64(osThreads(b)), "threads")
 		cancel()
 		wg.Wait()
-		if tg.g.HeldPolls() != 0 || tg.g.hub.waiters() != 0 {
-			b.Fatalf("%d polls, %d waiters left", tg.g.HeldPolls(), tg.g.hub.waiters())
+		if tg.g.HeldPolls() != 0 || tg.g.hub.Waiters() != 0 {
+			b.Fatalf("%d polls, %d waiters left", tg.g.HeldPolls(), tg.g.hub.Waiters())
 		}
 	}
 }

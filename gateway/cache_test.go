@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/protocol"
@@ -82,113 +79,6 @@ func TestHeadCacheForgetsWhileDeaf(t *testing.T) {
 	hear()
 }
 
-func TestHeadCacheUnit(t *testing.T) {
-	c := newHeadCache(1000)
-	gen := c.generation()
-	c.learn(gen, 1, 7, 10)
-	_, _, ok := c.get(1)
-	require.False(t, ok, "not valid before the LISTEN connection is up")
-
-	c.reset(true)
-	gen = c.generation()
-	c.learn(gen, 1, 7, 10)
-	ep, h, ok := c.get(1)
-	require.True(t, ok)
-	require.Equal(t, [2]int64{7, 10}, [2]int64{ep, h})
-	c.notified(map[int64]int64{1: 12, 2: 5})
-	_, h, _ = c.get(1)
-	require.EqualValues(t, 12, h)
-	_, _, ok = c.get(2)
-	require.False(t, ok, "notifications do not add users")
-	c.learn(gen, 1, 7, 11) // an older read never moves a head back
-	_, h, _ = c.get(1)
-	require.EqualValues(t, 12, h)
-
-	stale := c.generation()
-	c.reset(false) // the connection dropped
-	_, _, ok = c.get(1)
-	require.False(t, ok)
-	c.reset(true)
-	c.learn(stale, 3, 7, 1) // a read from before the outage
-	_, _, ok = c.get(3)
-	require.False(t, ok)
-
-	gen = c.generation()
-	c.learn(gen, 1, 7, 20)
-	c.learn(gen, 4, 8, 3) // the database moved to epoch 8: everything goes
-	_, _, ok = c.get(1)
-	require.False(t, ok)
-
-	// A replay's announcement resets through the hub.
-	h2 := newHub(nil, 0, 1, nil)
-	h2.heads = newHeadCache(1000)
-	h2.heads.reset(true)
-	h2.heads.learn(h2.heads.generation(), 5, 9, 1)
-	_, _, ok = h2.heads.get(5)
-	require.True(t, ok)
-	h2.dispatch("e10")
-	_, _, ok = h2.heads.get(5)
-	require.False(t, ok)
-
-	var nilCache *headCache
-	nilCache.learn(1, 1, 1, 1)
-	nilCache.reset(true)
-	_, _, ok = nilCache.get(1)
-	require.False(t, ok)
-}
-
-func TestMsgCacheBudget(t *testing.T) {
-	var hits, misses int
-	const budget = 1 << 20 // 16 KiB a shard, a conversation is 12 KiB
-	c := newMsgCache(budget, func() { hits++ }, func() { misses++ })
-	body := bytes.Repeat([]byte("x"), 200)
-	// 400 conversations of 50 messages (4.8 MB), in conversation order.
-	for i := range 20000 {
-		c.put(msgKey{epoch: 1, conv: int64(i / 50), seq: int64(i%50 + 1)}, body)
-	}
-	total := 0
-	for i := range c.shards {
-		total += c.shards[i].bytes
-	}
-	require.LessOrEqual(t, total, budget+msgCacheShards*(len(body)+msgOverhead), "within the budget")
-	require.Greater(t, c.len(), 500)
-	b, ok := c.get(msgKey{epoch: 1, conv: 399, seq: 50})
-	require.True(t, ok, "the newest stays")
-	require.Equal(t, body, b)
-	_, ok = c.get(msgKey{epoch: 2, conv: 399, seq: 50})
-	require.False(t, ok, "another epoch is another message")
-	gone := 0
-	for conv := range 20 {
-		if _, ok := c.get(msgKey{epoch: 1, conv: int64(conv), seq: 1}); !ok {
-			gone++
-		}
-	}
-	require.Greater(t, gone, 10, "most of the oldest conversations went")
-	require.Equal(t, 1+20-gone, hits)
-	require.Equal(t, 1+gone, misses)
-
-	// Windows: a message far from a conversation's window starts a new one;
-	// one just below it extends it.
-	w := newMsgCache(1<<20, func() {}, func() {})
-	w.put(msgKey{1, 7, 100}, body)
-	w.put(msgKey{1, 7, 90}, body)
-	_, ok = w.get(msgKey{1, 7, 100})
-	require.True(t, ok)
-	_, ok = w.get(msgKey{1, 7, 95})
-	require.False(t, ok)
-	w.put(msgKey{1, 7, 100 + maxWindow + 5}, body)
-	_, ok = w.get(msgKey{1, 7, 100 + maxWindow + 5})
-	require.True(t, ok)
-	_, ok = w.get(msgKey{1, 7, 100})
-	require.False(t, ok, "the old window was dropped")
-	require.Equal(t, 1, w.len())
-
-	var off *msgCache
-	off.put(msgKey{}, body)
-	_, ok = off.get(msgKey{})
-	require.False(t, ok)
-}
-
 // TestCachedPagesAreTheSame: a page served from the message cache is the
 // same bytes as the first one, which read PostgreSQL, and its messages are
 // what encoding/json makes of them.
@@ -225,7 +115,9 @@ func TestCachedPagesAreTheSame(t *testing.T) {
 		var m protocol.Message
 		if e.Kind == protocol.KindMessage {
 			require.NoError(t, json.Unmarshal(raw, &m))
-			require.Equal(t, string(marshalWire(&m)), string(raw))
+			want, err := protocol.Marshal(&m)
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(raw))
 		}
 	}
 }
@@ -254,50 +146,6 @@ func TestTokenCache(t *testing.T) {
 	require.Contains(t, string(r.body), "token expired")
 }
 
-func TestRawIntArray(t *testing.T) {
-	bin := pgconn.FieldDescription{Name: "a", Format: pgx.BinaryFormatCode}
-	txt := pgconn.FieldDescription{Name: "a", Format: pgx.TextFormatCode}
-	enc := func(size int, vals ...int64) []byte {
-		b := binary.BigEndian.AppendUint32(nil, 1)
-		b = binary.BigEndian.AppendUint32(b, 0)
-		b = binary.BigEndian.AppendUint32(b, 20)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(vals)))
-		b = binary.BigEndian.AppendUint32(b, 1)
-		for _, v := range vals {
-			b = binary.BigEndian.AppendUint32(b, uint32(size))
-			switch size {
-			case 2:
-				b = binary.BigEndian.AppendUint16(b, uint16(v))
-			case 8:
-				b = binary.BigEndian.AppendUint64(b, uint64(v))
-			}
-		}
-		return b
-	}
-	got, err := rawIntArray(bin, enc(8, 1, -2, 1<<40), nil)
-	require.NoError(t, err)
-	require.Equal(t, []int64{1, -2, 1 << 40}, got)
-	got, err = rawIntArray(bin, enc(2, 1, 2), nil)
-	require.NoError(t, err)
-	require.Equal(t, []int64{1, 2}, got)
-	got, err = rawIntArray(bin, nil, nil)
-	require.NoError(t, err)
-	require.Empty(t, got)
-	got, err = rawIntArray(txt, []byte("{3,-4,5}"), nil)
-	require.NoError(t, err)
-	require.Equal(t, []int64{3, -4, 5}, got)
-	_, err = rawIntArray(bin, enc(8, 1, 2)[:30], nil)
-	require.Error(t, err)
-	null := enc(8, 1)
-	binary.BigEndian.PutUint32(null[20:], 0xFFFFFFFF)
-	_, err = rawIntArray(bin, null, nil)
-	require.Error(t, err)
-
-	cols := [4][]int64{{3, 1, 2}, {30, 10, 20}, {1, 2, 1}, {300, 100, 200}}
-	sortColumns(&cols)
-	require.Equal(t, [4][]int64{{1, 2, 3}, {10, 20, 30}, {2, 1, 1}, {100, 200, 300}}, cols)
-}
-
 // TestSendAnsweredFromTheNotification: the 201 of a send is built from the
 // notification of its projection (no read), goes into the message cache,
 // and is the same JSON as the message every later read returns.
@@ -306,11 +154,11 @@ func TestSendAnsweredFromTheNotification(t *testing.T) {
 	a, b := tg.user(t, 1), tg.user(t, 2)
 	cid := a.create(t, "acks", 2)
 	_, head, _ := b.syncAll(t, 0, 50) // teaches the epoch
-	before := tg.g.msgs.len()
+	before := tg.g.inbox.CachedMessages()
 	r := a.do(t, "POST", "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages",
 		`{"msg_id":"0b8e2a52-7f0e-4a57-9d8e-3c1f2f7a00a1","body":"caf\u00e9 <ok> \"q\""}`)
 	require.Equal(t, http.StatusCreated, r.status, "%s", r)
-	require.Equal(t, before+1, tg.g.msgs.len(), "the answer went into the cache")
+	require.Equal(t, before+1, tg.g.inbox.CachedMessages(), "the answer went into the cache")
 	hits := counterValue(tg.g.metrics.cache.WithLabelValues("messages", "hit"))
 
 	p := b.do(t, "GET", "/v1/sync?after="+strconv.FormatInt(head, 10), nil)

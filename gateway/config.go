@@ -12,6 +12,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/projection"
 )
 
@@ -23,22 +25,23 @@ const (
 	DefaultLongPollMax     = 30 * time.Second
 	DefaultMaxHeldPolls    = 20000
 	DefaultPollInterval    = time.Second
-	DefaultTooLongLag      = 500
+	DefaultTooLongLag      = inbox.DefaultTooLongLag
 	DefaultPageDefault     = 50
 	DefaultPageMax         = 200
 	DefaultSendRate        = 50
 	DefaultSendBurst       = 200
 	DefaultSyncRate        = 50
 	DefaultSyncBurst       = 200
-	DefaultWakeJitter      = 5 * time.Millisecond
-	DefaultWakeBurst       = 64
+	DefaultWakeJitter      = hub.DefaultWakeJitter
+	DefaultWakeBurst       = hub.DefaultWakeBurst
 	DefaultDevTokenTTL     = 24 * time.Hour
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultListenBackoff   = 5 * time.Second
 	DefaultMaxTitle        = 256
 	DefaultMaxHeaderBytes  = 64 << 10
-	DefaultMessageCache    = 256 << 20
+	DefaultMessageCache    = inbox.DefaultMessageCacheBytes
 	DefaultTokenCache      = 1 << 16
+	DefaultHeadCacheUsers  = hub.DefaultHeadCacheUsers
 )
 
 // Config configures a Gateway. The zero value of every field means its
@@ -133,7 +136,7 @@ type Config struct {
 	SyncBurst int
 
 	// TooLongLag is the lag (head - after) above which a sync answers
-	// too long instead of entries. Default 500 (PROTOCOL.md).
+	// too long instead of entries. Default 500 (docs/protocol.md).
 	TooLongLag int64
 
 	// PageDefault and PageMax are the default and largest page size of

@@ -16,33 +16,44 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/inbox"
+	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
 	"github.com/inboxd/inboxd/producer"
 )
 
 // Gateway serves the HTTP API. Create it with New; serve Handler with Run
 // (or Serve, or any http.Server) while Listen runs the notification hub.
-// It is safe for concurrent use.
+// It is the composition root of its packages: hub, inbox and ws, which it
+// wires together; none of them refers back to it. It is safe for
+// concurrent use.
 type Gateway struct {
 	cfg     Config
 	pool    *pgxpool.Pool
 	prod    *producer.Producer
 	log     *slog.Logger
 	metrics *metrics
-	hub     *hub
-	msgs    *msgCache   // nil when disabled
-	tokens  *tokenCache // nil when disabled
+	hub     *hub.Hub      // the LISTEN connection, subscriptions, head cache
+	inbox   *inbox.Reader // the inbox reads, shared by sync and the pushes
+	auth    *authenticator
+	app     *appender
+	sends   *sender // the send path, shared by HTTP and WebSocket
 	handler http.Handler
 	routes  []route
 
 	promHandler http.Handler
 
-	sendLimits *limiters
-	syncLimits *limiters
+	sendLimits *ratelimit.Limiters
+	syncLimits *ratelimit.Limiters
 
 	ws        *WebSocket    // GET /v1/ws, run by Listen
 	held      atomic.Int64  // long-polls currently held
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
+
+	// beforeConnect, when set (tests), runs before each attempt to open
+	// the LISTEN connection.
+	beforeConnect func(ctx context.Context)
 }
 
 // New builds a gateway reading projections through pool and appending
@@ -60,14 +71,14 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		pool:       pool,
 		prod:       prod,
 		log:        cfg.Logger,
-		sendLimits: newLimiters(cfg.SendRate, cfg.SendBurst),
-		syncLimits: newLimiters(cfg.SyncRate, cfg.SyncBurst),
+		sendLimits: ratelimit.New(cfg.SendRate, cfg.SendBurst),
+		syncLimits: ratelimit.New(cfg.SyncRate, cfg.SyncBurst),
 		draining:   make(chan struct{}),
 	}
 	m, err := newMetrics(cfg.Registerer,
 		func() float64 { return float64(g.held.Load()) },
 		func() float64 {
-			if g.hub.connected.Load() {
+			if g.hub.Connected() {
 				return 1
 			}
 			return 0
@@ -76,12 +87,16 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	g.metrics = m
-	g.hub = newHub(cfg.Logger, cfg.WakeJitter, cfg.WakeBurst, m)
-	g.hub.heads = newHeadCache(cfg.HeadCacheUsers)
-	g.msgs = newMsgCache(cfg.MessageCacheBytes, m.cache.WithLabelValues("messages", "hit").Inc,
-		m.cache.WithLabelValues("messages", "miss").Inc)
-	g.tokens = newTokenCache(cfg.TokenCache, m.cache.WithLabelValues("tokens", "hit").Inc,
-		m.cache.WithLabelValues("tokens", "miss").Inc)
+	g.hub = hub.New(hub.Config{WakeJitter: cfg.WakeJitter, WakeBurst: cfg.WakeBurst, HeadCacheUsers: cfg.HeadCacheUsers,
+		Notifications: m.notifications, Reconnects: m.listenerReconnects, Logger: cfg.Logger})
+	g.inbox = inbox.New(pool, inbox.Config{MessageCacheBytes: cfg.MessageCacheBytes, TooLongLag: cfg.TooLongLag,
+		Heads: g.hub.Heads(), CacheHit: m.cache.WithLabelValues("messages", "hit").Inc,
+		CacheMiss: m.cache.WithLabelValues("messages", "miss").Inc})
+	g.auth = &authenticator{secret: cfg.AuthSecret, tokens: newTokenCache(cfg.TokenCache,
+		m.cache.WithLabelValues("tokens", "hit").Inc, m.cache.WithLabelValues("tokens", "miss").Inc)}
+	g.app = &appender{prod: prod, timeout: cfg.AppendTimeout}
+	g.sends = &sender{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.sends,
+		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining}
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err
 	}
@@ -108,7 +123,10 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	cc.RuntimeParams["application_name"] = "inboxd-gateway-listen"
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error {
-		return g.hub.run(ctx, g.cfg.Channel, g.cfg.ListenBackoffMax, func(ctx context.Context) (*pgx.Conn, error) {
+		return g.hub.Run(ctx, g.cfg.Channel, g.cfg.ListenBackoffMax, func(ctx context.Context) (*pgx.Conn, error) {
+			if g.beforeConnect != nil {
+				g.beforeConnect(ctx)
+			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			return pgx.ConnectConfig(cctx, cc)

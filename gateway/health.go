@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -19,7 +20,7 @@ type statusResponse struct {
 
 // handleHealthz is GET /healthz: the process is alive and serving.
 func (g *Gateway) handleHealthz(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
+	apierr.WriteJSON(w, http.StatusOK, statusResponse{Status: "ok"})
 	return nil
 }
 
@@ -37,9 +38,9 @@ func (g *Gateway) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	if err := g.prod.Client().Ping(ctx); err != nil {
 		checks["kafka"], ready = err.Error(), false
 	}
-	if g.hub.listening.Load() {
+	if g.hub.Listening() {
 		checks["listen"] = "ok"
-		if !g.hub.connected.Load() {
+		if !g.hub.Connected() {
 			checks["listen"], ready = "not connected", false
 		}
 	}
@@ -54,13 +55,13 @@ func (g *Gateway) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	}
 	if !ready {
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, struct {
+		apierr.WriteJSON(w, http.StatusServiceUnavailable, struct {
 			Error  protocol.ErrorDetail `json:"error"`
 			Checks map[string]string    `json:"checks"`
 		}{protocol.ErrorDetail{Code: protocol.CodeUnavailable, Message: "not ready", Retryable: true}, checks})
 		return nil
 	}
-	writeJSON(w, http.StatusOK, statusResponse{Status: "ready", Checks: checks})
+	apierr.WriteJSON(w, http.StatusOK, statusResponse{Status: "ready", Checks: checks})
 	return nil
 }
 

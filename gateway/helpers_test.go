@@ -86,7 +86,7 @@ func (tg *tgw) serve(t testing.TB) (stop func() error) {
 		return result
 	}
 	t.Cleanup(func() { _ = stop() })
-	waitFor(t, 30*time.Second, "LISTEN connection", func() bool { return tg.g.hub.connected.Load() })
+	waitFor(t, 30*time.Second, "LISTEN connection", func() bool { return tg.g.hub.Connected() })
 	return stop
 }
 
@@ -101,7 +101,7 @@ func startListen(t testing.TB, g *Gateway) {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	waitFor(t, 30*time.Second, "LISTEN connection", func() bool { return g.hub.connected.Load() })
+	waitFor(t, 30*time.Second, "LISTEN connection", func() bool { return g.hub.Connected() })
 }
 
 // waitFor polls cond until it holds; the timeout only prevents a hang.
@@ -365,7 +365,7 @@ func deafGateway(t testing.TB) (tg *tgw, deafen, hear func()) {
 	gate := make(chan struct{})
 	var gated sync.Mutex
 	blocking := false
-	tg.g.hub.beforeConnect = func(ctx context.Context) {
+	tg.g.beforeConnect = func(ctx context.Context) {
 		gated.Lock()
 		b := blocking
 		gated.Unlock()
@@ -387,7 +387,7 @@ func deafGateway(t testing.TB) (tg *tgw, deafen, hear func()) {
 		_, err := tg.env.Pool.Exec(context.Background(),
 			`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'inboxd-gateway-listen'`)
 		require.NoError(t, err)
-		waitFor(t, 30*time.Second, "LISTEN connection to drop", func() bool { return !tg.g.hub.connected.Load() })
+		waitFor(t, 30*time.Second, "LISTEN connection to drop", func() bool { return !tg.g.hub.Connected() })
 	}
 	return tg, deafen, hear
 }

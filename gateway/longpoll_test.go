@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
@@ -21,7 +20,7 @@ func (tg *tgw) pollOutcome(outcome string) int {
 	return int(counterValue(tg.g.metrics.polls.WithLabelValues(outcome)))
 }
 
-func counterValue(c prometheus.Counter) float64 {
+func counterValue(c interface{ Write(*dto.Metric) error }) float64 {
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
 		panic(err)
@@ -71,7 +70,7 @@ func TestLongPollWakesOnCommit(t *testing.T) {
 	require.Equal(t, len(others), tg.pollOutcome("woken"))
 	require.Zero(t, tg.pollOutcome("timeout"))
 	require.Zero(t, tg.g.HeldPolls())
-	require.Zero(t, tg.g.hub.waiters())
+	require.Zero(t, tg.g.hub.Waiters())
 }
 
 // TestLongPollTimeout: nothing new within the wait gives 200 with no entries.
@@ -164,7 +163,7 @@ func TestHeldPollsReleasedAtShutdown(t *testing.T) {
 		require.Empty(t, s.Entries)
 	}
 	require.Zero(t, tg.g.HeldPolls())
-	require.Zero(t, tg.g.hub.waiters())
+	require.Zero(t, tg.g.hub.Waiters())
 	tg.hc.CloseIdleConnections()
 	waitNoLeaks(t)
 }

@@ -9,27 +9,37 @@ import (
 	"unicode/utf8"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/input"
+	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/protocol"
 )
 
+// appender appends the gateway's events to the log.
+type appender struct {
+	prod    *producer.Producer
+	timeout time.Duration // Config.AppendTimeout
+}
+
 // appendEvent appends e within AppendTimeout; a failure is a retryable 503.
-func (g *Gateway) appendEvent(ctx context.Context, e *events.Event) error {
-	actx, cancel := context.WithTimeout(ctx, g.cfg.AppendTimeout)
+func (a *appender) appendEvent(ctx context.Context, e *events.Event) error {
+	actx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	if _, err := g.prod.Append(actx, e); err != nil {
+	if _, err := a.prod.Append(actx, e); err != nil {
 		if ctx.Err() != nil {
-			return errClientGone
+			return apierr.ErrClientGone
 		}
 		if errors.Is(err, events.ErrInvalid) {
 			return err
 		}
-		return unavailable("appending to the log failed, try again", time.Second, err)
+		return apierr.Unavailable("appending to the log failed, try again", time.Second, err)
 	}
 	return nil
 }
 
 func writeAccepted(w http.ResponseWriter) {
-	writeJSON(w, http.StatusAccepted, protocol.Accepted{Status: protocol.StatusAccepted})
+	apierr.WriteJSON(w, http.StatusAccepted, protocol.Accepted{Status: protocol.StatusAccepted})
 }
 
 const (
@@ -53,28 +63,28 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(req.Title) > DefaultMaxTitle || !utf8.ValidString(req.Title) {
-		return badRequest("title must be UTF-8 of at most %d bytes", DefaultMaxTitle)
+		return apierr.BadRequest("title must be UTF-8 of at most %d bytes", DefaultMaxTitle)
 	}
-	if err := checkText("title", req.Title); err != nil {
+	if err := input.CheckText("title", req.Title); err != nil {
 		return err
 	}
 	if len(req.Members) > g.cfg.MaxMembers {
-		return badRequest("at most %d members", g.cfg.MaxMembers)
+		return apierr.BadRequest("at most %d members", g.cfg.MaxMembers)
 	}
 	for _, m := range req.Members {
 		if m <= 0 {
-			return badRequest("members must be positive user ids")
+			return apierr.BadRequest("members must be positive user ids")
 		}
 	}
 	var cid int64
 	if err := g.pool.QueryRow(ctx, sqlNextConversationID).Scan(&cid); err != nil {
 		return fmt.Errorf("allocate conversation id: %w", err)
 	}
-	sub := g.hub.subscribeUser(user)
+	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
 	e := events.New(events.ConversationCreated, cid, user)
 	e.Title, e.Members = req.Title, req.Members
-	if err := g.appendEvent(ctx, e); err != nil {
+	if err := g.app.appendEvent(ctx, e); err != nil {
 		return err
 	}
 	var rejected bool
@@ -88,16 +98,16 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	if rejected {
 		// Only possible if the sequence fell behind the log (a restore
 		// without replay's setval): a retry allocates a fresh id.
-		return unavailable("conversation id already taken, retry", time.Second,
+		return apierr.Unavailable("conversation id already taken, retry", time.Second,
 			fmt.Errorf("conversation.created %d refused: id exists", cid))
 	}
-	writeJSON(w, http.StatusCreated, protocol.ConversationCreated{ConversationID: cid})
+	apierr.WriteJSON(w, http.StatusCreated, protocol.ConversationCreated{ConversationID: cid})
 	return nil
 }
 
 // waitProjected waits up to AckWait until done reports true, re-checking on
 // every wake-up of sub. Running out of time is not an error.
-func (g *Gateway) waitProjected(ctx context.Context, sub *subscription, done func(context.Context) (bool, error)) error {
+func (g *Gateway) waitProjected(ctx context.Context, sub *hub.Subscription, done func(context.Context) (bool, error)) error {
 	timer := time.NewTimer(g.cfg.AckWait)
 	defer timer.Stop()
 	for {
@@ -111,7 +121,7 @@ func (g *Gateway) waitProjected(ctx context.Context, sub *subscription, done fun
 		case <-g.draining:
 			return nil
 		case <-ctx.Done():
-			return errClientGone
+			return apierr.ErrClientGone
 		}
 	}
 }
@@ -132,16 +142,16 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	if req.UserID <= 0 {
-		return badRequest("user_id must be a positive integer")
+		return apierr.BadRequest("user_id must be a positive integer")
 	}
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
-	sub := g.hub.subscribeUser(user)
+	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
 	e := events.New(events.MemberAdded, cid, user)
 	e.UserID = req.UserID
-	if err := g.appendEvent(ctx, e); err != nil {
+	if err := g.app.appendEvent(ctx, e); err != nil {
 		return err
 	}
 	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
@@ -183,11 +193,11 @@ func (g *Gateway) handleRemoveMember(w http.ResponseWriter, r *http.Request) err
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
-	sub := g.hub.subscribeUser(user)
+	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
 	e := events.New(events.MemberRemoved, cid, user)
 	e.UserID = uid
-	if err := g.appendEvent(ctx, e); err != nil {
+	if err := g.app.appendEvent(ctx, e); err != nil {
 		return err
 	}
 	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
@@ -236,7 +246,7 @@ func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Pinned == nil && req.Muted == nil {
-		return badRequest("give pinned and/or muted")
+		return apierr.BadRequest("give pinned and/or muted")
 	}
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
@@ -256,13 +266,13 @@ func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
 // projected, so that the caller's next request reads its own write.
 func (g *Gateway) appendRecordChange(ctx context.Context, e *events.Event, settled string, args ...any) error {
 	user, cid := e.ActorID, e.ConversationID
-	sub := g.hub.subscribeUser(user)
+	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
 	v0, err := g.recordVersion(ctx, user)
 	if err != nil {
 		return err
 	}
-	if err := g.appendEvent(ctx, e); err != nil {
+	if err := g.app.appendEvent(ctx, e); err != nil {
 		return err
 	}
 	qargs := append([]any{user, cid, v0}, args...)
@@ -288,7 +298,7 @@ func (g *Gateway) handleRead(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Seq == nil || *req.Seq < 0 {
-		return badRequest("seq must be a non-negative integer")
+		return apierr.BadRequest("seq must be a non-negative integer")
 	}
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -36,7 +37,7 @@ func (g *Gateway) handleMembers(w http.ResponseWriter, r *http.Request) error {
 	}
 	after, err := queryInt(q, "page", 0, 0, math.MaxInt64)
 	if err != nil {
-		return badRequest("page must be a next_page of an earlier answer")
+		return apierr.BadRequest("page must be a next_page of an earlier answer")
 	}
 	ctx := r.Context()
 	if err := g.requireMember(ctx, userFrom(ctx), cid); err != nil {
@@ -63,6 +64,6 @@ func (g *Gateway) handleMembers(w http.ResponseWriter, r *http.Request) error {
 		next := strconv.FormatInt(out.Members[limit-1].UserID, 10)
 		out.NextPage = &next
 	}
-	writeJSON(w, http.StatusOK, out)
+	apierr.WriteJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -201,9 +202,9 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		{"Record", schema("Record"), protocol.Record{}, nil},
 		{"MessageEntry", schema("MessageEntry"), protocol.Entry{Kind: protocol.KindMessage, Message: &protocol.Message{Body: json.RawMessage(`"x"`)}}, nil},
 		{"RecordEntry", schema("RecordEntry"), protocol.Entry{Kind: protocol.KindRecord, Record: &protocol.Record{}}, nil},
-		// The gateway's hand-written entries (appendEntry) against the same schemas.
-		{"MessageEntry (appendEntry)", schema("MessageEntry"), entry{raw: []byte(`{}`)}, nil},
-		{"RecordEntry (appendEntry)", schema("RecordEntry"), entry{record: true, raw: []byte(`{}`)}, nil},
+		// The gateway's hand-written entries (inbox.AppendEntries) against the same schemas.
+		{"MessageEntry (inbox.AppendEntries)", schema("MessageEntry"), inbox.NewEntry(0, 0, &protocol.Message{Body: json.RawMessage(`"x"`)}), nil},
+		{"RecordEntry (inbox.AppendEntries)", schema("RecordEntry"), inbox.NewEntry(0, 0, &protocol.Record{}), nil},
 		{"SyncPage", schema("SyncPage"), protocol.SyncPage{}, nil},
 		{"TooLong", schema("TooLong"), protocol.TooLong{NextPage: &s}, nil},
 		{"Polling", schema("Polling"), protocol.Polling{}, nil},

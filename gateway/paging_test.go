@@ -50,7 +50,7 @@ func TestListPageNumbers(t *testing.T) {
 }
 
 // A long-poll that ends with nothing new answers 200 with entries: [] even
-// when If-None-Match matches (PROTOCOL.md's wait rule); without wait the
+// when If-None-Match matches (docs/protocol.md's wait rule); without wait the
 // same request is a 304.
 func TestLongPollEndsWith200(t *testing.T) {
 	tg := newGateway(t, nil)

@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/rows"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -54,7 +57,7 @@ func (t pageToken) String() string {
 }
 
 func parsePageToken(s string) (*pageToken, error) {
-	bad := badRequest("page is not a next_page value of this API nor a page number")
+	bad := apierr.BadRequest("page is not a next_page value of this API nor a page number")
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil && len(s) <= 7 {
 		if n < 1 {
 			return nil, bad
@@ -94,8 +97,8 @@ func parsePageToken(s string) (*pageToken, error) {
 // readable. $2..$4 is the keyset position after which to continue (NULLs on
 // the first page), $5 the limit.
 const sqlListRecords = `SELECT * FROM (
-	SELECT ` + sqlRecordCols + `, COALESCE(lm.created_at, c.created_at) AS activity
-	FROM records r` + sqlRecordJoins + `
+	SELECT ` + rows.RecordCols + `, COALESCE(lm.created_at, c.created_at) AS activity
+	FROM records r` + rows.RecordJoins + `
 	WHERE r.user_id = $1
 ) x
 WHERE $2::boolean IS NULL OR (x.pinned, x.activity, x.conversation_id) < ($2::boolean, $3::timestamptz, $4::bigint)
@@ -104,8 +107,8 @@ LIMIT $5 OFFSET $6`
 
 // sqlRecordsSince is one page of the records changed after a version, in
 // version order, removals included.
-const sqlRecordsSince = `SELECT ` + sqlRecordCols + `
-FROM records r` + sqlRecordJoins + `
+const sqlRecordsSince = `SELECT ` + rows.RecordCols + `
+FROM records r` + rows.RecordJoins + `
 WHERE r.user_id = $1 AND r.version > $2
 ORDER BY r.version
 LIMIT $3 OFFSET $4`
@@ -113,53 +116,53 @@ LIMIT $3 OFFSET $4`
 // listRecords reads one page of user's records and the next_page token
 // (nil on the last page). It is the list behind GET /v1/conversations and
 // the too-long answers.
-func (g *Gateway) listRecords(ctx context.Context, user int64, p listParams) ([]protocol.Record, *string, error) {
+func listRecords(ctx context.Context, db *pgxpool.Pool, user int64, p listParams) ([]protocol.Record, *string, error) {
 	byVersion := p.hasSince || (p.page != nil && p.page.byVersion)
 	var offset int64
 	if p.page != nil && p.page.number > 0 {
 		offset = (p.page.number - 1) * int64(p.limit)
 		p.page = nil
 	}
-	var rows pgx.Rows
+	var rs pgx.Rows
 	var err error
 	if byVersion {
 		since := p.sinceVersion
 		if p.page != nil {
 			since = p.page.version
 		}
-		rows, err = g.pool.Query(ctx, sqlRecordsSince, user, since, p.limit+1, offset)
+		rs, err = db.Query(ctx, sqlRecordsSince, user, since, p.limit+1, offset)
 	} else {
 		var pinned, activity, conv any
 		if p.page != nil {
 			pinned, activity, conv = p.page.pinned, p.page.activity, p.page.conv
 		}
-		rows, err = g.pool.Query(ctx, sqlListRecords, user, pinned, activity, conv, p.limit+1, offset)
+		rs, err = db.Query(ctx, sqlListRecords, user, pinned, activity, conv, p.limit+1, offset)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list records of user %d: %w", user, err)
 	}
-	defer rows.Close()
+	defer rs.Close()
 	recs := []protocol.Record{}
 	var last pageToken
-	for rows.Next() {
-		var s recScan
-		targets := s.targets()
+	for rs.Next() {
+		var s rows.RecordScan
+		targets := s.Targets()
 		var activity time.Time
 		if !byVersion {
 			targets = append(targets, &activity)
 		}
-		if err := rows.Scan(targets...); err != nil {
+		if err := rs.Scan(targets...); err != nil {
 			return nil, nil, fmt.Errorf("list records of user %d: %w", user, err)
 		}
 		if len(recs) == p.limit {
 			tok := last.String()
 			return recs, &tok, nil
 		}
-		rec := s.record()
+		rec := s.Record()
 		recs = append(recs, *rec)
 		last = pageToken{byVersion: byVersion, version: rec.Version, pinned: rec.Pinned, activity: activity, conv: rec.ConversationID}
 	}
-	if err := rows.Err(); err != nil {
+	if err := rs.Err(); err != nil {
 		return nil, nil, fmt.Errorf("list records of user %d: %w", user, err)
 	}
 	return recs, nil, nil
@@ -186,13 +189,13 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
 	}
 	if vs, ok := q["page"]; ok {
 		if len(vs) != 1 {
-			return badRequest("parameter page given more than once")
+			return apierr.BadRequest("parameter page given more than once")
 		}
 		if p.page, err = parsePageToken(vs[0]); err != nil {
 			return err
 		}
 		if p.hasSince && !p.page.byVersion && p.page.number == 0 {
-			return badRequest("page belongs to a list without since_version")
+			return apierr.BadRequest("page belongs to a list without since_version")
 		}
 	}
 	// The head (and record version) before the list: a change committed
@@ -201,9 +204,9 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
 	if err := g.pool.QueryRow(ctx, sqlUserHead, user).Scan(&resp.Epoch, &resp.InboxHead, &resp.RecordVersion); err != nil {
 		return fmt.Errorf("head of user %d: %w", user, err)
 	}
-	if resp.Conversations, resp.NextPage, err = g.listRecords(ctx, user, p); err != nil {
+	if resp.Conversations, resp.NextPage, err = listRecords(ctx, g.pool, user, p); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, resp)
+	apierr.WriteJSON(w, http.StatusOK, resp)
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -77,7 +79,7 @@ func (g *Gateway) buildHandler() (http.Handler, error) {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n := headerSize(r); n > g.cfg.MaxHeaderBytes {
 			w.Header().Set("Connection", "close")
-			g.writeError(w, r, headerTooLarge(n, g.cfg.MaxHeaderBytes))
+			g.writeError(w, r, apierr.HeaderTooLarge(n, g.cfg.MaxHeaderBytes))
 			return
 		}
 		if _, pattern := mux.Handler(r); pattern == "" {
@@ -140,7 +142,7 @@ func (g *Gateway) writeUnmatched(mux *http.ServeMux, w http.ResponseWriter, r *h
 	if probe.code == http.StatusMethodNotAllowed {
 		allow := probe.header.Get("Allow")
 		w.Header().Set("Allow", allow)
-		writeJSON(w, http.StatusMethodNotAllowed, protocol.ErrorBody{Error: protocol.ErrorDetail{Code: protocol.CodeBadRequest,
+		apierr.WriteJSON(w, http.StatusMethodNotAllowed, protocol.ErrorBody{Error: protocol.ErrorDetail{Code: protocol.CodeBadRequest,
 			Message: "method " + r.Method + " not allowed here; allowed: " + allow}})
 		return
 	}
@@ -149,21 +151,21 @@ func (g *Gateway) writeUnmatched(mux *http.ServeMux, w http.ResponseWriter, r *h
 		w.WriteHeader(probe.code)
 		return
 	}
-	g.writeError(w, r, notFound("no endpoint %s %s", r.Method, r.URL.Path))
+	g.writeError(w, r, apierr.NotFound("no endpoint %s %s", r.Method, r.URL.Path))
 }
 
 // wrap adds authentication, rate limiting and error mapping to an API route.
 func (g *Gateway) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rt.auth {
-			user, err := g.authenticate(r)
+			user, err := g.auth.bearer(r)
 			if err != nil {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="inboxd"`)
 				g.writeError(w, r, err)
 				return
 			}
 			r = r.WithContext(context.WithValue(r.Context(), userKey, user))
-			var lim *limiters
+			var lim *ratelimit.Limiters
 			switch rt.bucket {
 			case bucketSend:
 				lim = g.sendLimits
@@ -171,10 +173,10 @@ func (g *Gateway) wrap(rt route) http.Handler {
 				lim = g.syncLimits
 			}
 			if lim != nil {
-				st := lim.take(user, time.Now())
-				st.setHeaders(w.Header())
-				if !st.allowed {
-					g.writeError(w, r, rateLimited(st))
+				st := lim.Take(user, time.Now())
+				st.SetHeaders(w.Header())
+				if !st.Allowed() {
+					g.writeError(w, r, st.Err())
 					return
 				}
 			}

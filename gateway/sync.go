@@ -2,115 +2,92 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/inbox"
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// syncParams is one "entries after N" question.
-type syncParams struct {
-	after    int64
-	epoch    int64 // meaningful when hasEpoch
-	hasEpoch bool
-	limit    int
-}
-
-// syncResult is the answer to a syncParams: either a page of entries or,
-// when tooLong, the head to jump to (entries are then empty; the caller adds
-// the conversation list with tooLongAnswer).
-type syncResult struct {
-	epoch, head, floor, recordVersion int64
-	entries                           []entry
-	hasMore                           bool
-	tooLong                           bool
-}
-
-// etag is the validator of the answer: the epoch and head it was read at.
-func (r *syncResult) etag() string { return etagOf(r.epoch, r.head) }
-
+// etagOf is the validator of a sync answer: the epoch and head it was read
+// at.
 func etagOf(epoch, head int64) string {
 	return `"` + strconv.FormatInt(epoch, 10) + "." + strconv.FormatInt(head, 10) + `"`
 }
 
-// readSync answers p for user. It is the read behind GET /v1/sync and the
-// WebSocket catch-up. The too-long rules are PROTOCOL.md's: head - after over
-// TooLongLag, after below the retained floor, or an epoch that is not the
-// current one (with after > 0). A cursor beyond the head (of the current
-// epoch) is refused: no answer could ever fill the gap up to it. The epoch,
-// head, floor and entries come from one snapshot (readInbox).
-func (g *Gateway) readSync(ctx context.Context, user int64, p syncParams) (*syncResult, error) {
-	gen := g.hub.heads.generation()
-	pages, err := g.readInbox(ctx, []inboxReq{{user: user, after: p.after, limit: int32(p.limit)}}, g.cfg.TooLongLag)
-	if err != nil {
-		return nil, fmt.Errorf("sync of user %d after %d: %w", user, p.after, err)
-	}
-	pg := pages[0]
-	g.hub.heads.learn(gen, user, pg.epoch, pg.head)
-	res := &syncResult{epoch: pg.epoch, head: pg.head, floor: pg.floor, recordVersion: pg.recordVersion, entries: pg.entries}
-	switch {
-	case p.hasEpoch && p.epoch != res.epoch && p.after > 0,
-		res.head-p.after > g.cfg.TooLongLag,
-		p.after < res.floor:
-		res.tooLong, res.entries = true, nil
-	case p.after > res.head:
-		return nil, badRequest("after %d is beyond the inbox head %d of epoch %d", p.after, res.head, res.epoch)
-	}
-	if n := len(res.entries); n > 0 {
-		res.hasMore = res.entries[n-1].InboxSeq < res.head
-	}
-	if res.entries == nil {
-		res.entries = []entry{}
-	}
-	return res, nil
+// pollingHint is the hint of the answers of g (see polling).
+func (g *Gateway) pollingHint() protocol.Polling {
+	return polling(g.held.Load(), g.cfg.MaxHeldPolls, g.cfg.PollInterval)
 }
 
-// pollingHint grows PollInterval with the held long-polls: 1x idle, 5x at
-// the cap, so polling clients slow down as the node fills.
-func (g *Gateway) pollingHint() protocol.Polling {
+// polling grows interval with the held long-polls: 1x idle, 5x at the cap
+// maxHeld, so polling clients slow down as the node fills.
+func polling(held int64, maxHeld int, interval time.Duration) protocol.Polling {
 	load := 0.0
-	if g.cfg.MaxHeldPolls > 0 {
-		load = math.Min(1, float64(g.held.Load())/float64(g.cfg.MaxHeldPolls))
+	if maxHeld > 0 {
+		load = math.Min(1, float64(held)/float64(maxHeld))
 	}
-	d := time.Duration(float64(g.cfg.PollInterval) * (1 + 4*load))
+	d := time.Duration(float64(interval) * (1 + 4*load))
 	return protocol.Polling{NextIntervalMS: d.Milliseconds()}
 }
 
 // tooLongAnswer builds the too-long answer of res: its head (read first, in
-// readSync) and then the first page of the conversation list. A commit
-// between the two shows up in the list and again after the head, never in
-// neither.
-func (g *Gateway) tooLongAnswer(ctx context.Context, user int64, res *syncResult, limit int) (*protocol.TooLong, error) {
-	recs, next, err := g.listRecords(ctx, user, listParams{limit: limit})
+// inbox.Reader.Sync) and then the first page of the conversation list. A
+// commit between the two shows up in the list and again after the head,
+// never in neither.
+func tooLongAnswer(ctx context.Context, db *pgxpool.Pool, user int64, res *inbox.Result, limit int, hint func() protocol.Polling) (*protocol.TooLong, error) {
+	recs, next, err := listRecords(ctx, db, user, listParams{limit: limit})
 	if err != nil {
 		return nil, err
 	}
-	return &protocol.TooLong{TooLong: true, Epoch: res.epoch, Head: res.head, RecordVersion: res.recordVersion,
-		Conversations: recs, NextPage: next, Polling: g.pollingHint()}, nil
+	return &protocol.TooLong{TooLong: true, Epoch: res.Epoch, Head: res.Head, RecordVersion: res.RecordVersion,
+		Conversations: recs, NextPage: next, Polling: hint()}, nil
 }
 
-func (g *Gateway) parseSyncQuery(r *http.Request) (syncParams, time.Duration, error) {
+// rebaser is the WebSocket server's ws.Rebaser: the too-long answer, with
+// the first page of Config.PageDefault records and the polling hint of
+// the long-polls held by the gateway.
+type rebaser struct {
+	db       *pgxpool.Pool
+	limit    int
+	held     *atomic.Int64 // the gateway's count of held long-polls
+	maxHeld  int
+	interval time.Duration
+}
+
+// Rebase implements ws.Rebaser.
+func (r *rebaser) Rebase(ctx context.Context, user int64, at *inbox.Result) (*protocol.TooLong, error) {
+	return tooLongAnswer(ctx, r.db, user, at, r.limit, func() protocol.Polling {
+		return polling(r.held.Load(), r.maxHeld, r.interval)
+	})
+}
+
+func (g *Gateway) parseSyncQuery(r *http.Request) (inbox.Query, time.Duration, error) {
 	q := r.URL.Query()
-	var p syncParams
+	var p inbox.Query
 	var err error
-	if p.after, err = queryInt(q, "after", 0, 0, math.MaxInt64); err != nil {
+	if p.After, err = queryInt(q, "after", 0, 0, math.MaxInt64); err != nil {
 		return p, 0, err
 	}
 	if _, ok := q["epoch"]; ok {
-		if p.epoch, err = queryInt(q, "epoch", 0, 0, math.MaxInt64); err != nil {
+		if p.Epoch, err = queryInt(q, "epoch", 0, 0, math.MaxInt64); err != nil {
 			return p, 0, err
 		}
-		p.hasEpoch = true
+		p.HasEpoch = true
 	}
 	limit, err := queryInt(q, "limit", int64(g.cfg.PageDefault), 1, int64(g.cfg.PageMax))
 	if err != nil {
 		return p, 0, err
 	}
-	p.limit = int(limit)
+	p.Limit = int(limit)
 	wait, err := queryInt(q, "wait", 0, 0, int64(g.cfg.LongPollMax/time.Second))
 	if err != nil {
 		return p, 0, err
@@ -130,21 +107,21 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	if wait == 0 && g.notModified(w, r, user, p) {
 		return nil
 	}
-	var sub *subscription
+	var sub *hub.Subscription
 	if wait > 0 {
 		// Before the first read: a commit after it must wake us.
-		sub = g.hub.subscribeUser(user)
+		sub = g.hub.SubscribeUser(user)
 		defer sub.Close()
 	}
-	res, err := g.readSync(ctx, user, p)
+	res, err := g.inbox.Sync(ctx, user, p)
 	if err != nil {
 		return err
 	}
-	if res.tooLong || len(res.entries) > 0 || sub == nil || g.isDraining() {
+	if res.TooLong || len(res.Entries) > 0 || sub == nil || g.isDraining() {
 		return g.writeSync(w, r, user, p, res, sub == nil)
 	}
 	if !g.acquireHold() {
-		return unavailable("too many held long-polls on this node, retry later", 2*time.Second, nil)
+		return apierr.Unavailable("too many held long-polls on this node, retry later", 2*time.Second, nil)
 	}
 	defer g.releaseHold()
 	timer := time.NewTimer(wait)
@@ -152,17 +129,17 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	for {
 		select {
 		case <-sub.C():
-			if res, err = g.readSync(ctx, user, p); err != nil {
+			if res, err = g.inbox.Sync(ctx, user, p); err != nil {
 				return err
 			}
-			if res.tooLong || len(res.entries) > 0 {
+			if res.TooLong || len(res.Entries) > 0 {
 				g.metrics.polls.WithLabelValues("woken").Inc()
 				return g.writeSync(w, r, user, p, res, false)
 			}
 		case <-timer.C:
 			// A last read covers a notification lost with the LISTEN connection.
 			g.metrics.polls.WithLabelValues("timeout").Inc()
-			if res, err = g.readSync(ctx, user, p); err != nil {
+			if res, err = g.inbox.Sync(ctx, user, p); err != nil {
 				return err
 			}
 			return g.writeSync(w, r, user, p, res, false)
@@ -172,27 +149,27 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 			return g.writeSync(w, r, user, p, res, false)
 		case <-ctx.Done():
 			g.metrics.polls.WithLabelValues("gone").Inc()
-			return errClientGone
+			return apierr.ErrClientGone
 		}
 	}
 }
 
-// writeSync answers a sync. allow304 is false for a long-poll: PROTOCOL.md
+// writeSync answers a sync. allow304 is false for a long-poll: docs/protocol.md
 // says a wait that ends with nothing new answers 200 with entries: [], so a
 // held request never turns into a 304.
-func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, p syncParams, res *syncResult, allow304 bool) error {
+func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, p inbox.Query, res *inbox.Result, allow304 bool) error {
 	h := w.Header()
-	h.Set("ETag", res.etag())
+	h.Set("ETag", etagOf(res.Epoch, res.Head))
 	h.Set("Cache-Control", "private, no-cache")
-	if res.tooLong {
-		ans, err := g.tooLongAnswer(r.Context(), user, res, p.limit)
+	if res.TooLong {
+		ans, err := tooLongAnswer(r.Context(), g.pool, user, res, p.Limit, g.pollingHint)
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, ans)
+		apierr.WriteJSON(w, http.StatusOK, ans)
 		return nil
 	}
-	if allow304 && len(res.entries) == 0 && etagMatch(r.Header.Get("If-None-Match"), res.etag()) {
+	if allow304 && len(res.Entries) == 0 && etagMatch(r.Header.Get("If-None-Match"), etagOf(res.Epoch, res.Head)) {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
@@ -203,13 +180,13 @@ func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, 
 // notModified answers 304 from the head cache when the client is at its
 // head with the current ETag: no query. Anything else (an unknown user,
 // a cache that is not valid, a stale epoch) goes the way of a read.
-func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64, p syncParams) bool {
+func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64, p inbox.Query) bool {
 	inm := r.Header.Get("If-None-Match")
 	if inm == "" {
 		return false
 	}
-	epoch, head, ok := g.hub.heads.get(user)
-	if ok && p.after == head && (!p.hasEpoch || p.epoch == epoch || p.after == 0) {
+	epoch, head, ok := g.hub.Heads().Get(user)
+	if ok && p.After == head && (!p.HasEpoch || p.Epoch == epoch || p.After == 0) {
 		tag := etagOf(epoch, head)
 		if etagMatch(inm, tag) {
 			g.metrics.headHit.Inc()
@@ -225,11 +202,11 @@ func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64
 }
 
 // writeSyncPage writes the 200 answer of a page, a protocol.SyncPage, by
-// hand (the entries' messages are cached JSON; see appendEntry).
-func (g *Gateway) writeSyncPage(w http.ResponseWriter, res *syncResult) {
-	b := make([]byte, 0, 128+entriesSize(res.entries))
-	b = protocol.AppendSyncPage(b, res.epoch, res.head, res.hasMore, g.pollingHint(),
-		func(b []byte) []byte { return appendEntries(b, res.entries) })
+// hand (the entries' messages are cached JSON; see inbox.AppendEntries).
+func (g *Gateway) writeSyncPage(w http.ResponseWriter, res *inbox.Result) {
+	b := make([]byte, 0, 128+inbox.EntriesSize(res.Entries))
+	b = protocol.AppendSyncPage(b, res.Epoch, res.Head, res.HasMore, g.pollingHint(),
+		func(b []byte) []byte { return inbox.AppendEntries(b, res.Entries) })
 	b = append(b, '\n') // as json.Encoder ends every other body
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json; charset=utf-8"}

@@ -191,7 +191,7 @@ func TestSyncETag(t *testing.T) {
 	require.NotEqual(t, etag, r.header.Get("ETag"))
 }
 
-// TestSyncTooLongRules checks each too-long condition of PROTOCOL.md and
+// TestSyncTooLongRules checks each too-long condition of docs/protocol.md and
 // the page boundaries.
 func TestSyncTooLongRules(t *testing.T) {
 	tg := newGateway(t, func(c *Config) { c.TooLongLag = 5 })

@@ -185,7 +185,7 @@ func wsFigureLatency(t *testing.T) {
 		acks = append(acks, fc.ack...)
 		fc.mu.Unlock()
 	}
-	h := w.ws.m.pushLatency
+	h := wsMetric(w.ws, "push_latency_seconds")
 	var hs, hc float64
 	if m, err := metricOf(h); err == nil {
 		hs, hc = m.GetHistogram().GetSampleSum(), float64(m.GetHistogram().GetSampleCount())
@@ -194,7 +194,7 @@ func wsFigureLatency(t *testing.T) {
 		float64(total)/sendSecs, total, sendSecs, total*(members-1), elapsed, members, quantiles(all))
 	t.Logf("FIGURE send->send_ack (appended, projected, acknowledged): %s", quantiles(acks))
 	t.Logf("FIGURE gateway push_latency_seconds (hub wake-up to frame written): mean %.2fms over %.0f frames; push queries: %.0f, mean %.1f sessions each",
-		1000*hs/max(hc, 1), hc, histCount(w.ws.m.batchSize), histMean(w.ws.m.batchSize))
+		1000*hs/max(hc, 1), hc, histCount(wsMetric(w.ws, "push_batch_sessions")), histMean(wsMetric(w.ws, "push_batch_sessions")))
 }
 
 // wsFigureIdleMemory: connections that said hello and then idle. The
@@ -250,7 +250,7 @@ func wsFigureIdleMemory(t *testing.T) {
 		}
 	})
 	waitFor(t, 2*time.Minute, "every session to say welcome", func() bool {
-		return counterValue(w.ws.m.frames.WithLabelValues(protocol.FrameWelcome)) == float64(n)
+		return counterValue(wsMetric(w.ws, "frames_written_total", protocol.FrameWelcome)) == float64(n)
 	})
 	time.Sleep(time.Second) // let the hellos' transient allocations go
 	heap1, stack1, g1 := measure()
@@ -298,7 +298,7 @@ func wsFigureBigGroup(t *testing.T) {
 		return nil
 	})
 	waitFor(t, time.Minute, "welcomes", func() bool {
-		return counterValue(w.ws.m.frames.WithLabelValues(protocol.FrameWelcome)) == float64(n)
+		return counterValue(wsMetric(w.ws, "frames_written_total", protocol.FrameWelcome)) == float64(n)
 	})
 	var lastAll, projected []float64
 	for run := 0; run < *wsFigGroupRuns; run++ {
@@ -327,7 +327,7 @@ func wsFigureBigGroup(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("FIGURE one message to all %d members, %d runs: sender's 201 (projected) %s; last member's push %s; push queries %.0f (mean %.0f sessions each)",
-		n, len(lastAll), quantiles(projected), quantiles(lastAll), histCount(w.ws.m.batchSize), histMean(w.ws.m.batchSize))
+		n, len(lastAll), quantiles(projected), quantiles(lastAll), histCount(wsMetric(w.ws, "push_batch_sessions")), histMean(wsMetric(w.ws, "push_batch_sessions")))
 }
 
 // histogram helpers for the figures

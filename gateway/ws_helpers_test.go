@@ -17,10 +17,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/events"
+	wsserver "github.com/inboxd/inboxd/gateway/ws"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -86,7 +88,7 @@ func newWSGatewayOn(t testing.TB, env *testenv.Env, o wsOpts) *wsgw {
 	noWSGoroutinesAtEnd(t)
 	g, err := New(wsTestConfig(env, o.tweak), env.Pool, env.Producer)
 	require.NoError(t, err)
-	g.hub.beforeConnect = o.beforeConnect
+	g.beforeConnect = o.beforeConnect
 	tg := &tgw{env: env, g: g,
 		hc: &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	startListen(t, g)
@@ -97,6 +99,8 @@ func newWSGatewayOn(t testing.TB, env *testenv.Env, o wsOpts) *wsgw {
 	mount := func(path string, cfg WSConfig) *WebSocket {
 		ws, err := g.NewWebSocket(cfg)
 		require.NoError(t, err)
+		wsRegistries.Store(ws, cfg.Registerer)
+		t.Cleanup(func() { wsRegistries.Delete(ws) })
 		mux.Handle("GET "+path, ws)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -109,11 +113,7 @@ func newWSGatewayOn(t testing.TB, env *testenv.Env, o wsOpts) *wsgw {
 			})
 		}
 		stops = append(stops, stop)
-		waitFor(t, 10*time.Second, "WebSocket running", func() bool {
-			ws.mu.Lock()
-			defer ws.mu.Unlock()
-			return ws.running
-		})
+		waitFor(t, 10*time.Second, "WebSocket running", ws.Running)
 		return ws
 	}
 	// Own registries: the test's endpoints must not collide with one the
@@ -258,7 +258,7 @@ func (c *wsClient) closeCode(t testing.TB) (int, []protocol.ServerFrame) {
 }
 
 // wsStream is a connected client that reads in the background and checks
-// PROTOCOL.md's promise as frames arrive: inbox_seqs contiguous from the
+// docs/protocol.md's promise as frames arrive: inbox_seqs contiguous from the
 // hello's after (too_long rebases), each once.
 type wsStream struct {
 	c    *wsClient
@@ -423,17 +423,75 @@ func appendMessage(t testing.TB, env *testenv.Env, sender, cid int64, body strin
 	return e.MsgID
 }
 
-// sessionsOf returns the gateway's sessions of user.
-func (ws *WebSocket) sessionsOf(user int64) []*wsSession {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	var out []*wsSession
-	for s := range ws.sessions {
-		if s.user == user {
+// sessionsOf describes the gateway's sessions of user.
+func sessionsOf(ws *WebSocket, user int64) []wsserver.SessionInfo {
+	var out []wsserver.SessionInfo
+	for _, s := range ws.Inspect() {
+		if s.User == user {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// sessionInfo describes the session id of ws now (zero once it ended).
+func sessionInfo(ws *WebSocket, id uint64) wsserver.SessionInfo {
+	for _, s := range ws.Inspect() {
+		if s.ID == id {
+			return s
+		}
+	}
+	return wsserver.SessionInfo{}
+}
+
+// stalledWrites counts the sessions whose current write has been blocked
+// for longer than d.
+func stalledWrites(ws *WebSocket, d time.Duration) int {
+	n := 0
+	for _, s := range ws.Inspect() {
+		if s.WriteBlocked > d {
+			n++
+		}
+	}
+	return n
+}
+
+var wsRegistries sync.Map // *WebSocket -> the prometheus.Registerer of its metrics
+
+// wsMetric is ws's metric inboxd_gateway_ws_<name> (of the label value,
+// for a metric with a label), read from the registry newWSGatewayOn gave
+// it: what an operator scrapes.
+func wsMetric(ws *WebSocket, name string, label ...string) gatheredMetric {
+	reg, _ := wsRegistries.Load(ws)
+	return gatheredMetric{reg: reg.(prometheus.Gatherer), name: "inboxd_gateway_ws_" + name, label: label}
+}
+
+// gatheredMetric writes the metric as a gather finds it; one with no
+// sample yet (a label value not yet counted) is zero.
+type gatheredMetric struct {
+	reg   prometheus.Gatherer
+	name  string
+	label []string
+}
+
+func (m gatheredMetric) Write(out *dto.Metric) error {
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		return err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != m.name {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			if len(m.label) > 0 && (len(mt.GetLabel()) != 1 || mt.GetLabel()[0].GetValue() != m.label[0]) {
+				continue
+			}
+			out.Counter, out.Gauge, out.Histogram = mt.Counter, mt.Gauge, mt.Histogram
+			return nil
+		}
+	}
+	return nil
 }
 
 var wsLeakCheck sync.Map // testing.TB -> struct{}
@@ -450,7 +508,7 @@ func noWSGoroutinesAtEnd(t testing.TB) {
 		waitFor(t, 30*time.Second, "the WebSocket goroutines to end", func() bool {
 			buf := make([]byte, 1<<22)
 			stacks := string(buf[:runtime.Stack(buf, true)])
-			for _, fn := range []string{"gateway.(*wsSession)", "gateway.(*pusher)", "gateway.(*WebSocket)"} {
+			for _, fn := range []string{"gateway/ws.(*session)", "gateway/ws.(*pusher)", "gateway/ws.(*Server)"} {
 				if strings.Contains(stacks, fn) {
 					return false
 				}

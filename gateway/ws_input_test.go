@@ -93,8 +93,8 @@ func TestWSStoppedReaderGets4008(t *testing.T) {
 
 	// The client reads nothing more while messages flow, until the
 	// server's write has timed out.
-	closes := w.ws.m.slowCloses.WithLabelValues("write_timeout")
-	for i := 0; w.ws.stalledWrites(500*time.Millisecond) == 0; i++ {
+	closes := wsMetric(w.ws, "slow_closes_total", "write_timeout")
+	for i := 0; stalledWrites(w.ws, 500*time.Millisecond) == 0; i++ {
 		require.Less(t, i, 1000, "no write blocked")
 		a.send(t, cid, body)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// TestWSProtocol walks PROTOCOL.md's WebSocket section on one world:
+// TestWSProtocol walks docs/protocol.md's WebSocket section on one world:
 // authentication, origins, hello/welcome/entries, ping, send, too_long,
 // caps, hello timeout, heartbeats and the 1012 of a draining gateway.
 func TestWSProtocol(t *testing.T) {
@@ -270,9 +270,9 @@ func TestWSIdleGoroutines(t *testing.T) {
 		waitFor(t, 30*time.Second, what, func() bool {
 			buf := make([]byte, 1<<22)
 			stacks := string(buf[:runtime.Stack(buf, true)])
-			r := strings.Count(stacks, "gateway.(*wsSession).read(")
-			h := strings.Count(stacks, "gateway.(*wsSession).hubLoop(")
-			wr := strings.Count(stacks, "gateway.(*wsSession).writer(")
+			r := strings.Count(stacks, "gateway/ws.(*session).read(")
+			h := strings.Count(stacks, "gateway/ws.(*session).hubLoop(")
+			wr := strings.Count(stacks, "gateway/ws.(*session).writer(")
 			last = fmt.Sprintf("%d readers, %d hub loops, %d writers", r, h, wr)
 			return r == n && h == n && wr == 0
 		})

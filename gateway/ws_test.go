@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
@@ -221,25 +220,22 @@ func TestWSListenKilled(t *testing.T) {
 	// or a hub wake-up can make them read.
 	waitFor(t, 30*time.Second, "idle rare sessions", func() bool {
 		for id := int64(1); id <= n; id++ {
-			for _, ss := range w.extra["/v1/ws-rare"].sessionsOf(id) {
-				ss.mu.Lock()
-				idle := ss.fetch == fetchIdle && len(ss.out.data) == 0
-				ss.mu.Unlock()
-				if !idle {
+			for _, ss := range sessionsOf(w.extra["/v1/ws-rare"], id) {
+				if ss.Reading || ss.QueuedBytes != 0 {
 					return false
 				}
 			}
 		}
 		return true
 	})
-	rareFrames := counterValue(w.extra["/v1/ws-rare"].m.frames.WithLabelValues(protocol.FrameEntries))
+	rareFrames := counterValue(wsMetric(w.extra["/v1/ws-rare"], "frames_written_total", protocol.FrameEntries))
 
 	hold.Store(true)
 	var killed int
 	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE application_name = 'inboxd-gateway-listen' AND datname = current_database()`).Scan(&killed))
 	require.Equal(t, 1, killed)
-	waitFor(t, 30*time.Second, "the hub to notice", func() bool { return !w.g.hub.connected.Load() })
+	waitFor(t, 30*time.Second, "the hub to notice", func() bool { return !w.g.hub.Connected() })
 
 	// Appended straight to the log: the gateway's send would wait for a
 	// notification that cannot come.
@@ -250,13 +246,13 @@ func TestWSListenKilled(t *testing.T) {
 	for id, s := range streams {
 		s.waitCursor(t, w.user(t, id).head(t))
 	}
-	require.False(t, w.g.hub.connected.Load(), "repaired by heartbeats, not by the hub's wake-all")
+	require.False(t, w.g.hub.Connected(), "repaired by heartbeats, not by the hub's wake-all")
 	// The rare-heartbeat sessions heard nothing meanwhile.
-	require.Equal(t, rareFrames, counterValue(w.extra["/v1/ws-rare"].m.frames.WithLabelValues(protocol.FrameEntries)))
+	require.Equal(t, rareFrames, counterValue(wsMetric(w.extra["/v1/ws-rare"], "frames_written_total", protocol.FrameEntries)))
 
 	hold.Store(false)
 	close(release)
-	waitFor(t, 30*time.Second, "the hub to reconnect", func() bool { return w.g.hub.connected.Load() })
+	waitFor(t, 30*time.Second, "the hub to reconnect", func() bool { return w.g.hub.Connected() })
 	for id, s := range rare { // woken by the wake-all, they re-read
 		s.waitCursor(t, w.user(t, id).head(t))
 	}
@@ -351,7 +347,7 @@ func (r *rawReader) readUntil(t testing.TB, head int64) (bool, int) {
 	return true, 0
 }
 
-func gaugeValue(g prometheus.Gauge) float64 {
+func gaugeValue(g interface{ Write(*dto.Metric) error }) float64 {
 	var m dto.Metric
 	if err := g.Write(&m); err != nil {
 		panic(err)
@@ -400,7 +396,7 @@ func TestWSSlowConsumer(t *testing.T) {
 	}
 	slow := dialRaw(w.wsURL(), s)
 	dropped := dialRaw(w.wsURLAt("/v1/ws-wt"), d)
-	sess := w.ws.sessionsOf(s.id)
+	sess := sessionsOf(w.ws, s.id)
 	require.Len(t, sess, 1)
 
 	// What the server holds for the stopped client, sampled while the
@@ -411,9 +407,7 @@ func TestWSSlowConsumer(t *testing.T) {
 	go func() {
 		defer close(sampled)
 		for {
-			sess[0].mu.Lock()
-			q := int64(sess[0].out.dataBytes)
-			sess[0].mu.Unlock()
+			q := int64(sessionInfo(w.ws, sess[0].ID).QueuedBytes)
 			if q > maxQueued.Load() {
 				maxQueued.Store(q)
 			}
@@ -431,9 +425,9 @@ func TestWSSlowConsumer(t *testing.T) {
 		return err
 	})
 	fast.waitCursor(t, f.head(t)) // the others are not held up
-	waitFor(t, 60*time.Second, "a stalled write", func() bool { return w.ws.stalledWrites(0) >= 1 })
+	waitFor(t, 60*time.Second, "a stalled write", func() bool { return stalledWrites(w.ws, 0) >= 1 })
 	waitFor(t, 60*time.Second, "the write timeout", func() bool {
-		return counterValue(w.extra["/v1/ws-wt"].m.slowCloses.WithLabelValues("write_timeout")) == 1
+		return counterValue(wsMetric(w.extra["/v1/ws-wt"], "slow_closes_total", "write_timeout")) == 1
 	})
 	close(stopSampling)
 	<-sampled
@@ -461,13 +455,13 @@ func TestWSSlowConsumer(t *testing.T) {
 		_ = again.conn.Close()
 	}
 	_ = slow.c.conn.Close()
-	waitFor(t, 30*time.Second, "the slow client's sessions to end", func() bool { return len(w.ws.sessionsOf(s.id)) == 0 })
+	waitFor(t, 30*time.Second, "the slow client's sessions to end", func() bool { return len(sessionsOf(w.ws, s.id)) == 0 })
 
 	// Phase 2: a client reads, but always well behind the head: it lags,
 	// and once it has lagged for SlowTimeout it is closed with 4008.
-	lagCloses := counterValue(w.ws.m.slowCloses.WithLabelValues("lag"))
+	lagCloses := counterValue(wsMetric(w.ws, "slow_closes_total", "lag"))
 	slow = dialRaw(w.wsURL(), s)
-	sess = w.ws.sessionsOf(s.id)
+	sess = sessionsOf(w.ws, s.id)
 	require.Len(t, sess, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	var sent atomic.Int64
@@ -488,9 +482,7 @@ func TestWSSlowConsumer(t *testing.T) {
 		return h
 	}
 	for {
-		sess[0].mu.Lock()
-		since := sess[0].laggingSince
-		sess[0].mu.Unlock()
+		since := sessionInfo(w.ws, sess[0].ID).LaggingSince
 		if !since.IsZero() {
 			if time.Since(since) > wcfg.SlowTimeout {
 				break
@@ -510,14 +502,14 @@ func TestWSSlowConsumer(t *testing.T) {
 	require.Equal(t, protocol.CloseTooSlow, code)
 	cancel()
 	require.NoError(t, <-sender)
-	require.Equal(t, lagCloses+1, counterValue(w.ws.m.slowCloses.WithLabelValues("lag")))
+	require.Equal(t, lagCloses+1, counterValue(wsMetric(w.ws, "slow_closes_total", "lag")))
 	t.Logf("phase 2: closed with 4008 after %d messages, %d entries read", sent.Load(), slow.n)
 
 	again := dialWS(t, w, s).stream(t, slow.cursor, nil)
 	again.waitCursor(t, s.head(t))
 	fast.waitCursor(t, f.head(t))
 	waitFor(t, 30*time.Second, "lag to clear", func() bool {
-		return gaugeValue(w.ws.m.lagging) == 0
+		return gaugeValue(wsMetric(w.ws, "lagging_sessions")) == 0
 	})
 }
 
@@ -532,7 +524,7 @@ func TestWSPushesAnnouncedEntries(t *testing.T) {
 	from := b.head(t)
 	s := dialWS(t, w, b).stream(t, from, nil)
 	s.waitCursor(t, from)
-	before := counterValue(w.ws.m.announced)
+	before := counterValue(wsMetric(w.ws, "announced_pushes_total"))
 	for i := range 10 {
 		a.send(t, cid, fmt.Sprintf("sent here %d", i))
 	}
@@ -553,5 +545,5 @@ func TestWSPushesAnnouncedEntries(t *testing.T) {
 	for i := range want {
 		require.Equal(t, string(want[i].Message.Body), string(got[i].Message.Body), "entry %d", i)
 	}
-	require.Greater(t, counterValue(w.ws.m.announced), before, "some pushes came from the announced entries")
+	require.Greater(t, counterValue(wsMetric(w.ws, "announced_pushes_total")), before, "some pushes came from the announced entries")
 }

@@ -1,5 +1,5 @@
 // Package protocol is the wire contract of inboxd's client API
-// (PROTOCOL.md, docs/protocol.md, docs/websocket.md), declared once for the
+// (docs/protocol.md, docs/protocol.md, docs/websocket.md), declared once for the
 // gateway that writes it, the Go SDK (package client) that reads it, and
 // every test that checks it.
 //

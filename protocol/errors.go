@@ -1,6 +1,6 @@
 package protocol
 
-// Error codes of PROTOCOL.md: the code of every error body and error frame.
+// Error codes of docs/protocol.md: the code of every error body and error frame.
 // The HTTP status of each is in docs/protocol.md.
 const (
 	CodeBadRequest      = "bad_request"       // 400, 405

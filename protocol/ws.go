@@ -23,7 +23,7 @@ const (
 	FramePong      = "pong"
 )
 
-// Close codes the server sends. The 4xxx codes are PROTOCOL.md's; the
+// Close codes the server sends. The 4xxx codes are docs/protocol.md's; the
 // others are the standard ones (RFC 6455) with the meaning the server gives
 // them.
 const (

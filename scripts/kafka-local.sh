@@ -3,8 +3,10 @@
 # controller) on loopback, for the integration tests against a real broker.
 #
 # The broker's jars come from Maven Central through Maven only
-# (dependency:copy-dependencies of org.apache.kafka:kafka_2.13) and are kept
-# in a cache directory reused across runs. Needs java (17+) and mvn.
+# (dependency:copy-dependencies of org.apache.kafka:kafka_2.13, plus the
+# kafka-tools jar alone for the command-line tools the compose health checks
+# run, such as BrokerApiVersionsCommand) and are kept in a cache directory
+# reused across runs. Needs java (17+) and mvn.
 #
 #   scripts/kafka-local.sh install   resolve the jars into the cache (no-op when cached)
 #   scripts/kafka-local.sh start     install, DELETE the log dir of any previous run and format a
@@ -53,7 +55,8 @@ need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found on PATH ($2)"; }
 java_cp() { java -Xmx256m -cp "$LIBS/*" "$@"; }
 
 install() {
-	if [[ -f "$CACHE/.complete" ]]; then
+	# A cache made before kafka-tools was added lacks it: resolve again.
+	if [[ -f "$CACHE/.complete" && -f "$LIBS/kafka-tools-${VERSION}.jar" ]]; then
 		log "Kafka $VERSION jars cached in $LIBS"
 		return 0
 	fi
@@ -75,6 +78,20 @@ install() {
       <artifactId>kafka_${SCALA}</artifactId>
       <version>${VERSION}</version>
     </dependency>
+    <!-- The tools (kafka-broker-api-versions.sh and the like) without their
+         own dependencies (Connect's runtime, Jetty, Jersey): the ones they
+         use are the broker's. -->
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka-tools</artifactId>
+      <version>${VERSION}</version>
+      <exclusions>
+        <exclusion>
+          <groupId>*</groupId>
+          <artifactId>*</artifactId>
+        </exclusion>
+      </exclusions>
+    </dependency>
     <dependency>
       <groupId>org.apache.logging.log4j</groupId>
       <artifactId>log4j-slf4j-impl</artifactId>
@@ -92,6 +109,7 @@ EOF
 		die "mvn dependency:copy-dependencies failed (log above)"
 	fi
 	[[ -f "$work/libs/kafka_${SCALA}-${VERSION}.jar" ]] || die "no kafka_${SCALA}-${VERSION}.jar after mvn"
+	[[ -f "$work/libs/kafka-tools-${VERSION}.jar" ]] || die "no kafka-tools-${VERSION}.jar after mvn"
 	rm -rf "$LIBS"
 	mv "$work/libs" "$LIBS"
 	cp "$work/pom.xml" "$CACHE/pom.xml"

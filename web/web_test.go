@@ -19,7 +19,7 @@ func TestHandler(t *testing.T) {
 		status                int
 	}{
 		{"/", "text/html", `<script src="/demo/app.js">`, 200},
-		{"/demo/app.js", "javascript", "PROTOCOL.md", 200},
+		{"/demo/app.js", "javascript", "docs/protocol.md", 200},
 		{"/demo/style.css", "text/css", "#messages", 200},
 		{"/demo/missing.js", "", "", 404},
 		{"/demo/", "", "", 404},

@@ -100,13 +100,16 @@ func runCreate(ctx context.Context, args []string) error {
 
 func runMembers(ctx context.Context, args []string) error {
 	const usage = "inboxd members list|add|remove --conversation ID [USER...]: list a conversation's members, or add or remove users"
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return fmt.Errorf("%s\n(give list, add or remove first)", usage)
+	verb := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		verb, args = args[0], args[1:]
 	}
-	verb := args[0]
-	f, conv, rest, err := convCommand("members "+verb, usage, args[1:], true, nil)
+	f, conv, rest, err := convCommand(strings.TrimSpace("members "+verb), usage, args, verb != "", nil)
 	if err != nil {
 		return err
+	}
+	if verb == "" {
+		return errors.New("members: give list, add or remove first (inboxd members list --conversation ID)")
 	}
 	c, _, err := f.client()
 	if err != nil {

@@ -96,7 +96,7 @@ func runGateway(ctx context.Context, args []string) error {
 	var f gatewayFlags
 	c.bind(fs, true)
 	f.bind(fs)
-	fs.Usage = config.Usage(fs, "inboxd gateway: the HTTP and WebSocket API of PROTOCOL.md")
+	fs.Usage = config.Usage(fs, "inboxd gateway: the HTTP and WebSocket API of docs/protocol.md")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}

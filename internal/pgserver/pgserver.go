@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -37,6 +38,16 @@ type Config struct {
 	Fast bool
 	// Logger receives start/stop lines. Default: slog.Default().
 	Logger *slog.Logger
+	// User is the superuser initdb creates. Default "postgres".
+	User string
+	// Password, when set, is the superuser's password, required on TCP
+	// connections (scram-sha-256) while the Unix socket trusts, as the
+	// postgres container image sets a cluster up. Default: none, and every
+	// connection is trusted.
+	Password string
+	// Args are more server arguments, after the defaults (so a "-c" here
+	// wins over the default of the same setting). Default none.
+	Args []string
 }
 
 // Server is a running PostgreSQL.
@@ -44,7 +55,8 @@ type Server struct {
 	cfg  Config
 	cmd  *exec.Cmd
 	done chan error
-	// URL connects as the superuser "postgres" to database "postgres".
+	// URL connects as the superuser (Config.User, with its password) over
+	// TCP to database "postgres".
 	URL  string
 	Port int
 }
@@ -78,6 +90,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.User == "" {
+		cfg.User = "postgres"
+	}
 	if cfg.BinDir == "" {
 		d, err := FindBinDir()
 		if err != nil {
@@ -97,11 +112,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		cfg.Port = p
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.Port)))
-	if err != nil {
-		return nil, fmt.Errorf("port %d is taken: %w", cfg.Port, err)
+	if err := portFree(cfg.Port); err != nil {
+		return nil, err
 	}
-	l.Close()
 	cred, err := credential()
 	if err != nil {
 		return nil, err
@@ -110,14 +123,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	pgdata := filepath.Join(dir, "pgdata")
-	if _, err := os.Stat(filepath.Join(pgdata, "PG_VERSION")); err != nil {
-		cfg.Logger.Info("initialising PostgreSQL cluster", "dir", pgdata)
-		cmd := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "initdb"), "-D", pgdata, "-U", "postgres",
-			"--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("initdb %s: %w\n%s", pgdata, err, out)
-		}
+	if err := initCluster(ctx, cfg, pgdata, cred); err != nil {
+		return nil, err
 	}
 	args := []string{"-D", pgdata, "-p", strconv.Itoa(cfg.Port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=500",
@@ -125,6 +132,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Fast {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
+	args = append(args, cfg.Args...)
 	logf, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -136,8 +144,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		logf.Close()
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
+	userinfo := url.User(cfg.User)
+	if cfg.Password != "" {
+		userinfo = url.UserPassword(cfg.User, cfg.Password)
+	}
 	s := &Server{cfg: cfg, cmd: cmd, done: make(chan error, 1), Port: cfg.Port,
-		URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", cfg.Port)}
+		URL: fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", userinfo, cfg.Port)}
 	go func() { s.done <- cmd.Wait(); logf.Close() }()
 	if err := s.waitReady(ctx); err != nil {
 		_ = s.Stop()
@@ -149,6 +161,31 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	cfg.Logger.Info("PostgreSQL started", "port", cfg.Port, "dir", pgdata)
 	return s, nil
+}
+
+// initCluster runs initdb unless pgdata holds a cluster already.
+func initCluster(ctx context.Context, cfg Config, pgdata string, cred *syscall.Credential) error {
+	if _, err := os.Stat(filepath.Join(pgdata, "PG_VERSION")); err == nil {
+		return nil
+	}
+	cfg.Logger.Info("initialising PostgreSQL cluster", "dir", pgdata)
+	args := []string{"-D", pgdata, "-U", cfg.User, "-E", "UTF8", "--locale=C", "--no-sync"}
+	if cfg.Password != "" {
+		pwfile := filepath.Join(cfg.Dir, "pwfile")
+		if err := writeOwned(pwfile, cfg.Password+"\n", cred); err != nil {
+			return err
+		}
+		defer os.Remove(pwfile)
+		args = append(args, "--pwfile="+pwfile, "--auth-local=trust", "--auth-host=scram-sha-256")
+	} else {
+		args = append(args, "--auth=trust")
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "initdb"), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb %s: %w\n%s", pgdata, err, out)
+	}
+	return nil
 }
 
 // checkOwn makes sure the server answering on the port is the one just
@@ -217,6 +254,10 @@ func (s *Server) waitReady(ctx context.Context) error {
 	}
 }
 
+// SocketDir is the directory of the server's Unix socket (Config.Dir), for
+// PGHOST.
+func (s *Server) SocketDir() string { return s.cfg.Dir }
+
 // Stop shuts the server down (fast mode) and waits for it.
 func (s *Server) Stop() error {
 	if s.cmd.Process == nil {
@@ -236,6 +277,15 @@ func (s *Server) Stop() error {
 // Restart starts a stopped server again on the same port and directory.
 func (s *Server) Restart(ctx context.Context) (*Server, error) {
 	return Start(ctx, s.cfg)
+}
+
+// portFree says whether nothing listens on port at 127.0.0.1 now.
+func portFree(port int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("port %d is taken: %w", port, err)
+	}
+	return l.Close()
 }
 
 func freePort() (int, error) {
@@ -287,4 +337,15 @@ func prepareDir(dir string, cred *syscall.Credential) error {
 		}
 	}
 	return nil
+}
+
+// writeOwned writes a file only the server's user can read.
+func writeOwned(path, content string, cred *syscall.Credential) error {
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		return err
+	}
+	if cred == nil {
+		return nil
+	}
+	return os.Chown(path, int(cred.Uid), int(cred.Gid))
 }

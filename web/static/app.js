@@ -1,4 +1,4 @@
-// inboxd demo client. It follows PROTOCOL.md's client rules:
+// inboxd demo client. It follows docs/protocol.md's client rules:
 // - (epoch, cursor), each conversation's last seq and the outbox persist in
 //   localStorage, per user; the tab's user is in sessionStorage, so two tabs
 //   can be two users;

@@ -1,0 +1,107 @@
+package inbox
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMsgCacheBudget(t *testing.T) {
+	var hits, misses int
+	const budget = 1 << 20 // 16 KiB a shard, a conversation is 12 KiB
+	c := newMsgCache(budget, func() { hits++ }, func() { misses++ })
+	body := bytes.Repeat([]byte("x"), 200)
+	// 400 conversations of 50 messages (4.8 MB), in conversation order.
+	for i := range 20000 {
+		c.put(msgKey{epoch: 1, conv: int64(i / 50), seq: int64(i%50 + 1)}, body)
+	}
+	total := 0
+	for i := range c.shards {
+		total += c.shards[i].bytes
+	}
+	require.LessOrEqual(t, total, budget+msgCacheShards*(len(body)+msgOverhead), "within the budget")
+	require.Greater(t, c.len(), 500)
+	b, ok := c.get(msgKey{epoch: 1, conv: 399, seq: 50})
+	require.True(t, ok, "the newest stays")
+	require.Equal(t, body, b)
+	_, ok = c.get(msgKey{epoch: 2, conv: 399, seq: 50})
+	require.False(t, ok, "another epoch is another message")
+	gone := 0
+	for conv := range 20 {
+		if _, ok := c.get(msgKey{epoch: 1, conv: int64(conv), seq: 1}); !ok {
+			gone++
+		}
+	}
+	require.Greater(t, gone, 10, "most of the oldest conversations went")
+	require.Equal(t, 1+20-gone, hits)
+	require.Equal(t, 1+gone, misses)
+
+	// Windows: a message far from a conversation's window starts a new one;
+	// one just below it extends it.
+	w := newMsgCache(1<<20, func() {}, func() {})
+	w.put(msgKey{1, 7, 100}, body)
+	w.put(msgKey{1, 7, 90}, body)
+	_, ok = w.get(msgKey{1, 7, 100})
+	require.True(t, ok)
+	_, ok = w.get(msgKey{1, 7, 95})
+	require.False(t, ok)
+	w.put(msgKey{1, 7, 100 + maxWindow + 5}, body)
+	_, ok = w.get(msgKey{1, 7, 100 + maxWindow + 5})
+	require.True(t, ok)
+	_, ok = w.get(msgKey{1, 7, 100})
+	require.False(t, ok, "the old window was dropped")
+	require.Equal(t, 1, w.len())
+
+	var off *msgCache
+	off.put(msgKey{}, body)
+	_, ok = off.get(msgKey{})
+	require.False(t, ok)
+}
+
+func TestRawIntArray(t *testing.T) {
+	bin := pgconn.FieldDescription{Name: "a", Format: pgx.BinaryFormatCode}
+	txt := pgconn.FieldDescription{Name: "a", Format: pgx.TextFormatCode}
+	enc := func(size int, vals ...int64) []byte {
+		b := binary.BigEndian.AppendUint32(nil, 1)
+		b = binary.BigEndian.AppendUint32(b, 0)
+		b = binary.BigEndian.AppendUint32(b, 20)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(vals)))
+		b = binary.BigEndian.AppendUint32(b, 1)
+		for _, v := range vals {
+			b = binary.BigEndian.AppendUint32(b, uint32(size))
+			switch size {
+			case 2:
+				b = binary.BigEndian.AppendUint16(b, uint16(v))
+			case 8:
+				b = binary.BigEndian.AppendUint64(b, uint64(v))
+			}
+		}
+		return b
+	}
+	got, err := rawIntArray(bin, enc(8, 1, -2, 1<<40), nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, -2, 1 << 40}, got)
+	got, err = rawIntArray(bin, enc(2, 1, 2), nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2}, got)
+	got, err = rawIntArray(bin, nil, nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	got, err = rawIntArray(txt, []byte("{3,-4,5}"), nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{3, -4, 5}, got)
+	_, err = rawIntArray(bin, enc(8, 1, 2)[:30], nil)
+	require.Error(t, err)
+	null := enc(8, 1)
+	binary.BigEndian.PutUint32(null[20:], 0xFFFFFFFF)
+	_, err = rawIntArray(bin, null, nil)
+	require.Error(t, err)
+
+	cols := [4][]int64{{3, 1, 2}, {30, 10, 20}, {1, 2, 1}, {300, 100, 200}}
+	sortColumns(&cols)
+	require.Equal(t, [4][]int64{{1, 2, 3}, {10, 20, 30}, {2, 1, 1}, {100, 200, 300}}, cols)
+}

@@ -1,0 +1,24 @@
+// Package inbox is the gateway's inbox reader, the read path of GET
+// /v1/sync and of the WebSocket pushes: entries after a cursor for one
+// user or for many in one statement (Read), the too-long rules of a
+// client's sync (Sync), pages built from the entries a notification
+// announced (Resolve), and the entries' wire form (Entry, AppendEntries).
+//
+// Inbox entries are read from PostgreSQL as bare keys (inbox_seq,
+// conversation, kind, message seq) in one statement, decoded from the raw
+// binary arrays without Scan's reflection, and the messages they point at
+// come from the message cache: a message never changes once committed
+// (docs/protocol.md has no edits), so its wire form is rendered once and reused
+// by every page and frame that carries it, for every member. Only the
+// messages the cache lacks, and the records of record entries (current
+// state, rare), take a second statement.
+//
+// It only reads; it knows nothing of HTTP or WebSocket.
+//
+//	read.go       Reader, Config, Read (the key read, the second statements)
+//	sync.go       Query, Result, Sync (GET /v1/sync's rules)
+//	announced.go  Announced, Resolve (pushes from the notifications' runs)
+//	entries.go    Entry and its wire form, written by hand
+//	pgraw.go      decoding of raw integer columns and integer arrays
+//	msgcache.go   the cache of messages' wire form, by conversation
+package inbox

@@ -1,0 +1,250 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/inbox"
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/input"
+	"github.com/inboxd/inboxd/gateway/internal/rows"
+	"github.com/inboxd/inboxd/projection"
+	"github.com/inboxd/inboxd/protocol"
+)
+
+// sender is the send path, shared by POST .../messages and the WebSocket
+// server's send frames (its ws.Sender): the check, the append and the
+// wait for the projection.
+type sender struct {
+	pool     *pgxpool.Pool
+	hub      *hub.Hub
+	inbox    *inbox.Reader // caches what a send's answer carries
+	app      *appender
+	outcomes *prometheus.CounterVec // inboxd_gateway_sends_total by outcome
+	maxBody  int
+	ackWait  time.Duration
+	draining <-chan struct{}
+}
+
+// Send implements ws.Sender.
+func (s *sender) Send(ctx context.Context, user, cid int64, msgID, body string) (seq int64, pending bool, err error) {
+	res, err := s.send(ctx, user, cid, msgID, body)
+	switch {
+	case err != nil:
+		return 0, false, err
+	case res.status == sendPending:
+		return 0, true, nil
+	}
+	return res.message.Seq, false, nil
+}
+
+// sendStatus is how a send ended.
+type sendStatus int
+
+const (
+	sendProjected sendStatus = iota // projected within the ack wait: 201
+	sendDuplicate                   // the msg_id was already projected: 200, original seq
+	sendPending                     // appended, not yet projected: 202
+)
+
+// sendResult is the outcome of send.
+type sendResult struct {
+	status  sendStatus
+	message *protocol.Message // unless pending
+	msgID   string
+}
+
+// sqlSendCheck reads, in one statement, what a send must know before it
+// appends: the message already projected under the msg_id (a retry), if
+// any, whether the conversation exists and the user is a member, and
+// whether the user's own send of this msg_id to this conversation was
+// dead-lettered (refused by the projection for good).
+// $1 msg_id, $2 conversation, $3 user.
+const sqlSendCheck = `SELECT ` + rows.MessageCols + `,
+	EXISTS (SELECT 1 FROM conversations WHERE id = $2),
+	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL),
+	EXISTS (SELECT 1 FROM rejections WHERE msg_id = $1 AND actor_id = $3 AND conversation_id = $2
+		AND reason = '` + projection.ReasonDeadLetter + `')
+FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
+
+// sqlSendOutcome says whether msg_id is projected (the message) or the event
+// was refused (its reason), whichever happened.
+const sqlSendOutcome = `SELECT ` + rows.MessageCols + `,
+	(SELECT reason FROM rejections WHERE event_id = $2)
+FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
+
+// sameMessage answers a msg_id that is already projected: the original for
+// the same sender and conversation, else a 400 (the id is taken).
+func sameMessage(m *protocol.Message, user, cid int64) error {
+	if m.SenderID != user || m.ConversationID != cid || m.Kind != protocol.MessageText {
+		return apierr.BadRequest("msg_id %s is already used by another message", m.MsgID)
+	}
+	return nil
+}
+
+// deadLetteredSend is the answer to a send whose event the projection
+// refused for good (it went to the DLQ): permanent, so a 400, and the same
+// for every retry of the msg_id.
+func deadLetteredSend(msgID string) *Error {
+	return apierr.BadRequest("message %s was refused by the projection (dead-lettered) and will not be delivered; do not retry it", msgID)
+}
+
+// send appends a message.sent and waits up to AckWait for its projection.
+// It is shared by POST .../messages and the WebSocket send. The order
+// matters: subscribe (so that a notification after the check wakes us),
+// look the msg_id up (a retry answers with the original) and check
+// membership in one statement, append, then wait for the notification of
+// the event: projected (it carries the seq: the answer is built here, from
+// what was sent, with no read), a duplicate of a taken msg_id, or a
+// rejection of the msg_id; those two read the outcome, as does the end of
+// the wait.
+func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string) (*sendResult, error) {
+	if len(body) > s.maxBody {
+		return nil, apierr.TooLarge("body is %d bytes, over the limit of %d", len(body), s.maxBody)
+	}
+	if body == "" {
+		return nil, apierr.BadRequest("body must not be empty")
+	}
+	if err := input.CheckText("body", body); err != nil {
+		return nil, err
+	}
+	e := events.New(events.MessageSent, cid, user)
+	// PostgreSQL keeps microseconds: the answer built from e must be the
+	// message as it will be read.
+	e.At = e.At.Truncate(time.Microsecond)
+	e.MsgID, e.Body = msgID, &body
+	ack := s.hub.SubscribeEvent(e.EventID)
+	defer ack.Close()
+	rej := s.hub.SubscribeRejection(msgID)
+	defer rej.Close()
+
+	if res, err := s.checkSend(ctx, user, cid, msgID); res != nil || err != nil {
+		return res, err
+	}
+	if err := s.app.appendEvent(ctx, e); err != nil {
+		return nil, err
+	}
+	return s.awaitSend(ctx, e, ack, rej)
+}
+
+// checkSend runs sqlSendCheck before the append: a result or an error ends
+// the send there (a retry, a refused send, no conversation, no member, a
+// taken msg_id); neither means append.
+func (s *sender) checkSend(ctx context.Context, user, cid int64, msgID string) (*sendResult, error) {
+	var ms rows.MessageScan
+	var exists, member, deadLettered bool
+	if err := s.pool.QueryRow(ctx, sqlSendCheck, msgID, cid, user).Scan(append(ms.Targets(), &exists, &member, &deadLettered)...); err != nil {
+		return nil, fmt.Errorf("check the send of msg_id %s: %w", msgID, err)
+	}
+	// The sender's own earlier send of this msg_id answers first: a retry
+	// gets its original even if the sender has left since, and a send the
+	// projection refused for good is not appended again. Anything about
+	// someone else's msg_id comes only after the membership check, so that
+	// a non-member learns nothing of what exists in a conversation.
+	m := ms.Message()
+	if m != nil && sameMessage(m, user, cid) == nil {
+		s.outcomes.WithLabelValues("duplicate").Inc()
+		return &sendResult{status: sendDuplicate, message: m, msgID: msgID}, nil
+	}
+	if deadLettered {
+		s.outcomes.WithLabelValues("rejected").Inc()
+		return nil, deadLetteredSend(msgID)
+	}
+	if !exists {
+		return nil, apierr.NotFound("conversation %d does not exist", cid)
+	}
+	if !member {
+		return nil, apierr.NotMember("user %d is not a member of conversation %d", user, cid)
+	}
+	if m != nil {
+		return nil, sameMessage(m, user, cid)
+	}
+	return nil, nil
+}
+
+// awaitSend waits up to AckWait for the projection of e, the appended
+// send: its ack carries the seq (the answer is built from e, with no read);
+// a duplicate, a rejection, the end of the wait or a drain read the
+// outcome. The result is pending when the wait ends without one.
+func (s *sender) awaitSend(ctx context.Context, e *events.Event, ack, rej *hub.Subscription) (*sendResult, error) {
+	timer := time.NewTimer(s.ackWait)
+	defer timer.Stop()
+	for {
+		last := false
+		select {
+		case <-ack.C():
+		case <-rej.C():
+		case <-timer.C:
+			last = true
+		case <-s.draining:
+			last = true
+		case <-ctx.Done():
+			return nil, apierr.ErrClientGone
+		}
+		if seq := ack.Seq(); seq > 0 {
+			return s.projectedSend(e, seq), nil
+		}
+		res, err := s.sendOutcome(ctx, e, ack)
+		if res != nil || err != nil {
+			return res, err
+		}
+		if last {
+			s.outcomes.WithLabelValues("pending").Inc()
+			return &sendResult{status: sendPending, msgID: e.MsgID}, nil
+		}
+	}
+}
+
+// projectedSend is the answer to a send whose ack carried seq: the
+// message, built from e, and cached for the members' pushes.
+func (s *sender) projectedSend(e *events.Event, seq int64) *sendResult {
+	cid, user, msgID, body := e.ConversationID, e.ActorID, e.MsgID, *e.Body
+	m := &protocol.Message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: protocol.MessageText,
+		Body: rows.MessageBody(protocol.MessageText, body), CreatedAt: e.At.UTC()}
+	// The members' pushes read it next: from the cache.
+	if epoch := s.hub.Heads().CurrentEpoch(); epoch != 0 {
+		s.inbox.CacheMessage(epoch, m)
+	}
+	s.outcomes.WithLabelValues("projected").Inc()
+	return &sendResult{status: sendProjected, message: m, msgID: msgID}
+}
+
+// sendOutcome reads what became of the send e (sqlSendOutcome): projected
+// (a duplicate when the ack says so), refused, or, with neither result
+// nor error, not known yet.
+func (s *sender) sendOutcome(ctx context.Context, e *events.Event, ack *hub.Subscription) (*sendResult, error) {
+	cid, user, msgID := e.ConversationID, e.ActorID, e.MsgID
+	var reason *string
+	var out rows.MessageScan
+	if err := s.pool.QueryRow(ctx, sqlSendOutcome, msgID, e.EventID).Scan(append(out.Targets(), &reason)...); err != nil {
+		return nil, fmt.Errorf("outcome of msg_id %s: %w", msgID, err)
+	}
+	if m := out.Message(); m != nil {
+		if err := sameMessage(m, user, cid); err != nil {
+			return nil, err
+		}
+		outcome, status := "projected", sendProjected
+		if ack.Dup() {
+			outcome, status = "duplicate", sendDuplicate
+		}
+		s.outcomes.WithLabelValues(outcome).Inc()
+		return &sendResult{status: status, message: m, msgID: msgID}, nil
+	}
+	if reason == nil {
+		return nil, nil
+	}
+	s.outcomes.WithLabelValues("rejected").Inc()
+	switch *reason {
+	case projection.ReasonNoConversation:
+		return nil, apierr.NotFound("conversation %d does not exist", cid)
+	case projection.ReasonDeadLetter:
+		return nil, deadLetteredSend(msgID)
+	}
+	return nil, apierr.NotMember("user %d is not a member of conversation %d at the message's log position", user, cid)
+}

@@ -1,0 +1,84 @@
+package ws
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/inbox"
+	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
+	"github.com/inboxd/inboxd/protocol"
+)
+
+// Deps are what a Server needs of the gateway it serves beside: the
+// packages it reads through (the inbox reader, the hub, the rate limits),
+// and small interfaces for what the gateway's root owns (authentication,
+// the send path, the conversation list of a too-long answer). A Server
+// holds no reference to the gateway itself. All are required but Logger.
+type Deps struct {
+	// Inbox reads the hello's first page (Sync, with GET /v1/sync's rules)
+	// and the pushes (Read, Resolve).
+	Inbox *inbox.Reader
+
+	// Hub wakes a session when its user's inbox moves; a session
+	// subscribes before its hello is read.
+	Hub *hub.Hub
+
+	// Auth resolves the user of an upgrade request.
+	Auth Authenticator
+
+	// Sender sends a send frame's message as POST .../messages does.
+	Sender Sender
+
+	// Rebaser builds the too_long answer of a hello or a push that cannot
+	// continue the client's stream.
+	Rebaser Rebaser
+
+	// ConnectLimits is spent once per connection (the gateway's read
+	// bucket: reconnect storms are rate limited); SendLimits once per send
+	// frame (its write bucket).
+	ConnectLimits, SendLimits *ratelimit.Limiters
+
+	// Draining is closed when the gateway drains: every session is closed
+	// with 1012 and new connections are told the same. Nil never closes.
+	Draining <-chan struct{}
+
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (d *Deps) validate() error {
+	if d.Inbox == nil || d.Hub == nil || d.Auth == nil || d.Sender == nil || d.Rebaser == nil ||
+		d.ConnectLimits == nil || d.SendLimits == nil {
+		return errors.New("gateway: WebSocket: Deps incomplete")
+	}
+	return nil
+}
+
+// Authenticator resolves the user of a connection.
+type Authenticator interface {
+	// Authenticate returns the user of r's bearer token, from the
+	// Authorization header or, for browsers, the access_token query
+	// parameter; an error is what the client is told (unauthorized).
+	Authenticate(r *http.Request) (user int64, err error)
+}
+
+// Sender is the gateway's send path, the one of POST .../messages.
+type Sender interface {
+	// Send appends the message msgID of user to conversation cid and waits
+	// for its projection: seq once projected (or already projected under
+	// msgID), pending when it was appended but not projected in time. An
+	// error is the client's (an *apierr.Error or what apierr.From maps);
+	// apierr.ErrClientGone when ctx ended.
+	Send(ctx context.Context, user, cid int64, msgID, body string) (seq int64, pending bool, err error)
+}
+
+// Rebaser builds too-long answers.
+type Rebaser interface {
+	// Rebase is the too_long answer that moves user's client to at's head
+	// (its epoch, head and record version): the first page of the
+	// conversation list, read after at.
+	Rebase(ctx context.Context, user int64, at *inbox.Result) (*protocol.TooLong, error)
+}

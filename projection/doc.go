@@ -23,7 +23,9 @@
 //	                                are all messages
 //	m<event_id>:<seq>               a message.sent was projected as seq
 //	d<event_id>                     a message.sent whose msg_id was taken
-//	r<msg_id>                       a message.sent was rejected
+//	r<msg_id>                       a message.sent (or a change: its change_id)
+//	                                was rejected
+//	u<conv>.<seq>:<version>         the message changed; its version is now version
 //	e<epoch>                        a replay swapped in projections of a new epoch
 //
 // Readers skip tokens they do not know, and tokens they cannot parse, so

@@ -43,7 +43,13 @@ type Notification struct {
 	// Runs are the new entries of users whose entries in the batch are all
 	// messages (small batches only).
 	Runs map[int64]Run
+	// Updated are the messages the batch changed: a reader that keeps
+	// messages drops its copies older than the version.
+	Updated []Updated
 }
+
+// Updated names a changed message and its version after the batch.
+type Updated struct{ Conv, Seq, Version int64 }
 
 // Encoder builds the payloads of one batch's notifications: each method
 // adds one token, in call order, and a payload is closed when the next
@@ -127,6 +133,18 @@ func (e *Encoder) Rejected(msgID string) {
 	e.add(e.buf)
 }
 
+// Updated adds u<conv>.<seq>:<version>: the message (conv, seq) changed;
+// its version is now version.
+func (e *Encoder) Updated(conv, seq, version int64) {
+	e.buf = append(e.buf[:0], 'u')
+	e.buf = strconv.AppendInt(e.buf, conv, 10)
+	e.buf = append(e.buf, '.')
+	e.buf = strconv.AppendInt(e.buf, seq, 10)
+	e.buf = append(e.buf, ':')
+	e.buf = strconv.AppendInt(e.buf, version, 10)
+	e.add(e.buf)
+}
+
 // Epoch adds e<epoch>: a replay swapped in the projections of epoch.
 func (e *Encoder) Epoch(epoch int64) {
 	e.buf = append(e.buf[:0], 'e')
@@ -176,6 +194,10 @@ func ParseNotification(payload string) Notification {
 			}
 		case 'd':
 			n.Duplicates = append(n.Duplicates, tok[1:])
+		case 'u':
+			if u, ok := parseUpdated(tok[1:]); ok {
+				n.Updated = append(n.Updated, u)
+			}
 		case 'i':
 			if u, r, ok := parseRun(tok[1:]); ok {
 				if n.Runs == nil {
@@ -186,6 +208,19 @@ func ParseNotification(payload string) Notification {
 		}
 	}
 	return n
+}
+
+// parseUpdated reads <conv>.<seq>:<version>.
+func parseUpdated(s string) (Updated, bool) {
+	key, vs, ok1 := strings.Cut(s, ":")
+	cs, ss, ok2 := strings.Cut(key, ".")
+	c, err1 := strconv.ParseInt(cs, 10, 64)
+	q, err2 := strconv.ParseInt(ss, 10, 64)
+	v, err3 := strconv.ParseInt(vs, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || err3 != nil {
+		return Updated{}, false
+	}
+	return Updated{Conv: c, Seq: q, Version: v}, true
 }
 
 // parseRun reads <user>:<first>:<conv>.<seq>,...

@@ -40,6 +40,9 @@ func encode(n Notification) []string {
 	for _, id := range n.Rejected {
 		e.Rejected(id)
 	}
+	for _, u := range n.Updated {
+		e.Updated(u.Conv, u.Seq, u.Version)
+	}
 	if n.Epoch != 0 {
 		e.Epoch(n.Epoch)
 	}
@@ -77,6 +80,7 @@ func parseAll(payloads []string) Notification {
 		}
 		all.Duplicates = append(all.Duplicates, n.Duplicates...)
 		all.Rejected = append(all.Rejected, n.Rejected...)
+		all.Updated = append(all.Updated, n.Updated...)
 		if n.Epoch != 0 {
 			all.Epoch = n.Epoch
 		}
@@ -95,8 +99,9 @@ func TestEncoderWireFormat(t *testing.T) {
 	e.Projected(ev1, 12)
 	e.Duplicate(ev2)
 	e.Rejected(msg)
+	e.Updated(4, 2, 7)
 	e.Epoch(1764480000000)
-	require.Equal(t, []string{"h1:5 h22:7 i3:10:4.1,4.2,9.1 m" + ev1 + ":12 d" + ev2 + " r" + msg + " e1764480000000"}, e.Payloads())
+	require.Equal(t, []string{"h1:5 h22:7 i3:10:4.1,4.2,9.1 m" + ev1 + ":12 d" + ev2 + " r" + msg + " u4.2:7 e1764480000000"}, e.Payloads())
 }
 
 // TestRoundTrip covers every token: what the encoder writes, the parser
@@ -115,12 +120,14 @@ func TestRoundTrip(t *testing.T) {
 		{"duplicates", Notification{Heads: map[int64]int64{}, Duplicates: []string{ev1, ev2}}},
 		{"rejected", Notification{Heads: map[int64]int64{}, Rejected: []string{msg}}},
 		{"epoch", Notification{Heads: map[int64]int64{}, Epoch: 1764480000000}},
+		{"updated", Notification{Heads: map[int64]int64{}, Updated: []Updated{{4, 2, 7}, {9223372036854775807, 1, 2}}}},
 		{"everything", Notification{
 			Heads:      map[int64]int64{1: 5, 2: 6},
 			Runs:       map[int64]Run{1: {First: 5, Keys: [][2]int64{{7, 3}}}},
 			Projected:  map[string]int64{ev1: 3},
 			Duplicates: []string{ev2},
 			Rejected:   []string{msg},
+			Updated:    []Updated{{7, 3, 2}},
 			Epoch:      2,
 		}},
 	} {
@@ -246,7 +253,7 @@ func TestRoundTripRandom(t *testing.T) {
 // TestParseSkips: unknown tokens (a newer writer's) and malformed ones are
 // skipped; the rest of the payload is still read.
 func TestParseSkips(t *testing.T) {
-	n := ParseNotification("h1:5 zfuture h3:x hx:1 h4 mbad m" + ev1 + ":x i1 i1:2 i1:2: i1:2:3 i1:2:3.x i9:1:2.3,4 " +
+	n := ParseNotification("h1:5 zfuture h3:x hx:1 h4 mbad m" + ev1 + ":x i1 i1:2 i1:2: i1:2:3 i1:2:3.x i9:1:2.3,4 u1 u1.2 u1:2 u1.x:3 " +
 		"ex h22:7 \t m" + ev2 + ":12")
 	require.Equal(t, Notification{
 		Heads:     map[int64]int64{1: 5, 22: 7},

@@ -321,3 +321,19 @@ func (b *batch) queueChanges(bt *pgx.Batch) {
 	}
 	bt.Queue(sqlInsertChanges, ids, evs, ccs, css, cas, cvs)
 }
+
+// changedInOrder returns the messages whose version moved in the batch, by
+// conversation and seq.
+func (b *batch) changedInOrder() []*msgState {
+	var out []*msgState
+	for _, m := range b.msgStates {
+		if m.changed {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		ki, kj := out[i].key, out[j].key
+		return ki.conv < kj.conv || ki.conv == kj.conv && ki.seq < kj.seq
+	})
+	return out
+}

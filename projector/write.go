@@ -369,6 +369,9 @@ func (t *txn) queueNotify(bt *pgx.Batch, announce bool) {
 			enc.Rejected(r.msgID)
 		}
 	}
+	for _, m := range b.changedInOrder() {
+		enc.Updated(m.key.conv, m.key.seq, m.version)
+	}
 	for _, pl := range enc.Payloads() {
 		bt.Queue(`SELECT pg_notify($1, $2)`, t.p.cfg.Channel, pl)
 	}

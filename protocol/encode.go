@@ -40,6 +40,12 @@ func AppendEntry(b []byte, inboxSeq, conversationID int64, kind string, item []b
 			b = append(b, `,"record":`...)
 			b = append(b, item...)
 		}
+	case KindUpdate:
+		b = append(b, `,"kind":"update"`...)
+		if item != nil {
+			b = append(b, `,"message":`...)
+			b = append(b, item...)
+		}
 	default:
 		b = append(b, `,"kind":"message"`...)
 		if item != nil {

@@ -6,6 +6,7 @@ const (
 	CodeBadRequest      = "bad_request"       // 400, 405
 	CodeUnauthorized    = "unauthorized"      // 401
 	CodeNotMember       = "not_member"        // 403
+	CodeForbidden       = "forbidden"         // 403: a member acting on another's message
 	CodeNotFound        = "not_found"         // 404
 	CodePayloadTooLarge = "payload_too_large" // 413
 	CodeHeaderTooLarge  = "header_too_large"  // 431

@@ -118,8 +118,35 @@ type MarkRead struct {
 // SendMessage is the body of POST /v1/conversations/{cid}/messages. MsgID
 // may instead come in the Idempotency-Key header.
 type SendMessage struct {
-	MsgID string `json:"msg_id"`
-	Body  string `json:"body"`
+	MsgID   string `json:"msg_id"`
+	Body    string `json:"body"`
+	ReplyTo int64  `json:"reply_to,omitempty"`
+}
+
+// EditMessage is the body of PATCH /v1/conversations/{cid}/messages/{seq}.
+// ChangeID (or the Idempotency-Key header) is the change's idempotency key.
+type EditMessage struct {
+	ChangeID string `json:"change_id"`
+	Body     string `json:"body"`
+}
+
+// SetReaction is the body of PUT /v1/conversations/{cid}/messages/{seq}/reaction.
+type SetReaction struct {
+	ChangeID string `json:"change_id"`
+	Emoji    string `json:"emoji"`
+}
+
+// ChangeOnly is the optional body of the DELETEs of a message and of a
+// reaction: the change's idempotency key (or the Idempotency-Key header).
+type ChangeOnly struct {
+	ChangeID string `json:"change_id"`
+}
+
+// ChangePending is the 202 of a change appended but not yet projected:
+// retry with the same ChangeID. Status is StatusPending.
+type ChangePending struct {
+	ChangeID string `json:"change_id"`
+	Status   string `json:"status"`
 }
 
 // Statuses of the 202 answers.

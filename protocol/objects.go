@@ -9,6 +9,9 @@ import (
 const (
 	KindMessage = "message"
 	KindRecord  = "record"
+	// KindUpdate: a message changed (edited, deleted, reacted to). Message
+	// is its state when read; Version says which change it includes.
+	KindUpdate = "update"
 )
 
 // Message kinds (Message.Kind).
@@ -32,7 +35,30 @@ type Message struct {
 	Kind           string          `json:"kind"`
 	Body           json.RawMessage `json:"body"`
 	CreatedAt      time.Time       `json:"created_at"`
+
+	// The changes of a message (docs/protocol.md, "Changing a message").
+	// Version grows with every change; absent means 1 (never changed).
+	// EditedAt is the time of the last edit. A deleted message keeps its
+	// seq; its body is "" and it has no reactions. ReplyTo is the seq this
+	// message answers. Reactions are counts per emoji, with Me set on the
+	// reader's own.
+	Version   int64      `json:"version,omitempty"`
+	EditedAt  *time.Time `json:"edited_at,omitempty"`
+	Deleted   bool       `json:"deleted,omitempty"`
+	ReplyTo   int64      `json:"reply_to,omitempty"`
+	Reactions []Reaction `json:"reactions,omitempty"`
 }
+
+// Reaction is the count of one emoji on a message, and whether the reader
+// is one of them.
+type Reaction struct {
+	Emoji string `json:"emoji"`
+	Count int64  `json:"count"`
+	Me    bool   `json:"me,omitempty"`
+}
+
+// CurrentVersion is the message's version, 1 when absent.
+func (m *Message) CurrentVersion() int64 { return max(m.Version, 1) }
 
 // Text returns the body of a text message, or the raw JSON of a system
 // message's body.
@@ -61,8 +87,9 @@ type Record struct {
 	Removed        bool     `json:"removed"`
 }
 
-// Entry is an inbox entry: a message (Kind KindMessage, Message set) or a
-// changed record (Kind KindRecord, Record set). A record entry carries the
+// Entry is an inbox entry: a message (Kind KindMessage, Message set), a
+// changed record (Kind KindRecord, Record set) or a changed message (Kind
+// KindUpdate, Message set to its state when read). A record entry carries the
 // record as it is when read, with its current version. The gateway writes
 // entries with AppendEntry; this type is their decoded form.
 type Entry struct {

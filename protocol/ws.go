@@ -10,6 +10,11 @@ const (
 	FrameHello = "hello"
 	FrameSend  = "send"
 	FramePing  = "ping"
+	// The changes of a message, as the HTTP routes make them: an edit, a
+	// delete, a reaction set (emoji) or removed (emoji empty or absent).
+	FrameEdit   = "edit"
+	FrameDelete = "delete"
+	FrameReact  = "react"
 )
 
 // Frame types, server to client.
@@ -19,6 +24,7 @@ const (
 	FrameTooLong   = "too_long"
 	FrameHeartbeat = "heartbeat"
 	FrameSendAck   = "send_ack"
+	FrameChangeAck = "change_ack"
 	FrameError     = "error"
 	FramePong      = "pong"
 )
@@ -72,6 +78,33 @@ type ClientFrame struct {
 	ConversationID int64   `json:"conversation_id"`
 	MsgID          string  `json:"msg_id"`
 	Body           *string `json:"body"`
+	ReplyTo        int64   `json:"reply_to"`
+	// edit, delete, react
+	ChangeID string  `json:"change_id"`
+	Seq      int64   `json:"seq"`
+	Emoji    *string `json:"emoji"`
+}
+
+// Change is an edit, delete or react frame.
+type Change struct {
+	Type           string `json:"type"` // FrameEdit, FrameDelete or FrameReact
+	ChangeID       string `json:"change_id"`
+	ConversationID int64  `json:"conversation_id"`
+	Seq            int64  `json:"seq"`
+	Body           string `json:"body,omitempty"`  // edit
+	Emoji          string `json:"emoji,omitempty"` // react; empty removes the reaction
+}
+
+// ChangeAck answers a change frame: applied at Version of the message, or
+// Pending (appended, not yet projected: the update entry will come, or send
+// the frame again with the same change_id).
+type ChangeAck struct {
+	Type           string `json:"type"` // FrameChangeAck
+	ChangeID       string `json:"change_id"`
+	ConversationID int64  `json:"conversation_id"`
+	Seq            int64  `json:"seq"`
+	Version        int64  `json:"version,omitempty"`
+	Pending        bool   `json:"pending,omitempty"`
 }
 
 // Welcome answers the hello; it is always the first frame from the server.
@@ -120,6 +153,7 @@ type ErrorFrame struct {
 	Message      string `json:"message"`
 	Retryable    bool   `json:"retryable"`
 	MsgID        string `json:"msg_id,omitempty"`
+	ChangeID     string `json:"change_id,omitempty"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 }
 

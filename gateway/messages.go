@@ -82,7 +82,7 @@ func (g *Gateway) handleSend(w http.ResponseWriter, r *http.Request) error {
 // sqlHistory reads the messages before a seq that the user may see: those
 // within one of its membership spans (joined_seq..left_seq inclusive),
 // newest first, one index range per span.
-const sqlHistory = `SELECT ` + rows.MessageCols + `
+var sqlHistory = `SELECT ` + rows.MessageColsFor("$2") + `
 FROM member_spans s
 CROSS JOIN LATERAL (
 	SELECT * FROM messages m

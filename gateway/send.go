@@ -66,7 +66,7 @@ type sendResult struct {
 // whether the user's own send of this msg_id to this conversation was
 // dead-lettered (refused by the projection for good).
 // $1 msg_id, $2 conversation, $3 user.
-const sqlSendCheck = `SELECT ` + rows.MessageCols + `,
+var sqlSendCheck = `SELECT ` + rows.MessageColsFor("$3") + `,
 	EXISTS (SELECT 1 FROM conversations WHERE id = $2),
 	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL),
 	EXISTS (SELECT 1 FROM rejections WHERE msg_id = $1 AND actor_id = $3 AND conversation_id = $2

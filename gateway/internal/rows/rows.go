@@ -6,6 +6,7 @@ package rows
 
 import (
 	"encoding/json"
+	"sort"
 	"time"
 
 	"github.com/inboxd/inboxd/protocol"
@@ -22,27 +23,96 @@ func MessageBody(kind, body string) json.RawMessage {
 }
 
 // MessageCols are the columns of a message aliased m, as MessageScan reads them.
-const MessageCols = `m.conversation_id, m.seq, m.msg_id::text, m.sender_id, m.kind, m.body, m.created_at`
+// Its last column is the reader's own reaction: NULL here (a read shared
+// by many readers sets Me afterwards); MessageColsFor reads it.
+const MessageCols = messageCols + `, NULL::text`
+
+const messageCols = `m.conversation_id, m.seq, m.msg_id::text, m.sender_id, m.kind, m.body, m.created_at,
+	m.version, m.edited_at, m.deleted, m.reply_to, m.reactions`
+
+// MessageColsFor is MessageCols with the reaction of the user the SQL
+// expression user names (a parameter such as "$2"), so that Me is set.
+func MessageColsFor(user string) string { return messageCols + `, ` + mineOf("m", user) }
+
+// mineOf is the reaction of user on the message aliased m.
+func mineOf(m, user string) string {
+	return `(SELECT rr.emoji FROM reactions rr WHERE rr.conversation_id = ` + m + `.conversation_id AND rr.seq = ` +
+		m + `.seq AND rr.user_id = ` + user + `)`
+}
 
 // MessageScan reads a possibly absent message (a LEFT JOIN).
 type MessageScan struct {
-	conv, seq, sender *int64
-	msgID, kind, body *string
-	at                *time.Time
+	conv, seq, sender, version, replyTo *int64
+	msgID, kind, body                   *string
+	at, editedAt                        *time.Time
+	deleted                             *bool
+	reactions                           map[string]int64
+	mine                                *string
 }
 
 // Targets are the scan targets of MessageCols.
 func (s *MessageScan) Targets() []any {
-	return []any{&s.conv, &s.seq, &s.msgID, &s.sender, &s.kind, &s.body, &s.at}
+	return []any{&s.conv, &s.seq, &s.msgID, &s.sender, &s.kind, &s.body, &s.at,
+		&s.version, &s.editedAt, &s.deleted, &s.replyTo, &s.reactions, &s.mine}
 }
 
-// Message is the scanned message, nil when the row had none.
+// Message is the scanned message, nil when the row had none. Its
+// reactions have no Me set: that is the reader's (see SetMine).
 func (s *MessageScan) Message() *protocol.Message {
 	if s.msgID == nil || s.conv == nil {
 		return nil
 	}
-	return &protocol.Message{ConversationID: *s.conv, Seq: *s.seq, MsgID: *s.msgID, SenderID: *s.sender,
+	m := &protocol.Message{ConversationID: *s.conv, Seq: *s.seq, MsgID: *s.msgID, SenderID: *s.sender,
 		Kind: *s.kind, Body: MessageBody(*s.kind, *s.body), CreatedAt: s.at.UTC()}
+	if s.version != nil && *s.version > 1 {
+		m.Version = *s.version
+	}
+	if s.editedAt != nil {
+		t := s.editedAt.UTC()
+		m.EditedAt = &t
+	}
+	if s.deleted != nil && *s.deleted {
+		m.Deleted = true
+	}
+	if s.replyTo != nil {
+		m.ReplyTo = *s.replyTo
+	}
+	m.Reactions = Reactions(s.reactions)
+	if s.mine != nil {
+		for i := range m.Reactions {
+			m.Reactions[i].Me = m.Reactions[i].Emoji == *s.mine
+		}
+	}
+	return m
+}
+
+// Reactions turns stored counts into the wire's list: most first, then
+// by emoji. Nil when there is none.
+func Reactions(counts map[string]int64) []protocol.Reaction {
+	if len(counts) == 0 {
+		return nil
+	}
+	out := make([]protocol.Reaction, 0, len(counts))
+	for e, n := range counts {
+		if n > 0 {
+			out = append(out, protocol.Reaction{Emoji: e, Count: n})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Count > out[j].Count || out[i].Count == out[j].Count && out[i].Emoji < out[j].Emoji
+	})
+	return out
+}
+
+// SetMine returns m with Me set on the reader's reaction (emoji), copying
+// the reactions so that a shared message stays as it was.
+func SetMine(m *protocol.Message, emoji string) *protocol.Message {
+	c := *m
+	c.Reactions = append([]protocol.Reaction(nil), m.Reactions...)
+	for i := range c.Reactions {
+		c.Reactions[i].Me = c.Reactions[i].Emoji == emoji
+	}
+	return &c
 }
 
 // RecordJoins turns a records row aliased r into a record: the
@@ -59,7 +129,9 @@ LEFT JOIN messages lm ON lm.conversation_id = r.conversation_id AND lm.seq = ls.
 // The aliases keep the names unique when wrapped in a subquery.
 const RecordCols = `r.conversation_id, c.title, r.pinned, r.muted, r.read_seq, ls.last_seq, r.version, r.removed,
 lm.conversation_id AS lm_conversation_id, lm.seq AS lm_seq, lm.msg_id::text AS lm_msg_id, lm.sender_id AS lm_sender_id,
-lm.kind AS lm_kind, lm.body AS lm_body, lm.created_at AS lm_created_at`
+lm.kind AS lm_kind, lm.body AS lm_body, lm.created_at AS lm_created_at,
+lm.version AS lm_version, lm.edited_at AS lm_edited_at, lm.deleted AS lm_deleted, lm.reply_to AS lm_reply_to,
+lm.reactions AS lm_reactions, ` + "(SELECT rr.emoji FROM reactions rr WHERE rr.conversation_id = lm.conversation_id AND rr.seq = lm.seq AND rr.user_id = r.user_id)" + ` AS lm_mine`
 
 // RecordScan reads a possibly absent record.
 type RecordScan struct {

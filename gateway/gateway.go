@@ -87,8 +87,13 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	g.metrics = m
+	// The hub tells the reader (made next) of changed messages and of
+	// notifications it may have missed, so that cached messages never
+	// outlive a change.
 	g.hub = hub.New(hub.Config{WakeJitter: cfg.WakeJitter, WakeBurst: cfg.WakeBurst, HeadCacheUsers: cfg.HeadCacheUsers,
-		Notifications: m.notifications, Reconnects: m.listenerReconnects, Logger: cfg.Logger})
+		Notifications: m.notifications, Reconnects: m.listenerReconnects, Logger: cfg.Logger,
+		Updated: func(conv, seq, version int64) { g.inbox.Forget(conv, seq, version) },
+		Lost:    func() { g.inbox.ForgetAll() }})
 	g.inbox = inbox.New(pool, inbox.Config{MessageCacheBytes: cfg.MessageCacheBytes, TooLongLag: cfg.TooLongLag,
 		Heads: g.hub.Heads(), CacheHit: m.cache.WithLabelValues("messages", "hit").Inc,
 		CacheMiss: m.cache.WithLabelValues("messages", "miss").Inc})

@@ -43,6 +43,13 @@ type Config struct {
 	// the LISTEN connections lost or not opened. Default: not counted.
 	Notifications, Reconnects prometheus.Counter
 
+	// Updated is told of every changed message a notification names (its
+	// version after the change), and Lost whenever notifications may have
+	// been missed (a new LISTEN connection): a reader that keeps messages
+	// drops them. Default: nobody is told.
+	Updated func(conv, seq, version int64)
+	Lost    func()
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -59,6 +66,8 @@ type Hub struct {
 	burst         int
 	notifications prometheus.Counter
 	reconnects    prometheus.Counter
+	updated       func(conv, seq, version int64)
+	lost          func()
 
 	users [hubShards]hubShard
 	keyMu sync.Mutex
@@ -171,7 +180,13 @@ func New(cfg Config) *Hub {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &Hub{log: cfg.Logger, jitter: cfg.WakeJitter, burst: cfg.WakeBurst,
+	if cfg.Updated == nil {
+		cfg.Updated = func(int64, int64, int64) {}
+	}
+	if cfg.Lost == nil {
+		cfg.Lost = func() {}
+	}
+	h := &Hub{log: cfg.Logger, jitter: cfg.WakeJitter, burst: cfg.WakeBurst, updated: cfg.Updated, lost: cfg.Lost,
 		notifications: cfg.Notifications, reconnects: cfg.Reconnects,
 		keyed: map[string]map[*Subscription]struct{}{}, heads: newHeadCache(cfg.HeadCacheUsers)}
 	for i := range h.users {
@@ -302,6 +317,9 @@ func (h *Hub) subscribeKey(key string) *Subscription {
 // dispatch wakes the waiters of one notification payload.
 func (h *Hub) dispatch(payload string) {
 	n := projection.ParseNotification(payload)
+	for _, u := range n.Updated {
+		h.updated(u.Conv, u.Seq, u.Version) // before any waiter re-reads
+	}
 	if n.Epoch != 0 {
 		h.heads.reset(true) // a replay swapped the projections
 		h.clearRuns()
@@ -475,6 +493,7 @@ func (h *Hub) listen(ctx context.Context, channel string, connect func(context.C
 	defer h.heads.reset(false)
 	h.log.Debug("listening for notifications", "channel", channel)
 	// Notifications may have been missed before this connection listened.
+	h.lost()
 	h.wakeAll()
 	for {
 		n, err := conn.WaitForNotification(ctx)

@@ -1,12 +1,17 @@
 package inbox
 
-import "context"
+import (
+	"context"
+
+	"github.com/inboxd/inboxd/protocol"
+)
 
 // Announced is a run of entries that the notifications announced for one
 // reader (hub.Subscription.TakeRun): the inbox_seqs First, First+1, ...
 // pointing at the messages Keys (conversation, seq), and the epoch and
 // head of the page to build from them.
 type Announced struct {
+	User        int64 // the reader
 	Epoch, Head int64
 	First       int64
 	Keys        [][2]int64
@@ -26,7 +31,7 @@ func (r *Reader) Resolve(ctx context.Context, runs []Announced) (pages []Page, o
 		pg.Epoch, pg.Head, pg.Entries = run.Epoch, run.Head, make([]Entry, len(run.Keys))
 		for j, k := range run.Keys {
 			e := &pg.Entries[j]
-			e.InboxSeq, e.ConversationID = run.First+int64(j), k[0]
+			e.InboxSeq, e.ConversationID, e.kind = run.First+int64(j), k[0], protocol.KindMessage
 			mk := msgKey{epoch: run.Epoch, conv: k[0], seq: k[1]}
 			if b, hit := r.msgs.get(mk); hit {
 				e.raw = b
@@ -46,7 +51,7 @@ func (r *Reader) Resolve(ctx context.Context, runs []Announced) (pages []Page, o
 			epoch = k.epoch
 			break
 		}
-		if err := r.loadMessages(ctx, epoch, misses, pages); err != nil {
+		if err := r.loadMessages(ctx, epoch, misses, pages, func(page int) int64 { return runs[page].User }); err != nil {
 			for _, refs := range misses {
 				for _, ref := range refs {
 					pages[ref.page].Entries = nil

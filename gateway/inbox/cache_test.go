@@ -17,7 +17,7 @@ func TestMsgCacheBudget(t *testing.T) {
 	body := bytes.Repeat([]byte("x"), 200)
 	// 400 conversations of 50 messages (4.8 MB), in conversation order.
 	for i := range 20000 {
-		c.put(msgKey{epoch: 1, conv: int64(i / 50), seq: int64(i%50 + 1)}, body)
+		c.put(msgKey{epoch: 1, conv: int64(i / 50), seq: int64(i%50 + 1)}, 1, body)
 	}
 	total := 0
 	for i := range c.shards {
@@ -43,13 +43,13 @@ func TestMsgCacheBudget(t *testing.T) {
 	// Windows: a message far from a conversation's window starts a new one;
 	// one just below it extends it.
 	w := newMsgCache(1<<20, func() {}, func() {})
-	w.put(msgKey{1, 7, 100}, body)
-	w.put(msgKey{1, 7, 90}, body)
+	w.put(msgKey{1, 7, 100}, 1, body)
+	w.put(msgKey{1, 7, 90}, 1, body)
 	_, ok = w.get(msgKey{1, 7, 100})
 	require.True(t, ok)
 	_, ok = w.get(msgKey{1, 7, 95})
 	require.False(t, ok)
-	w.put(msgKey{1, 7, 100 + maxWindow + 5}, body)
+	w.put(msgKey{1, 7, 100 + maxWindow + 5}, 1, body)
 	_, ok = w.get(msgKey{1, 7, 100 + maxWindow + 5})
 	require.True(t, ok)
 	_, ok = w.get(msgKey{1, 7, 100})
@@ -57,7 +57,7 @@ func TestMsgCacheBudget(t *testing.T) {
 	require.Equal(t, 1, w.len())
 
 	var off *msgCache
-	off.put(msgKey{}, body)
+	off.put(msgKey{}, 1, body)
 	_, ok = off.get(msgKey{})
 	require.False(t, ok)
 }
@@ -104,4 +104,33 @@ func TestRawIntArray(t *testing.T) {
 	cols := [4][]int64{{3, 1, 2}, {30, 10, 20}, {1, 2, 1}, {300, 100, 200}}
 	sortColumns(&cols)
 	require.Equal(t, [4][]int64{{1, 2, 3}, {10, 20, 30}, {2, 1, 1}, {100, 200, 300}}, cols)
+}
+
+// A changed message is forgotten, and a read that was in flight during the
+// change cannot put its older copy back; a newer copy is cached again.
+func TestMsgCacheForget(t *testing.T) {
+	c := newMsgCache(1<<20, func() {}, func() {})
+	k := msgKey{epoch: 1, conv: 7, seq: 3}
+	c.put(k, 1, []byte("v1"))
+	b, ok := c.get(k)
+	require.True(t, ok)
+	require.Equal(t, "v1", string(b))
+
+	c.forget(7, 3, 2)
+	_, ok = c.get(k)
+	require.False(t, ok, "forgotten at once")
+	c.put(k, 1, []byte("v1"))
+	_, ok = c.get(k)
+	require.False(t, ok, "an older copy read before the change is not cached again")
+	c.put(k, 2, []byte("v2"))
+	b, ok = c.get(k)
+	require.True(t, ok)
+	require.Equal(t, "v2", string(b))
+	c.put(k, 1, []byte("v1"))
+	b, _ = c.get(k)
+	require.Equal(t, "v2", string(b), "a newer copy is never replaced by an older one")
+
+	c.clear()
+	_, ok = c.get(k)
+	require.False(t, ok, "clear drops everything")
 }

@@ -14,7 +14,7 @@ import "github.com/inboxd/inboxd/protocol"
 type Entry struct {
 	InboxSeq       int64
 	ConversationID int64
-	record         bool
+	kind           string // protocol.KindMessage, KindRecord or KindUpdate
 	raw            []byte
 }
 
@@ -22,17 +22,16 @@ type Entry struct {
 // *protocol.Message or a *protocol.Record. The reader makes its own; this
 // is for code that builds frames or pages from known objects (tests).
 func NewEntry(inboxSeq, conv int64, v any) Entry {
-	_, record := v.(*protocol.Record)
-	return Entry{InboxSeq: inboxSeq, ConversationID: conv, record: record, raw: marshalWire(v)}
+	kind := protocol.KindMessage
+	if _, record := v.(*protocol.Record); record {
+		kind = protocol.KindRecord
+	}
+	return Entry{InboxSeq: inboxSeq, ConversationID: conv, kind: kind, raw: marshalWire(v)}
 }
 
 // appendEntry appends e as a protocol.Entry.
 func appendEntry(b []byte, e *Entry) []byte {
-	kind := protocol.KindMessage
-	if e.record {
-		kind = protocol.KindRecord
-	}
-	return protocol.AppendEntry(b, e.InboxSeq, e.ConversationID, kind, e.raw)
+	return protocol.AppendEntry(b, e.InboxSeq, e.ConversationID, e.kind, e.raw)
 }
 
 // AppendEntries appends entries as a JSON array of protocol.Entry.

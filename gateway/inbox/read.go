@@ -101,10 +101,18 @@ func New(db Querier, cfg Config) *Reader {
 // CacheMessage puts the wire form of m, a message of epoch, in the message
 // cache (a send's answer, which its members' pushes read next).
 func (r *Reader) CacheMessage(epoch int64, m *protocol.Message) {
-	if r.msgs != nil {
-		r.msgs.put(msgKey{epoch: epoch, conv: m.ConversationID, seq: m.Seq}, marshalWire(m))
+	if r.msgs != nil && len(m.Reactions) == 0 {
+		r.msgs.put(msgKey{epoch: epoch, conv: m.ConversationID, seq: m.Seq}, m.CurrentVersion(), marshalWire(m))
 	}
 }
+
+// Forget drops the cached copies of message (conv, seq), which changed to
+// version (a u token of the notifications).
+func (r *Reader) Forget(conv, seq, version int64) { r.msgs.forget(conv, seq, version) }
+
+// ForgetAll drops every cached message: the notifications of changes may
+// have been lost (the LISTEN connection dropped), or a replay renumbered.
+func (r *Reader) ForgetAll() { r.msgs.clear() }
 
 // CachedMessages counts the messages in the cache.
 func (r *Reader) CachedMessages() int { return r.msgs.len() }
@@ -202,7 +210,7 @@ func (r *Reader) readOnce(ctx context.Context, reqs []Req, maxLag int64) ([]Page
 		return nil, fmt.Errorf("read the inbox: %w", err)
 	}
 	if len(rd.misses) > 0 {
-		if err := r.loadMessages(ctx, rd.epoch, rd.misses, rd.pages); err != nil {
+		if err := r.loadMessages(ctx, rd.epoch, rd.misses, rd.pages, func(page int) int64 { return reqs[page].User }); err != nil {
 			return nil, err
 		}
 	}
@@ -277,10 +285,13 @@ func (rd *inboxRead) entries(page int, p *Page) {
 	p.Entries = make([]Entry, n)
 	for i := range n {
 		e := &p.Entries[i]
-		e.InboxSeq, e.ConversationID = cols[0][i], cols[1][i]
+		e.InboxSeq, e.ConversationID, e.kind = cols[0][i], cols[1][i], protocol.KindMessage
 		ref := entryRef{page: page, idx: i}
+		if cols[2][i] == projection.KindUpdate {
+			e.kind = protocol.KindUpdate
+		}
 		if cols[2][i] == projection.KindRecord {
-			e.record = true
+			e.kind = protocol.KindRecord
 			if rd.records == nil {
 				rd.records = map[[2]int64][]entryRef{}
 			}
@@ -317,8 +328,10 @@ func sortColumns(cols *[4][]int64) {
 }
 
 // loadMessages reads the messages the cache lacked, caches their wire form
-// and sets it on the entries that point at them.
-func (r *Reader) loadMessages(ctx context.Context, epoch int64, misses map[msgKey][]entryRef, pages []Page) error {
+// and sets it on the entries that point at them. A message with reactions
+// is not cached: each entry's reader gets its own reaction marked (userOf
+// names the reader of a page).
+func (r *Reader) loadMessages(ctx context.Context, epoch int64, misses map[msgKey][]entryRef, pages []Page, userOf func(page int) int64) error {
 	convs := make([]int64, 0, len(misses))
 	seqs := make([]int64, 0, len(misses))
 	for k := range misses {
@@ -329,6 +342,7 @@ func (r *Reader) loadMessages(ctx context.Context, epoch int64, misses map[msgKe
 		return fmt.Errorf("read %d messages: %w", len(convs), err)
 	}
 	defer rs.Close()
+	var reacted map[msgKey]*protocol.Message
 	for rs.Next() {
 		var at int64
 		var s rows.MessageScan
@@ -343,14 +357,78 @@ func (r *Reader) loadMessages(ctx context.Context, epoch int64, misses map[msgKe
 			continue
 		}
 		k := msgKey{epoch: epoch, conv: m.ConversationID, seq: m.Seq}
+		if len(m.Reactions) > 0 {
+			if reacted == nil {
+				reacted = map[msgKey]*protocol.Message{}
+			}
+			reacted[k] = m
+			continue
+		}
 		b := marshalWire(m)
-		r.msgs.put(k, b)
+		r.msgs.put(k, m.CurrentVersion(), b)
 		for _, ref := range misses[k] {
 			pages[ref.page].Entries[ref.idx].raw = b
 		}
 	}
 	if err := rs.Err(); err != nil {
 		return fmt.Errorf("read messages: %w", err)
+	}
+	rs.Close()
+	if len(reacted) > 0 {
+		return r.markMine(ctx, reacted, misses, pages, userOf)
+	}
+	return nil
+}
+
+// sqlMine reads the reactions of (user, conversation, seq) triples.
+const sqlMine = `SELECT k.u, k.c, k.s, r.emoji
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS k(u, c, s)
+JOIN reactions r ON r.conversation_id = k.c AND r.seq = k.s AND r.user_id = k.u`
+
+// markMine sets the entries of messages with reactions, each with its
+// reader's own reaction marked.
+func (r *Reader) markMine(ctx context.Context, reacted map[msgKey]*protocol.Message, misses map[msgKey][]entryRef,
+	pages []Page, userOf func(page int) int64) error {
+	var us, cs, ss []int64
+	seen := map[[3]int64]bool{}
+	for k := range reacted {
+		for _, ref := range misses[k] {
+			t := [3]int64{userOf(ref.page), k.conv, k.seq}
+			if !seen[t] {
+				seen[t] = true
+				us, cs, ss = append(us, t[0]), append(cs, t[1]), append(ss, t[2])
+			}
+		}
+	}
+	rs, err := r.db.Query(ctx, sqlMine, us, cs, ss)
+	if err != nil {
+		return fmt.Errorf("read the readers' reactions: %w", err)
+	}
+	mine := map[[3]int64]string{}
+	for rs.Next() {
+		var t [3]int64
+		var emoji string
+		if err := rs.Scan(&t[0], &t[1], &t[2], &emoji); err != nil {
+			rs.Close()
+			return fmt.Errorf("read the readers' reactions: %w", err)
+		}
+		mine[t] = emoji
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("read the readers' reactions: %w", err)
+	}
+	for k, m := range reacted {
+		wire := map[string][]byte{}
+		for _, ref := range misses[k] {
+			emoji := mine[[3]int64{userOf(ref.page), k.conv, k.seq}]
+			b, ok := wire[emoji]
+			if !ok {
+				b = marshalWire(rows.SetMine(m, emoji))
+				wire[emoji] = b
+			}
+			pages[ref.page].Entries[ref.idx].raw = b
+		}
 	}
 	return nil
 }

@@ -217,7 +217,7 @@ func (p *pusher) fromRuns(ctx context.Context, sessions []*session, users, after
 			continue
 		}
 		epoch, head := s.runBase(first + int64(len(keys)) - 1)
-		runs = append(runs, inbox.Announced{Epoch: epoch, Head: head, First: first, Keys: keys})
+		runs = append(runs, inbox.Announced{User: users[i], Epoch: epoch, Head: head, First: first, Keys: keys})
 		owners = append(owners, i)
 	}
 	if len(runs) == 0 {

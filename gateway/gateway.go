@@ -37,7 +37,8 @@ type Gateway struct {
 	inbox   *inbox.Reader // the inbox reads, shared by sync and the pushes
 	auth    *authenticator
 	app     *appender
-	sends   *sender // the send path, shared by HTTP and WebSocket
+	sends   *sender  // the send path, shared by HTTP and WebSocket
+	changes *changer // the path of a message's changes, shared likewise
 	handler http.Handler
 	routes  []route
 
@@ -101,6 +102,8 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		m.cache.WithLabelValues("tokens", "hit").Inc, m.cache.WithLabelValues("tokens", "miss").Inc)}
 	g.app = &appender{prod: prod, timeout: cfg.AppendTimeout}
 	g.sends = &sender{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.sends,
+		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining}
+	g.changes = &changer{pool: pool, hub: g.hub, app: g.app, outcomes: m.changes,
 		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining}
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err

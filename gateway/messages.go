@@ -64,7 +64,7 @@ func (g *Gateway) handleSend(w http.ResponseWriter, r *http.Request) error {
 	if msgID, err = input.ParseMsgID(msgID); err != nil {
 		return err
 	}
-	res, err := g.sends.send(r.Context(), userFrom(r.Context()), cid, msgID, req.Body)
+	res, err := g.sends.send(r.Context(), userFrom(r.Context()), cid, msgID, req.Body, req.ReplyTo)
 	if err != nil {
 		return err
 	}

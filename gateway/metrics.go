@@ -18,6 +18,7 @@ type metrics struct {
 	notifications      prometheus.Counter
 	listenerReconnects prometheus.Counter
 	sends              *prometheus.CounterVec
+	changes            *prometheus.CounterVec
 	polls              *prometheus.CounterVec
 	cache              *prometheus.CounterVec
 	headHit, headMiss  prometheus.Counter
@@ -50,6 +51,10 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 			Namespace: "inboxd", Subsystem: "gateway", Name: "sends_total",
 			Help: "Message sends by outcome (projected, duplicate, pending, rejected).",
 		}, []string{"outcome"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "inboxd", Subsystem: "gateway", Name: "changes_total",
+			Help: "Changes of messages (edits, deletes, reactions) by event type and outcome (projected, duplicate, pending, rejected).",
+		}, []string{"type", "outcome"}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "inboxd", Subsystem: "gateway", Name: "long_polls_total",
 			Help: "Held long-polls by how they ended (woken, timeout, drained, gone).",
@@ -65,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 		Help: "1 while the LISTEN connection is up.",
 	}, connected)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
-		m.listenerReconnects, m.sends, m.polls, m.cache, listening} {
+		m.listenerReconnects, m.sends, m.changes, m.polls, m.cache, listening} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
 	"github.com/inboxd/inboxd/protocol"
@@ -44,6 +45,10 @@ func (g *Gateway) routeTable() []route {
 		{"DELETE", "/v1/conversations/{cid}/members/{uid}", true, bucketSend, g.handleRemoveMember},
 		{"POST", "/v1/conversations/{cid}/messages", true, bucketSend, g.handleSend},
 		{"GET", "/v1/conversations/{cid}/messages", true, bucketSync, g.handleHistory},
+		{"PATCH", "/v1/conversations/{cid}/messages/{seq}", true, bucketSend, g.handleChange(events.MessageEdited)},
+		{"DELETE", "/v1/conversations/{cid}/messages/{seq}", true, bucketSend, g.handleChange(events.MessageDeleted)},
+		{"PUT", "/v1/conversations/{cid}/messages/{seq}/reaction", true, bucketSend, g.handleChange(events.ReactionAdded)},
+		{"DELETE", "/v1/conversations/{cid}/messages/{seq}/reaction", true, bucketSend, g.handleChange(events.ReactionRemoved)},
 		{"PATCH", "/v1/conversations/{cid}/record", true, bucketSend, g.handleRecord},
 		{"POST", "/v1/conversations/{cid}/read", true, bucketSend, g.handleRead},
 		{"GET", "/v1/sync", true, bucketSync, g.handleSync},

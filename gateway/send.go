@@ -33,8 +33,8 @@ type sender struct {
 }
 
 // Send implements ws.Sender.
-func (s *sender) Send(ctx context.Context, user, cid int64, msgID, body string) (seq int64, pending bool, err error) {
-	res, err := s.send(ctx, user, cid, msgID, body)
+func (s *sender) Send(ctx context.Context, user, cid int64, msgID, body string, replyTo int64) (seq int64, pending bool, err error) {
+	res, err := s.send(ctx, user, cid, msgID, body, replyTo)
 	switch {
 	case err != nil:
 		return 0, false, err
@@ -104,7 +104,7 @@ func deadLetteredSend(msgID string) *Error {
 // what was sent, with no read), a duplicate of a taken msg_id, or a
 // rejection of the msg_id; those two read the outcome, as does the end of
 // the wait.
-func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string) (*sendResult, error) {
+func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string, replyTo int64) (*sendResult, error) {
 	if len(body) > s.maxBody {
 		return nil, apierr.TooLarge("body is %d bytes, over the limit of %d", len(body), s.maxBody)
 	}
@@ -118,7 +118,10 @@ func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string) 
 	// PostgreSQL keeps microseconds: the answer built from e must be the
 	// message as it will be read.
 	e.At = e.At.Truncate(time.Microsecond)
-	e.MsgID, e.Body = msgID, &body
+	if replyTo < 0 {
+		return nil, apierr.BadRequest("reply_to must be a seq")
+	}
+	e.MsgID, e.Body, e.ReplyTo = msgID, &body, replyTo
 	ack := s.hub.SubscribeEvent(e.EventID)
 	defer ack.Close()
 	rej := s.hub.SubscribeRejection(msgID)
@@ -206,7 +209,7 @@ func (s *sender) awaitSend(ctx context.Context, e *events.Event, ack, rej *hub.S
 func (s *sender) projectedSend(e *events.Event, seq int64) *sendResult {
 	cid, user, msgID, body := e.ConversationID, e.ActorID, e.MsgID, *e.Body
 	m := &protocol.Message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: protocol.MessageText,
-		Body: rows.MessageBody(protocol.MessageText, body), CreatedAt: e.At.UTC()}
+		Body: rows.MessageBody(protocol.MessageText, body), CreatedAt: e.At.UTC(), ReplyTo: e.ReplyTo}
 	// The members' pushes read it next: from the cache.
 	if epoch := s.hub.Heads().CurrentEpoch(); epoch != 0 {
 		s.inbox.CacheMessage(epoch, m)
@@ -245,6 +248,8 @@ func (s *sender) sendOutcome(ctx context.Context, e *events.Event, ack *hub.Subs
 		return nil, apierr.NotFound("conversation %d does not exist", cid)
 	case projection.ReasonDeadLetter:
 		return nil, deadLetteredSend(msgID)
+	case projection.ReasonNoMessage:
+		return nil, apierr.BadRequest("reply_to %d names no message you can see in conversation %d", e.ReplyTo, cid)
 	}
 	return nil, apierr.NotMember("user %d is not a member of conversation %d at the message's log position", user, cid)
 }

@@ -44,10 +44,11 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 		cfg.Registerer = g.cfg.Registerer
 	}
 	return ws.New(cfg, ws.Deps{
-		Inbox:  g.inbox,
-		Hub:    g.hub,
-		Auth:   g.auth,
-		Sender: g.sends,
+		Inbox:   g.inbox,
+		Hub:     g.hub,
+		Auth:    g.auth,
+		Sender:  g.sends,
+		Changer: g.changes,
 		Rebaser: &rebaser{db: g.pool, limit: g.cfg.PageDefault, held: &g.held, maxHeld: g.cfg.MaxHeldPolls,
 			interval: g.cfg.PollInterval},
 		ConnectLimits: g.syncLimits,

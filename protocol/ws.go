@@ -179,8 +179,11 @@ type ServerFrame struct {
 	Conversations []Record `json:"conversations"`
 	NextPage      *string  `json:"next_page"`
 	Polling       *Polling `json:"_polling"`
-	// send_ack, error
+	// send_ack, change_ack, error
 	MsgID          string          `json:"msg_id"`
+	ChangeID       string          `json:"change_id"`
+	Version        int64           `json:"version"`
+	Pending        bool            `json:"pending"`
 	ConversationID int64           `json:"conversation_id"`
 	Seq            int64           `json:"seq"`
 	Code           string          `json:"code"`

@@ -32,6 +32,10 @@ type Deps struct {
 	// Sender sends a send frame's message as POST .../messages does.
 	Sender Sender
 
+	// Changer makes the change of an edit, delete or react frame as the
+	// routes of a message's changes do.
+	Changer Changer
+
 	// Rebaser builds the too_long answer of a hello or a push that cannot
 	// continue the client's stream.
 	Rebaser Rebaser
@@ -50,7 +54,7 @@ type Deps struct {
 }
 
 func (d *Deps) validate() error {
-	if d.Inbox == nil || d.Hub == nil || d.Auth == nil || d.Sender == nil || d.Rebaser == nil ||
+	if d.Inbox == nil || d.Hub == nil || d.Auth == nil || d.Sender == nil || d.Changer == nil || d.Rebaser == nil ||
 		d.ConnectLimits == nil || d.SendLimits == nil {
 		return errors.New("gateway: WebSocket: Deps incomplete")
 	}
@@ -72,7 +76,26 @@ type Sender interface {
 	// msgID), pending when it was appended but not projected in time. An
 	// error is the client's (an *apierr.Error or what apierr.From maps);
 	// apierr.ErrClientGone when ctx ended.
-	Send(ctx context.Context, user, cid int64, msgID, body string) (seq int64, pending bool, err error)
+	// replyTo is the seq the message answers (0: none).
+	Send(ctx context.Context, user, cid int64, msgID, body string, replyTo int64) (seq int64, pending bool, err error)
+}
+
+// ChangeRequest is a change of a message: Type is the event type
+// (events.MessageEdited, MessageDeleted, ReactionAdded or ReactionRemoved);
+// Body is an edit's, Emoji a reaction's.
+type ChangeRequest struct {
+	Type                string
+	ChangeID            string
+	ConversationID, Seq int64
+	Body, Emoji         string
+}
+
+// Changer is the gateway's path of a message's changes.
+type Changer interface {
+	// Change validates, checks, appends and waits for the projection of
+	// req by user: the message after it, or pending when it was appended
+	// but not projected in time. Errors as Sender's.
+	Change(ctx context.Context, user int64, req ChangeRequest) (m *protocol.Message, pending bool, err error)
 }
 
 // Rebaser builds too-long answers.

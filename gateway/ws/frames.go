@@ -29,6 +29,16 @@ func encodeFrame(v any) []byte {
 
 // errorFrame is the error frame of err (an *apierr.Error or anything
 // apierr.From maps).
+// changeErrorFrame is errorFrame for a change frame: it names its change_id.
+func changeErrorFrame(err error, changeID string) []byte {
+	e := apierr.From(err)
+	f := protocol.ErrorFrame{Type: protocol.FrameError, Code: e.Code, Message: e.Message, Retryable: e.Retryable, ChangeID: changeID}
+	if e.RetryAfter > 0 {
+		f.RetryAfterMS = e.RetryAfter.Milliseconds()
+	}
+	return encodeFrame(f)
+}
+
 func errorFrame(err error, msgID string) []byte {
 	e := apierr.From(err)
 	f := protocol.ErrorFrame{Type: protocol.FrameError, Code: e.Code, Message: e.Message, Retryable: e.Retryable, MsgID: msgID}

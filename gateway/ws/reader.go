@@ -87,6 +87,10 @@ func (s *session) handle(mt int, data []byte) {
 			case protocol.FrameSend:
 				// Name the send the error answers when its id is fine.
 				msgID, _ = input.ParseMsgID(in.MsgID)
+			case protocol.FrameEdit, protocol.FrameDelete, protocol.FrameReact:
+				changeID, _ := input.ParseMsgID(in.ChangeID)
+				s.pushControl(changeErrorFrame(err, changeID), protocol.FrameError)
+				return
 			}
 		}
 		s.pushControl(errorFrame(err, msgID), protocol.FrameError)
@@ -98,6 +102,8 @@ func (s *session) handle(mt int, data []byte) {
 		s.hello(in)
 	case protocol.FrameSend:
 		s.send(in)
+	case protocol.FrameEdit, protocol.FrameDelete, protocol.FrameReact:
+		s.change(in)
 	case protocol.FramePing:
 		s.pushControl(encodeFrame(protocol.Pong{Type: protocol.FramePong}), protocol.FramePong)
 	}
@@ -128,10 +134,11 @@ func decodeInbound(mt int, data []byte) (*protocol.ClientFrame, error) {
 		return &in, err
 	}
 	switch in.Type {
-	case protocol.FrameHello, protocol.FrameSend, protocol.FramePing:
+	case protocol.FrameHello, protocol.FrameSend, protocol.FramePing,
+		protocol.FrameEdit, protocol.FrameDelete, protocol.FrameReact:
 		return &in, nil
 	}
-	return nil, apierr.BadRequest("unknown frame type %q (hello, send, ping)", in.Type)
+	return nil, apierr.BadRequest("unknown frame type %q (hello, send, edit, delete, react, ping)", in.Type)
 }
 
 // refuseHello answers a hello that GET /v1/sync would answer with 400 (a

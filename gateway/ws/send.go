@@ -13,6 +13,29 @@ import (
 // The session's sends: a send frame goes through Deps.Sender, the path of
 // POST .../messages, and is answered with send_ack or an error frame.
 
+// acquireSlot takes a send slot: while MaxInflightSends sends and changes
+// run, the connection's next frame is not read. False when nothing can be
+// written any more (the frame is dropped).
+func (s *session) acquireSlot() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.inflight >= s.ws.cfg.MaxInflightSends {
+		if s.state >= stateWriteDone {
+			return false
+		}
+		s.sendSlot.Wait()
+	}
+	s.inflight++
+	return true
+}
+
+func (s *session) releaseSlot() {
+	s.mu.Lock()
+	s.inflight--
+	s.sendSlot.Signal()
+	s.mu.Unlock()
+}
+
 // send appends a message through the gateway's send path (the one of POST
 // .../messages) in its own goroutine, on the session's context, and answers
 // send_ack or error.
@@ -39,30 +62,16 @@ func (s *session) send(in *protocol.ClientFrame) {
 		fail(st.Err(), msgID)
 		return
 	}
-	// A send slot: while MaxInflightSends run, the connection's next
-	// frame is not read, unless nothing can be written any more.
-	s.mu.Lock()
-	for s.inflight >= s.ws.cfg.MaxInflightSends {
-		if s.state >= stateWriteDone {
-			s.mu.Unlock()
-			return
-		}
-		s.sendSlot.Wait()
+	if !s.acquireSlot() {
+		return
 	}
-	s.inflight++
-	s.mu.Unlock()
 	ctx := s.ctx
-	cid, body := in.ConversationID, *in.Body
+	cid, body, replyTo := in.ConversationID, *in.Body, in.ReplyTo
 	s.sends.Add(1)
 	go func() {
 		defer s.sends.Done()
-		defer func() {
-			s.mu.Lock()
-			s.inflight--
-			s.sendSlot.Signal()
-			s.mu.Unlock()
-		}()
-		seq, pending, err := s.ws.deps.Sender.Send(ctx, s.user, cid, msgID, body)
+		defer s.releaseSlot()
+		seq, pending, err := s.ws.deps.Sender.Send(ctx, s.user, cid, msgID, body, replyTo)
 		switch {
 		case err != nil:
 			if errors.Is(err, apierr.ErrClientGone) || ctx.Err() != nil {

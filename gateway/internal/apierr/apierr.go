@@ -58,6 +58,11 @@ func NotMember(format string, args ...any) *Error {
 	return &Error{Status: http.StatusForbidden, Code: protocol.CodeNotMember, Message: fmt.Sprintf(format, args...)}
 }
 
+// Forbidden is a 403 forbidden: a member acting on what is not its own.
+func Forbidden(format string, args ...any) *Error {
+	return &Error{Status: http.StatusForbidden, Code: protocol.CodeForbidden, Message: fmt.Sprintf(format, args...)}
+}
+
 // NotFound is a 404 not_found.
 func NotFound(format string, args ...any) *Error {
 	return &Error{Status: http.StatusNotFound, Code: protocol.CodeNotFound, Message: fmt.Sprintf(format, args...)}

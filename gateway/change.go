@@ -1,0 +1,362 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/input"
+	"github.com/inboxd/inboxd/gateway/internal/rows"
+	"github.com/inboxd/inboxd/gateway/ws"
+	"github.com/inboxd/inboxd/projection"
+	"github.com/inboxd/inboxd/protocol"
+)
+
+// changer is the path of a change of a message (edit, delete, reaction),
+// shared by its HTTP routes and the WebSocket's change frames (its
+// ws.Changer): the check, the append and the wait for the projection, as
+// for a send.
+type changer struct {
+	pool     *pgxpool.Pool
+	hub      *hub.Hub
+	app      *appender
+	outcomes *prometheus.CounterVec // inboxd_gateway_changes_total by type and outcome
+	maxBody  int
+	ackWait  time.Duration
+	draining <-chan struct{}
+}
+
+// sqlChangeCheck reads what a change must know before it appends: the
+// message (with the user's reaction), whether the conversation exists, its
+// creator, the user's current span start, whether this change_id was applied
+// for the user, and the reason it was refused if it was.
+// $1 conversation, $2 seq, $3 user, $4 change_id.
+var sqlChangeCheck = `SELECT ` + rows.MessageColsFor("$3") + `,
+	EXISTS (SELECT 1 FROM conversations WHERE id = $1),
+	(SELECT created_by FROM conversations WHERE id = $1),
+	(SELECT joined_seq FROM member_spans WHERE conversation_id = $1 AND user_id = $3 AND left_seq IS NULL),
+	EXISTS (SELECT 1 FROM changes WHERE change_id = $4 AND actor_id = $3),
+	(SELECT reason FROM rejections WHERE msg_id = $4 AND actor_id = $3 LIMIT 1),
+	m.created_at
+FROM (SELECT 1) one LEFT JOIN messages m ON m.conversation_id = $1 AND m.seq = $2`
+
+// sqlChangeOutcome reads the message after a change and the reason the
+// change was refused, if it was. $1 conversation, $2 seq, $3 user, $4 event.
+var sqlChangeOutcome = `SELECT ` + rows.MessageColsFor("$3") + `,
+	EXISTS (SELECT 1 FROM changes WHERE event_id = $4),
+	(SELECT reason FROM rejections WHERE event_id = $4)
+FROM (SELECT 1) one LEFT JOIN messages m ON m.conversation_id = $1 AND m.seq = $2`
+
+// changeCheck is what sqlChangeCheck read.
+type changeCheck struct {
+	msg      *protocol.Message
+	at       *time.Time
+	exists   bool
+	creator  *int64
+	joined   *int64
+	applied  bool
+	refusal  *string
+	distinct int
+}
+
+// Change implements ws.Changer.
+func (c *changer) Change(ctx context.Context, user int64, req ws.ChangeRequest) (*protocol.Message, bool, error) {
+	return c.change(ctx, user, req)
+}
+
+// change validates req, checks it against the projections, appends its
+// event and waits up to AckWait for its projection: the message after the
+// change, or pending (true) when the wait ended first.
+func (c *changer) change(ctx context.Context, user int64, req ws.ChangeRequest) (*protocol.Message, bool, error) {
+	e, err := c.event(user, req)
+	if err != nil {
+		return nil, false, err
+	}
+	ack := c.hub.SubscribeEvent(e.EventID)
+	defer ack.Close()
+	rej := c.hub.SubscribeRejection(e.ChangeID)
+	defer rej.Close()
+	if m, err := c.check(ctx, user, e); m != nil || err != nil {
+		return m, false, err
+	}
+	if err := c.app.appendEvent(ctx, e); err != nil {
+		return nil, false, err
+	}
+	timer := time.NewTimer(c.ackWait)
+	defer timer.Stop()
+	for {
+		last := false
+		select {
+		case <-ack.C():
+		case <-rej.C():
+		case <-timer.C:
+			last = true
+		case <-c.draining:
+			last = true
+		case <-ctx.Done():
+			return nil, false, apierr.ErrClientGone
+		}
+		m, done, err := c.outcome(ctx, user, e)
+		if done || err != nil {
+			return m, false, err
+		}
+		if last {
+			c.outcomes.WithLabelValues(e.Type, "pending").Inc()
+			return nil, true, nil
+		}
+	}
+}
+
+// event validates req and makes its event.
+func (c *changer) event(user int64, req ws.ChangeRequest) (*events.Event, error) {
+	if req.ConversationID <= 0 || req.Seq <= 0 {
+		return nil, apierr.BadRequest("conversation and seq must be positive integers")
+	}
+	if req.ChangeID == "" {
+		return nil, apierr.BadRequest("change_id (or the Idempotency-Key header) is required")
+	}
+	id, err := input.ParseMsgID(req.ChangeID)
+	if err != nil {
+		return nil, apierr.BadRequest("change_id must be a uuid")
+	}
+	e := events.New(req.Type, req.ConversationID, user)
+	e.ChangeID, e.Seq = id, req.Seq
+	switch req.Type {
+	case events.MessageEdited:
+		if len(req.Body) > c.maxBody {
+			return nil, apierr.TooLarge("body is %d bytes, over the limit of %d", len(req.Body), c.maxBody)
+		}
+		if req.Body == "" {
+			return nil, apierr.BadRequest("body must not be empty")
+		}
+		if err := input.CheckText("body", req.Body); err != nil {
+			return nil, err
+		}
+		body := req.Body
+		e.Body = &body
+	case events.ReactionAdded:
+		if err := input.CheckText("emoji", req.Emoji); err != nil {
+			return nil, err
+		}
+		if err := events.ValidEmoji(req.Emoji); err != nil {
+			return nil, apierr.BadRequest("emoji must be 1..%d bytes without whitespace or control characters", events.MaxEmoji)
+		}
+		e.Emoji = req.Emoji
+	}
+	return e, nil
+}
+
+// check refuses what the projections already refuse and answers a
+// change_id already applied (the message as it is) or one that changes
+// nothing; nil, nil means append.
+func (c *changer) check(ctx context.Context, user int64, e *events.Event) (*protocol.Message, error) {
+	var ms rows.MessageScan
+	var ck changeCheck
+	err := c.pool.QueryRow(ctx, sqlChangeCheck, e.ConversationID, e.Seq, user, e.ChangeID).Scan(
+		append(ms.Targets(), &ck.exists, &ck.creator, &ck.joined, &ck.applied, &ck.refusal, &ck.at)...)
+	if err != nil {
+		return nil, fmt.Errorf("check the change %s: %w", e.ChangeID, err)
+	}
+	ck.msg = ms.Message()
+	switch {
+	case !ck.exists:
+		return nil, apierr.NotFound("conversation %d does not exist", e.ConversationID)
+	case ck.joined == nil:
+		return nil, apierr.NotMember("user %d is not a member of conversation %d", user, e.ConversationID)
+	case ck.applied:
+		c.outcomes.WithLabelValues(e.Type, "duplicate").Inc()
+		return ck.msg, nil
+	case ck.refusal != nil:
+		return nil, refusal(*ck.refusal, e)
+	case ck.msg == nil || e.Seq < *ck.joined:
+		return nil, apierr.NotFound("conversation %d has no message %d you can see", e.ConversationID, e.Seq)
+	case ck.msg.Kind != protocol.MessageText:
+		return nil, refusal(projection.ReasonSystemMessage, e)
+	}
+	m := ck.msg
+	mine := ""
+	for _, r := range m.Reactions {
+		if r.Me {
+			mine = r.Emoji
+		}
+	}
+	switch e.Type {
+	case events.MessageEdited:
+		switch {
+		case m.SenderID != user:
+			return nil, refusal(projection.ReasonNotSender, e)
+		case m.Deleted:
+			return nil, refusal(projection.ReasonDeleted, e)
+		case ck.at != nil && e.At.Sub(*ck.at) > projection.EditWindow:
+			return nil, refusal(projection.ReasonEditWindow, e)
+		}
+	case events.MessageDeleted:
+		switch {
+		case m.SenderID != user && (ck.creator == nil || *ck.creator != user):
+			return nil, refusal(projection.ReasonNotSender, e)
+		case m.Deleted:
+			return m, nil // nothing to change
+		}
+	case events.ReactionAdded:
+		switch {
+		case m.Deleted:
+			return nil, refusal(projection.ReasonDeleted, e)
+		case mine == e.Emoji:
+			return m, nil
+		case !hasEmoji(m, e.Emoji) && len(m.Reactions) >= projection.MaxDistinctReactions && !soleReaction(m, mine):
+			return nil, refusal(projection.ReasonTooManyEmoji, e)
+		}
+	case events.ReactionRemoved:
+		if mine == "" {
+			return m, nil
+		}
+	}
+	return nil, nil
+}
+
+func hasEmoji(m *protocol.Message, emoji string) bool {
+	for _, r := range m.Reactions {
+		if r.Emoji == emoji {
+			return true
+		}
+	}
+	return false
+}
+
+// soleReaction says whether the user's reaction mine is the only one of its
+// emoji (replacing it frees a place among the distinct ones).
+func soleReaction(m *protocol.Message, mine string) bool {
+	for _, r := range m.Reactions {
+		if r.Emoji == mine {
+			return r.Count == 1
+		}
+	}
+	return false
+}
+
+// outcome reads what became of the change e: applied (the message as it
+// is now), refused (the error), or neither yet (done false).
+func (c *changer) outcome(ctx context.Context, user int64, e *events.Event) (*protocol.Message, bool, error) {
+	var ms rows.MessageScan
+	var applied bool
+	var reason *string
+	if err := c.pool.QueryRow(ctx, sqlChangeOutcome, e.ConversationID, e.Seq, user, e.EventID).Scan(
+		append(ms.Targets(), &applied, &reason)...); err != nil {
+		return nil, false, fmt.Errorf("outcome of the change %s: %w", e.ChangeID, err)
+	}
+	if reason != nil {
+		c.outcomes.WithLabelValues(e.Type, "rejected").Inc()
+		return nil, true, refusal(*reason, e)
+	}
+	if !applied {
+		return nil, false, nil
+	}
+	c.outcomes.WithLabelValues(e.Type, "projected").Inc()
+	return ms.Message(), true, nil
+}
+
+// refusal is the client's error for a change refused for reason (by the
+// projection, or by the check that foresees it).
+func refusal(reason string, e *events.Event) error {
+	switch reason {
+	case projection.ReasonNoConversation:
+		return apierr.NotFound("conversation %d does not exist", e.ConversationID)
+	case projection.ReasonNoMessage:
+		return apierr.NotFound("conversation %d has no message %d you can see", e.ConversationID, e.Seq)
+	case projection.ReasonNotMember:
+		return apierr.NotMember("user %d is not a member of conversation %d", e.ActorID, e.ConversationID)
+	case projection.ReasonNotSender:
+		return apierr.Forbidden("message %d of conversation %d is not yours to change", e.Seq, e.ConversationID)
+	case projection.ReasonDeleted:
+		return apierr.BadRequest("message %d of conversation %d is deleted", e.Seq, e.ConversationID)
+	case projection.ReasonEditWindow:
+		return apierr.BadRequest("message %d can no longer be edited (%v after its send)", e.Seq, projection.EditWindow)
+	case projection.ReasonSystemMessage:
+		return apierr.BadRequest("message %d is a system message; it cannot change", e.Seq)
+	case projection.ReasonTooManyEmoji:
+		return apierr.BadRequest("message %d has %d distinct reactions already", e.Seq, projection.MaxDistinctReactions)
+	}
+	return apierr.BadRequest("the change %s was refused by the projection (%s)", e.ChangeID, reason)
+}
+
+// changeRequest reads the change_id of a change request: the body's, or
+// the Idempotency-Key header's (equal when both are given).
+func changeID(r *http.Request, fromBody string) (string, error) {
+	id := fromBody
+	if key := r.Header.Get("Idempotency-Key"); key != "" {
+		k, err := input.ParseMsgID(key)
+		if err != nil {
+			return "", apierr.BadRequest("Idempotency-Key must be a uuid")
+		}
+		if id != "" {
+			b, err := input.ParseMsgID(id)
+			if err != nil {
+				return "", apierr.BadRequest("change_id must be a uuid")
+			}
+			if b != k {
+				return "", apierr.BadRequest("change_id and Idempotency-Key differ")
+			}
+		}
+		id = k
+	}
+	return id, nil
+}
+
+// handleChange serves the four change routes: typ is the event type.
+func (g *Gateway) handleChange(typ string) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		cid, err := pathID(r, "cid")
+		if err != nil {
+			return err
+		}
+		seq, err := pathID(r, "seq")
+		if err != nil {
+			return err
+		}
+		req := ws.ChangeRequest{Type: typ, ConversationID: cid, Seq: seq}
+		var body struct {
+			ChangeID string  `json:"change_id"`
+			Body     *string `json:"body"`
+			Emoji    *string `json:"emoji"`
+		}
+		if typ == events.MessageEdited || typ == events.ReactionAdded || r.ContentLength != 0 {
+			if err := g.decodeBody(w, r, &body); err != nil {
+				return err
+			}
+		}
+		switch {
+		case typ == events.MessageEdited && body.Body == nil:
+			return apierr.BadRequest("body is required")
+		case typ == events.ReactionAdded && body.Emoji == nil:
+			return apierr.BadRequest("emoji is required")
+		case typ != events.MessageEdited && body.Body != nil, typ != events.ReactionAdded && body.Emoji != nil:
+			return apierr.BadRequest("unexpected field for this change")
+		}
+		if body.Body != nil {
+			req.Body = *body.Body
+		}
+		if body.Emoji != nil {
+			req.Emoji = *body.Emoji
+		}
+		if req.ChangeID, err = changeID(r, body.ChangeID); err != nil {
+			return err
+		}
+		m, pending, err := g.changes.change(r.Context(), userFrom(r.Context()), req)
+		if err != nil {
+			return err
+		}
+		if pending {
+			apierr.WriteJSON(w, http.StatusAccepted, protocol.ChangePending{ChangeID: req.ChangeID, Status: protocol.StatusPending})
+			return nil
+		}
+		apierr.WriteJSON(w, http.StatusOK, m)
+		return nil
+	}
+}

@@ -80,7 +80,7 @@ func take(t testing.TB, pool *pgxpool.Pool) snapshot {
 	}
 	s := snapshot{
 		conversations: lines(`SELECT concat_ws('|', id, title, created_by, created_at, last_seq, last_at) FROM conversations ORDER BY id`),
-		messages:      lines(`SELECT concat_ws('|', conversation_id, seq, msg_id, sender_id, kind, body, created_at) FROM messages ORDER BY 1`),
+		messages:      lines(`SELECT concat_ws('|', conversation_id, seq, msg_id, sender_id, kind, body, created_at, deleted, edited_at, reply_to, reactions::text) FROM messages ORDER BY 1`),
 		spans:         lines(`SELECT concat_ws('|', conversation_id, user_id, joined_seq, left_seq) FROM member_spans ORDER BY 1`),
 		records:       lines(`SELECT concat_ws('|', user_id, conversation_id, pinned, muted, read_seq, removed) FROM records ORDER BY 1`),
 		rejections:    lines(`SELECT concat_ws('|', event_id, reason, "partition", "offset") FROM rejections ORDER BY 1`),
@@ -104,7 +104,8 @@ func take(t testing.TB, pool *pgxpool.Pool) snapshot {
 func workloadEnv(t *testing.T, seed uint64, n int) (*testenv.Env, *workload.Generator, func()) {
 	env := testenv.New(t, testenv.Options{Partitions: 6})
 	stop := env.StartFanout(t)
-	g := workload.New(workload.Config{Seed: seed, Users: 400, Conversations: 80})
+	g := workload.New(workload.Config{Seed: seed, Users: 400, Conversations: 80,
+		EditPct: 3, DeletePct: 2, ReactPct: 6, UnreactPct: 2, ReplyPct: 10})
 	evs := make([]*events.Event, n)
 	for i := range evs {
 		evs[i] = g.Next()

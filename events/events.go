@@ -79,6 +79,10 @@ type Event struct {
 	Muted   *bool   `json:"muted,omitempty"`
 	ReadSeq *int64  `json:"read_seq,omitempty"`
 
+	// SealedBody replaces Body when the gateway seals bodies (seal.go):
+	// a message.sent or message.edited carries one of the two.
+	SealedBody string `json:"sealed_body,omitempty"`
+
 	ReplyTo  int64  `json:"reply_to,omitempty"`
 	Seq      int64  `json:"seq,omitempty"`
 	ChangeID string `json:"change_id,omitempty"`
@@ -183,13 +187,7 @@ func (e *Event) Validate(maxBody int) error {
 		if _, err := uuid.Parse(e.MsgID); err != nil || len(e.MsgID) != 36 {
 			return invalid("msg_id is not a uuid")
 		}
-		if e.Body == nil || *e.Body == "" {
-			return invalid("missing body")
-		}
-		if len(*e.Body) > maxBody {
-			return invalid("body over %d bytes", maxBody)
-		}
-		if err := storableText("body", *e.Body); err != nil {
+		if err := e.validateBody(maxBody); err != nil {
 			return err
 		}
 		if e.ReplyTo < 0 {
@@ -223,17 +221,37 @@ func (e *Event) validateChange(maxBody int) error {
 	}
 	switch e.Type {
 	case MessageEdited:
-		if e.Body == nil || *e.Body == "" {
-			return invalid("missing body")
+		if e.SealedBody != "" {
+			if _, err := uuid.Parse(e.MsgID); err != nil || len(e.MsgID) != 36 {
+				return invalid("a sealed edit names its message's msg_id")
+			}
 		}
-		if len(*e.Body) > maxBody {
-			return invalid("body over %d bytes", maxBody)
-		}
-		return storableText("body", *e.Body)
+		return e.validateBody(maxBody)
 	case ReactionAdded:
 		return ValidEmoji(e.Emoji)
 	}
 	return nil
+}
+
+// validateBody checks the body of a send or an edit: Body, or SealedBody
+// (whose plaintext the projector checks when it opens it).
+func (e *Event) validateBody(maxBody int) error {
+	if e.SealedBody != "" {
+		if e.Body != nil {
+			return invalid("both body and sealed_body")
+		}
+		if len(e.SealedBody) > sealedLen(maxBody) {
+			return invalid("sealed_body over %d bytes", sealedLen(maxBody))
+		}
+		return nil
+	}
+	if e.Body == nil || *e.Body == "" {
+		return invalid("missing body")
+	}
+	if len(*e.Body) > maxBody {
+		return invalid("body over %d bytes", maxBody)
+	}
+	return storableText("body", *e.Body)
 }
 
 // ValidEmoji says whether s may be a reaction: 1..MaxEmoji bytes of text

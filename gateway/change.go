@@ -31,6 +31,7 @@ type changer struct {
 	maxBody  int
 	ackWait  time.Duration
 	draining <-chan struct{}
+	seal     bool // seal edited bodies (not Config.PlainBodies)
 }
 
 // sqlChangeCheck reads what a change must know before it appends: the
@@ -83,8 +84,16 @@ func (c *changer) change(ctx context.Context, user int64, req ws.ChangeRequest) 
 	defer ack.Close()
 	rej := c.hub.SubscribeRejection(e.ChangeID)
 	defer rej.Close()
-	if m, err := c.check(ctx, user, e); m != nil || err != nil {
+	m, msgID, err := c.check(ctx, user, e)
+	if m != nil || err != nil {
 		return m, false, err
+	}
+	if e.Type == events.MessageEdited {
+		// Sealed with its message's key: deleting the message erases the
+		// edits too.
+		if err := sealBody(ctx, c.pool, c.seal, e, msgID, *e.Body); err != nil {
+			return nil, false, err
+		}
 	}
 	if err := c.app.appendEvent(ctx, e); err != nil {
 		return nil, false, err
@@ -155,30 +164,30 @@ func (c *changer) event(user int64, req ws.ChangeRequest) (*events.Event, error)
 
 // check refuses what the projections already refuse and answers a
 // change_id already applied (the message as it is) or one that changes
-// nothing; nil, nil means append.
-func (c *changer) check(ctx context.Context, user int64, e *events.Event) (*protocol.Message, error) {
+// nothing; no message and no error means append (msgID is the message's).
+func (c *changer) check(ctx context.Context, user int64, e *events.Event) (*protocol.Message, string, error) {
 	var ms rows.MessageScan
 	var ck changeCheck
 	err := c.pool.QueryRow(ctx, sqlChangeCheck, e.ConversationID, e.Seq, user, e.ChangeID).Scan(
 		append(ms.Targets(), &ck.exists, &ck.creator, &ck.joined, &ck.applied, &ck.refusal, &ck.at)...)
 	if err != nil {
-		return nil, fmt.Errorf("check the change %s: %w", e.ChangeID, err)
+		return nil, "", fmt.Errorf("check the change %s: %w", e.ChangeID, err)
 	}
 	ck.msg = ms.Message()
 	switch {
 	case !ck.exists:
-		return nil, apierr.NotFound("conversation %d does not exist", e.ConversationID)
+		return nil, "", apierr.NotFound("conversation %d does not exist", e.ConversationID)
 	case ck.joined == nil:
-		return nil, apierr.NotMember("user %d is not a member of conversation %d", user, e.ConversationID)
+		return nil, "", apierr.NotMember("user %d is not a member of conversation %d", user, e.ConversationID)
 	case ck.applied:
 		c.outcomes.WithLabelValues(e.Type, "duplicate").Inc()
-		return ck.msg, nil
+		return ck.msg, "", nil
 	case ck.refusal != nil:
-		return nil, refusal(*ck.refusal, e)
+		return nil, "", refusal(*ck.refusal, e)
 	case ck.msg == nil || e.Seq < *ck.joined:
-		return nil, apierr.NotFound("conversation %d has no message %d you can see", e.ConversationID, e.Seq)
+		return nil, "", apierr.NotFound("conversation %d has no message %d you can see", e.ConversationID, e.Seq)
 	case ck.msg.Kind != protocol.MessageText:
-		return nil, refusal(projection.ReasonSystemMessage, e)
+		return nil, "", refusal(projection.ReasonSystemMessage, e)
 	}
 	m := ck.msg
 	mine := ""
@@ -191,34 +200,34 @@ func (c *changer) check(ctx context.Context, user int64, e *events.Event) (*prot
 	case events.MessageEdited:
 		switch {
 		case m.SenderID != user:
-			return nil, refusal(projection.ReasonNotSender, e)
+			return nil, "", refusal(projection.ReasonNotSender, e)
 		case m.Deleted:
-			return nil, refusal(projection.ReasonDeleted, e)
+			return nil, "", refusal(projection.ReasonDeleted, e)
 		case ck.at != nil && e.At.Sub(*ck.at) > projection.EditWindow:
-			return nil, refusal(projection.ReasonEditWindow, e)
+			return nil, "", refusal(projection.ReasonEditWindow, e)
 		}
 	case events.MessageDeleted:
 		switch {
 		case m.SenderID != user && (ck.creator == nil || *ck.creator != user):
-			return nil, refusal(projection.ReasonNotSender, e)
+			return nil, "", refusal(projection.ReasonNotSender, e)
 		case m.Deleted:
-			return m, nil // nothing to change
+			return m, "", nil // nothing to change
 		}
 	case events.ReactionAdded:
 		switch {
 		case m.Deleted:
-			return nil, refusal(projection.ReasonDeleted, e)
+			return nil, "", refusal(projection.ReasonDeleted, e)
 		case mine == e.Emoji:
-			return m, nil
+			return m, "", nil
 		case !hasEmoji(m, e.Emoji) && len(m.Reactions) >= projection.MaxDistinctReactions && !soleReaction(m, mine):
-			return nil, refusal(projection.ReasonTooManyEmoji, e)
+			return nil, "", refusal(projection.ReasonTooManyEmoji, e)
 		}
 	case events.ReactionRemoved:
 		if mine == "" {
-			return m, nil
+			return m, "", nil
 		}
 	}
-	return nil, nil
+	return nil, m.MsgID, nil
 }
 
 func hasEmoji(m *protocol.Message, emoji string) bool {

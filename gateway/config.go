@@ -90,6 +90,12 @@ type Config struct {
 	// what the gateway accepted. Default events.DefaultMaxBody (4096).
 	MaxBody int
 
+	// PlainBodies appends message bodies (sends and edits) to the log in
+	// plain text. By default each body is sealed with a key of its message
+	// (events.Seal, keys in body_keys) so that deleting the message erases
+	// its body from the log too (docs/decisions.md, "Changes of a message").
+	PlainBodies bool
+
 	// MaxHeaderBytes limits a request's header: the request line and the
 	// header fields as sent. Beyond it the answer is 431 in the error
 	// shape (code header_too_large) and the connection is closed. Serve

@@ -102,9 +102,9 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		m.cache.WithLabelValues("tokens", "hit").Inc, m.cache.WithLabelValues("tokens", "miss").Inc)}
 	g.app = &appender{prod: prod, timeout: cfg.AppendTimeout}
 	g.sends = &sender{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.sends,
-		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining}
+		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies}
 	g.changes = &changer{pool: pool, hub: g.hub, app: g.app, outcomes: m.changes,
-		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining}
+		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies}
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err
 	}

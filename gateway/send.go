@@ -30,6 +30,30 @@ type sender struct {
 	maxBody  int
 	ackWait  time.Duration
 	draining <-chan struct{}
+	seal     bool // seal bodies (not Config.PlainBodies)
+}
+
+// sqlBodyKey returns the body key of a msg_id, made on first use.
+const sqlBodyKey = `INSERT INTO body_keys (msg_id, key) VALUES ($1, $2)
+ON CONFLICT (msg_id) DO UPDATE SET key = body_keys.key RETURNING key`
+
+// sealBody sets e's body sealed with the key of msgID (made when
+// missing), unless bodies are plain.
+func sealBody(ctx context.Context, pool *pgxpool.Pool, seal bool, e *events.Event, msgID, body string) error {
+	if !seal {
+		e.Body = &body
+		return nil
+	}
+	var key []byte
+	if err := pool.QueryRow(ctx, sqlBodyKey, msgID, events.NewKey()).Scan(&key); err != nil {
+		return fmt.Errorf("body key of %s: %w", msgID, err)
+	}
+	sealed, err := events.Seal(key, msgID, body)
+	if err != nil {
+		return fmt.Errorf("seal the body of %s: %w", msgID, err)
+	}
+	e.Body, e.SealedBody, e.MsgID = nil, sealed, msgID
+	return nil
 }
 
 // Send implements ws.Sender.
@@ -121,7 +145,7 @@ func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string, 
 	if replyTo < 0 {
 		return nil, apierr.BadRequest("reply_to must be a seq")
 	}
-	e.MsgID, e.Body, e.ReplyTo = msgID, &body, replyTo
+	e.MsgID, e.ReplyTo = msgID, replyTo
 	ack := s.hub.SubscribeEvent(e.EventID)
 	defer ack.Close()
 	rej := s.hub.SubscribeRejection(msgID)
@@ -130,10 +154,13 @@ func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string, 
 	if res, err := s.checkSend(ctx, user, cid, msgID); res != nil || err != nil {
 		return res, err
 	}
+	if err := sealBody(ctx, s.pool, s.seal, e, msgID, body); err != nil {
+		return nil, err
+	}
 	if err := s.app.appendEvent(ctx, e); err != nil {
 		return nil, err
 	}
-	return s.awaitSend(ctx, e, ack, rej)
+	return s.awaitSend(ctx, e, body, ack, rej)
 }
 
 // checkSend runs sqlSendCheck before the append: a result or an error ends
@@ -175,7 +202,7 @@ func (s *sender) checkSend(ctx context.Context, user, cid int64, msgID string) (
 // send: its ack carries the seq (the answer is built from e, with no read);
 // a duplicate, a rejection, the end of the wait or a drain read the
 // outcome. The result is pending when the wait ends without one.
-func (s *sender) awaitSend(ctx context.Context, e *events.Event, ack, rej *hub.Subscription) (*sendResult, error) {
+func (s *sender) awaitSend(ctx context.Context, e *events.Event, body string, ack, rej *hub.Subscription) (*sendResult, error) {
 	timer := time.NewTimer(s.ackWait)
 	defer timer.Stop()
 	for {
@@ -191,7 +218,7 @@ func (s *sender) awaitSend(ctx context.Context, e *events.Event, ack, rej *hub.S
 			return nil, apierr.ErrClientGone
 		}
 		if seq := ack.Seq(); seq > 0 {
-			return s.projectedSend(e, seq), nil
+			return s.projectedSend(e, body, seq), nil
 		}
 		res, err := s.sendOutcome(ctx, e, ack)
 		if res != nil || err != nil {
@@ -206,8 +233,8 @@ func (s *sender) awaitSend(ctx context.Context, e *events.Event, ack, rej *hub.S
 
 // projectedSend is the answer to a send whose ack carried seq: the
 // message, built from e, and cached for the members' pushes.
-func (s *sender) projectedSend(e *events.Event, seq int64) *sendResult {
-	cid, user, msgID, body := e.ConversationID, e.ActorID, e.MsgID, *e.Body
+func (s *sender) projectedSend(e *events.Event, body string, seq int64) *sendResult {
+	cid, user, msgID := e.ConversationID, e.ActorID, e.MsgID
 	m := &protocol.Message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: protocol.MessageText,
 		Body: rows.MessageBody(protocol.MessageText, body), CreatedAt: e.At.UTC(), ReplyTo: e.ReplyTo}
 	// The members' pushes read it next: from the cache.

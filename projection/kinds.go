@@ -29,6 +29,7 @@ const (
 	ReasonEditWindow    = "edit_window"    // the edit came after the edit window
 	ReasonSystemMessage = "system_message" // system messages cannot change
 	ReasonTooManyEmoji  = "too_many_reactions"
+	ReasonUnsealable    = "unsealable" // a sealed body that does not open with its key
 )
 
 // Limits of the changes of a message, applied at the log position.

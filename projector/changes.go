@@ -23,6 +23,7 @@ type msgKey struct{ conv, seq int64 }
 // loaded from the database, or made by a send of the batch (fresh).
 type msgState struct {
 	key       msgKey
+	msgID     string
 	found     bool // the message exists (loaded, or sent in this batch)
 	fresh     bool // sent in this batch: inserted with its final state
 	sender    int64
@@ -107,11 +108,18 @@ func (b *batch) messageEdited(r Record, c *convState) {
 		b.reject(r, projection.ReasonDeleted)
 	case e.At.Sub(m.at) > projection.EditWindow:
 		b.reject(r, projection.ReasonEditWindow)
-	case m.body == *e.Body:
-		b.applied(e, m) // the same text again: nothing changes
+	case e.SealedBody != "" && e.MsgID != m.msgID:
+		b.reject(r, projection.ReasonNoMessage) // sealed for another message
 	default:
-		m.body, m.editedAt, m.edited = *e.Body, e.At, true
-		b.changed(e, c, m)
+		body, _, ok := b.body(r)
+		switch {
+		case !ok:
+		case m.body == body:
+			b.applied(e, m) // the same text again: nothing changes
+		default:
+			m.body, m.editedAt, m.edited = body, e.At, true
+			b.changed(e, c, m)
+		}
 	}
 }
 
@@ -130,6 +138,7 @@ func (b *batch) messageDeleted(r Record, c *convState) {
 	default:
 		m.deleted, m.cleared, m.body, m.edited = true, true, "", true
 		m.reactions = nil
+		b.erase = append(b.erase, m.msgID) // its body key: the log's sealed copies can no longer be opened
 		for u := range m.mine {
 			m.mine[u] = ""
 		}
@@ -170,6 +179,27 @@ func (b *batch) reactionRemoved(r Record, c *convState) {
 		m.react(e.ActorID, "")
 		b.changed(e, c, m)
 	}
+}
+
+// body is the text of a send or an edit: its body, or its sealed body
+// opened with the message's key. erased says the key is gone (the message
+// was deleted since): the text is then empty. A sealed body that does not
+// open is refused (ok false).
+func (b *batch) body(r Record) (text string, erased, ok bool) {
+	e := r.Event
+	if e.Body != nil {
+		return *e.Body, false, true
+	}
+	key, found := b.bodyKeys[e.MsgID]
+	if !found {
+		return "", true, true
+	}
+	text, err := events.Open(key, e.MsgID, e.SealedBody)
+	if err != nil {
+		b.reject(r, projection.ReasonUnsealable)
+		return "", false, false
+	}
+	return text, false, true
 }
 
 // react sets user's reaction to emoji ("" removes it) and the counts.
@@ -312,6 +342,11 @@ func (b *batch) queueChanges(bt *pgx.Batch) {
 	}
 	if len(upC) > 0 {
 		bt.Queue(sqlUpsertReactions, upC, upS, upU, upE)
+	}
+	if len(b.erase) > 0 {
+		// The keys of deleted messages: what the log holds of their bodies
+		// can no longer be opened, by anyone, by a replay either.
+		bt.Queue(`DELETE FROM public.body_keys WHERE msg_id = ANY($1::uuid[])`, b.erase)
 	}
 	n := len(b.changes)
 	ids, evs := make([]string, n), make([]string, n)

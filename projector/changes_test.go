@@ -137,7 +137,7 @@ func TestChangeRules(t *testing.T) {
 		{
 			name:   "edit by someone else, of a system message, a deleted one, after the window",
 			inputs: []any{edited("e1", "c1", 1, 10, 3, "x"), edited("e2", "c2", 1, 10, 4, "x"), edited("e3", "c3", 1, 10, 6, "x"), late},
-			want: changeResult{rejects: []string{"e1 not_sender c1", "e2 system_message c2", "e3 deleted c3", "e4 edit_window c4"}},
+			want:   changeResult{rejects: []string{"e1 not_sender c1", "e2 system_message c2", "e3 deleted c3", "e4 edit_window c4"}},
 		},
 		{
 			name: "changes by a non-member, of an unknown seq, of a message from before the actor joined",

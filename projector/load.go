@@ -23,7 +23,7 @@ WHERE topic = $1 AND "partition" = ANY($2::int[]) ORDER BY "partition" FOR UPDAT
 WHERE conversation_id = ANY($1::bigint[]) AND left_seq IS NULL`
 	sqlKnownMsgIDs  = `SELECT msg_id::text FROM messages WHERE msg_id = ANY($1::uuid[])`
 	sqlKnownChanges = `SELECT change_id::text FROM changes WHERE change_id = ANY($1::uuid[])`
-	sqlMessageState = `SELECT m.conversation_id, m.seq, m.sender_id, m.kind, m.created_at, m.deleted, m.version, m.body,
+	sqlMessageState = `SELECT m.conversation_id, m.seq, m.msg_id::text, m.sender_id, m.kind, m.created_at, m.deleted, m.version, m.body,
   m.reply_to, m.reactions
 FROM messages m JOIN unnest($1::bigint[], $2::bigint[]) AS k(c, s) ON m.conversation_id = k.c AND m.seq = k.s`
 	sqlActorReactions = `SELECT r.conversation_id, r.seq, r.user_id, r.emoji
@@ -96,6 +96,7 @@ type loadKeys struct {
 	// The changes of messages: their ids, the messages (conversation, seq)
 	// and the actors' reactions on them.
 	changeIDs                         []string
+	sealed                            []string // msg_ids of sealed bodies
 	msgConvs, msgSeqs                 []int64
 	reactConvs, reactSeqs, reactUsers []int64
 }
@@ -121,6 +122,9 @@ func (b *batch) need(recs []Record) loadKeys {
 		if _, ok := b.convs[e.ConversationID]; !ok {
 			b.convs[e.ConversationID] = &convState{id: e.ConversationID, members: map[int64]bool{}, joined: map[int64]int64{}}
 			k.convIDs = append(k.convIDs, e.ConversationID)
+		}
+		if e.SealedBody != "" {
+			k.sealed = append(k.sealed, e.MsgID)
 		}
 		switch e.Type {
 		case events.MessageSent:
@@ -197,6 +201,9 @@ func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 	if len(k.changeIDs) > 0 {
 		queueLoadChanges(bt, b, k)
 	}
+	if len(k.sealed) > 0 {
+		queueLoadKeys(bt, b, k.sealed)
+	}
 	if len(k.recUsers) > 0 {
 		bt.Queue(sqlRecords, k.recUsers, k.recConvs).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -232,7 +239,7 @@ func queueLoadChanges(bt *pgx.Batch, b *batch, k loadKeys) {
 			var replyTo *int64
 			var reactions map[string]int64
 			st := &msgState{found: true, mine: map[int64]string{}, mineChanged: map[int64]bool{}}
-			if err := rows.Scan(&c, &s, &st.sender, &st.kind, &st.at, &st.deleted, &st.version, &st.body,
+			if err := rows.Scan(&c, &s, &st.msgID, &st.sender, &st.kind, &st.at, &st.deleted, &st.version, &st.body,
 				&replyTo, &reactions); err != nil {
 				return err
 			}
@@ -255,6 +262,22 @@ func queueLoadChanges(bt *pgx.Batch, b *batch, k loadKeys) {
 				return err
 			}
 			b.msgFor(c, s).mine[u] = emoji
+		}
+		return rows.Err()
+	})
+}
+
+// queueLoadKeys reads the keys of the batch's sealed bodies. They live
+// beside the projections (public), never in a replay's shadow schema.
+func queueLoadKeys(bt *pgx.Batch, b *batch, msgIDs []string) {
+	bt.Queue(`SELECT msg_id::text, key FROM public.body_keys WHERE msg_id = ANY($1::uuid[])`, msgIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id string
+			var key []byte
+			if err := rows.Scan(&id, &key); err != nil {
+				return err
+			}
+			b.bodyKeys[id] = key
 		}
 		return rows.Err()
 	})

@@ -104,6 +104,10 @@ type batch struct {
 	changes      []change
 	changeAcks   []ack
 	changedMsgs  []*msgState // loaded messages whose row is updated
+	// bodyKeys are the keys of the batch's sealed bodies by msg_id (none:
+	// erased); erase are the msg_ids whose keys go (deleted messages).
+	bodyKeys map[string][]byte
+	erase    []string
 }
 
 // ack is a message.sent event and the seq its message got.
@@ -121,6 +125,7 @@ func newBatch() *batch {
 		openNew: map[recKey]*span{},
 
 		msgStates:    map[msgKey]*msgState{},
+		bodyKeys:     map[string][]byte{},
 		knownChanges: idSet{},
 	}
 }
@@ -277,8 +282,14 @@ func (b *batch) messageSent(r Record, c *convState) {
 		b.reject(r, projection.ReasonNoMessage) // a reply to a message the sender cannot see
 		return
 	}
-	seq := b.message(c, e.MsgID, e.ActorID, "text", *e.Body, e.At)
-	b.msgStates[msgKey{c.id, seq}].replyTo = e.ReplyTo
+	body, erased, ok := b.body(r)
+	if !ok {
+		return
+	}
+	seq := b.message(c, e.MsgID, e.ActorID, "text", body, e.At)
+	st := b.msgStates[msgKey{c.id, seq}]
+	st.replyTo = e.ReplyTo
+	st.deleted = erased // its key is gone: deleted after this send, before this projection (a replay)
 	b.acks = append(b.acks, ack{eventID: e.EventID, seq: seq})
 }
 
@@ -325,7 +336,7 @@ func (b *batch) message(c *convState, msgID string, sender int64, kind, body str
 	c.lastSeq++
 	c.lastAt = at
 	c.changed = true
-	st := &msgState{key: msgKey{c.id, c.lastSeq}, found: true, fresh: true, sender: sender, kind: kind, at: at,
+	st := &msgState{key: msgKey{c.id, c.lastSeq}, msgID: msgID, found: true, fresh: true, sender: sender, kind: kind, at: at,
 		version: 1, body: body, mine: map[int64]string{}, mineChanged: map[int64]bool{}}
 	b.msgStates[st.key] = st
 	b.msgs = append(b.msgs, msgRow{conv: c.id, seq: c.lastSeq, msgID: msgID, sender: sender, kind: kind, body: body, at: at, st: st})

@@ -36,6 +36,7 @@ type gatewayFlags struct {
 	msgCacheBytes   int64
 	headCacheUsers  int
 	tokenCache      int
+	plainBodies     bool
 }
 
 func (f *gatewayFlags) bind(fs *flag.FlagSet) {
@@ -58,6 +59,7 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&f.msgCacheBytes, "message-cache-bytes", gateway.DefaultMessageCache, "memory of the cache of messages' wire form shared by sync pages and pushes (negative: off)")
 	fs.IntVar(&f.headCacheUsers, "head-cache-users", gateway.DefaultHeadCacheUsers, "users whose inbox heads are remembered to answer 304 without a query (negative: off)")
 	fs.IntVar(&f.tokenCache, "token-cache", gateway.DefaultTokenCache, "verified bearer tokens remembered until their expiry (negative: off)")
+	fs.BoolVar(&f.plainBodies, "plain-bodies", false, "append message bodies to the log in plain text instead of sealed with a key per message (outside consumers can read them, and deleting a message cannot erase its body from the log)")
 	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", gateway.DefaultWSSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
 }
 
@@ -67,6 +69,7 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 		AuthSecret:        []byte(f.authSecret),
 		AckWait:           f.ackWait,
 		MaxBody:           c.maxBody,
+		PlainBodies:       f.plainBodies,
 		LongPollMax:       f.longPollMax,
 		MaxHeldPolls:      f.maxHeldPolls,
 		SendRate:          rate.Limit(f.sendRate),

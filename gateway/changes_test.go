@@ -210,3 +210,57 @@ func waitFrame(t testing.TB, c *wsClient, typ string) protocol.ServerFrame {
 		require.NotEqual(t, protocol.FrameError, f.Type, "error frame: %s", f.ErrorMessage())
 	}
 }
+
+// An offline device that comes back after its conversation's messages were
+// edited, deleted and reacted to sees the final state through sync alone:
+// entry by entry, and through the too-long path (the conversation list's
+// last message, then history).
+func TestChangesReachAnOfflineDevice(t *testing.T) {
+	tg := newGateway(t, func(c *Config) { c.TooLongLag = 5 })
+	a, b := tg.user(t, 1), tg.user(t, 2)
+	cid := a.create(t, "pair", 2)
+	m1 := a.send(t, cid, "one")
+	m2 := a.send(t, cid, "two")
+	_, cursor, _ := b.syncAll(t, 0, 50) // b goes offline here
+	epoch := b.sync(t, "").Epoch
+
+	a.change(t, "PATCH", msgPath(cid, m1.Seq), map[string]any{"change_id": uuid.NewString(), "body": "one!"}, 200)
+	a.change(t, "PUT", msgPath(cid, m1.Seq)+"/reaction", map[string]any{"change_id": uuid.NewString(), "emoji": "👍"}, 200)
+	a.change(t, "DELETE", msgPath(cid, m2.Seq), map[string]any{"change_id": uuid.NewString()}, 200)
+
+	// Entry by entry (lag 3, under the too-long lag).
+	entries, _, _ := b.syncAll(t, cursor, 50)
+	require.Equal(t, "one!", msgText(t, lastUpdate(entries, cid, m1.Seq)))
+	require.Equal(t, []protocol.Reaction{{Emoji: "👍", Count: 1}}, lastUpdate(entries, cid, m1.Seq).Reactions)
+	require.True(t, lastUpdate(entries, cid, m2.Seq).Deleted)
+
+	// Through too long: more happens than the lag allows.
+	for i := range 6 {
+		a.send(t, cid, fmt.Sprintf("later %d", i))
+	}
+	a.change(t, "DELETE", msgPath(cid, m1.Seq), map[string]any{"change_id": uuid.NewString()}, 200)
+	s := b.sync(t, fmt.Sprintf("after=%d&epoch=%d", cursor, epoch))
+	require.True(t, s.TooLong)
+	h := b.history(t, cid, "")
+	byseq := map[int64]protocol.Message{}
+	for _, m := range h.Messages {
+		byseq[m.Seq] = m
+	}
+	require.True(t, byseq[m1.Seq].Deleted, "history shows the final state")
+	require.Empty(t, byseq[m1.Seq].Reactions)
+	require.True(t, byseq[m2.Seq].Deleted)
+	require.Equal(t, `""`, string(byseq[m2.Seq].Body))
+	// The conversation list's last message is the current one, as it is.
+	r := b.do(t, "GET", "/v1/conversations", nil)
+	var list protocol.ConversationList
+	r.decode(t, &list)
+	require.Len(t, list.Conversations, 1)
+	last := list.Conversations[0].LastMessage
+	require.Equal(t, "later 5", msgText(t, last))
+	a.change(t, "DELETE", msgPath(cid, last.Seq), map[string]any{"change_id": uuid.NewString()}, 200)
+	r = b.do(t, "GET", "/v1/conversations", nil)
+	list = protocol.ConversationList{}
+	r.decode(t, &list)
+	require.True(t, list.Conversations[0].LastMessage.Deleted, "the list shows a deleted last message as deleted")
+	tg.verify(t)
+}

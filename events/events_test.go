@@ -112,4 +112,3 @@ func TestValidateRefusesUnstorableText(t *testing.T) {
 	_, err = Decode([]byte(strings.Replace(string(good), `"body":"hi"`, `"body":"\ufffd"`, 1)), 0)
 	require.NoError(t, err)
 }
-

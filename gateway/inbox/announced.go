@@ -33,7 +33,7 @@ func (r *Reader) Resolve(ctx context.Context, runs []Announced) (pages []Page, o
 			e := &pg.Entries[j]
 			e.InboxSeq, e.ConversationID, e.kind = run.First+int64(j), k[0], protocol.KindMessage
 			mk := msgKey{epoch: run.Epoch, conv: k[0], seq: k[1]}
-			if b, hit := r.msgs.get(mk); hit {
+			if b, hit := r.msgs.get(mk, 0); hit {
 				e.raw = b
 				continue
 			}

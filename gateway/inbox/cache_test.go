@@ -25,14 +25,14 @@ func TestMsgCacheBudget(t *testing.T) {
 	}
 	require.LessOrEqual(t, total, budget+msgCacheShards*(len(body)+msgOverhead), "within the budget")
 	require.Greater(t, c.len(), 500)
-	b, ok := c.get(msgKey{epoch: 1, conv: 399, seq: 50})
+	b, ok := c.get(msgKey{epoch: 1, conv: 399, seq: 50}, 0)
 	require.True(t, ok, "the newest stays")
 	require.Equal(t, body, b)
-	_, ok = c.get(msgKey{epoch: 2, conv: 399, seq: 50})
+	_, ok = c.get(msgKey{epoch: 2, conv: 399, seq: 50}, 0)
 	require.False(t, ok, "another epoch is another message")
 	gone := 0
 	for conv := range 20 {
-		if _, ok := c.get(msgKey{epoch: 1, conv: int64(conv), seq: 1}); !ok {
+		if _, ok := c.get(msgKey{epoch: 1, conv: int64(conv), seq: 1}, 0); !ok {
 			gone++
 		}
 	}
@@ -45,20 +45,20 @@ func TestMsgCacheBudget(t *testing.T) {
 	w := newMsgCache(1<<20, func() {}, func() {})
 	w.put(msgKey{1, 7, 100}, 1, body)
 	w.put(msgKey{1, 7, 90}, 1, body)
-	_, ok = w.get(msgKey{1, 7, 100})
+	_, ok = w.get(msgKey{1, 7, 100}, 0)
 	require.True(t, ok)
-	_, ok = w.get(msgKey{1, 7, 95})
+	_, ok = w.get(msgKey{1, 7, 95}, 0)
 	require.False(t, ok)
 	w.put(msgKey{1, 7, 100 + maxWindow + 5}, 1, body)
-	_, ok = w.get(msgKey{1, 7, 100 + maxWindow + 5})
+	_, ok = w.get(msgKey{1, 7, 100 + maxWindow + 5}, 0)
 	require.True(t, ok)
-	_, ok = w.get(msgKey{1, 7, 100})
+	_, ok = w.get(msgKey{1, 7, 100}, 0)
 	require.False(t, ok, "the old window was dropped")
 	require.Equal(t, 1, w.len())
 
 	var off *msgCache
 	off.put(msgKey{}, 1, body)
-	_, ok = off.get(msgKey{})
+	_, ok = off.get(msgKey{}, 0)
 	require.False(t, ok)
 }
 
@@ -101,9 +101,9 @@ func TestRawIntArray(t *testing.T) {
 	_, err = rawIntArray(bin, null, nil)
 	require.Error(t, err)
 
-	cols := [4][]int64{{3, 1, 2}, {30, 10, 20}, {1, 2, 1}, {300, 100, 200}}
+	cols := [5][]int64{{3, 1, 2}, {30, 10, 20}, {1, 2, 1}, {300, 100, 200}, {0, 0, 7}}
 	sortColumns(&cols)
-	require.Equal(t, [4][]int64{{1, 2, 3}, {10, 20, 30}, {2, 1, 1}, {100, 200, 300}}, cols)
+	require.Equal(t, [5][]int64{{1, 2, 3}, {10, 20, 30}, {2, 1, 1}, {100, 200, 300}, {0, 7, 0}}, cols)
 }
 
 // A changed message is forgotten, and a read that was in flight during the
@@ -112,25 +112,40 @@ func TestMsgCacheForget(t *testing.T) {
 	c := newMsgCache(1<<20, func() {}, func() {})
 	k := msgKey{epoch: 1, conv: 7, seq: 3}
 	c.put(k, 1, []byte("v1"))
-	b, ok := c.get(k)
+	b, ok := c.get(k, 0)
 	require.True(t, ok)
 	require.Equal(t, "v1", string(b))
 
 	c.forget(7, 3, 2)
-	_, ok = c.get(k)
+	_, ok = c.get(k, 0)
 	require.False(t, ok, "forgotten at once")
 	c.put(k, 1, []byte("v1"))
-	_, ok = c.get(k)
+	_, ok = c.get(k, 0)
 	require.False(t, ok, "an older copy read before the change is not cached again")
 	c.put(k, 2, []byte("v2"))
-	b, ok = c.get(k)
+	b, ok = c.get(k, 0)
 	require.True(t, ok)
 	require.Equal(t, "v2", string(b))
 	c.put(k, 1, []byte("v1"))
-	b, _ = c.get(k)
+	b, _ = c.get(k, 0)
 	require.Equal(t, "v2", string(b), "a newer copy is never replaced by an older one")
 
 	c.clear()
-	_, ok = c.get(k)
+	_, ok = c.get(k, 0)
 	require.False(t, ok, "clear drops everything")
+}
+
+// An update entry is never answered with a copy older than its change, even
+// before the change's notification made the cache forget it.
+func TestMsgCacheMinVersion(t *testing.T) {
+	c := newMsgCache(1<<20, func() {}, func() {})
+	k := msgKey{epoch: 1, conv: 7, seq: 3}
+	c.put(k, 2, []byte("v2"))
+	_, ok := c.get(k, 3)
+	require.False(t, ok, "an update to version 3 misses a version-2 copy")
+	b, ok := c.get(k, 2)
+	require.True(t, ok)
+	require.Equal(t, "v2", string(b))
+	_, ok = c.get(k, 0)
+	require.True(t, ok, "a message entry takes any copy")
 }

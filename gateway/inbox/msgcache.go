@@ -57,8 +57,8 @@ type convMsgs struct {
 	base  int64
 	msgs  [][]byte
 	vers  []int64 // the version of msgs[i]
-	bytes int  // the messages' bytes plus the slots
-	hot   bool // read since the last eviction pass
+	bytes int     // the messages' bytes plus the slots
+	hot   bool    // read since the last eviction pass
 }
 
 // msgOverhead approximates the bytes a cached message costs beyond its JSON
@@ -135,7 +135,11 @@ func (c *msgCache) shard(conv int64) *msgShard {
 	return &c.shards[(uint64(conv)*0x9E3779B97F4A7C15>>32)%msgCacheShards]
 }
 
-func (c *msgCache) get(k msgKey) ([]byte, bool) {
+// get returns the cached wire form of message k if its version is at
+// least minVersion (an update entry's: a copy older than the change it
+// announces must not answer it, even before the change's notification made
+// this gateway forget it).
+func (c *msgCache) get(k msgKey, minVersion int64) ([]byte, bool) {
 	if c == nil {
 		return nil, false
 	}
@@ -143,7 +147,7 @@ func (c *msgCache) get(k msgKey) ([]byte, bool) {
 	sh.mu.Lock()
 	var b []byte
 	if cm := sh.convs[convKey{k.epoch, k.conv}]; cm != nil {
-		if i := k.seq - cm.base; i >= 0 && i < int64(len(cm.msgs)) {
+		if i := k.seq - cm.base; i >= 0 && i < int64(len(cm.msgs)) && cm.vers[i] >= minVersion {
 			b = cm.msgs[i]
 		}
 		cm.hot = true

@@ -127,13 +127,13 @@ func (r *Reader) CachedMessages() int { return r.msgs.len() }
 // head - after within the max lag ($4 in both forms).
 func sqlInboxFrom(src string) string {
 	return `SELECT q.ord, (SELECT epoch FROM meta), COALESCE(u.inbox_seq, 0), COALESCE(u.inbox_floor, 0),
-	COALESCE(u.record_version, 0), e.seqs, e.convs, e.kinds, e.mseqs
+	COALESCE(u.record_version, 0), e.seqs, e.convs, e.kinds, e.mseqs, e.vers
 FROM ` + src + `
 LEFT JOIN users u ON u.id = q.user_id
 LEFT JOIN LATERAL (
 	SELECT array_agg(x.inbox_seq) AS seqs, array_agg(x.conversation_id) AS convs,
-		array_agg(x.kind) AS kinds, array_agg(x.seq) AS mseqs
-	FROM (SELECT i.inbox_seq, i.conversation_id, i.kind, i.seq FROM inbox i
+		array_agg(x.kind) AS kinds, array_agg(x.seq) AS mseqs, array_agg(x.version) AS vers
+	FROM (SELECT i.inbox_seq, i.conversation_id, i.kind, i.seq, i.version FROM inbox i
 		WHERE i.user_id = q.user_id AND i.inbox_seq > q.after AND i.inbox_seq <= u.inbox_seq
 			AND q.after >= u.inbox_floor AND u.inbox_seq - q.after <= $4
 		ORDER BY i.inbox_seq LIMIT q.lim) x
@@ -190,7 +190,7 @@ type inboxRead struct {
 	misses  map[msgKey][]entryRef   // messages the cache lacks
 	records map[[2]int64][]entryRef // records of record entries, by (user, conversation)
 	epoch   int64                   // of the snapshot (the last row's)
-	cols    [4][]int64              // a row's key arrays, reused
+	cols    [5][]int64              // a row's key arrays, reused
 }
 
 func (r *Reader) readOnce(ctx context.Context, reqs []Req, maxLag int64) ([]Page, error) {
@@ -242,7 +242,7 @@ func (r *Reader) query(ctx context.Context, reqs []Req, maxLag int64) (pgx.Rows,
 func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 	var v [5]int64
 	var null [5]bool
-	if len(raw) != 9 {
+	if len(raw) != 10 {
 		return fmt.Errorf("%d columns", len(raw))
 	}
 	if err := rawInts(fds[:5], raw[:5], v[:], null[:]); err != nil {
@@ -263,8 +263,8 @@ func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 		}
 	}
 	n := len(cols[0])
-	if len(cols[1]) != n || len(cols[2]) != n || len(cols[3]) != n {
-		return fmt.Errorf("arrays of %d, %d, %d, %d", n, len(cols[1]), len(cols[2]), len(cols[3]))
+	if len(cols[1]) != n || len(cols[2]) != n || len(cols[3]) != n || len(cols[4]) != n {
+		return fmt.Errorf("arrays of %d, %d, %d, %d, %d", n, len(cols[1]), len(cols[2]), len(cols[3]), len(cols[4]))
 	}
 	if n == 0 {
 		return nil // nothing to read for this request
@@ -300,7 +300,11 @@ func (rd *inboxRead) entries(page int, p *Page) {
 			continue
 		}
 		k := msgKey{epoch: rd.epoch, conv: e.ConversationID, seq: cols[3][i]}
-		if b, ok := rd.r.msgs.get(k); ok {
+		var minVersion int64 // an update entry needs a copy at least as new as its change
+		if e.kind == protocol.KindUpdate {
+			minVersion = cols[4][i]
+		}
+		if b, ok := rd.r.msgs.get(k, minVersion); ok {
 			e.raw = b
 			continue
 		}
@@ -311,8 +315,8 @@ func (rd *inboxRead) entries(page int, p *Page) {
 	}
 }
 
-// sortColumns orders the four key arrays by the first (inbox_seq).
-func sortColumns(cols *[4][]int64) {
+// sortColumns orders the five key arrays by the first (inbox_seq).
+func sortColumns(cols *[5][]int64) {
 	idx := make([]int, len(cols[0]))
 	for i := range idx {
 		idx[i] = i

@@ -323,3 +323,104 @@ func TestChangesWhileOffline(t *testing.T) {
 		})
 	}
 }
+
+// TestChangeRetried: a change whose answer was lost (the gateway applied
+// it) is retried with the same change_id until an answer comes, and
+// applies once: an edit made meanwhile is not undone by the retry. The
+// same through 503s with Retry-After. A reply queued by a client that
+// stops before sending it goes out after the restart, still a reply.
+func TestChangeRetried(t *testing.T) {
+	noClientGoroutines(t)
+	w := changesWorld(t, nil)
+	ctx := context.Background()
+	const alice = 1
+	direct := w.direct(t, alice)
+	rd := start(t, direct, newApp())
+	cid, err := direct.CreateConversation(ctx, "retries")
+	require.NoError(t, err)
+	seqs := sendAll(t, rd, cid, "first", "second")
+
+	p := newFaultProxy(t, w.url, 5)
+	c, err := client.New(w.config(t, p.url, alice, newApp()))
+	require.NoError(t, err)
+	version := func(seq int64) (v int64, changes int) {
+		err := w.env.Pool.QueryRow(ctx, `SELECT m.version, (SELECT count(*) FROM changes WHERE conversation_id = $1 AND seq = $2)
+			FROM messages m WHERE m.conversation_id = $1 AND m.seq = $2`, cid, seq).Scan(&v, &changes)
+		require.NoError(t, err)
+		return v, changes
+	}
+
+	// The answers are lost: the edit applies, the client does not know.
+	p.set(faults{DropRespP: 1})
+	type result struct {
+		res client.ChangeResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := c.Edit(ctx, cid, seqs[0], "first, edited")
+		done <- result{res, err}
+	}()
+	waitFor(t, 30*time.Second, "the edit applied", func() bool { v, _ := version(seqs[0]); return v == 2 })
+	// Another edit meanwhile; a retry with a new change_id would undo it.
+	applied(t)(direct.Edit(ctx, cid, seqs[0], "first, edited again"))
+	time.Sleep(200 * time.Millisecond) // more lost answers
+	p.set(faults{})
+	r := <-done
+	m := applied(t)(r.res, r.err)
+	require.Equal(t, "first, edited again", m.Text(), "the retry answers the message as it is")
+	require.EqualValues(t, 3, m.Version)
+	v, n := version(seqs[0])
+	require.EqualValues(t, 3, v)
+	require.Equal(t, 2, n, "one change per change_id")
+	var id string
+	require.NoError(t, w.env.Pool.QueryRow(ctx, `SELECT change_id::text FROM changes WHERE conversation_id = $1 AND seq = $2 AND version = 2`,
+		cid, seqs[0]).Scan(&id))
+	require.Equal(t, r.res.Change.ChangeID, id, "the retries carried the first attempt's change_id")
+
+	// Overload: 503/429 with Retry-After, then the path heals.
+	p.set(faults{StatusP: 1, RetryAfter: 1})
+	go func() {
+		res, err := c.React(ctx, cid, seqs[1], "👍")
+		done <- result{res, err}
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	p.set(faults{})
+	r = <-done
+	m = applied(t)(r.res, r.err)
+	require.Equal(t, []client.Reaction{{Emoji: "👍", Count: 1, Me: true}}, m.Reactions)
+	_, n = version(seqs[1])
+	require.Equal(t, 1, n)
+
+	// A context that ends stops the retries.
+	p.set(faults{DropReqP: 1})
+	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = c.Unreact(sctx, cid, seqs[1])
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	p.set(faults{})
+
+	// A reply survives a restart in the outbox.
+	store := client.NewMemoryStore()
+	cfg := w.config(t, w.url, alice, newApp())
+	cfg.Store = store
+	off, err := client.New(cfg)
+	require.NoError(t, err)
+	id, err = off.SendReply(ctx, cid, seqs[0], "a reply")
+	require.NoError(t, err)
+	require.Equal(t, seqs[0], off.Outbox()[0].ReplyTo)
+	back, err := client.New(cfg)
+	require.NoError(t, err)
+	rb := start(t, back, newApp())
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	res, err := back.WaitSent(wctx, id)
+	require.NoError(t, err)
+	require.NoError(t, res.Err)
+	require.Equal(t, seqs[0], res.Message.ReplyTo)
+	msgs, _, err := direct.History(ctx, cid, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, seqs[0], msgs[len(msgs)-1].ReplyTo)
+	require.NoError(t, rb.stop())
+	require.NoError(t, rd.stop())
+}

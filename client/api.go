@@ -206,10 +206,10 @@ func (a *api) history(ctx context.Context, cid, before int64, limit int) (*proto
 
 // send posts a message. The answer is the message (201, or 200 for a msg_id
 // already projected) or nil for 202 pending.
-func (a *api) send(ctx context.Context, cid int64, msgID, body string, timeout time.Duration) (*Message, error) {
+func (a *api) send(ctx context.Context, it OutboxItem, timeout time.Duration) (*Message, error) {
 	var m Message
-	status, _, err := a.do(ctx, http.MethodPost, "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages", nil,
-		protocol.SendMessage{MsgID: msgID, Body: body}, nil, &m, timeout)
+	status, _, err := a.do(ctx, http.MethodPost, "/v1/conversations/"+strconv.FormatInt(it.ConversationID, 10)+"/messages", nil,
+		protocol.SendMessage{MsgID: it.MsgID, Body: it.Body, ReplyTo: it.ReplyTo}, nil, &m, timeout)
 	if err != nil {
 		return nil, err
 	}

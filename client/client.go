@@ -315,9 +315,7 @@ func (c *Client) Conversation(conversationID int64) *ConversationState {
 	if cs == nil {
 		return nil
 	}
-	cc := *cs
-	cc.Holes = append([]Hole(nil), cs.Holes...)
-	return &cc
+	return cs.clone()
 }
 
 // Holes returns the open history holes of every conversation that has some.

@@ -190,7 +190,7 @@ type Config struct {
 
 // Handler receives what the client learns. Every field is optional.
 //
-// OnEntry, OnTooLong, OnConversations and OnHistory are called one at a
+// OnEntry, OnUpdate, OnTooLong, OnConversations and OnHistory are called one at a
 // time (never concurrently with each other), from Run's goroutines or from
 // Backfill's caller. OnSendResult and OnStatus may run concurrently with
 // them. A handler must not call Backfill or Sync (ErrInHandler); it may call
@@ -201,7 +201,27 @@ type Handler struct {
 	// after OnEntry returned nil; an error stops Run with that error, and
 	// the entry comes again on the next Run. A message entry whose message
 	// the app already got from Backfill is skipped (the cursor passes it).
+	//
+	// OnEntry gets every entry, update entries included, even those whose
+	// change the app already has (from a message entry or Backfill that read
+	// the message later). An app that keeps messages usually takes them from
+	// OnEntry (kind message), OnHistory and OnUpdate, and ignores update
+	// entries in OnEntry; an app that mirrors the inbox takes everything
+	// from OnEntry and applies an update when its version is higher.
 	OnEntry func(ctx context.Context, e Entry) error
+
+	// OnUpdate receives the new state of a changed message (edited,
+	// deleted, reactions changed; Message.Version grows with each change):
+	// from an update entry, right after OnEntry got it, only when its
+	// version is higher than any the app was handed for the message (by
+	// OnEntry, OnHistory or OnUpdate), so that replays, reconnections and
+	// states read after the change never come twice; and from Backfill,
+	// for messages delivered before a too_long whose changes the jump
+	// skipped. Replace the message in the app's view with it. It may name
+	// a message the app does not have yet (in a history hole): Backfill
+	// will hand it over in its current state. An error stops Run (or fails
+	// the Backfill); the entry comes again.
+	OnUpdate func(ctx context.Context, m Message) error
 
 	// OnTooLong is told that the inbox jumped to the head: the entries in
 	// between are lost for good, the conversation list was read again and

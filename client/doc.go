@@ -22,6 +22,7 @@
 //	id, err := c.Send(ctx, conversationID, "hi") // queued and saved at once
 //	res, err := c.WaitSent(ctx, id)              // its seq, or a refusal
 //	page, err := c.Backfill(ctx, conversationID) // older history after a too_long
+//	res2, err := c.Edit(ctx, conversationID, seq, "hi!") // also Delete, React, Unreact
 //
 // The examples (a send, a sync loop on a FileStore, a too_long handler) run
 // as tests against a real dev gateway; examples/chat in the repository is a
@@ -48,6 +49,14 @@
 // Messages are also delivered once across OnEntry and Backfill: a message
 // the app got from Backfill is skipped when its inbox entry comes, and vice
 // versa (the history holes record which seqs are still missing).
+//
+// A message's changes (edit, delete, reactions) come as update entries. The
+// client keeps, per changed message, the highest version the app was
+// handed, and calls Handler.OnUpdate only with a higher one: an app that
+// builds its view from OnEntry's messages, OnHistory and OnUpdate sees each
+// change once and ends with the server's current state, also after a
+// too_long (Backfill then reads the messages delivered before the jump
+// again, for the changes it skipped).
 //
 // # Transport
 //
@@ -78,7 +87,8 @@
 //	client.go          Client, New, Run and the sync loop, single requests
 //	config.go          Config, Handler, Status and their defaults
 //	inbox.go           ordered delivery, too_long, holes, Backfill, Sync
-//	outbox.go          Send, WaitSent and the send loop
+//	outbox.go          Send, SendReply, WaitSent and the send loop
+//	change.go          Edit, Delete, React, Unreact: the changes of a message
 //	transport_ws.go    a WebSocket session
 //	transport_poll.go  a long-poll session
 //	api.go             the HTTP requests

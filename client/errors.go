@@ -16,6 +16,7 @@ const (
 	CodeBadRequest      = protocol.CodeBadRequest
 	CodeUnauthorized    = protocol.CodeUnauthorized
 	CodeNotMember       = protocol.CodeNotMember
+	CodeForbidden       = protocol.CodeForbidden // a change of someone else's message
 	CodeNotFound        = protocol.CodeNotFound
 	CodePayloadTooLarge = protocol.CodePayloadTooLarge
 	CodeRateLimited     = protocol.CodeRateLimited

@@ -233,3 +233,87 @@ func ExampleHandler_tooLong() {
 	// loaded seq 12 to 31 ("note 30"), not loaded: [{1 11}]
 	// loaded seq 1 to 11 ("note 10"), not loaded: []
 }
+
+// A message's life after it is sent: its sender edits it, a member reacts
+// to it. Each change is one request (Client.Edit, React, Delete, Unreact)
+// that answers the message after the change; the other devices get it as
+// an update entry, handed to Handler.OnUpdate once per new version.
+func ExampleClient_Edit() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const erinID, frankID = 4001, 4002
+	erinToken, err := client.DevToken(ctx, nil, gatewayURL(), erinID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	frankToken, err := client.DevToken(ctx, nil, gatewayURL(), frankID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	erin, err := client.New(client.Config{BaseURL: gatewayURL(), Token: erinToken})
+	if err != nil {
+		log.Fatal(err)
+	}
+	frank, err := client.New(client.Config{BaseURL: gatewayURL(), Token: frankToken,
+		Handler: client.Handler{
+			OnEntry: func(_ context.Context, e client.Entry) error {
+				if e.Kind == client.KindMessage && e.Message.Kind == client.MessageText {
+					fmt.Printf("frank sees #%d %q\n", e.Message.Seq, e.Message.Text())
+				}
+				return nil // update entries come to OnUpdate when they are news
+			},
+			OnUpdate: func(_ context.Context, m client.Message) error {
+				fmt.Printf("frank sees #%d changed to %q (version %d, edited %v, reactions %v)\n",
+					m.Seq, m.Text(), m.Version, m.EditedAt != nil, m.Reactions)
+				return nil
+			},
+		}})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	cid, err := erin.CreateConversation(ctx, "lunch", frankID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { ran <- erin.Run(runCtx) }()
+	id, err := erin.Send(ctx, cid, "lunch at 1?")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sent, err := erin.WaitSent(ctx, id)
+	if err != nil {
+		log.Fatal(err)
+	}
+	stop()
+	if err := <-ran; err != nil {
+		log.Fatal(err)
+	}
+	seq := sent.Message.Seq
+	if err := frank.Sync(ctx); err != nil { // Run would do the same, live
+		log.Fatal(err)
+	}
+
+	edit, err := erin.Edit(ctx, cid, seq, "lunch at 12:30?")
+	if err != nil {
+		log.Fatal(err) // an *APIError: 403 forbidden for someone else's message, …
+	}
+	fmt.Printf("erin edited #%d: %q, version %d\n", seq, edit.Message.Text(), edit.Message.Version)
+	react, err := frank.React(ctx, cid, seq, "👍")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("frank reacted: %v, version %d\n", react.Message.Reactions, react.Message.Version)
+
+	// Two update entries; read now, both carry the message as it is.
+	if err := frank.Sync(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// frank sees #2 "lunch at 1?"
+	// erin edited #2: "lunch at 12:30?", version 2
+	// frank reacted: [{👍 1 true}], version 3
+	// frank sees #2 changed to "lunch at 12:30?" (version 3, edited true, reactions [{👍 1 true}])
+}

@@ -171,6 +171,10 @@ type app struct {
 	results   map[string]client.SendResult
 	statuses  []client.Status
 	failAt    int64 // OnEntry fails for this inbox_seq (once), when set
+	updates   []client.Message
+	// states are the message states handed over, in delivery order: the
+	// messages of OnEntry, OnHistory and OnUpdate.
+	states []client.Message
 }
 
 func newApp() *app {
@@ -189,6 +193,16 @@ func (a *app) handler() client.Handler {
 				return errAppFailed
 			}
 			a.entries = append(a.entries, e)
+			if e.Kind == client.KindMessage {
+				a.states = append(a.states, *e.Message)
+			}
+			return nil
+		},
+		OnUpdate: func(_ context.Context, m client.Message) error {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.updates = append(a.updates, m)
+			a.states = append(a.states, m)
 			return nil
 		},
 		OnTooLong: func(_ context.Context, tl client.TooLong) error {
@@ -207,6 +221,7 @@ func (a *app) handler() client.Handler {
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			a.history[cid] = append(a.history[cid], msgs...)
+			a.states = append(a.states, msgs...)
 			return nil
 		},
 		OnSendResult: func(_ context.Context, r client.SendResult) {

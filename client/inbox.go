@@ -70,6 +70,10 @@ func (c *Client) conv(id int64) *ConversationState {
 
 // deliverOne hands e to the app if it is the next entry (inbox_seq =
 // cursor+1) and records it. Called with deliverMu held.
+//
+// A message's state in an entry is read when the entry is served, so a
+// message entry may already carry changes whose update entries come later;
+// the versions the app was handed decide which update is new (OnUpdate).
 func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 	c.mu.Lock()
 	if e.InboxSeq != c.st.Cursor+1 {
@@ -77,12 +81,27 @@ func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 		return nil
 	}
 	skip := false
-	if e.Kind == KindMessage && e.Message != nil {
-		if cs := c.st.Conversations[e.ConversationID]; cs != nil {
-			s := e.Message.Seq
+	var update *Message // a newer state of a message the app has, for OnUpdate
+	if m := e.Message; m != nil && (e.Kind == KindMessage || e.Kind == KindUpdate) {
+		applied := int64(1)
+		cs := c.st.Conversations[e.ConversationID]
+		if cs != nil {
+			applied = cs.appliedVersion(m.Seq)
+		}
+		switch e.Kind {
+		case KindMessage:
 			// Already handed over (by Backfill): seqs up to LastSeq that
-			// are not in a hole were delivered.
-			skip = s <= cs.LastSeq && !holeSet(cs.Holes).contains(s)
+			// are not in a hole were delivered. Its state may be newer.
+			if cs != nil {
+				skip = m.Seq <= cs.LastSeq && !holeSet(cs.Holes).contains(m.Seq)
+			}
+			if skip && m.CurrentVersion() > applied {
+				update = m
+			}
+		case KindUpdate:
+			if m.CurrentVersion() > applied {
+				update = m
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -90,6 +109,12 @@ func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 	if !skip && c.cfg.Handler.OnEntry != nil {
 		if err := c.cfg.Handler.OnEntry(handlerCtx(ctx), e); err != nil {
 			return fatal("OnEntry(inbox_seq %d): %w", e.InboxSeq, err)
+		}
+	}
+	if update != nil && c.cfg.Handler.OnUpdate != nil {
+		if err := c.cfg.Handler.OnUpdate(handlerCtx(ctx), *update); err != nil {
+			return fatal("OnUpdate(inbox_seq %d, conversation %d, seq %d, version %d): %w",
+				e.InboxSeq, e.ConversationID, update.Seq, update.CurrentVersion(), err)
 		}
 	}
 
@@ -112,12 +137,15 @@ func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 		default:
 			cs.Holes = holeSet(cs.Holes).remove(m.Seq, m.Seq)
 		}
+		cs.noteVersion(m.Seq, m.CurrentVersion())
 		if i := c.outboxIndex(m.MsgID); i >= 0 && c.st.Outbox[i].ConversationID == m.ConversationID {
 			// The send's message came through the inbox first.
 			done = &SendResult{MsgID: m.MsgID, ConversationID: m.ConversationID, Message: m}
 			c.st.Outbox = slices.Delete(c.st.Outbox, i, i+1)
 			waiters = c.recordResultLocked(*done)
 		}
+	case e.Kind == KindUpdate && e.Message != nil:
+		c.conv(e.ConversationID).noteVersion(e.Message.Seq, e.Message.CurrentVersion())
 	case e.Kind == KindRecord && e.Record != nil:
 		cs := c.conv(e.ConversationID)
 		cs.Version = max(cs.Version, e.Record.Version)
@@ -277,11 +305,20 @@ func (c *Client) applyTooLong(ctx context.Context, ans *protocol.SyncAnswer) err
 	defer c.deliverMu.Unlock()
 	c.mu.Lock()
 	t := TooLong{PreviousEpoch: c.st.Epoch, PreviousCursor: c.st.Cursor, Epoch: ans.Epoch, Head: ans.Head,
-		Conversations: recs, NewHoles: map[int64][]Hole{}}
+		Conversations: recs, NewHoles: map[int64][]Hole{}, Stale: map[int64][]Hole{}}
 	for _, r := range recs {
 		var last int64
 		if cs := c.st.Conversations[r.ConversationID]; cs != nil {
 			last = cs.LastSeq
+			// The jump may have skipped update entries of the messages
+			// already delivered: they are to be read again.
+			stale := holeSet(cs.Stale).add(1, cs.LastSeq)
+			for _, h := range cs.Holes {
+				stale = stale.remove(h.From, h.To)
+			}
+			if len(stale) > 0 {
+				t.Stale[r.ConversationID] = stale
+			}
 		}
 		if r.LastSeq > last {
 			t.NewHoles[r.ConversationID] = []Hole{{From: last + 1, To: r.LastSeq}}
@@ -301,6 +338,9 @@ func (c *Client) applyTooLong(ctx context.Context, ans *protocol.SyncAnswer) err
 	c.st.RecordVersion = max(c.st.RecordVersion, ans.RecordVersion)
 	for _, r := range recs {
 		cs := c.conv(r.ConversationID)
+		if st, ok := t.Stale[r.ConversationID]; ok {
+			cs.Stale = append([]Hole(nil), st...)
+		}
 		if h, ok := t.NewHoles[r.ConversationID]; ok {
 			cs.Holes = holeSet(cs.Holes).add(h[0].From, h[0].To)
 		}
@@ -340,19 +380,45 @@ func latestRecords(recs []Record) []Record {
 
 // BackfillResult is one Backfill step.
 type BackfillResult struct {
-	// Messages are the messages that filled holes, ascending by seq; none
-	// of them was delivered before, through OnEntry or Backfill.
+	// Messages are the messages that filled holes, ascending by seq, in
+	// their current state; none of them was delivered before, through
+	// OnEntry or Backfill.
 	Messages []Message
-	// Remaining are the holes still open in the conversation; empty when
-	// its history is complete.
+	// Updates are messages delivered before a too_long whose state changed
+	// since the app was handed it (the jump skipped their update entries),
+	// ascending by seq; Handler.OnUpdate received them too.
+	Updates []Message
+	// Remaining are the ranges still to read in the conversation: holes,
+	// and ranges of delivered messages to read again for changes (see
+	// ConversationState.Stale); empty when its history is complete and
+	// current.
 	Remaining []Hole
 }
 
-// Backfill fills the newest history hole of a conversation by one page
-// (Config.BackfillPage messages) of GET /v1/conversations/{cid}/messages,
-// newest first, as a chat view scrolling up needs. Seqs of the page's range
-// that the server does not return were never visible to the user and are
-// closed too. Call it until Remaining is empty to fill the whole history.
+// toRead is what Backfill still has to read in cs: the holes and the
+// stale ranges, merged.
+func (cs *ConversationState) toRead() holeSet {
+	out := append(holeSet(nil), cs.Holes...)
+	for _, h := range cs.Stale {
+		out = out.add(h.From, h.To)
+	}
+	return out
+}
+
+// Backfill reads the newest range of a conversation's history that is
+// still to read by one page (Config.BackfillPage messages) of
+// GET /v1/conversations/{cid}/messages, newest first, as a chat view
+// scrolling up needs. Two kinds of ranges are read: history holes (messages
+// never delivered, handed to OnHistory and returned in Messages) and, after
+// a too_long, the messages delivered before it, whose changes the jump may
+// have skipped (the changed ones are handed to OnUpdate and returned in
+// Updates). Seqs of the page's range that the server does not return were
+// never visible to the user and are closed too. Call it until Remaining is
+// empty to fill the whole history.
+//
+// Messages come in their current state: a page read while an update entry
+// of one of its messages was being delivered (the page then holds an older
+// version than the app has) is read again.
 //
 // A message is handed over once across OnEntry and Backfill: whichever
 // delivers it first wins, the other skips it. OnHistory (if set) receives
@@ -369,26 +435,44 @@ func (c *Client) Backfill(ctx context.Context, conversationID int64) (BackfillRe
 	var hole Hole
 	ok := false
 	if cs := c.st.Conversations[conversationID]; cs != nil {
-		hole, ok = holeSet(cs.Holes).newest()
+		hole, ok = cs.toRead().newest()
 	}
 	c.mu.Unlock()
 	if !ok {
 		return BackfillResult{}, nil
 	}
-	ans, err := c.api.history(ctx, conversationID, hole.To+1, int(min(int64(c.cfg.BackfillPage), hole.Len())))
+	read := func() (*protocol.History, error) {
+		ans, err := c.api.history(ctx, conversationID, hole.To+1, int(min(int64(c.cfg.BackfillPage), hole.Len())))
+		if err != nil {
+			return nil, fmt.Errorf("backfill conversation %d before %d: %w", conversationID, hole.To+1, err)
+		}
+		return ans, nil
+	}
+	ans, err := read()
 	if err != nil {
 		var ae *APIError
 		if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusForbidden) {
 			c.mu.Lock()
 			if cs := c.st.Conversations[conversationID]; cs != nil {
-				cs.Holes = nil
+				cs.Holes, cs.Stale = nil, nil
 			}
 			c.mu.Unlock()
 			if serr := c.save(ctx); serr != nil {
 				return BackfillResult{}, serr
 			}
 		}
-		return BackfillResult{}, fmt.Errorf("backfill conversation %d before %d: %w", conversationID, hole.To+1, err)
+		return BackfillResult{}, err
+	}
+
+	c.deliverMu.Lock()
+	defer c.deliverMu.Unlock()
+	if c.olderThanApplied(conversationID, ans.Messages) {
+		// An update entry came while the page was read. Read it again
+		// while holding deliverMu: no change is handed over meanwhile, so
+		// the new page is at least as new as what the app has.
+		if ans, err = read(); err != nil {
+			return BackfillResult{}, err
+		}
 	}
 	// The page covers (lowest returned seq .. hole.To]; with nothing older
 	// visible, everything down to seq 1.
@@ -397,15 +481,17 @@ func (c *Client) Backfill(ctx context.Context, conversationID int64) (BackfillRe
 		lo = ans.Messages[0].Seq
 	}
 
-	c.deliverMu.Lock()
-	defer c.deliverMu.Unlock()
 	c.mu.Lock()
-	var fresh []Message
+	var fresh, updates []Message
 	if cs := c.st.Conversations[conversationID]; cs != nil {
-		hs := holeSet(cs.Holes)
+		holes, stale := holeSet(cs.Holes), holeSet(cs.Stale)
 		for _, m := range ans.Messages {
-			if m.Seq >= lo && m.Seq <= hole.To && hs.contains(m.Seq) {
+			switch {
+			case m.Seq < lo || m.Seq > hole.To:
+			case holes.contains(m.Seq):
 				fresh = append(fresh, m)
+			case stale.contains(m.Seq) && m.CurrentVersion() > cs.appliedVersion(m.Seq):
+				updates = append(updates, m)
 			}
 		}
 	}
@@ -415,15 +501,47 @@ func (c *Client) Backfill(ctx context.Context, conversationID int64) (BackfillRe
 			return BackfillResult{}, fmt.Errorf("OnHistory(conversation %d): %w", conversationID, err)
 		}
 	}
+	if h := c.cfg.Handler.OnUpdate; h != nil {
+		for _, m := range updates {
+			if err := h(handlerCtx(ctx), m); err != nil {
+				return BackfillResult{}, fmt.Errorf("OnUpdate(conversation %d, seq %d, version %d): %w",
+					conversationID, m.Seq, m.CurrentVersion(), err)
+			}
+		}
+	}
 	c.mu.Lock()
 	cs := c.conv(conversationID)
+	for _, m := range fresh {
+		cs.noteVersion(m.Seq, m.CurrentVersion())
+	}
+	for _, m := range updates {
+		cs.noteVersion(m.Seq, m.CurrentVersion())
+	}
 	cs.Holes = holeSet(cs.Holes).remove(lo, hole.To)
-	remaining := append([]Hole(nil), cs.Holes...)
+	cs.Stale = holeSet(cs.Stale).remove(lo, hole.To)
+	remaining := []Hole(cs.toRead())
 	c.mu.Unlock()
 	if err := c.save(ctx); err != nil {
 		return BackfillResult{}, err
 	}
-	return BackfillResult{Messages: fresh, Remaining: remaining}, nil
+	return BackfillResult{Messages: fresh, Updates: updates, Remaining: remaining}, nil
+}
+
+// olderThanApplied reports whether a page holds a message in an older
+// version than the app was handed.
+func (c *Client) olderThanApplied(conversationID int64, msgs []Message) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cs := c.st.Conversations[conversationID]
+	if cs == nil {
+		return false
+	}
+	for i := range msgs {
+		if msgs[i].CurrentVersion() < cs.appliedVersion(msgs[i].Seq) {
+			return true
+		}
+	}
+	return false
 }
 
 // Sync catches up over HTTP once: it pulls every entry after the cursor

@@ -32,18 +32,35 @@ const maxResults = 4096
 // wait for the network; WaitSent (or Handler.OnSendResult) tells the
 // outcome. An empty or invalid UTF-8 body is refused at once.
 func (c *Client) Send(ctx context.Context, conversationID int64, body string) (string, error) {
-	if body == "" {
+	return c.enqueue(ctx, OutboxItem{ConversationID: conversationID, Body: body})
+}
+
+// SendReply is Send for a message that answers message replyTo of the same
+// conversation (its Message.ReplyTo). It is queued, saved and retried like
+// any send; a replyTo the user cannot see (or not below the new message's
+// seq) is refused by the server with a 400 in the SendResult.
+func (c *Client) SendReply(ctx context.Context, conversationID, replyTo int64, body string) (string, error) {
+	if replyTo <= 0 {
+		return "", fmt.Errorf("client: bad reply_to %d", replyTo)
+	}
+	return c.enqueue(ctx, OutboxItem{ConversationID: conversationID, ReplyTo: replyTo, Body: body})
+}
+
+// enqueue checks a send, gives it a msg_id, queues it and saves the queue.
+func (c *Client) enqueue(ctx context.Context, it OutboxItem) (string, error) {
+	if it.Body == "" {
 		return "", errors.New("client: empty message body")
 	}
-	if !utf8.ValidString(body) {
+	if !utf8.ValidString(it.Body) {
 		return "", errors.New("client: message body is not valid UTF-8")
 	}
-	if conversationID <= 0 {
-		return "", fmt.Errorf("client: bad conversation id %d", conversationID)
+	if it.ConversationID <= 0 {
+		return "", fmt.Errorf("client: bad conversation id %d", it.ConversationID)
 	}
 	id := uuid.NewString()
+	it.MsgID, it.Queued = id, time.Now().UTC()
 	c.mu.Lock()
-	c.st.Outbox = append(c.st.Outbox, OutboxItem{MsgID: id, ConversationID: conversationID, Body: body, Queued: time.Now().UTC()})
+	c.st.Outbox = append(c.st.Outbox, it)
 	c.mu.Unlock()
 	if err := c.save(ctx); err != nil {
 		c.mu.Lock()
@@ -324,7 +341,7 @@ func (c *Client) sendOnce(ctx context.Context, it OutboxItem) (*Message, error) 
 			return s.send(ctx, it)
 		}
 	}
-	return c.api.send(ctx, it.ConversationID, it.MsgID, it.Body, 0)
+	return c.api.send(ctx, it, 0)
 }
 
 // sleepCtx sleeps d unless ctx ends first; it reports whether it slept.

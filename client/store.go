@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"sync"
 	"time"
 )
@@ -38,15 +39,56 @@ type ConversationState struct {
 	Version int64 `json:"version"`
 	// Holes are the seqs up to LastSeq that were not delivered.
 	Holes []Hole `json:"holes,omitempty"`
+	// Stale are seqs that were delivered but whose changes (update entries)
+	// a too_long jump may have skipped: Backfill reads them again and hands
+	// the changed ones to Handler.OnUpdate. Disjoint from Holes.
+	Stale []Hole `json:"stale,omitempty"`
+	// Versions is, by seq, the highest version of a changed message
+	// (version above 1) the app was handed: an update entry is passed to
+	// Handler.OnUpdate only when its version is higher. Unchanged messages
+	// are not listed (their version is 1).
+	Versions map[int64]int64 `json:"versions,omitempty"`
+}
+
+// appliedVersion is the version of message seq the app was handed: 1 for
+// a message never seen changed.
+func (cs *ConversationState) appliedVersion(seq int64) int64 {
+	if v, ok := cs.Versions[seq]; ok {
+		return v
+	}
+	return 1
+}
+
+// noteVersion records that the app was handed version v of message seq.
+func (cs *ConversationState) noteVersion(seq, v int64) {
+	if v <= 1 || v <= cs.Versions[seq] {
+		return
+	}
+	if cs.Versions == nil {
+		cs.Versions = map[int64]int64{}
+	}
+	cs.Versions[seq] = v
+}
+
+// clone returns a deep copy of cs.
+func (cs *ConversationState) clone() *ConversationState {
+	cc := *cs
+	cc.Holes = append([]Hole(nil), cs.Holes...)
+	cc.Stale = append([]Hole(nil), cs.Stale...)
+	cc.Versions = maps.Clone(cs.Versions)
+	return &cc
 }
 
 // OutboxItem is a queued send. MsgID (a uuid v4 made by the client) is the
 // idempotency key of every attempt.
 type OutboxItem struct {
-	MsgID          string    `json:"msg_id"`
-	ConversationID int64     `json:"conversation_id"`
-	Body           string    `json:"body"`
-	Queued         time.Time `json:"queued"`
+	MsgID          string `json:"msg_id"`
+	ConversationID int64  `json:"conversation_id"`
+	Body           string `json:"body"`
+	// ReplyTo is the seq of the message this one answers (SendReply), 0
+	// for none.
+	ReplyTo int64     `json:"reply_to,omitempty"`
+	Queued  time.Time `json:"queued"`
 	// Appended is set once the server answered 202 pending: the message is
 	// in the log and will get a seq; it no longer holds back later sends.
 	Appended bool `json:"appended,omitempty"`
@@ -58,9 +100,7 @@ func (s *State) Clone() *State {
 	c := *s
 	c.Conversations = make(map[int64]*ConversationState, len(s.Conversations))
 	for id, cs := range s.Conversations {
-		cc := *cs
-		cc.Holes = append([]Hole(nil), cs.Holes...)
-		c.Conversations[id] = &cc
+		c.Conversations[id] = cs.clone()
 	}
 	c.Outbox = append([]OutboxItem(nil), s.Outbox...)
 	return &c

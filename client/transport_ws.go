@@ -48,7 +48,7 @@ func statusOfCode(code string) int {
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
-	case CodeNotMember:
+	case CodeNotMember, CodeForbidden:
 		return http.StatusForbidden
 	case CodeNotFound:
 		return http.StatusNotFound
@@ -60,6 +60,13 @@ func statusOfCode(code string) int {
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
+}
+
+// sendFrame is the send frame with the reply_to the gateway reads (the
+// ClientFrame field; protocol.Send does not declare it).
+type sendFrame struct {
+	protocol.Send
+	ReplyTo int64 `json:"reply_to,omitempty"`
 }
 
 type wsReply struct {
@@ -434,7 +441,8 @@ func (s *wsSession) send(ctx context.Context, it OutboxItem) (*Message, error) {
 		delete(s.acks, it.MsgID)
 		s.mu.Unlock()
 	}()
-	err := s.write(protocol.Send{Type: protocol.FrameSend, ConversationID: it.ConversationID, MsgID: it.MsgID, Body: it.Body})
+	err := s.write(sendFrame{Send: protocol.Send{Type: protocol.FrameSend, ConversationID: it.ConversationID, MsgID: it.MsgID, Body: it.Body},
+		ReplyTo: it.ReplyTo})
 	if err != nil {
 		return nil, fmt.Errorf("websocket send: %w", err)
 	}
@@ -450,7 +458,8 @@ func (s *wsSession) send(ctx context.Context, it OutboxItem) (*Message, error) {
 		if len(f.Message) == 0 || json.Unmarshal(f.Message, m) != nil || m.Seq == 0 {
 			// The ack carries the seq; the rest is the send's own.
 			body, _ := json.Marshal(it.Body)
-			m = &Message{ConversationID: it.ConversationID, Seq: f.Seq, MsgID: it.MsgID, Kind: protocol.MessageText, Body: body}
+			m = &Message{ConversationID: it.ConversationID, Seq: f.Seq, MsgID: it.MsgID, Kind: protocol.MessageText, Body: body,
+				ReplyTo: it.ReplyTo}
 		}
 		return m, nil
 	case <-t.C:

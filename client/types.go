@@ -10,6 +10,10 @@ import "github.com/inboxd/inboxd/protocol"
 const (
 	KindMessage = protocol.KindMessage
 	KindRecord  = protocol.KindRecord
+	// KindUpdate is a changed message (edited, deleted, reacted to):
+	// Entry.Message is its state when the entry was read, Version says
+	// which change it includes. Handler.OnUpdate receives the new ones.
+	KindUpdate = protocol.KindUpdate
 )
 
 // Message kinds (Message.Kind): a message a user sent, or one the server
@@ -25,12 +29,18 @@ const (
 // text of either.
 type Message = protocol.Message
 
+// Reaction is the count of one emoji on a message, and whether the user
+// is one of them (protocol.Reaction).
+type Reaction = protocol.Reaction
+
 // Record is one user's view of one conversation (protocol.Record).
 // Versions only grow: keep the highest seen.
 type Record = protocol.Record
 
 // Entry is an inbox entry (protocol.Entry): a message (Kind KindMessage,
-// Message set) or a changed record (Kind KindRecord, Record set).
+// Message set), a changed record (Kind KindRecord, Record set) or a changed
+// message (Kind KindUpdate, Message set to its state). Kinds added later
+// are passed to OnEntry as they come and otherwise skipped.
 type Entry = protocol.Entry
 
 // TooLong is what the client learnt when the server answered too_long: the
@@ -43,6 +53,11 @@ type TooLong struct {
 	Epoch, Head                   int64
 	Conversations                 []Record
 	NewHoles                      map[int64][]Hole
+	// Stale are, per conversation, the messages delivered before the jump:
+	// their changes (update entries) may have been skipped. Backfill reads
+	// them again after the holes above and hands the changed ones to
+	// Handler.OnUpdate.
+	Stale map[int64][]Hole
 }
 
 // SendResult is the end of a queued send: the message with its seq, or the

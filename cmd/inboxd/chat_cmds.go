@@ -252,13 +252,41 @@ func setFlag(ctx context.Context, name, state string, args []string) error {
 	return nil
 }
 
-// formatMessage is a message as tail and history print it.
+// formatMessage is a message as tail and history print it: "↩ #12" before
+// the text of a reply, "(edited)", "(deleted)" and the reactions after it.
 func formatMessage(conv string, m *client.Message) string {
 	at := m.CreatedAt.Local().Format("15:04:05")
 	if m.Kind == "system" {
 		return fmt.Sprintf("%s %s #%d  * %s", at, conv, m.Seq, describeSystem(m.Body))
 	}
-	return fmt.Sprintf("%s %s #%d  user %d: %s", at, conv, m.Seq, m.SenderID, m.Text())
+	return fmt.Sprintf("%s %s #%d  user %d: %s", at, conv, m.Seq, m.SenderID, textState(m))
+}
+
+// textState is a text message's text with its markers.
+func textState(m *client.Message) string {
+	text := m.Text()
+	switch {
+	case m.Deleted:
+		text = "(deleted)"
+	case m.EditedAt != nil:
+		text += " (edited)"
+	}
+	if m.ReplyTo != 0 {
+		text = fmt.Sprintf("↩ #%d %s", m.ReplyTo, text)
+	}
+	if len(m.Reactions) > 0 {
+		text += " " + formatReactions(m.Reactions)
+	}
+	return text
+}
+
+// formatReactions is "[👍 2, 🎉 1]", or "[]" for none.
+func formatReactions(rs []client.Reaction) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%s %d", r.Emoji, r.Count)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // describeSystem reads a system message's body (docs/protocol.md) as a

@@ -215,8 +215,9 @@ func runSend(ctx context.Context, args []string) error {
 	var f clientFlags
 	f.bind(fs)
 	conv := fs.Int64("conversation", 0, "conversation id to send to")
+	replyTo := fs.Int64("reply-to", 0, "seq of the message this one answers")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the seq; an unsent message stays queued for the next inboxd send")
-	fs.Usage = config.Usage(fs, "inboxd send --conversation ID TEXT...: send a message (TEXT - reads stdin), print its seq")
+	fs.Usage = config.Usage(fs, "inboxd send --conversation ID [--reply-to SEQ] TEXT...: send a message (TEXT - reads stdin), print its seq")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
@@ -246,7 +247,12 @@ func runSend(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	id, err := c.Send(ctx, *conv, text)
+	var id string
+	if *replyTo != 0 {
+		id, err = c.SendReply(ctx, *conv, *replyTo, text)
+	} else {
+		id, err = c.Send(ctx, *conv, text)
+	}
 	if err != nil {
 		return err
 	}
@@ -350,9 +356,10 @@ func runTail(ctx context.Context, args []string) error {
 		return err
 	}
 	defer store.Close()
-	p := &tailPrinter{json: f.jsonOut, out: os.Stdout, titles: map[int64]string{}}
+	p := &tailPrinter{json: f.jsonOut, out: os.Stdout, titles: map[int64]string{}, known: map[[2]int64]client.Message{}}
 	h := client.Handler{
-		OnEntry: p.entry,
+		OnEntry:  p.entry,
+		OnUpdate: p.update,
 		OnTooLong: func(_ context.Context, t client.TooLong) error {
 			return p.tooLong(t)
 		},
@@ -397,11 +404,23 @@ func isClientRefusal(err error) bool {
 	return errors.As(err, &ae) && !ae.Temporary()
 }
 
-// tailPrinter prints entries for people or as JSON lines.
+// tailPrinter prints entries for people or as JSON lines. As JSON, every
+// entry is printed as the protocol has it (update entries too); as text,
+// the changes of a message are printed when they are news (OnUpdate), as
+// what changed since the state this run printed.
 type tailPrinter struct {
 	json   bool
 	out    io.Writer
 	titles map[int64]string
+	known  map[[2]int64]client.Message // the messages printed by this run, as printed
+}
+
+func (p *tailPrinter) conv(cid int64) string {
+	conv := "conv " + strconv.FormatInt(cid, 10)
+	if t := p.titles[cid]; t != "" {
+		conv += " (" + t + ")"
+	}
+	return conv
 }
 
 func (p *tailPrinter) entry(_ context.Context, e client.Entry) error {
@@ -411,12 +430,12 @@ func (p *tailPrinter) entry(_ context.Context, e client.Entry) error {
 	if p.json {
 		return printJSON(p.out, e)
 	}
-	conv := "conv " + strconv.FormatInt(e.ConversationID, 10)
-	if t := p.titles[e.ConversationID]; t != "" {
-		conv += " (" + t + ")"
-	}
+	conv := p.conv(e.ConversationID)
 	switch {
+	case e.Kind == client.KindUpdate:
+		return nil // printed by update when it is news
 	case e.Message != nil:
+		p.known[[2]int64{e.ConversationID, e.Message.Seq}] = *e.Message
 		_, err := fmt.Fprintln(p.out, formatMessage(conv, e.Message))
 		return err
 	case e.Record != nil:
@@ -438,6 +457,38 @@ func (p *tailPrinter) entry(_ context.Context, e client.Entry) error {
 		return err
 	}
 	return nil
+}
+
+// update prints a message's change: "#12 edited: …", "#12 deleted",
+// "#12 reactions: [👍 2]" (both parts when the text and the reactions
+// changed).
+func (p *tailPrinter) update(_ context.Context, m client.Message) error {
+	if p.json {
+		return nil // the update entry was printed as it is
+	}
+	_, err := fmt.Fprintln(p.out, updateLine(p.conv(m.ConversationID), p.known[[2]int64{m.ConversationID, m.Seq}], m))
+	p.known[[2]int64{m.ConversationID, m.Seq}] = m
+	return err
+}
+
+// updateLine says what changed from prev to m. When prev is not known
+// (zero: this run did not print the message), it says what m is now.
+func updateLine(conv string, prev, m client.Message) string {
+	head := fmt.Sprintf("         %s #%d ", conv, m.Seq)
+	switch {
+	case m.Deleted:
+		return head + "deleted"
+	case prev.Seq == 0:
+		return head + "changed: " + textState(&m)
+	}
+	var parts []string
+	if m.Text() != prev.Text() {
+		parts = append(parts, "edited: "+m.Text())
+	}
+	if formatReactions(m.Reactions) != formatReactions(prev.Reactions) || len(parts) == 0 {
+		parts = append(parts, "reactions: "+formatReactions(m.Reactions))
+	}
+	return head + strings.Join(parts, "; ")
 }
 
 func (p *tailPrinter) tooLong(t client.TooLong) error {
@@ -509,6 +560,9 @@ func runConversations(ctx context.Context, args []string) error {
 		last := ""
 		if r.LastMessage != nil {
 			last = r.LastMessage.Text()
+			if r.LastMessage.Deleted {
+				last = "(deleted)"
+			}
 			if r.LastMessage.Kind == "system" {
 				last = describeSystem(r.LastMessage.Body)
 			}

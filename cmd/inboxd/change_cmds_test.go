@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/client"
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+// TestChangeCommands runs edit, delete, react (and --off), send --reply-to
+// against `inboxd dev`, and reads the result back with history and tail:
+// the markers of edited, deleted and replied messages and the reactions,
+// tail's lines for update entries, and the JSON forms.
+func TestChangeCommands(t *testing.T) {
+	d := newDevInstance(t)
+	d.start(t)
+	require.NoError(t, d.proc.WaitOutput("partitions assigned", time.Minute))
+	work := t.TempDir()
+	run := func(want int, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(testenv.Binary(t), args...)
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "HOME="+work, "XDG_CONFIG_HOME="+filepath.Join(work, ".config"),
+			"INBOXD_URL="+d.url(), "INBOXD_STATE=", "INBOXD_TOKEN=", "NO_COLOR=1")
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		require.Equal(t, want, code, "inboxd %s:\n%s", strings.Join(args, " "), out)
+		return strings.TrimRight(string(out), "\n")
+	}
+	lines := func(s string) []string { return strings.Split(s, "\n") }
+	alice := []string{"--state", filepath.Join(work, "alice")}
+	bob := []string{"--state", filepath.Join(work, "bob")}
+	// as puts the user's --state right after the command: flags go before
+	// the arguments.
+	as := func(who []string, cmd string, args ...string) []string {
+		return append(append([]string{cmd}, who...), args...)
+	}
+
+	run(0, as(alice, "login", "--user", "1")...)
+	run(0, as(bob, "login", "--user", "2")...)
+	require.Equal(t, "created conversation 1", run(0, as(alice, "create", "--title", "changes", "2")...))
+	run(0, as(alice, "send", "--conversation", "1", "hello bob")...)
+	run(0, as(alice, "send", "--conversation", "1", "typo")...)
+	// bob's tail catches up: the messages as they are.
+	tail := lines(run(0, as(bob, "tail", "--once")...))
+	require.Contains(t, tail[len(tail)-1], "#3  user 1: typo")
+
+	require.Regexp(t, `conv 1 #2  user 1: hello bob! \(edited\)$`,
+		run(0, as(alice, "edit", "--conversation", "1", "--seq", "2", "hello", "bob!")...))
+	require.Regexp(t, `conv 1 #2  user 1: hello bob! \(edited\) \[👍 1\]$`,
+		run(0, as(bob, "react", "--conversation", "1", "--seq", "2", "👍")...))
+	require.Regexp(t, `#2  user 1: hello bob! \(edited\) \[👍 2\]$`,
+		run(0, as(alice, "react", "--conversation", "1", "--seq", "2", "👍")...))
+	require.Regexp(t, `#2  user 1: hello bob! \(edited\) \[🎉 1, 👍 1\]$`,
+		run(0, as(alice, "react", "--conversation", "1", "--seq", "2", "🎉")...))
+	require.Regexp(t, `conv 1 #3  user 1: \(deleted\)$`, run(0, as(alice, "delete", "--conversation", "1", "--seq", "3")...))
+	require.Contains(t, run(0, as(bob, "send", "--conversation", "1", "--reply-to", "2", "yes?")...), "as seq 4")
+
+	// Refusals: bob edits alice's message; no reaction to a deleted one.
+	require.Contains(t, run(1, as(bob, "edit", "--conversation", "1", "--seq", "2", "mine")...), "403 forbidden")
+	require.Contains(t, run(1, as(bob, "react", "--conversation", "1", "--seq", "3", "👍")...), "400")
+	require.Contains(t, run(1, as(bob, "react", "--conversation", "1", "--seq", "2")...), "give one emoji")
+
+	hist := lines(run(0, as(bob, "history", "--conversation", "1")...))
+	require.Len(t, hist, 4)
+	require.Regexp(t, `#2  user 1: hello bob! \(edited\) \[🎉 1, 👍 1\]$`, hist[1])
+	require.Regexp(t, `#3  user 1: \(deleted\)$`, hist[2])
+	require.Regexp(t, `#4  user 2: ↩ #2 yes\?$`, hist[3])
+
+	// bob's tail: each change once (the update entries read now all carry
+	// the state as it is: one line per message). Messages printed by an
+	// earlier run are shown as they are now.
+	tail = lines(run(0, as(bob, "tail", "--once")...))
+	require.Contains(t, tail, "         conv 1 (changes) #2 changed: hello bob! (edited) [🎉 1, 👍 1]")
+	require.Contains(t, tail, "         conv 1 (changes) #3 deleted")
+	require.Regexp(t, `#4  user 2: ↩ #2 yes\?$`, tail[len(tail)-1])
+	run(0, as(bob, "react", "--off", "--conversation", "1", "--seq", "2")...)
+	tail = lines(run(0, as(bob, "tail", "--once")...))
+	require.Equal(t, []string{"         conv 1 (changes) #2 changed: hello bob! (edited) [🎉 1]"}, tail)
+
+	// JSON: the message after the change; the update entries of tail.
+	var m client.Message
+	require.NoError(t, json.Unmarshal([]byte(run(0, as(alice, "edit", "--json", "--conversation", "1", "--seq", "2", "hi")...)), &m))
+	require.Equal(t, "hi", m.Text())
+	require.EqualValues(t, 7, m.Version)
+	require.NotNil(t, m.EditedAt)
+	var e client.Entry
+	require.NoError(t, json.Unmarshal([]byte(run(0, as(bob, "tail", "--once", "--json")...)), &e))
+	require.Equal(t, client.KindUpdate, e.Kind)
+	require.Equal(t, "hi", e.Message.Text())
+	require.NoError(t, d.proc.Stop(30*time.Second), d.proc.Output())
+}
+
+// updateLine names what changed, or the state when the previous one is
+// not known.
+func TestUpdateLine(t *testing.T) {
+	now := time.Now()
+	msg := func(text string, edited, deleted bool, rs ...client.Reaction) client.Message {
+		raw, _ := json.Marshal(text)
+		m := client.Message{ConversationID: 1, Seq: 12, Kind: "text", Body: raw, Deleted: deleted, Reactions: rs}
+		if edited {
+			m.EditedAt = &now
+		}
+		return m
+	}
+	thumbs := client.Reaction{Emoji: "👍", Count: 2}
+	for _, tc := range []struct {
+		prev, m client.Message
+		want    string
+	}{
+		{msg("a", false, false), msg("b", true, false), "#12 edited: b"},
+		{msg("a", false, false), msg("a", false, false, thumbs), "#12 reactions: [👍 2]"},
+		{msg("a", false, false, thumbs), msg("b", true, false), "#12 edited: b; reactions: []"},
+		{msg("a", false, false), msg("", false, true), "#12 deleted"},
+		{client.Message{}, msg("b", true, false, thumbs), "#12 changed: b (edited) [👍 2]"},
+		{client.Message{}, msg("", false, true), "#12 deleted"},
+	} {
+		require.Equal(t, "         conv 1 "+tc.want, updateLine("conv 1", tc.prev, tc.m))
+	}
+}

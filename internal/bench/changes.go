@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -70,6 +72,10 @@ type ChangesResult struct {
 	Edit          ChangesPhase `json:"edit"`
 	EditVerifyOK  bool         `json:"edit_verify_ok"`
 	Reactions     ReactionsRun `json:"reactions"`
+	// The 1-minute load average at the start and at the end of the figure:
+	// the machine may be shared, and the figure's own processes count in it.
+	LoadAtStart float64 `json:"load_average_1m_at_start"`
+	LoadAtEnd   float64 `json:"load_average_1m_at_end"`
 }
 
 // ReactionsRun is the reactions half of the changes figure.
@@ -114,6 +120,14 @@ func (r ChangesResult) Rows() []Row {
 			Ratio: ratio(e.Achieved, s.Achieved),
 		})
 	}
+	if ec, sc := e.cpuPerRequest(), s.cpuPerRequest(); ec > 0 && sc > 0 {
+		rows = append(rows, Row{
+			Figure:    "CPU per edit (" + e.serverGroups() + ", over the phase and its drain)",
+			Value:     ms(ec),
+			Reference: "CPU per send, same members, same run: " + ms(sc),
+			Ratio:     ratio(ec, sc),
+		})
+	}
 	x := r.Reactions
 	if x.Appended > 0 {
 		verdict := "projector.Verify OK"
@@ -129,6 +143,29 @@ func (r ChangesResult) Rows() []Row {
 		})
 	}
 	return rows
+}
+
+// cpuPerRequest is the CPU milliseconds of the server side (everything but
+// the load generator) per answered request; 0 when unknown.
+func (p ChangesPhase) cpuPerRequest() float64 {
+	var secs float64
+	for _, c := range p.CPU {
+		if c.Group != "load generator" {
+			secs += c.Seconds
+		}
+	}
+	return div(secs*1000, float64(p.Applied+p.Pending))
+}
+
+// serverGroups names the process groups cpuPerRequest counts.
+func (p ChangesPhase) serverGroups() string {
+	var g []string
+	for _, c := range p.CPU {
+		if c.Group != "load generator" {
+			g = append(g, c.Group)
+		}
+	}
+	return strings.Join(g, ", ")
 }
 
 // phaseTrouble names what went wrong in a phase, if anything.
@@ -157,14 +194,15 @@ func phaseTrouble(p ChangesPhase) string {
 // its own, checked with projector.Verify at the end.
 func Changes(ctx context.Context, env *Env, cfg ChangesConfig) (ChangesResult, error) {
 	cfg.setDefaults()
-	res := ChangesResult{Conversations: cfg.Conversations, Members: cfg.Members}
-	if err := changesEdits(ctx, env, cfg, &res); err != nil {
-		return res, err
+	res := ChangesResult{Conversations: cfg.Conversations, Members: cfg.Members, LoadAtStart: loadAverage()}
+	progressf(env.Progress, "bench changes: load average %.2f", res.LoadAtStart)
+	err := changesEdits(ctx, env, cfg, &res)
+	if err == nil {
+		err = changesReactions(ctx, env, cfg, &res.Reactions)
 	}
-	if err := changesReactions(ctx, env, cfg, &res.Reactions); err != nil {
-		return res, err
-	}
-	return res, nil
+	res.LoadAtEnd = loadAverage()
+	progressf(env.Progress, "bench changes: load average %.2f at the end", res.LoadAtEnd)
+	return res, err
 }
 
 // startFanout runs a fanout on pl until the returned stop is called.
@@ -202,7 +240,7 @@ func changesEdits(ctx context.Context, env *Env, cfg ChangesConfig, res *Changes
 		return err
 	}
 	defer pl.Close()
-	_, stopFanout, err := startFanout(ctx, env, pl)
+	reg, stopFanout, err := startFanout(ctx, env, pl)
 	if err != nil {
 		return err
 	}
@@ -246,9 +284,21 @@ func changesEdits(ctx context.Context, env *Env, cfg ChangesConfig, res *Changes
 	res.Connections = rd.Connections
 	progressf(pr, "bench changes: %d conversations of %d members, %d WebSockets, a first message in each", cfg.Conversations, cfg.Members, rd.Connections)
 
+	groups := map[string]func() []int{
+		"gateway":        func() []int { return []int{ready.Pid} },
+		"fanout + kfake": func() []int { return []int{os.Getpid()} },
+		"load generator": func() []int { return []int{wk.pid()} },
+		"PostgreSQL":     env.postgresPids,
+	}
+	if env.PGData == "" {
+		delete(groups, "PostgreSQL")
+	}
 	run := func(name, mode string, secs float64) (ChangesPhase, error) {
 		progressf(pr, "bench changes: %s: offering %s %ss/s for %gs ...", name, num(cfg.Rate), mode, secs)
 		cmd, _ := json.Marshal(changesPhaseCmd{Name: name, Mode: mode, Rate: cfg.Rate, Seconds: secs, DrainSeconds: cfg.DrainSeconds})
+		f0 := gatherFanout(reg)
+		meter := newCPUMeter(groups)
+		t0 := time.Now()
 		if err := wk.send("phase " + string(cmd)); err != nil {
 			return ChangesPhase{}, err
 		}
@@ -256,9 +306,19 @@ func changesEdits(ctx context.Context, env *Env, cfg ChangesConfig, res *Changes
 		if err := wk.expectJSON(ctx, "result", time.Duration(secs+cfg.DrainSeconds+120)*time.Second, &p); err != nil {
 			return p, err
 		}
-		progressf(pr, "bench changes: %s: achieved %s/s, push p50 %s p99 %s max %s (request p50 %s p99 %s), %d/%d pushes%s",
+		p.CPU = meter.stop()
+		if f1 := gatherFanout(reg); f1.batches > f0.batches {
+			p.FanoutBusy = (f1.seconds - f0.seconds) / time.Since(t0).Seconds()
+			p.FanoutBatchMs = (f1.seconds - f0.seconds) / (f1.batches - f0.batches) * 1000
+			p.FanoutPerBatch = (f1.records - f0.records) / (f1.batches - f0.batches)
+		}
+		var cpu []string
+		for _, c := range p.CPU {
+			cpu = append(cpu, fmt.Sprintf("%s %.2f", c.Group, c.Cores))
+		}
+		progressf(pr, "bench changes: %s: achieved %s/s, push p50 %s p99 %s max %s (request p50 %s p99 %s), %d/%d pushes%s; fanout busy %.0f%%, batches of %.1f records in %s; cores: %s",
 			name, num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Push.Max), ms(p.Request.P50), ms(p.Request.P99),
-			p.Received, p.Expected, phaseTrouble(p))
+			p.Received, p.Expected, phaseTrouble(p), p.FanoutBusy*100, p.FanoutPerBatch, ms(p.FanoutBatchMs), strings.Join(cpu, ", "))
 		return p, nil
 	}
 	if cfg.WarmupSeconds > 0 {

@@ -252,7 +252,7 @@ func TestBenchChangesSmoke(t *testing.T) {
 	require.Positive(t, x.UpdateEntries)
 	require.LessOrEqual(t, x.UpdateEntries, x.Applied*int64(x.Members), "at most one entry per member per reaction")
 	rows := res.Rows()
-	require.Len(t, rows, 3)
+	require.Len(t, rows, 4)
 	for _, row := range rows {
 		require.NotEmpty(t, row.Reference, row.Figure)
 		require.NotEmpty(t, row.Ratio, row.Figure)

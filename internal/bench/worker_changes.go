@@ -66,6 +66,13 @@ type ChangesPhase struct {
 	Push     Dist   `json:"push"`
 	Request  Dist   `json:"request"` // the HTTP round trip (answered after the projection)
 	FirstErr string `json:"first_error,omitempty"`
+	// The orchestrator fills these in: the fanout's share of the phase
+	// spent applying batches (summed over its concurrent apply workers)
+	// and their mean size, and the CPU of each process group.
+	FanoutBusy     float64    `json:"fanout_busy"`
+	FanoutBatchMs  float64    `json:"fanout_batch_mean_ms"`
+	FanoutPerBatch float64    `json:"fanout_records_per_batch"`
+	CPU            []CPUShare `json:"cpu"`
 }
 
 // convEdits are the edits of one conversation's first message in a phase:

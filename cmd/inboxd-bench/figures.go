@@ -112,6 +112,7 @@ func bindChanges(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&c.Members, "members", 7, "members per conversation of the edits")
 	fs.Float64Var(&c.Rate, "rate", 1000, "edits/s offered, and sends/s of the reference")
 	fs.Float64Var(&c.Seconds, "seconds", 10, "length of the edit phase and of the send phase")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: pgx's default, as inboxd gateway)")
 	fs.IntVar(&c.ReactionMembers, "reaction-members", 500, "members of the conversation of the reactions")
 	fs.Float64Var(&c.ReactionRate, "reaction-rate", 1000, "reaction changes/s appended on its one message")
 	fs.Float64Var(&c.ReactionSeconds, "reaction-seconds", 10, "length of the reaction burst")

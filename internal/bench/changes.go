@@ -32,6 +32,9 @@ type ChangesConfig struct {
 	Seconds       float64 // [10] length of the edit phase and of the send phase
 	WarmupSeconds float64 // [2] a send phase before both, not reported
 	DrainSeconds  float64 // [3] wait for the last pushes after a phase
+	// DBMaxConns is the gateway's PostgreSQL pool size [0: pgx's default,
+	// max(4, CPUs), as `inboxd gateway` without --db-max-conns].
+	DBMaxConns int
 	// The reactions: one conversation of ReactionMembers, one message,
 	// ReactionRate reaction changes/s for ReactionSeconds appended
 	// straight to the log.
@@ -264,7 +267,7 @@ func changesEdits(ctx context.Context, env *Env, cfg ChangesConfig, res *Changes
 	}
 	secret := randomSecret()
 	gw, ready, err := startServe(ctx, env, "gateway", serveConfig{Mode: "gateway", DatabaseURL: pl.url, Brokers: pl.brokers,
-		Partitions: cfg.Partitions, Secret: secret, MaxConns: 19000})
+		Partitions: cfg.Partitions, Secret: secret, MaxConns: 19000, DBMaxConns: cfg.DBMaxConns})
 	if err != nil {
 		return err
 	}

@@ -25,12 +25,13 @@ type figure struct {
 }
 
 var figures = map[string]figure{
-	"fanout": {"committed inbox rows/s vs a plain COPY of the same rows; idle latency; replay vs live", bindFanout},
-	"e2e":    {"send -> WebSocket push latency at fixed loads and the highest sustained one, vs commit latency", bindE2E},
-	"sync":   {"sync pages/s and 304s/s over a large inbox vs a trivial handler on the same server", bindSync},
-	"idle":   {"bytes per idle WebSocket of the gateway vs a bare gorilla/websocket echo server", bindIdle},
-	"storm":  {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
-	"all":    {"every figure, then the tables and charts of docs/benchmarks.md", bindAll},
+	"fanout":  {"committed inbox rows/s vs a plain COPY of the same rows; idle latency; replay vs live", bindFanout},
+	"e2e":     {"send -> WebSocket push latency at fixed loads and the highest sustained one, vs commit latency", bindE2E},
+	"sync":    {"sync pages/s and 304s/s over a large inbox vs a trivial handler on the same server", bindSync},
+	"idle":    {"bytes per idle WebSocket of the gateway vs a bare gorilla/websocket echo server", bindIdle},
+	"storm":   {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
+	"changes": {"edit -> WebSocket push latency vs a send's; update entries written for a burst of reactions on one message", bindChanges},
+	"all":     {"every figure, then the tables and charts of docs/benchmarks.md", bindAll},
 }
 
 func bindFanout(fs *flag.FlagSet) runFunc {
@@ -105,13 +106,28 @@ func bindStorm(fs *flag.FlagSet) runFunc {
 	}
 }
 
+func bindChanges(fs *flag.FlagSet) runFunc {
+	var c bench.ChangesConfig
+	fs.IntVar(&c.Conversations, "conversations", 300, "conversations of the edits, each of its own members (one WebSocket per member)")
+	fs.IntVar(&c.Members, "members", 7, "members per conversation of the edits")
+	fs.Float64Var(&c.Rate, "rate", 1000, "edits/s offered, and sends/s of the reference")
+	fs.Float64Var(&c.Seconds, "seconds", 10, "length of the edit phase and of the send phase")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: pgx's default, as inboxd gateway)")
+	fs.IntVar(&c.ReactionMembers, "reaction-members", 500, "members of the conversation of the reactions")
+	fs.Float64Var(&c.ReactionRate, "reaction-rate", 1000, "reaction changes/s appended on its one message")
+	fs.Float64Var(&c.ReactionSeconds, "reaction-seconds", 10, "length of the reaction burst")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		return bench.Changes(ctx, env, c)
+	}
+}
+
 func bindAll(fs *flag.FlagSet) runFunc {
 	var c bench.AllConfig
 	var only string
 	var quick bool
 	fs.StringVar(&c.Docs, "docs", "docs/benchmarks.md", "report whose generated blocks are replaced (empty: none)")
 	fs.StringVar(&c.Images, "images", "docs/images", "directory of the charts (empty: none)")
-	fs.StringVar(&only, "only", "", "comma-separated figures to run (fanout,e2e,sync,idle,storm); default all")
+	fs.StringVar(&only, "only", "", "comma-separated figures to run (fanout,e2e,sync,idle,storm,changes); default all but changes, which runs only when named")
 	fs.BoolVar(&quick, "quick", false, "small sizes, to check the suite in a few minutes (the figures are not the report's)")
 	fs.BoolVar(&c.NoProfiles, "no-profiles", false, "skip the CPU profiles")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {

@@ -12,7 +12,7 @@
 // this same executable again with two hidden commands:
 //
 //	inboxd-bench serve <json>          the gateway under test, or the bare echo server
-//	inboxd-bench worker <kind> <json>  a load generator (e2e, sync, idle, storm)
+//	inboxd-bench worker <kind> <json>  a load generator (e2e, sync, idle, storm, changes)
 //
 // The server under test is the gateway package in a process of its own, not
 // the inboxd binary: it is built with gateway.New and served on an
@@ -47,6 +47,8 @@ figures:
   sync     sync pages/s and 304s/s over a 1M-row inbox, vs a trivial handler on the same server
   idle     bytes per idle WebSocket of the gateway, vs a bare gorilla/websocket echo server
   storm    reconnect storm after a gateway restart: the SDK vs a naive client
+  changes  edit -> WebSocket push latency vs a send's at the same rate; update entries written
+           for a burst of reactions on one message of a 500-member conversation
   all      every figure, then the tables and charts of docs/benchmarks.md (make bench)
   report   the tables and charts again from the JSON of a bench all (--json)
 

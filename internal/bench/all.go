@@ -20,7 +20,10 @@ type AllConfig struct {
 	Sync     SyncConfig
 	Idle     IdleConfig
 	Storm    StormConfig
-	// Only runs these figures (fanout, e2e, sync, idle, storm); empty: all.
+	Changes  ChangesConfig
+	// Only runs these figures (fanout, e2e, sync, idle, storm, changes);
+	// empty: all but changes, which runs only when named (it would add
+	// about two minutes to the suite, and the report's tables predate it).
 	Only []string
 	// Docs is the report to update between its marker comments (empty:
 	// none); Images the directory of its charts.
@@ -39,6 +42,8 @@ func (c AllConfig) Quick() AllConfig {
 	c.Sync = SyncConfig{Users: 500, Seconds: 2, Conns: 16}
 	c.Idle = IdleConfig{Conns: 2000, Workers: 2, Settle: 1}
 	c.Storm = StormConfig{Clients: 400, Hold: 2500 * time.Millisecond, RecoverTimeout: 30 * time.Second}
+	c.Changes = ChangesConfig{Conversations: 60, Rate: 200, Seconds: 3, WarmupSeconds: 1, DrainSeconds: 2,
+		ReactionMembers: 100, ReactionRate: 200, ReactionSeconds: 2}
 	return c
 }
 
@@ -73,6 +78,7 @@ type AllResult struct {
 	Sync         *SyncResult        `json:"sync,omitempty"`
 	Idle         *IdleResult        `json:"idle,omitempty"`
 	Storm        *StormResult       `json:"storm,omitempty"`
+	Changes      *ChangesResult     `json:"changes,omitempty"`
 	Errors       map[string]string  `json:"errors,omitempty"`
 	Charts       []string           `json:"charts,omitempty"`
 }
@@ -107,6 +113,9 @@ func (r AllResult) sections() []section {
 	if r.Storm != nil {
 		s = append(s, section{"Reconnect storm (`inboxd-bench storm`)", r.Storm.Rows()})
 	}
+	if r.Changes != nil {
+		s = append(s, section{"Changes of a message: edit -> push, reaction bursts (`inboxd-bench changes`)", r.Changes.Rows()})
+	}
 	return s
 }
 
@@ -136,7 +145,7 @@ func (r AllResult) Profiles() []Profile {
 
 func (c AllConfig) wants(fig string) bool {
 	if len(c.Only) == 0 {
-		return true
+		return fig != "changes"
 	}
 	for _, o := range c.Only {
 		if o == fig {
@@ -262,6 +271,13 @@ func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
 		step("storm", func() error {
 			r, err := Storm(ctx, env, cfg.Storm)
 			res.Storm = &r
+			return err
+		})
+	}
+	if cfg.wants("changes") {
+		step("changes", func() error {
+			r, err := Changes(ctx, env, cfg.Changes)
+			res.Changes = &r
 			return err
 		})
 	}

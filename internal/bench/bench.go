@@ -30,6 +30,7 @@
 //	serve.go     the server under test (gateway or a bare echo server)
 //	fanout.go    fan-out throughput vs COPY, idle latency, replay vs live
 //	e2e.go       send -> WebSocket push latency vs commit latency
+//	changes.go   edit -> push latency vs a send's; entries of reaction bursts
 //	sync.go      sync pages/s and 304s/s vs a trivial handler
 //	syncdata.go  a large inbox generated with COPY
 //	idle.go      bytes per idle WebSocket vs a bare echo server

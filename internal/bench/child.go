@@ -44,6 +44,8 @@ func RunChild(ctx context.Context, args []string) error {
 			err = runIdleWorker(ctx, cio, raw)
 		case "storm":
 			err = runStormWorker(ctx, cio, raw)
+		case "changes":
+			err = runChangesWorker(ctx, cio, raw)
 		default:
 			err = fmt.Errorf("unknown worker %q", args[1])
 		}

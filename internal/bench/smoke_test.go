@@ -218,3 +218,46 @@ func TestMergeStorm(t *testing.T) {
 	require.Equal(t, int64(0), floorDiv(50, 100))
 	require.Equal(t, int64(-1), floorDiv(-100, 100))
 }
+
+// The changes figure at a tiny size, through `all --only changes`: the
+// edits are timed on the other members' WebSockets next to sends, the
+// reaction burst is applied in full and the projection verifies. A check
+// that the figure works, not a measurement.
+func TestBenchChangesSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a gateway and a load generator")
+	}
+	env, progress := testEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := All(ctx, env, AllConfig{Only: []string{"changes"}, Changes: ChangesConfig{
+		Conversations: 10, Rate: 50, Seconds: 1, WarmupSeconds: 0.5, DrainSeconds: 2,
+		ReactionMembers: 40, ReactionRate: 200, ReactionSeconds: 1}})
+	t.Log(progress.String())
+	require.NoError(t, err)
+	require.Nil(t, res.E2E, "only the changes figure ran")
+	c := res.Changes
+	require.NotNil(t, c)
+	require.Equal(t, 70, c.Connections)
+	for _, p := range []ChangesPhase{c.Send, c.Edit} {
+		require.Positive(t, p.Push.N, p.Name)
+		require.Zero(t, p.Errors, "%s: %s", p.Name, p.FirstErr)
+		require.Equal(t, p.Expected, p.Received, p.Name)
+	}
+	require.True(t, c.EditVerifyOK)
+	x := c.Reactions
+	require.True(t, x.VerifyOK)
+	require.Positive(t, x.Appended)
+	require.Equal(t, x.Appended, x.Applied)
+	require.Positive(t, x.UpdateEntries)
+	require.LessOrEqual(t, x.UpdateEntries, x.Applied*int64(x.Members), "at most one entry per member per reaction")
+	rows := res.Rows()
+	require.Len(t, rows, 4)
+	for _, row := range rows {
+		require.NotEmpty(t, row.Reference, row.Figure)
+		require.NotEmpty(t, row.Ratio, row.Figure)
+	}
+	var out bytes.Buffer
+	WriteTable(&out, rows)
+	t.Log("\n" + out.String())
+}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,8 +42,22 @@ func newDevInstance(t *testing.T) devInstance {
 }
 
 func (d *devInstance) start(t *testing.T, extra ...string) {
-	d.proc = testenv.Start(t, testenv.DevEnv, d.Args(append([]string{"--partitions", "4"}, extra...)...)...)
-	require.NoError(t, d.proc.WaitOutput("gateway listening", 2*time.Minute))
+	first := d.proc == nil
+	for attempt := 0; ; attempt++ {
+		d.proc = testenv.Start(t, testenv.DevEnv, d.Args(append([]string{"--partitions", "4"}, extra...)...)...)
+		err := d.proc.WaitOutput("gateway listening", 2*time.Minute)
+		if err != nil && first && attempt < 3 && strings.Contains(d.proc.Output(), "is taken") {
+			// A port picked free was taken since by another test's
+			// process: a first start moves to fresh ones.
+			s, serr := testenv.NewDevSetup()
+			require.NoError(t, serr)
+			os.RemoveAll(s.Dir)
+			d.PGPort, d.KafkaPort, d.HTTPPort = s.PGPort, s.KafkaPort, s.HTTPPort
+			continue
+		}
+		require.NoError(t, err)
+		return
+	}
 }
 
 // A second dev whose PostgreSQL, Kafka, HTTP port or data dir is the first

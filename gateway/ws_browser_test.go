@@ -33,12 +33,21 @@ func chromium() string {
 	return ""
 }
 
-// TestWSBrowserDemo is acceptance 5: headless Chromium drives the web demo
-// served beside the gateway. User 1 and user 2 log in, each in its own
-// browser context (separate storage); 1 creates a conversation with 2 and
-// sends; 2 sees it live. 2 goes offline, 1 sends three more, 2 comes back
-// online and its catch-up from the stored cursor brings exactly those.
-func TestWSBrowserDemo(t *testing.T) {
+// demo is the web demo served beside a gateway (with a fanout, on a fresh
+// environment) and one headless Chromium to drive it; each tab is a user
+// in its own browser context (separate storage).
+type demo struct {
+	t       *testing.T
+	url     string
+	browser context.Context
+
+	consoleMu sync.Mutex
+	console   []string // the pages' console, shown when a step fails
+}
+
+// newDemo starts the demo, or skips the test when there is no Chromium.
+func newDemo(t *testing.T) *demo {
+	t.Helper()
 	bin := chromium()
 	if bin == "" {
 		t.Skip("no Chromium found (apt-get install -y chromium, or set INBOXD_TEST_CHROME)")
@@ -57,119 +66,153 @@ func TestWSBrowserDemo(t *testing.T) {
 		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-dev-shm-usage", true))
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	browser, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
+	t.Cleanup(cancelBrowser)
 	require.NoError(t, chromedp.Do(browser)) // starts the browser
-	// The pages' console, shown when a step fails.
-	var consoleMu sync.Mutex
-	var console []string
-	var readers sync.WaitGroup
-	tab := func(name string) context.Context {
-		ctx, cancel := chromedp.NewContext(browser, chromedp.WithNewBrowserContext())
-		require.NoError(t, chromedp.Do(ctx))
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			for m, err := range chromedp.Console(ctx) {
-				if err != nil {
-					return
-				}
-				consoleMu.Lock()
-				console = append(console, name+": "+m.String())
-				consoleMu.Unlock()
+	return &demo{t: t, url: w.url, browser: browser}
+}
+
+// tab opens a browser context of its own, named for the console.
+func (d *demo) tab(name string) context.Context {
+	ctx, cancel := chromedp.NewContext(d.browser, chromedp.WithNewBrowserContext())
+	require.NoError(d.t, chromedp.Do(ctx))
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		for m, err := range chromedp.Console(ctx) {
+			if err != nil {
+				return
 			}
-		}()
-		t.Cleanup(func() {
-			cancel()
-			readers.Wait()
-		})
-		return ctx
-	}
-	alice, bob := tab("alice"), tab("bob")
-
-	// Every step has a generous bound against hangs only.
-	do := func(ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
-			defer dcancel()
-			page, perr := chromedp.Run(dctx, chromedp.Evaluate[string](`document.body.innerText`))
-			consoleMu.Lock()
-			defer consoleMu.Unlock()
-			t.Fatalf("%s: %v\npage (%v):\n%s\nconsole:\n%s", what, err, perr, page, strings.Join(console, "\n"))
+			d.consoleMu.Lock()
+			d.console = append(d.console, name+": "+m.String())
+			d.consoleMu.Unlock()
 		}
-	}
-	until := func(expr string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(20*time.Millisecond))
-	}
-	has := func(text string) string {
-		return fmt.Sprintf(`[...document.querySelectorAll('#messages .msg .body')].some(e => e.textContent === %q)`, text)
-	}
-	confirmed := func(text string) string { // shown with its seq
-		return fmt.Sprintf(`[...document.querySelectorAll('#messages .msg[data-seq]')].some(e => e.querySelector('.body').textContent === %q)`, text)
-	}
-	login := func(ctx context.Context, id int) {
-		do(ctx, "log in as "+strconv.Itoa(id),
-			chromedp.Navigate(w.url+"/"),
-			chromedp.WaitVisible("#user-id"),
-			chromedp.SendKeys("#user-id", strconv.Itoa(id)),
-			chromedp.Click("#login-btn"),
-			until(`document.querySelector('#status').textContent === 'online'`),
-		)
-	}
-	say := func(ctx context.Context, text string) {
-		do(ctx, "send "+text,
-			chromedp.SendKeys("#compose", text),
-			chromedp.Click("#send-btn"),
-			until(confirmed(text)),
-		)
-	}
+	}()
+	d.t.Cleanup(func() {
+		cancel()
+		<-read
+	})
+	return ctx
+}
 
-	login(alice, 1)
-	login(bob, 2)
-	do(alice, "create a conversation",
-		chromedp.SendKeys("#new-title", "demo"),
-		chromedp.SendKeys("#new-members", "2"),
+// do runs steps in a tab, failing the test with the page's text and the
+// console when one fails. Every step has a generous bound against hangs only.
+func (d *demo) do(ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	d.t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx, steps...); err != nil {
+		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer dcancel()
+		page, perr := chromedp.Run(dctx, chromedp.Evaluate[string](`document.body.innerText`))
+		d.consoleMu.Lock()
+		defer d.consoleMu.Unlock()
+		d.t.Fatalf("%s: %v\npage (%v):\n%s\nconsole:\n%s", what, err, perr, page, strings.Join(d.console, "\n"))
+	}
+}
+
+// until waits for a JavaScript expression to be true: the page's state,
+// never a sleep.
+func until(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(20*time.Millisecond))
+}
+
+// has: a message with this text is shown.
+func has(text string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll('#messages .msg .body')].some(e => e.textContent === %q)`, text)
+}
+
+// confirmed: a message with this text is shown with its seq.
+func confirmed(text string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll('#messages .msg[data-seq]')].some(e => e.querySelector('.body').textContent === %q)`, text)
+}
+
+func (d *demo) login(ctx context.Context, id int) {
+	d.t.Helper()
+	d.do(ctx, "log in as "+strconv.Itoa(id),
+		chromedp.Navigate(d.url+"/"),
+		chromedp.WaitVisible("#user-id"),
+		chromedp.SendKeys("#user-id", strconv.Itoa(id)),
+		chromedp.Click("#login-btn"),
+		until(`document.querySelector('#status').textContent === 'online'`),
+	)
+}
+
+func (d *demo) say(ctx context.Context, text string) {
+	d.t.Helper()
+	d.do(ctx, "send "+text,
+		chromedp.SendKeys("#compose", text),
+		chromedp.Click("#send-btn"),
+		until(confirmed(text)),
+	)
+}
+
+// converse has creator create a conversation titled title with member and
+// member open it once it is pushed to its list.
+func (d *demo) converse(creator, member context.Context, title string, memberID int) {
+	d.t.Helper()
+	d.do(creator, "create a conversation",
+		chromedp.SendKeys("#new-title", title),
+		chromedp.SendKeys("#new-members", strconv.Itoa(memberID)),
 		chromedp.Click("#create-btn"),
-		until(`document.querySelector('#view-title').textContent === 'demo'`),
+		until(fmt.Sprintf(`document.querySelector('#view-title').textContent === %q`, title)),
 	)
-	// The conversation reaches bob's list by push; he opens it.
-	do(bob, "open the pushed conversation",
-		until(`[...document.querySelectorAll('#convs li .title')].some(e => e.textContent.startsWith('demo'))`),
+	d.do(member, "open the pushed conversation",
+		until(fmt.Sprintf(`[...document.querySelectorAll('#convs li .title')].some(e => e.textContent.startsWith(%q))`, title)),
 		chromedp.Click(`#convs li`),
-		until(`document.querySelector('#view-title').textContent === 'demo'`),
+		until(fmt.Sprintf(`document.querySelector('#view-title').textContent === %q`, title)),
 	)
-	say(alice, "hello bob")
-	do(bob, "see it live", until(has("hello bob")))
+}
 
-	do(bob, "go offline",
+// screenshots saves each tab's page under $INBOXD_TEST_SCREENSHOTS, if set.
+func (d *demo) screenshots(prefix string, tabs map[string]context.Context) {
+	d.t.Helper()
+	dir := os.Getenv("INBOXD_TEST_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	for name, ctx := range tabs {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		require.NoError(d.t, err)
+		require.NoError(d.t, os.WriteFile(dir+"/"+prefix+"-"+name+".png", png, 0o644))
+	}
+}
+
+// TestWSBrowserDemo is acceptance 5: headless Chromium drives the web demo
+// served beside the gateway. User 1 and user 2 log in, each in its own
+// browser context (separate storage); 1 creates a conversation with 2 and
+// sends; 2 sees it live. 2 goes offline, 1 sends three more, 2 comes back
+// online and its catch-up from the stored cursor brings exactly those.
+func TestWSBrowserDemo(t *testing.T) {
+	d := newDemo(t)
+	alice, bob := d.tab("alice"), d.tab("bob")
+
+	d.login(alice, 1)
+	d.login(bob, 2)
+	d.converse(alice, bob, "demo", 2)
+	d.say(alice, "hello bob")
+	d.do(bob, "see it live", until(has("hello bob")))
+
+	d.do(bob, "go offline",
 		chromedp.Click("#net-toggle"),
 		until(`document.querySelector('#status').textContent === 'offline'`),
 	)
 	for i := 1; i <= 3; i++ {
-		say(alice, fmt.Sprintf("missed %d", i))
+		d.say(alice, fmt.Sprintf("missed %d", i))
 	}
 	missed, err := chromedp.Run(bob, chromedp.Evaluate[bool](has("missed 1")))
 	require.NoError(t, err)
 	require.False(t, missed, "bob is offline")
 
-	do(bob, "come back and catch up",
+	d.do(bob, "come back and catch up",
 		chromedp.Click("#net-toggle"),
 		until(`document.querySelector('#status').textContent === 'online'`),
 		until(has("missed 1")+" && "+has("missed 2")+" && "+has("missed 3")),
 		until(`document.querySelector('#catchup').textContent === 'caught up 3 missed entries'`),
 	)
 	// And live again, both ways.
-	say(bob, "back")
-	do(alice, "see bob's answer", until(has("back")))
-	if dir := os.Getenv("INBOXD_TEST_SCREENSHOTS"); dir != "" {
-		for name, ctx := range map[string]context.Context{"alice": alice, "bob": bob} {
-			png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(dir+"/demo-"+name+".png", png, 0o644))
-		}
-	}
+	d.say(bob, "back")
+	d.do(alice, "see bob's answer", until(has("back")))
+	d.screenshots("demo", map[string]context.Context{"alice": alice, "bob": bob})
 }

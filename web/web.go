@@ -1,7 +1,9 @@
 // Package web is the demo page of inboxd: plain HTML and JavaScript, embedded
 // in the binary, that logs in as any user id (dev mode's token endpoint),
-// lists the conversations, shows one with its history, sends, and follows
-// the inbox live over the WebSocket with docs/protocol.md's client rules: the
+// lists the conversations, shows one with its history, sends, edits,
+// deletes, reacts to and replies to messages, and follows the inbox live
+// over the WebSocket (update entries included) with docs/protocol.md's
+// client rules: the
 // cursor persisted in localStorage, jittered reconnect backoff, catch-up on
 // reconnect, too_long handled by refreshing the list, an outbox retried with
 // the same msg_id, and long-polling when the WebSocket keeps failing. It has

@@ -13,7 +13,11 @@
 //   list and forgets the loaded histories (holes are backfilled when a
 //   conversation is opened);
 // - sends are retried with the same msg_id until they have a seq or a
-//   permanent error, and queue while offline.
+//   permanent error, and queue while offline;
+// - a message's changes (edit, delete, reaction) go out the way sends do,
+//   each with its change_id, retried with it until change_ack or a
+//   permanent error; what they change arrives as inbox entries of kind
+//   "update", applied when their version is higher than the one shown.
 'use strict';
 
 (() => {
@@ -25,6 +29,7 @@
   const CIRCUIT_FAILURES = 6;
   const POLL_FOR_MS = 60000;
   const PULL_DELAY_MS = 700;
+  const EMOJI = ['👍', '❤️', '😂', '🎉', '👀'];
 
   const S = {
     user: 0,
@@ -37,7 +42,13 @@
     loaded: new Set(), // conversations whose recent history was loaded
     convSeq: {}, // conversation_id -> last seq seen (persisted)
     current: 0,
-    outbox: [], // {msg_id, conversation_id, body, status, error}
+    outbox: [], // {msg_id, conversation_id, body, reply_to, status, error}
+    // Changes of messages not yet acknowledged, by change_id: {type,
+    // change_id, conversation_id, seq, body | emoji}. Unlike the outbox they
+    // are not persisted: a reload forgets an unsent edit.
+    changes: new Map(),
+    editing: null, // {cid, seq, draft}: the message being edited inline
+    replyTo: 0, // the seq the next send answers, in the current conversation
     ws: null,
     mode: 'offline', // offline | connecting | online | polling
     wantOnline: false,
@@ -236,8 +247,25 @@
     return m;
   };
 
+  const versionOf = (m) => m.version || 1;
+
+  // put keeps a conversation's copy of m unless the copy is newer: entries
+  // and history carry a message as it was when read, and they race.
+  const put = (cid, m) => {
+    const ms = msgsOf(cid);
+    const old = ms.get(m.seq);
+    if (!old || versionOf(m) >= versionOf(old)) ms.set(m.seq, m);
+  };
+
+  // The creator may delete any message of the conversation (moderation);
+  // seq 1 names it once the history is loaded.
+  const creatorOf = (cid) => {
+    const first = msgsOf(cid).get(1);
+    return first && first.kind === 'system' && first.body && first.body.event === 'conversation.created' ? first.body.by : 0;
+  };
+
   function describe(m) {
-    if (m.kind !== 'system') return `${m.sender_id}: ${m.body}`;
+    if (m.kind !== 'system') return `${m.sender_id}: ${m.deleted ? 'message deleted' : m.body}`;
     const b = m.body || {};
     switch (b.event) {
       case 'conversation.created': return `user ${b.by} created "${b.title}"`;
@@ -248,6 +276,10 @@
   }
 
   async function open(cid) {
+    if (cid !== S.current) {
+      S.editing = null;
+      S.replyTo = 0;
+    }
     S.current = cid;
     const c = S.convs.get(cid);
     if (c) c.unread = 0;
@@ -258,8 +290,7 @@
     if (!S.loaded.has(cid)) {
       try {
         const res = await api('GET', `/v1/conversations/${cid}/messages?limit=50`);
-        const ms = msgsOf(cid);
-        for (const m of res.messages) ms.set(m.seq, m);
+        for (const m of res.messages) put(cid, m);
         S.loaded.add(cid);
         if (S.current === cid) renderView();
       } catch (e) {
@@ -271,8 +302,17 @@
 
   function renderView() {
     const box = $('#messages');
+    // Stay where the reader is unless at the bottom: changes re-render
+    // the whole list, and an edit may be open on an older message.
+    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+    const scrolled = box.scrollTop;
+    const input = document.activeElement && document.activeElement.classList.contains('edit-input') ? document.activeElement : null;
+    const caret = input ? [input.selectionStart, input.selectionEnd] : null;
     box.replaceChildren();
-    if (!S.current) return;
+    if (!S.current) {
+      renderReplyBar();
+      return;
+    }
     const seqs = [...msgsOf(S.current).keys()].sort((a, b) => a - b);
     let prev = 0;
     for (const seq of seqs) {
@@ -288,31 +328,190 @@
     }
     for (const o of S.outbox) {
       if (o.conversation_id !== S.current || msgById(o.conversation_id, o.msg_id)) continue;
-      box.append(messageEl({ msg_id: o.msg_id, seq: o.seq, sender_id: S.user, kind: 'text', body: o.body }, o.status, o.error));
+      box.append(messageEl({ msg_id: o.msg_id, seq: o.seq, sender_id: S.user, kind: 'text', body: o.body, reply_to: o.reply_to }, o.status, o.error, true));
     }
-    box.scrollTop = box.scrollHeight;
+    box.scrollTop = atBottom ? box.scrollHeight : scrolled;
+    renderReplyBar();
+    const edit = box.querySelector('.edit-input');
+    if (edit && caret) {
+      edit.focus();
+      edit.setSelectionRange(caret[0], caret[1]);
+    }
   }
 
-  function messageEl(m, status, error) {
+  // messageEl shows a message as it is now; outboxed is set for a send of
+  // the outbox not yet in the conversation, which cannot be changed yet.
+  function messageEl(m, status, error, outboxed) {
+    const cid = S.current;
     const div = document.createElement('div');
     div.className = 'msg';
     div.dataset.msgId = m.msg_id;
     if (m.seq) div.dataset.seq = m.seq;
     if (m.kind === 'system') div.classList.add('system');
     else if (m.sender_id === S.user) div.classList.add('mine');
+    if (m.deleted) div.classList.add('deleted');
     if (status) div.classList.add(status);
-    const body = document.createElement('div');
-    body.className = 'body';
-    body.textContent = m.kind === 'system' ? describe(m) : m.body;
-    div.append(body);
-    if (m.kind !== 'system') {
-      const meta = document.createElement('div');
-      meta.className = 'meta';
-      meta.textContent = m.seq ? `user ${m.sender_id} · #${m.seq}` : (error ? `failed: ${error}` : 'sending…');
-      div.append(meta);
+    if (m.reply_to) div.append(quoteEl(cid, m.reply_to));
+    const editing = !outboxed && S.editing && S.editing.cid === cid && S.editing.seq === m.seq;
+    if (editing) {
+      div.append(editForm());
+    } else {
+      const body = document.createElement('div');
+      body.className = 'body';
+      body.textContent = m.kind === 'system' ? describe(m) : (m.deleted ? 'message deleted' : m.body);
+      div.append(body);
     }
+    if (m.kind === 'system') return div;
+    const meta = document.createElement('div');
+    meta.className = 'meta';
+    meta.textContent = m.seq ? `user ${m.sender_id} · #${m.seq}` : (error ? `failed: ${error}` : 'sending…');
+    if (m.edited_at && !m.deleted) {
+      const ed = document.createElement('span');
+      ed.className = 'edited';
+      ed.title = `edited ${new Date(m.edited_at).toLocaleString()}`;
+      ed.textContent = ' (edited)';
+      meta.append(ed);
+    }
+    if (!outboxed && [...S.changes.values()].some((c) => c.conversation_id === cid && c.seq === m.seq)) {
+      meta.append(' · saving…');
+    }
+    div.append(meta);
+    if (outboxed || m.deleted) return div;
+    if (m.reactions && m.reactions.length) {
+      const rs = document.createElement('div');
+      rs.className = 'reactions';
+      for (const r of m.reactions) {
+        const chip = button(`${r.emoji} ${r.count}`, 'react', 'chip');
+        chip.dataset.emoji = r.emoji;
+        if (r.me) {
+          chip.classList.add('me');
+          chip.title = 'your reaction: click to take it back';
+        }
+        rs.append(chip);
+      }
+      div.append(rs);
+    }
+    if (!editing) div.append(actionsEl(cid, m));
     return div;
   }
+
+  const button = (text, act, cls) => {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.textContent = text;
+    b.dataset.act = act;
+    if (cls) b.className = cls;
+    return b;
+  };
+
+  // quoteEl is the "↩ #12 …" line of a reply, quoting the target when it
+  // is loaded.
+  function quoteEl(cid, seq) {
+    const q = document.createElement('div');
+    q.className = 'quote';
+    const target = msgsOf(cid).get(seq);
+    q.textContent = `↩ #${seq}${target ? ` ${describe(target)}` : ''}`;
+    return q;
+  }
+
+  function actionsEl(cid, m) {
+    const acts = document.createElement('div');
+    acts.className = 'actions';
+    acts.append(button('reply', 'reply', 'reply'));
+    if (m.sender_id === S.user) acts.append(button('edit', 'edit', 'edit'));
+    if (m.sender_id === S.user || creatorOf(cid) === S.user) acts.append(button('delete', 'delete', 'delete'));
+    for (const e of EMOJI) {
+      const b = button(e, 'react', 'pick');
+      b.dataset.emoji = e;
+      b.title = `react with ${e}`;
+      acts.append(b);
+    }
+    return acts;
+  }
+
+  function editForm() {
+    const form = document.createElement('form');
+    form.className = 'edit-form';
+    const input = document.createElement('input');
+    input.className = 'edit-input';
+    input.maxLength = 4096;
+    input.value = S.editing.draft;
+    input.addEventListener('input', () => { S.editing.draft = input.value; });
+    input.addEventListener('keydown', (ev) => {
+      if (ev.key === 'Escape') stopEditing();
+    });
+    const save = document.createElement('button');
+    save.type = 'submit';
+    save.className = 'save';
+    save.textContent = 'Save';
+    form.append(input, save, button('Cancel', 'cancel-edit', 'cancel'));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const { cid, seq } = S.editing;
+      const m = msgsOf(cid).get(seq);
+      const body = input.value;
+      stopEditing();
+      if (m && body && body !== m.body) change('edit', cid, seq, { body });
+    });
+    return form;
+  }
+
+  function startEditing(cid, m) {
+    S.editing = { cid, seq: m.seq, draft: m.body };
+    renderView();
+    const input = $('#messages .edit-input');
+    if (input) {
+      input.focus();
+      input.setSelectionRange(input.value.length, input.value.length);
+    }
+  }
+
+  function stopEditing() {
+    S.editing = null;
+    renderView();
+  }
+
+  function renderReplyBar() {
+    const m = S.replyTo ? msgsOf(S.current).get(S.replyTo) : null;
+    $('#reply-bar').hidden = !S.replyTo;
+    $('#reply-text').textContent = S.replyTo ? `↩ replying to #${S.replyTo}${m ? ` ${describe(m)}` : ''}` : '';
+  }
+
+  // A click on a message's buttons (the list is re-rendered often, so one
+  // listener on the box serves them all).
+  $('#messages').addEventListener('click', (ev) => {
+    const b = ev.target.closest('button[data-act]');
+    const el = b && b.closest('.msg[data-seq]');
+    if (!el) return;
+    const cid = S.current;
+    const m = msgsOf(cid).get(Number(el.dataset.seq));
+    if (!m) return;
+    switch (b.dataset.act) {
+      case 'reply':
+        S.replyTo = m.seq;
+        renderReplyBar();
+        $('#compose').focus();
+        break;
+      case 'edit':
+        startEditing(cid, m);
+        break;
+      case 'cancel-edit':
+        stopEditing();
+        break;
+      case 'delete':
+        change('delete', cid, m.seq, {});
+        break;
+      case 'react': {
+        // One reaction per user: the one shown as mine is taken back,
+        // any other replaces it.
+        const mine = (m.reactions || []).find((r) => r.me);
+        change('react', cid, m.seq, { emoji: mine && mine.emoji === b.dataset.emoji ? '' : b.dataset.emoji });
+        break;
+      }
+      default:
+        break;
+    }
+  });
 
   const msgById = (cid, id) => [...msgsOf(cid).values()].find((m) => m.msg_id === id);
 
@@ -332,7 +531,7 @@
         c.last_seq = m.seq;
         c.last_message = m;
       }
-      msgsOf(cid).set(m.seq, m);
+      put(cid, m);
       S.convSeq[cid] = Math.max(S.convSeq[cid] || 0, m.seq);
       if (cid !== S.current && m.sender_id !== S.user && m.kind === 'text') c.unread = (c.unread || 0) + 1;
       const i = S.outbox.findIndex((o) => o.msg_id === m.msg_id);
@@ -340,6 +539,14 @@
         S.outbox.splice(i, 1);
         saveOutbox();
       }
+    } else if (e.kind === 'update' && e.message) {
+      // A message changed: replace a copy we hold by a newer version. One
+      // we do not hold is read as it is now when its history is loaded.
+      const m = e.message;
+      const old = msgsOf(m.conversation_id).get(m.seq);
+      if (old && versionOf(m) > versionOf(old)) msgsOf(m.conversation_id).set(m.seq, m);
+      const c = S.convs.get(m.conversation_id);
+      if (c && c.last_message && c.last_message.seq === m.seq && versionOf(m) > versionOf(c.last_message)) c.last_message = m;
     } else if (e.kind === 'record' && e.record) {
       const r = e.record;
       const old = S.convs.get(r.conversation_id);
@@ -481,6 +688,7 @@
           S.failures = 0;
         }, STABLE_MS);
         flushOutbox();
+        flushChanges();
         break;
       case 'entries':
         onEntries(f.entries, f.head);
@@ -495,6 +703,9 @@
         break;
       case 'send_ack':
         acked(f.msg_id, f.seq);
+        break;
+      case 'change_ack':
+        changeAcked(f.change_id, f.pending);
         break;
       case 'error':
         onError(f);
@@ -545,6 +756,7 @@
     S.pollAbort = ctl;
     setStatus('polling');
     flushOutbox();
+    flushChanges();
     try {
       while (S.wantOnline && Date.now() < S.wsRetryAt) {
         try {
@@ -572,6 +784,8 @@
 
   function send(body) {
     const item = { msg_id: uuid(), conversation_id: S.current, body, status: 'pending' };
+    if (S.replyTo) item.reply_to = S.replyTo;
+    S.replyTo = 0;
     S.outbox.push(item);
     saveOutbox();
     renderView();
@@ -581,7 +795,7 @@
   function transmit(item) {
     if (item.status !== 'pending') return;
     if (S.mode === 'online' && S.ws && S.ws.readyState === WebSocket.OPEN) {
-      S.ws.send(JSON.stringify({ type: 'send', conversation_id: item.conversation_id, msg_id: item.msg_id, body: item.body }));
+      S.ws.send(JSON.stringify({ type: 'send', conversation_id: item.conversation_id, msg_id: item.msg_id, body: item.body, reply_to: item.reply_to }));
     } else if (S.mode === 'polling') {
       httpSend(item);
     } // else offline: it stays in the outbox and goes out on the next welcome
@@ -593,7 +807,7 @@
 
   async function httpSend(item) {
     try {
-      const res = await api('POST', `/v1/conversations/${item.conversation_id}/messages`, { msg_id: item.msg_id, body: item.body });
+      const res = await api('POST', `/v1/conversations/${item.conversation_id}/messages`, { msg_id: item.msg_id, body: item.body, reply_to: item.reply_to });
       if (res && res.seq) {
         // The answer is the message itself.
         apply({ kind: 'message', message: res });
@@ -631,6 +845,10 @@
   }
 
   function onError(f) {
+    if (f.change_id) {
+      changeFailed(f);
+      return;
+    }
     if (f.code === 'rate_limited' && !f.msg_id) S.retryAfterMs = f.retry_after_ms || 0;
     if (!f.msg_id) {
       log(`error: ${f.code}: ${f.message}`);
@@ -640,6 +858,87 @@
     if (!o) return;
     if (f.retryable) setTimeout(() => transmit(o), (f.retry_after_ms || 1000) + Math.random() * 1000);
     else failed(f.msg_id, f.message);
+  }
+
+  // ---- changes of a message ----
+
+  // change asks for an edit ({body}), a delete or a reaction ({emoji}; ''
+  // takes one's reaction back) of message seq. Its result arrives as an
+  // update entry; the change only waits here for its ack.
+  function change(type, cid, seq, fields) {
+    const c = Object.assign({ type, change_id: uuid(), conversation_id: cid, seq }, fields);
+    S.changes.set(c.change_id, c);
+    $('#notice').textContent = '';
+    renderView();
+    transmitChange(c);
+  }
+
+  function transmitChange(c) {
+    if (!S.changes.has(c.change_id)) return;
+    if (S.mode === 'online' && S.ws && S.ws.readyState === WebSocket.OPEN) {
+      S.ws.send(JSON.stringify(c));
+    } else if (S.mode === 'polling') {
+      httpChange(c);
+    } // else offline: it waits for the next welcome
+  }
+
+  function flushChanges() {
+    for (const c of S.changes.values()) transmitChange(c);
+  }
+
+  const retryChange = (c, ms) => setTimeout(() => transmitChange(c), ms + Math.random() * 1000);
+
+  // httpChange makes a change through its route (docs/protocol.md,
+  // "Changing a message").
+  async function httpChange(c) {
+    const path = `/v1/conversations/${c.conversation_id}/messages/${c.seq}`;
+    let req;
+    if (c.type === 'edit') req = ['PATCH', path, { change_id: c.change_id, body: c.body }];
+    else if (c.type === 'delete') req = ['DELETE', path, { change_id: c.change_id }];
+    else if (c.emoji) req = ['PUT', `${path}/reaction`, { change_id: c.change_id, emoji: c.emoji }];
+    else req = ['DELETE', `${path}/reaction`, { change_id: c.change_id }];
+    try {
+      const res = await api(...req);
+      if (res && res.seq) {
+        // The answer is the message after the change.
+        apply({ kind: 'update', message: res });
+        changeAcked(c.change_id, false);
+        renderList();
+      } else {
+        retryChange(c, 1000); // 202 pending: again with the same change_id
+      }
+    } catch (e) {
+      if (e.retryable) retryChange(c, (e.retryAfter || 1) * 1000);
+      else changeFailed({ change_id: c.change_id, code: e.code, message: e.message });
+    }
+  }
+
+  // changeAcked: a pending ack means appended but not yet projected: the
+  // update entry will come, but only a retry with the same change_id tells
+  // a refusal the log's order decides, so it goes again.
+  function changeAcked(id, pending) {
+    const c = S.changes.get(id);
+    if (!c) return;
+    if (pending) {
+      retryChange(c, 1000);
+      return;
+    }
+    S.changes.delete(id);
+    renderView();
+  }
+
+  function changeFailed(f) {
+    const c = S.changes.get(f.change_id);
+    if (!c) return;
+    if (f.retryable) {
+      retryChange(c, f.retry_after_ms || 1000);
+      return;
+    }
+    S.changes.delete(f.change_id);
+    const what = c.type === 'react' ? (c.emoji ? `reaction ${c.emoji}` : 'reaction removal') : c.type;
+    $('#notice').textContent = `${what} of #${c.seq} refused: ${f.message || f.code}`;
+    log(`${c.type} of ${c.conversation_id}/${c.seq}: ${f.code}: ${f.message}`);
+    renderView();
   }
 
   // ---- online / offline, login / logout ----
@@ -700,6 +999,9 @@
     S.convs.clear();
     S.msgs.clear();
     S.loaded.clear();
+    S.changes.clear();
+    S.editing = null;
+    S.replyTo = 0;
     S.current = 0;
     $('#app').hidden = true;
     $('#login').hidden = false;
@@ -732,6 +1034,10 @@
   });
 
   $('#logout-btn').addEventListener('click', () => logout(''));
+  $('#reply-cancel').addEventListener('click', () => {
+    S.replyTo = 0;
+    renderReplyBar();
+  });
   $('#net-toggle').addEventListener('click', () => (S.wantOnline ? goOffline() : goOnline()));
 
   $('#create-form').addEventListener('submit', async (ev) => {

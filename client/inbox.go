@@ -80,30 +80,7 @@ func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 		c.mu.Unlock()
 		return nil
 	}
-	skip := false
-	var update *Message // a newer state of a message the app has, for OnUpdate
-	if m := e.Message; m != nil && (e.Kind == KindMessage || e.Kind == KindUpdate) {
-		applied := int64(1)
-		cs := c.st.Conversations[e.ConversationID]
-		if cs != nil {
-			applied = cs.appliedVersion(m.Seq)
-		}
-		switch e.Kind {
-		case KindMessage:
-			// Already handed over (by Backfill): seqs up to LastSeq that
-			// are not in a hole were delivered. Its state may be newer.
-			if cs != nil {
-				skip = m.Seq <= cs.LastSeq && !holeSet(cs.Holes).contains(m.Seq)
-			}
-			if skip && m.CurrentVersion() > applied {
-				update = m
-			}
-		case KindUpdate:
-			if m.CurrentVersion() > applied {
-				update = m
-			}
-		}
-	}
+	skip, update := c.judgeLocked(e)
 	c.mu.Unlock()
 
 	if !skip && c.cfg.Handler.OnEntry != nil {
@@ -120,8 +97,49 @@ func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 
 	c.mu.Lock()
 	c.st.Cursor = e.InboxSeq
-	var done *SendResult
-	var waiters []chan SendResult
+	done, waiters := c.recordLocked(e)
+	c.uncommitted++
+	commit := c.uncommitted >= c.cfg.CommitEvery || done != nil
+	c.mu.Unlock()
+
+	var err error
+	if commit {
+		err = c.save(ctx)
+	}
+	if done != nil {
+		c.sendDone(ctx, *done, waiters)
+	}
+	return err
+}
+
+// judgeLocked says whether the app already has entry e's message (skip:
+// not handed to OnEntry again) and whether e carries a newer state of a
+// message the app has (update, for OnUpdate). Called with c.mu held.
+func (c *Client) judgeLocked(e Entry) (skip bool, update *Message) {
+	m := e.Message
+	if m == nil || (e.Kind != KindMessage && e.Kind != KindUpdate) {
+		return false, nil
+	}
+	applied := int64(1)
+	cs := c.st.Conversations[e.ConversationID]
+	if cs != nil {
+		applied = cs.appliedVersion(m.Seq)
+	}
+	if e.Kind == KindMessage && cs != nil {
+		// Already handed over (by Backfill): seqs up to LastSeq that are
+		// not in a hole were delivered. Its state may be newer.
+		skip = m.Seq <= cs.LastSeq && !holeSet(cs.Holes).contains(m.Seq)
+	}
+	if (e.Kind == KindUpdate || skip) && m.CurrentVersion() > applied {
+		update = m
+	}
+	return skip, update
+}
+
+// recordLocked applies delivered entry e to the state: a message's seq,
+// holes and version, the send it completes (done, with its waiters), an
+// update's version, a record's version. Called with c.mu held.
+func (c *Client) recordLocked(e Entry) (done *SendResult, waiters []chan SendResult) {
 	switch {
 	case e.Kind == KindMessage && e.Message != nil:
 		m := e.Message
@@ -151,18 +169,7 @@ func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 		cs.Version = max(cs.Version, e.Record.Version)
 		c.st.RecordVersion = max(c.st.RecordVersion, e.Record.Version)
 	}
-	c.uncommitted++
-	commit := c.uncommitted >= c.cfg.CommitEvery || done != nil
-	c.mu.Unlock()
-
-	var err error
-	if commit {
-		err = c.save(ctx)
-	}
-	if done != nil {
-		c.sendDone(ctx, *done, waiters)
-	}
-	return err
+	return done, waiters
 }
 
 // commit saves the state if entries were delivered since the last save.
@@ -481,33 +488,9 @@ func (c *Client) Backfill(ctx context.Context, conversationID int64) (BackfillRe
 		lo = ans.Messages[0].Seq
 	}
 
-	c.mu.Lock()
-	var fresh, updates []Message
-	if cs := c.st.Conversations[conversationID]; cs != nil {
-		holes, stale := holeSet(cs.Holes), holeSet(cs.Stale)
-		for _, m := range ans.Messages {
-			switch {
-			case m.Seq < lo || m.Seq > hole.To:
-			case holes.contains(m.Seq):
-				fresh = append(fresh, m)
-			case stale.contains(m.Seq) && m.CurrentVersion() > cs.appliedVersion(m.Seq):
-				updates = append(updates, m)
-			}
-		}
-	}
-	c.mu.Unlock()
-	if h := c.cfg.Handler.OnHistory; h != nil && len(fresh) > 0 {
-		if err := h(handlerCtx(ctx), conversationID, fresh); err != nil {
-			return BackfillResult{}, fmt.Errorf("OnHistory(conversation %d): %w", conversationID, err)
-		}
-	}
-	if h := c.cfg.Handler.OnUpdate; h != nil {
-		for _, m := range updates {
-			if err := h(handlerCtx(ctx), m); err != nil {
-				return BackfillResult{}, fmt.Errorf("OnUpdate(conversation %d, seq %d, version %d): %w",
-					conversationID, m.Seq, m.CurrentVersion(), err)
-			}
-		}
+	fresh, updates := c.splitPage(conversationID, ans.Messages, lo, hole.To)
+	if err := c.handOver(ctx, conversationID, fresh, updates); err != nil {
+		return BackfillResult{}, err
 	}
 	c.mu.Lock()
 	cs := c.conv(conversationID)
@@ -525,6 +508,48 @@ func (c *Client) Backfill(ctx context.Context, conversationID int64) (BackfillRe
 		return BackfillResult{}, err
 	}
 	return BackfillResult{Messages: fresh, Updates: updates, Remaining: remaining}, nil
+}
+
+// splitPage sorts a history page's messages within [lo, hi]: those in a
+// hole are fresh (for OnHistory), those in a stale range with a newer
+// version than the app has are updates (for OnUpdate).
+func (c *Client) splitPage(conversationID int64, msgs []Message, lo, hi int64) (fresh, updates []Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cs := c.st.Conversations[conversationID]
+	if cs == nil {
+		return nil, nil
+	}
+	holes, stale := holeSet(cs.Holes), holeSet(cs.Stale)
+	for _, m := range msgs {
+		switch {
+		case m.Seq < lo || m.Seq > hi:
+		case holes.contains(m.Seq):
+			fresh = append(fresh, m)
+		case stale.contains(m.Seq) && m.CurrentVersion() > cs.appliedVersion(m.Seq):
+			updates = append(updates, m)
+		}
+	}
+	return fresh, updates
+}
+
+// handOver gives a backfilled page to the app: the fresh messages to
+// OnHistory, the newer states to OnUpdate.
+func (c *Client) handOver(ctx context.Context, conversationID int64, fresh, updates []Message) error {
+	if h := c.cfg.Handler.OnHistory; h != nil && len(fresh) > 0 {
+		if err := h(handlerCtx(ctx), conversationID, fresh); err != nil {
+			return fmt.Errorf("OnHistory(conversation %d): %w", conversationID, err)
+		}
+	}
+	if h := c.cfg.Handler.OnUpdate; h != nil {
+		for _, m := range updates {
+			if err := h(handlerCtx(ctx), m); err != nil {
+				return fmt.Errorf("OnUpdate(conversation %d, seq %d, version %d): %w",
+					conversationID, m.Seq, m.CurrentVersion(), err)
+			}
+		}
+	}
+	return nil
 }
 
 // olderThanApplied reports whether a page holds a message in an older

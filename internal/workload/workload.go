@@ -117,23 +117,7 @@ func (c *conv) has(u int64) bool {
 func (g *Generator) Next() *events.Event {
 	g.Events++
 	if g.next < g.cfg.Conversations {
-		id := g.cfg.FirstConvID + int64(g.next)
-		g.next++
-		n := g.cfg.MinMembers + g.rnd.IntN(g.cfg.MaxMembers-g.cfg.MinMembers+1)
-		c := &conv{id: id, joined: map[int64]int64{}}
-		for len(c.members) < n {
-			if u := g.user(); !c.has(u) {
-				c.members = append(c.members, u)
-				c.joined[u] = 1
-			}
-		}
-		g.convs = append(g.convs, c)
-		e := events.New(events.ConversationCreated, id, c.members[0])
-		e.Title = "conversation"
-		e.Members = append([]int64(nil), c.members[1:]...)
-		c.seq = 1
-		g.LastSeq[id] = 1
-		return e
+		return g.create()
 	}
 	c := g.convs[g.rnd.IntN(len(g.convs))]
 	member := c.members[g.rnd.IntN(len(c.members))]
@@ -285,6 +269,27 @@ func (g *Generator) visible(c *conv, member int64) *text {
 		return nil
 	}
 	return seen[g.rnd.IntN(len(seen))]
+}
+
+// create returns the creation of the next conversation.
+func (g *Generator) create() *events.Event {
+	id := g.cfg.FirstConvID + int64(g.next)
+	g.next++
+	n := g.cfg.MinMembers + g.rnd.IntN(g.cfg.MaxMembers-g.cfg.MinMembers+1)
+	c := &conv{id: id, joined: map[int64]int64{}}
+	for len(c.members) < n {
+		if u := g.user(); !c.has(u) {
+			c.members = append(c.members, u)
+			c.joined[u] = 1
+		}
+	}
+	g.convs = append(g.convs, c)
+	e := events.New(events.ConversationCreated, id, c.members[0])
+	e.Title = "conversation"
+	e.Members = append([]int64(nil), c.members[1:]...)
+	c.seq = 1
+	g.LastSeq[id] = 1
+	return e
 }
 
 // Members returns the current members of a conversation (by the model).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/gateway/internal/rows"
@@ -26,6 +27,7 @@ import (
 type changer struct {
 	pool     *pgxpool.Pool
 	hub      *hub.Hub
+	inbox    *inbox.Reader // caches the state a change's answer read, for the members' pushes
 	app      *appender
 	outcomes *prometheus.CounterVec // inboxd_gateway_changes_total by type and outcome
 	maxBody  int
@@ -45,13 +47,16 @@ var sqlChangeCheck = `SELECT ` + rows.MessageColsFor("$3") + `,
 	(SELECT joined_seq FROM member_spans WHERE conversation_id = $1 AND user_id = $3 AND left_seq IS NULL),
 	EXISTS (SELECT 1 FROM changes WHERE change_id = $4 AND actor_id = $3),
 	(SELECT reason FROM rejections WHERE msg_id = $4 AND actor_id = $3 LIMIT 1),
-	m.created_at
+	m.created_at,
+	(SELECT key FROM body_keys WHERE msg_id = m.msg_id)
 FROM (SELECT 1) one LEFT JOIN messages m ON m.conversation_id = $1 AND m.seq = $2`
 
 // sqlChangeOutcome reads the message after a change and the reason the
-// change was refused, if it was. $1 conversation, $2 seq, $3 user, $4 event.
+// change was refused, if it was, by the change's keys (change_id: its
+// primary key; the rejection's event id). $1 conversation, $2 seq, $3 user,
+// $4 event, $5 change_id.
 var sqlChangeOutcome = `SELECT ` + rows.MessageColsFor("$3") + `,
-	EXISTS (SELECT 1 FROM changes WHERE event_id = $4),
+	EXISTS (SELECT 1 FROM changes WHERE change_id = $5),
 	(SELECT reason FROM rejections WHERE event_id = $4)
 FROM (SELECT 1) one LEFT JOIN messages m ON m.conversation_id = $1 AND m.seq = $2`
 
@@ -65,6 +70,7 @@ type changeCheck struct {
 	applied  bool
 	refusal  *string
 	distinct int
+	key      []byte // the message's body key, nil when none
 }
 
 // Change implements ws.Changer.
@@ -84,14 +90,14 @@ func (c *changer) change(ctx context.Context, user int64, req ws.ChangeRequest) 
 	defer ack.Close()
 	rej := c.hub.SubscribeRejection(e.ChangeID)
 	defer rej.Close()
-	m, msgID, err := c.check(ctx, user, e)
+	m, msgID, key, err := c.check(ctx, user, e)
 	if m != nil || err != nil {
 		return m, false, err
 	}
 	if e.Type == events.MessageEdited {
 		// Sealed with its message's key: deleting the message erases the
 		// edits too.
-		if err := sealBody(ctx, c.pool, c.seal, e, msgID, *e.Body); err != nil {
+		if err := sealBody(ctx, c.pool, c.seal, e, msgID, *e.Body, key); err != nil {
 			return nil, false, err
 		}
 	}
@@ -165,29 +171,29 @@ func (c *changer) event(user int64, req ws.ChangeRequest) (*events.Event, error)
 // check refuses what the projections already refuse and answers a
 // change_id already applied (the message as it is) or one that changes
 // nothing; no message and no error means append (msgID is the message's).
-func (c *changer) check(ctx context.Context, user int64, e *events.Event) (*protocol.Message, string, error) {
+func (c *changer) check(ctx context.Context, user int64, e *events.Event) (*protocol.Message, string, []byte, error) {
 	var ms rows.MessageScan
 	var ck changeCheck
 	err := c.pool.QueryRow(ctx, sqlChangeCheck, e.ConversationID, e.Seq, user, e.ChangeID).Scan(
-		append(ms.Targets(), &ck.exists, &ck.creator, &ck.joined, &ck.applied, &ck.refusal, &ck.at)...)
+		append(ms.Targets(), &ck.exists, &ck.creator, &ck.joined, &ck.applied, &ck.refusal, &ck.at, &ck.key)...)
 	if err != nil {
-		return nil, "", fmt.Errorf("check the change %s: %w", e.ChangeID, err)
+		return nil, "", nil, fmt.Errorf("check the change %s: %w", e.ChangeID, err)
 	}
 	ck.msg = ms.Message()
 	switch {
 	case !ck.exists:
-		return nil, "", apierr.NotFound("conversation %d does not exist", e.ConversationID)
+		return nil, "", nil, apierr.NotFound("conversation %d does not exist", e.ConversationID)
 	case ck.joined == nil:
-		return nil, "", apierr.NotMember("user %d is not a member of conversation %d", user, e.ConversationID)
+		return nil, "", nil, apierr.NotMember("user %d is not a member of conversation %d", user, e.ConversationID)
 	case ck.applied:
 		c.outcomes.WithLabelValues(e.Type, "duplicate").Inc()
-		return ck.msg, "", nil
+		return ck.msg, "", nil, nil
 	case ck.refusal != nil:
-		return nil, "", refusal(*ck.refusal, e)
+		return nil, "", nil, refusal(*ck.refusal, e)
 	case ck.msg == nil || e.Seq < *ck.joined:
-		return nil, "", apierr.NotFound("conversation %d has no message %d you can see", e.ConversationID, e.Seq)
+		return nil, "", nil, apierr.NotFound("conversation %d has no message %d you can see", e.ConversationID, e.Seq)
 	case ck.msg.Kind != protocol.MessageText:
-		return nil, "", refusal(projection.ReasonSystemMessage, e)
+		return nil, "", nil, refusal(projection.ReasonSystemMessage, e)
 	}
 	m := ck.msg
 	mine := ""
@@ -200,34 +206,34 @@ func (c *changer) check(ctx context.Context, user int64, e *events.Event) (*prot
 	case events.MessageEdited:
 		switch {
 		case m.SenderID != user:
-			return nil, "", refusal(projection.ReasonNotSender, e)
+			return nil, "", nil, refusal(projection.ReasonNotSender, e)
 		case m.Deleted:
-			return nil, "", refusal(projection.ReasonDeleted, e)
+			return nil, "", nil, refusal(projection.ReasonDeleted, e)
 		case ck.at != nil && e.At.Sub(*ck.at) > projection.EditWindow:
-			return nil, "", refusal(projection.ReasonEditWindow, e)
+			return nil, "", nil, refusal(projection.ReasonEditWindow, e)
 		}
 	case events.MessageDeleted:
 		switch {
 		case m.SenderID != user && (ck.creator == nil || *ck.creator != user):
-			return nil, "", refusal(projection.ReasonNotSender, e)
+			return nil, "", nil, refusal(projection.ReasonNotSender, e)
 		case m.Deleted:
-			return m, "", nil // nothing to change
+			return m, "", nil, nil // nothing to change
 		}
 	case events.ReactionAdded:
 		switch {
 		case m.Deleted:
-			return nil, "", refusal(projection.ReasonDeleted, e)
+			return nil, "", nil, refusal(projection.ReasonDeleted, e)
 		case mine == e.Emoji:
-			return m, "", nil
+			return m, "", nil, nil
 		case !hasEmoji(m, e.Emoji) && len(m.Reactions) >= projection.MaxDistinctReactions && !soleReaction(m, mine):
-			return nil, "", refusal(projection.ReasonTooManyEmoji, e)
+			return nil, "", nil, refusal(projection.ReasonTooManyEmoji, e)
 		}
 	case events.ReactionRemoved:
 		if mine == "" {
-			return m, "", nil
+			return m, "", nil, nil
 		}
 	}
-	return nil, m.MsgID, nil
+	return nil, m.MsgID, ck.key, nil
 }
 
 func hasEmoji(m *protocol.Message, emoji string) bool {
@@ -256,7 +262,7 @@ func (c *changer) outcome(ctx context.Context, user int64, e *events.Event) (*pr
 	var ms rows.MessageScan
 	var applied bool
 	var reason *string
-	if err := c.pool.QueryRow(ctx, sqlChangeOutcome, e.ConversationID, e.Seq, user, e.EventID).Scan(
+	if err := c.pool.QueryRow(ctx, sqlChangeOutcome, e.ConversationID, e.Seq, user, e.EventID, e.ChangeID).Scan(
 		append(ms.Targets(), &applied, &reason)...); err != nil {
 		return nil, false, fmt.Errorf("outcome of the change %s: %w", e.ChangeID, err)
 	}
@@ -268,7 +274,14 @@ func (c *changer) outcome(ctx context.Context, user int64, e *events.Event) (*pr
 		return nil, false, nil
 	}
 	c.outcomes.WithLabelValues(e.Type, "projected").Inc()
-	return ms.Message(), true, nil
+	m := ms.Message()
+	if m != nil && len(m.Reactions) == 0 {
+		// The members' pushes read it next: from the cache.
+		if epoch := c.hub.Heads().CurrentEpoch(); epoch != 0 {
+			c.inbox.CacheMessage(epoch, m)
+		}
+	}
+	return m, true, nil
 }
 
 // refusal is the client's error for a change refused for reason (by the

@@ -103,7 +103,7 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	g.app = &appender{prod: prod, timeout: cfg.AppendTimeout}
 	g.sends = &sender{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.sends,
 		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies}
-	g.changes = &changer{pool: pool, hub: g.hub, app: g.app, outcomes: m.changes,
+	g.changes = &changer{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.changes,
 		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies}
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err

@@ -37,16 +37,17 @@ type sender struct {
 const sqlBodyKey = `INSERT INTO body_keys (msg_id, key) VALUES ($1, $2)
 ON CONFLICT (msg_id) DO UPDATE SET key = body_keys.key RETURNING key`
 
-// sealBody sets e's body sealed with the key of msgID (made when
-// missing), unless bodies are plain.
-func sealBody(ctx context.Context, pool *pgxpool.Pool, seal bool, e *events.Event, msgID, body string) error {
+// sealBody sets e's body sealed with key, the key of msgID (read with
+// the check; made here when it is nil), unless bodies are plain.
+func sealBody(ctx context.Context, pool *pgxpool.Pool, seal bool, e *events.Event, msgID, body string, key []byte) error {
 	if !seal {
 		e.Body = &body
 		return nil
 	}
-	var key []byte
-	if err := pool.QueryRow(ctx, sqlBodyKey, msgID, events.NewKey()).Scan(&key); err != nil {
-		return fmt.Errorf("body key of %s: %w", msgID, err)
+	if key == nil {
+		if err := pool.QueryRow(ctx, sqlBodyKey, msgID, events.NewKey()).Scan(&key); err != nil {
+			return fmt.Errorf("body key of %s: %w", msgID, err)
+		}
 	}
 	sealed, err := events.Seal(key, msgID, body)
 	if err != nil {
@@ -89,12 +90,18 @@ type sendResult struct {
 // any, whether the conversation exists and the user is a member, and
 // whether the user's own send of this msg_id to this conversation was
 // dead-lettered (refused by the projection for good).
-// $1 msg_id, $2 conversation, $3 user.
-var sqlSendCheck = `SELECT ` + rows.MessageColsFor("$3") + `,
+// In the same statement it makes the body key of the msg_id ($4, a fresh
+// key, or NULL when bodies are plain) unless it has one, and returns it: a
+// key of a send that is then refused is never used.
+// $1 msg_id, $2 conversation, $3 user, $4 key.
+var sqlSendCheck = `WITH k AS (INSERT INTO body_keys (msg_id, key) SELECT $1, $4::bytea WHERE $4::bytea IS NOT NULL
+	ON CONFLICT (msg_id) DO NOTHING RETURNING key)
+SELECT ` + rows.MessageColsFor("$3") + `,
 	EXISTS (SELECT 1 FROM conversations WHERE id = $2),
 	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL),
 	EXISTS (SELECT 1 FROM rejections WHERE msg_id = $1 AND actor_id = $3 AND conversation_id = $2
-		AND reason = '` + projection.ReasonDeadLetter + `')
+		AND reason = '` + projection.ReasonDeadLetter + `'),
+	COALESCE((SELECT key FROM k), (SELECT key FROM body_keys WHERE msg_id = $1))
 FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
 
 // sqlSendOutcome says whether msg_id is projected (the message) or the event
@@ -151,10 +158,11 @@ func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string, 
 	rej := s.hub.SubscribeRejection(msgID)
 	defer rej.Close()
 
-	if res, err := s.checkSend(ctx, user, cid, msgID); res != nil || err != nil {
+	res, key, err := s.checkSend(ctx, user, cid, msgID)
+	if res != nil || err != nil {
 		return res, err
 	}
-	if err := sealBody(ctx, s.pool, s.seal, e, msgID, body); err != nil {
+	if err := sealBody(ctx, s.pool, s.seal, e, msgID, body, key); err != nil {
 		return nil, err
 	}
 	if err := s.app.appendEvent(ctx, e); err != nil {
@@ -166,11 +174,15 @@ func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string, 
 // checkSend runs sqlSendCheck before the append: a result or an error ends
 // the send there (a retry, a refused send, no conversation, no member, a
 // taken msg_id); neither means append.
-func (s *sender) checkSend(ctx context.Context, user, cid int64, msgID string) (*sendResult, error) {
+func (s *sender) checkSend(ctx context.Context, user, cid int64, msgID string) (*sendResult, []byte, error) {
 	var ms rows.MessageScan
 	var exists, member, deadLettered bool
-	if err := s.pool.QueryRow(ctx, sqlSendCheck, msgID, cid, user).Scan(append(ms.Targets(), &exists, &member, &deadLettered)...); err != nil {
-		return nil, fmt.Errorf("check the send of msg_id %s: %w", msgID, err)
+	var key, fresh []byte
+	if s.seal {
+		fresh = events.NewKey()
+	}
+	if err := s.pool.QueryRow(ctx, sqlSendCheck, msgID, cid, user, fresh).Scan(append(ms.Targets(), &exists, &member, &deadLettered, &key)...); err != nil {
+		return nil, nil, fmt.Errorf("check the send of msg_id %s: %w", msgID, err)
 	}
 	// The sender's own earlier send of this msg_id answers first: a retry
 	// gets its original even if the sender has left since, and a send the
@@ -180,22 +192,22 @@ func (s *sender) checkSend(ctx context.Context, user, cid int64, msgID string) (
 	m := ms.Message()
 	if m != nil && sameMessage(m, user, cid) == nil {
 		s.outcomes.WithLabelValues("duplicate").Inc()
-		return &sendResult{status: sendDuplicate, message: m, msgID: msgID}, nil
+		return &sendResult{status: sendDuplicate, message: m, msgID: msgID}, nil, nil
 	}
 	if deadLettered {
 		s.outcomes.WithLabelValues("rejected").Inc()
-		return nil, deadLetteredSend(msgID)
+		return nil, nil, deadLetteredSend(msgID)
 	}
 	if !exists {
-		return nil, apierr.NotFound("conversation %d does not exist", cid)
+		return nil, nil, apierr.NotFound("conversation %d does not exist", cid)
 	}
 	if !member {
-		return nil, apierr.NotMember("user %d is not a member of conversation %d", user, cid)
+		return nil, nil, apierr.NotMember("user %d is not a member of conversation %d", user, cid)
 	}
 	if m != nil {
-		return nil, sameMessage(m, user, cid)
+		return nil, nil, sameMessage(m, user, cid)
 	}
-	return nil, nil
+	return nil, key, nil
 }
 
 // awaitSend waits up to AckWait for the projection of e, the appended

@@ -84,8 +84,9 @@ func (sh *msgShard) reset() {
 	sh.convs, sh.epochs, sh.floors, sh.bytes = map[convKey]*convMsgs{}, map[int64]int{}, map[[2]int64]floor{}, 0
 }
 
-// forget drops every copy of message (conv, seq) and keeps copies older
-// than version out for floorTTL.
+// forget drops every copy of message (conv, seq) older than version and
+// keeps such copies out for floorTTL (a copy of that version, put by the
+// answer to the change itself, stays).
 func (c *msgCache) forget(conv, seq, version int64) {
 	if c == nil {
 		return
@@ -110,7 +111,7 @@ func (c *msgCache) forget(conv, seq, version int64) {
 		if cm == nil {
 			continue
 		}
-		if i := seq - cm.base; i >= 0 && i < int64(len(cm.msgs)) && cm.msgs[i] != nil {
+		if i := seq - cm.base; i >= 0 && i < int64(len(cm.msgs)) && cm.msgs[i] != nil && cm.vers[i] < version {
 			cm.bytes -= len(cm.msgs[i])
 			sh.bytes -= len(cm.msgs[i])
 			cm.msgs[i] = nil

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -21,7 +20,6 @@ import (
 // across a stop and a start, and goes on from where it stopped.
 func TestDevRestartKeepsEverything(t *testing.T) {
 	d := newDevInstance(t)
-	kPort, hPort := d.KafkaPort, d.HTTPPort
 	start := func() *testenv.Proc {
 		d.start(t)
 		require.NoError(t, d.proc.WaitOutput("partitions assigned", 2*time.Minute))
@@ -29,19 +27,18 @@ func TestDevRestartKeepsEverything(t *testing.T) {
 	}
 	p := start()
 	// The demo page is dev's: mounted beside the API by dev, not by the gateway.
-	res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", hPort))
+	res, err := http.Get(d.url() + "/")
 	require.NoError(t, err)
 	page, err := io.ReadAll(res.Body)
 	res.Body.Close()
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, string(page), `<script src="/demo/app.js">`)
-	dbURL := d.dbURL()
-	require.Contains(t, p.Output(), dbURL)
+	require.Contains(t, p.Output(), d.dbURL())
 
 	g := workload.New(workload.Config{Seed: 9, Users: 100, Conversations: 20})
 	appendAndWait := func(n int) {
-		prod, err := producer.New(producer.Config{Brokers: []string{fmt.Sprintf("127.0.0.1:%d", kPort)}})
+		prod, err := producer.New(producer.Config{Brokers: []string{d.brokers()}})
 		require.NoError(t, err)
 		defer prod.Close()
 		ctx := testenv.Ctx(t, time.Minute)
@@ -49,14 +46,14 @@ func TestDevRestartKeepsEverything(t *testing.T) {
 			_, err := prod.Append(ctx, g.Next())
 			require.NoError(t, err)
 		}
-		pool, err := pgxpool.New(ctx, dbURL)
+		pool, err := pgxpool.New(ctx, d.dbURL())
 		require.NoError(t, err)
 		defer pool.Close()
 		require.NoError(t, testenv.WaitCaughtUp(ctx, pool, prod, time.Minute))
 	}
 	snapshot := func() (msgs, inbox, offsets int64) {
 		ctx := testenv.Ctx(t, time.Minute)
-		pool, err := pgxpool.New(ctx, dbURL)
+		pool, err := pgxpool.New(ctx, d.dbURL())
 		require.NoError(t, err)
 		defer pool.Close()
 		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM inbox),

@@ -42,13 +42,13 @@ func newDevInstance(t *testing.T) devInstance {
 }
 
 func (d *devInstance) start(t *testing.T, extra ...string) {
-	first := d.proc == nil
 	for attempt := 0; ; attempt++ {
 		d.proc = testenv.Start(t, testenv.DevEnv, d.Args(append([]string{"--partitions", "4"}, extra...)...)...)
 		err := d.proc.WaitOutput("gateway listening", 2*time.Minute)
-		if err != nil && first && attempt < 3 && strings.Contains(d.proc.Output(), "is taken") {
+		if err != nil && attempt < 3 && strings.Contains(d.proc.Output(), "is taken") {
 			// A port picked free was taken since by another test's
-			// process: a first start moves to fresh ones.
+			// process: move to fresh ones (the data dir stays; callers
+			// read the addresses from d).
 			s, serr := testenv.NewDevSetup()
 			require.NoError(t, serr)
 			os.RemoveAll(s.Dir)

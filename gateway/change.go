@@ -104,29 +104,24 @@ func (c *changer) change(ctx context.Context, user int64, req ws.ChangeRequest) 
 	if err := c.app.appendEvent(ctx, e); err != nil {
 		return nil, false, err
 	}
-	timer := time.NewTimer(c.ackWait)
-	defer timer.Stop()
-	for {
-		last := false
-		select {
-		case <-ack.C():
-		case <-rej.C():
-		case <-timer.C:
-			last = true
-		case <-c.draining:
-			last = true
-		case <-ctx.Done():
-			return nil, false, apierr.ErrClientGone
-		}
-		m, done, err := c.outcome(ctx, user, e)
-		if done || err != nil {
-			return m, false, err
+	m = nil
+	pending := false
+	err = awaitProjection(ctx, c.ackWait, c.draining, ack, rej, func(last bool) (bool, error) {
+		var done bool
+		var err error
+		if m, done, err = c.outcome(ctx, user, e); done || err != nil {
+			return true, err
 		}
 		if last {
 			c.outcomes.WithLabelValues(e.Type, "pending").Inc()
-			return nil, true, nil
+			pending = true
 		}
+		return last, nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
+	return m, pending, nil
 }
 
 // event validates req and makes its event.

@@ -215,7 +215,34 @@ func (s *sender) checkSend(ctx context.Context, user, cid int64, msgID string) (
 // a duplicate, a rejection, the end of the wait or a drain read the
 // outcome. The result is pending when the wait ends without one.
 func (s *sender) awaitSend(ctx context.Context, e *events.Event, body string, ack, rej *hub.Subscription) (*sendResult, error) {
-	timer := time.NewTimer(s.ackWait)
+	var res *sendResult
+	err := awaitProjection(ctx, s.ackWait, s.draining, ack, rej, func(last bool) (bool, error) {
+		if seq := ack.Seq(); seq > 0 {
+			res = s.projectedSend(e, body, seq)
+			return true, nil
+		}
+		r, err := s.sendOutcome(ctx, e, ack)
+		if r != nil || err != nil {
+			res = r
+			return true, err
+		}
+		if last {
+			s.outcomes.WithLabelValues("pending").Inc()
+			res = &sendResult{status: sendPending, msgID: e.MsgID}
+			return true, nil
+		}
+		return false, nil
+	})
+	return res, err
+}
+
+// awaitProjection waits up to ackWait for the projection of an appended
+// event (a send, a change): at every wake-up (its ack, its rejection, the
+// end of the wait, a drain) it asks outcome, with last set once the wait is
+// over, until outcome is done or fails. It never polls.
+func awaitProjection(ctx context.Context, ackWait time.Duration, draining <-chan struct{}, ack, rej *hub.Subscription,
+	outcome func(last bool) (done bool, err error)) error {
+	timer := time.NewTimer(ackWait)
 	defer timer.Stop()
 	for {
 		last := false
@@ -224,21 +251,13 @@ func (s *sender) awaitSend(ctx context.Context, e *events.Event, body string, ac
 		case <-rej.C():
 		case <-timer.C:
 			last = true
-		case <-s.draining:
+		case <-draining:
 			last = true
 		case <-ctx.Done():
-			return nil, apierr.ErrClientGone
+			return apierr.ErrClientGone
 		}
-		if seq := ack.Seq(); seq > 0 {
-			return s.projectedSend(e, body, seq), nil
-		}
-		res, err := s.sendOutcome(ctx, e, ack)
-		if res != nil || err != nil {
-			return res, err
-		}
-		if last {
-			s.outcomes.WithLabelValues("pending").Inc()
-			return &sendResult{status: sendPending, msgID: e.MsgID}, nil
+		if done, err := outcome(last); done || err != nil {
+			return err
 		}
 	}
 }

@@ -236,7 +236,9 @@ func TestSendTakenMsgIDMembershipFirst(t *testing.T) {
 func TestSendDeadLettered(t *testing.T) {
 	env := testenv.New(t, testenv.Options{})
 	stopFanout := env.StartFanout(t)
-	g, err := New(wsTestConfig(env, func(c *Config) { c.AckWait = 4 * time.Second }), env.Pool, env.Producer)
+	// A long ack wait: the waiting sender must be answered by the
+	// rejection's notification, not by the end of the wait.
+	g, err := New(wsTestConfig(env, func(c *Config) { c.AckWait = 20 * time.Second }), env.Pool, env.Producer)
 	require.NoError(t, err)
 	startListen(t, g)
 	srv := httptest.NewServer(g.Handler())
@@ -258,6 +260,13 @@ func TestSendDeadLettered(t *testing.T) {
 			reason, topic, "partition", "offset", rejected_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, now())`,
 			eventID, msgID, events.MessageSent, cid, actor, projection.ReasonDeadLetter, env.Topic)
 		require.NoError(t, err)
+		// And its notification, as the fanout sends it at the commit.
+		var enc projection.Encoder
+		enc.Rejected(msgID)
+		for _, pl := range enc.Payloads() {
+			_, err = env.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, projection.DefaultChannel, pl)
+			require.NoError(t, err)
+		}
 	}
 	msgs := fmt.Sprintf("/v1/conversations/%d/messages", cid)
 

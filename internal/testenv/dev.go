@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -81,21 +82,34 @@ var DevEnv = []string{"INBOXD_KAFKA_BROKERS=", "DATABASE_URL="}
 // StartDev is NewDev for code without a testing.TB (a TestMain): the
 // caller calls Stop. It waits until the gateway serves and the fanout has
 // its partitions.
+//
+// A port picked free can be taken before dev listens on it (by another
+// test's server, or as the local port of an outgoing connection: both come
+// from the same range); dev then refuses to start, naming the port, and
+// StartDev tries again on fresh ports.
 func StartDev(args ...string) (*Dev, error) {
-	s, err := NewDevSetup()
-	if err != nil {
-		return nil, err
+	for attempt := 0; ; attempt++ {
+		s, err := NewDevSetup()
+		if err != nil {
+			return nil, err
+		}
+		p, err := StartProcess(DevEnv, s.Args(args...)...)
+		if err != nil {
+			_ = os.RemoveAll(s.Dir)
+			return nil, err
+		}
+		d := &Dev{URL: "http://" + s.Addr(), Proc: p, dir: s.Dir}
+		err = p.WaitOutput(devReady, 2*time.Minute)
+		if err == nil {
+			return d, nil
+		}
+		taken := strings.Contains(p.Output(), "is taken")
+		stopErr := d.Stop()
+		if taken && attempt < 3 {
+			continue
+		}
+		return nil, errors.Join(fmt.Errorf("inboxd dev: %w", err), stopErr)
 	}
-	p, err := StartProcess(DevEnv, s.Args(args...)...)
-	if err != nil {
-		_ = os.RemoveAll(s.Dir)
-		return nil, err
-	}
-	d := &Dev{URL: "http://" + s.Addr(), Proc: p, dir: s.Dir}
-	if err := p.WaitOutput(devReady, 2*time.Minute); err != nil {
-		return nil, errors.Join(fmt.Errorf("inboxd dev: %w", err), d.Stop())
-	}
-	return d, nil
 }
 
 // Stop ends the process (SIGTERM: it stops its PostgreSQL), removes its

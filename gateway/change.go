@@ -45,7 +45,8 @@ var sqlChangeCheck = `SELECT ` + rows.MessageColsFor("$3") + `,
 	EXISTS (SELECT 1 FROM conversations WHERE id = $1),
 	(SELECT created_by FROM conversations WHERE id = $1),
 	(SELECT joined_seq FROM member_spans WHERE conversation_id = $1 AND user_id = $3 AND left_seq IS NULL),
-	EXISTS (SELECT 1 FROM changes WHERE change_id = $4 AND actor_id = $3),
+	EXISTS (SELECT 1 FROM changes WHERE change_id = $4 AND actor_id = $3 AND conversation_id = $1 AND seq = $2),
+	EXISTS (SELECT 1 FROM changes WHERE change_id = $4),
 	(SELECT reason FROM rejections WHERE msg_id = $4 AND actor_id = $3 LIMIT 1),
 	m.created_at,
 	(SELECT key FROM body_keys WHERE msg_id = m.msg_id)
@@ -67,7 +68,8 @@ type changeCheck struct {
 	exists   bool
 	creator  *int64
 	joined   *int64
-	applied  bool
+	applied  bool // this change_id was applied, by this user, to this message
+	taken    bool // this change_id was applied, to whatever
 	refusal  *string
 	distinct int
 	key      []byte // the message's body key, nil when none
@@ -170,7 +172,7 @@ func (c *changer) check(ctx context.Context, user int64, e *events.Event) (*prot
 	var ms rows.MessageScan
 	var ck changeCheck
 	err := c.pool.QueryRow(ctx, sqlChangeCheck, e.ConversationID, e.Seq, user, e.ChangeID).Scan(
-		append(ms.Targets(), &ck.exists, &ck.creator, &ck.joined, &ck.applied, &ck.refusal, &ck.at, &ck.key)...)
+		append(ms.Targets(), &ck.exists, &ck.creator, &ck.joined, &ck.applied, &ck.taken, &ck.refusal, &ck.at, &ck.key)...)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("check the change %s: %w", e.ChangeID, err)
 	}
@@ -180,9 +182,12 @@ func (c *changer) check(ctx context.Context, user int64, e *events.Event) (*prot
 		return nil, "", nil, apierr.NotFound("conversation %d does not exist", e.ConversationID)
 	case ck.joined == nil:
 		return nil, "", nil, apierr.NotMember("user %d is not a member of conversation %d", user, e.ConversationID)
-	case ck.applied:
+	case ck.applied && ck.msg != nil:
 		c.outcomes.WithLabelValues(e.Type, "duplicate").Inc()
 		return ck.msg, "", nil, nil
+	case ck.taken:
+		// Like a msg_id: a change_id names one change of one message.
+		return nil, "", nil, apierr.BadRequest("change_id %s is already used by another change", e.ChangeID)
 	case ck.refusal != nil:
 		return nil, "", nil, refusal(*ck.refusal, e)
 	case ck.msg == nil || e.Seq < *ck.joined:
@@ -227,6 +232,9 @@ func (c *changer) check(ctx context.Context, user int64, e *events.Event) (*prot
 		if mine == "" {
 			return m, "", nil, nil
 		}
+	}
+	if m.MsgID == "" {
+		return nil, "", nil, fmt.Errorf("message %d of conversation %d read without its msg_id", e.Seq, e.ConversationID)
 	}
 	return nil, m.MsgID, ck.key, nil
 }

@@ -264,3 +264,35 @@ func TestChangesReachAnOfflineDevice(t *testing.T) {
 	require.True(t, list.Conversations[0].LastMessage.Deleted, "the list shows a deleted last message as deleted")
 	tg.verify(t)
 }
+
+// A change_id names one change of one message: used again for another
+// message (or conversation), it is refused, as a msg_id is (the fuzzer found
+// the reuse answered 500).
+func TestChangeIDReused(t *testing.T) {
+	tg := newGateway(t, nil)
+	a := tg.user(t, 1)
+	cid := a.create(t, "solo")
+	m1, m2 := a.send(t, cid, "one"), a.send(t, cid, "two")
+	id := uuid.NewString()
+	a.change(t, "PATCH", msgPath(cid, m1.Seq), map[string]any{"change_id": id, "body": "one!"}, 200)
+	for _, tc := range []struct {
+		method, path string
+		body         map[string]any
+		status       int
+	}{
+		{"PATCH", msgPath(cid, m2.Seq), map[string]any{"change_id": id, "body": "x"}, 400},
+		{"PATCH", msgPath(cid, 99), map[string]any{"change_id": id, "body": "x"}, 400},
+		{"PUT", msgPath(cid, m2.Seq) + "/reaction", map[string]any{"change_id": id, "emoji": "👍"}, 400},
+		{"DELETE", msgPath(cid, m2.Seq), map[string]any{"change_id": id}, 400},
+		{"PATCH", msgPath(999999, 1), map[string]any{"change_id": id, "body": "x"}, 404},
+	} {
+		r := a.do(t, tc.method, tc.path, tc.body)
+		require.Equal(t, tc.status, r.status, "%s %s: %s", tc.method, tc.path, r)
+	}
+	// The retry of the change itself still answers the message.
+	m := a.change(t, "PATCH", msgPath(cid, m1.Seq), map[string]any{"change_id": id, "body": "one!"}, 200)
+	require.Equal(t, "one!", msgText(t, &m))
+	h := a.history(t, cid, "")
+	require.Equal(t, "two", msgText(t, &h.Messages[len(h.Messages)-1]), "nothing changed the other message")
+	tg.verify(t)
+}

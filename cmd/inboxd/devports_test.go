@@ -45,7 +45,8 @@ func (d *devInstance) start(t *testing.T, extra ...string) {
 	for attempt := 0; ; attempt++ {
 		d.proc = testenv.Start(t, testenv.DevEnv, d.Args(append([]string{"--partitions", "4"}, extra...)...)...)
 		err := d.proc.WaitOutput("gateway listening", 2*time.Minute)
-		if err != nil && attempt < 3 && strings.Contains(d.proc.Output(), "is taken") {
+		if err != nil && attempt < 3 && (strings.Contains(d.proc.Output(), "is taken") ||
+			strings.Contains(d.proc.Output(), "address already in use")) {
 			// A port picked free was taken since by another test's
 			// process: move to fresh ones (the data dir stays; callers
 			// read the addresses from d).
@@ -104,11 +105,20 @@ func TestDevRefusesTakenPorts(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			second := newDevInstance(t)
-			c.second(&second)
-			p := testenv.Start(t, testenv.DevEnv, second.Args()...)
-			err := p.Wait(time.Minute)
-			require.Error(t, err, "the second dev exits non-zero:\n%s", p.Output())
+			var second devInstance
+			var p *testenv.Proc
+			for attempt := 0; ; attempt++ {
+				second = newDevInstance(t)
+				c.second(&second)
+				p = testenv.Start(t, testenv.DevEnv, second.Args()...)
+				require.Error(t, p.Wait(time.Minute), "the second dev exits non-zero:\n%s", p.Output())
+				// One of its own fresh ports may have been taken since it
+				// was picked: pick again.
+				if attempt < 3 && !strings.Contains(p.Output(), c.want[0]) && strings.Contains(p.Output(), "is taken") {
+					continue
+				}
+				break
+			}
 			for _, w := range c.want {
 				require.Contains(t, p.Output(), w)
 			}

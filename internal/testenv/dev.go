@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,11 +55,22 @@ func NewDevSetup() (DevSetup, error) {
 		return DevSetup{}, err
 	}
 	s := DevSetup{Dir: dir}
+	// Three distinct ports: each listener stays open until all are picked
+	// (one at a time, the kernel may hand out the same port twice).
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
 	for _, p := range []*int{&s.PGPort, &s.KafkaPort, &s.HTTPPort} {
-		if *p, err = freePort(); err != nil {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
 			_ = os.RemoveAll(dir)
 			return DevSetup{}, err
 		}
+		ls = append(ls, l)
+		*p = l.Addr().(*net.TCPAddr).Port
 	}
 	return s, nil
 }
@@ -103,7 +115,7 @@ func StartDev(args ...string) (*Dev, error) {
 		if err == nil {
 			return d, nil
 		}
-		taken := strings.Contains(p.Output(), "is taken")
+		taken := strings.Contains(p.Output(), "is taken") || strings.Contains(p.Output(), "address already in use")
 		stopErr := d.Stop()
 		if taken && attempt < 3 {
 			continue

@@ -55,6 +55,9 @@ const MaxEmoji = 64
 // MaxMembers bounds the member list of a created event.
 const MaxMembers = 10000
 
+// MaxMentions bounds the users a message.sent names in Mentions.
+const MaxMentions = 50
+
 // Event is one change. Fields beyond the envelope are set per type:
 // conversation.created: Title, Members; member.added/removed: UserID;
 // message.sent: MsgID, Body, optionally ReplyTo; record.updated: Pinned
@@ -83,7 +86,12 @@ type Event struct {
 	// a message.sent or message.edited carries one of the two.
 	SealedBody string `json:"sealed_body,omitempty"`
 
-	ReplyTo  int64  `json:"reply_to,omitempty"`
+	ReplyTo int64 `json:"reply_to,omitempty"`
+	// Mentions are the users a message.sent mentions (distinct, positive,
+	// at most MaxMentions); MentionAll mentions every member ("@all").
+	Mentions   []int64 `json:"mentions,omitempty"`
+	MentionAll bool    `json:"mention_all,omitempty"`
+
 	Seq      int64  `json:"seq,omitempty"`
 	ChangeID string `json:"change_id,omitempty"`
 	Emoji    string `json:"emoji,omitempty"`
@@ -193,6 +201,9 @@ func (e *Event) Validate(maxBody int) error {
 		if e.ReplyTo < 0 {
 			return invalid("reply_to must be a seq")
 		}
+		if err := validateMentions(e.Mentions); err != nil {
+			return err
+		}
 	case MessageEdited, MessageDeleted, ReactionAdded, ReactionRemoved:
 		return e.validateChange(maxBody)
 	case RecordUpdated:
@@ -207,6 +218,25 @@ func (e *Event) Validate(maxBody int) error {
 		return invalid("missing type")
 	default:
 		return invalid("unknown type %q", e.Type)
+	}
+	return nil
+}
+
+// validateMentions checks a message's mentioned users: distinct, positive,
+// at most MaxMentions.
+func validateMentions(ids []int64) error {
+	if len(ids) > MaxMentions {
+		return invalid("more than %d mentions", MaxMentions)
+	}
+	seen := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		if id <= 0 {
+			return invalid("mentioned user ids must be positive")
+		}
+		if seen[id] {
+			return invalid("user %d mentioned twice", id)
+		}
+		seen[id] = true
 	}
 	return nil
 }

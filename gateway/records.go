@@ -96,7 +96,7 @@ func parsePageToken(s string) (*pageToken, error) {
 // are included (removed: true): their history up to the removal stays
 // readable. $2..$4 is the keyset position after which to continue (NULLs on
 // the first page), $5 the limit.
-const sqlListRecords = `SELECT * FROM (
+var sqlListRecords = `SELECT * FROM (
 	SELECT ` + rows.RecordCols + `, COALESCE(lm.created_at, c.created_at) AS activity
 	FROM records r` + rows.RecordJoins + `
 	WHERE r.user_id = $1
@@ -107,7 +107,7 @@ LIMIT $5 OFFSET $6`
 
 // sqlRecordsSince is one page of the records changed after a version, in
 // version order, removals included.
-const sqlRecordsSince = `SELECT ` + rows.RecordCols + `
+var sqlRecordsSince = `SELECT ` + rows.RecordCols + `
 FROM records r` + rows.RecordJoins + `
 WHERE r.user_id = $1 AND r.version > $2
 ORDER BY r.version

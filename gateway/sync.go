@@ -49,7 +49,7 @@ func tooLongAnswer(ctx context.Context, db *pgxpool.Pool, user int64, res *inbox
 		return nil, err
 	}
 	return &protocol.TooLong{TooLong: true, Epoch: res.Epoch, Head: res.Head, RecordVersion: res.RecordVersion,
-		Conversations: recs, NextPage: next, Polling: hint()}, nil
+		Conversations: recs, NextPage: next, Counts: res.Counts, Polling: hint()}, nil
 }
 
 // rebaser is the WebSocket server's ws.Rebaser: the too-long answer, with
@@ -205,7 +205,7 @@ func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64
 // hand (the entries' messages are cached JSON; see inbox.AppendEntries).
 func (g *Gateway) writeSyncPage(w http.ResponseWriter, res *inbox.Result) {
 	b := make([]byte, 0, 128+inbox.EntriesSize(res.Entries))
-	b = protocol.AppendSyncPage(b, res.Epoch, res.Head, res.HasMore, g.pollingHint(),
+	b = protocol.AppendSyncPage(b, res.Epoch, res.Head, res.HasMore, res.Counts, g.pollingHint(),
 		func(b []byte) []byte { return inbox.AppendEntries(b, res.Entries) })
 	b = append(b, '\n') // as json.Encoder ends every other body
 	h := w.Header()

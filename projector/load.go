@@ -18,7 +18,7 @@ const (
 SELECT $1, p, 0 FROM unnest($2::int[]) AS p ORDER BY p ON CONFLICT DO NOTHING`
 	sqlLockOffsets = `SELECT "partition", next_offset FROM consumer_offsets
 WHERE topic = $1 AND "partition" = ANY($2::int[]) ORDER BY "partition" FOR UPDATE`
-	sqlLockConversations = `SELECT id, last_seq, created_by FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
+	sqlLockConversations = `SELECT id, last_seq, created_by, text_count FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 	sqlCurrentMembers    = `SELECT conversation_id, user_id, joined_seq FROM member_spans
 WHERE conversation_id = ANY($1::bigint[]) AND left_seq IS NULL`
 	sqlKnownMsgIDs  = `SELECT msg_id::text FROM messages WHERE msg_id = ANY($1::uuid[])`
@@ -147,10 +147,11 @@ func (b *batch) need(recs []Record) loadKeys {
 	return k
 }
 
-// loadedConv marks conversation id as existing with last seq last.
-func (b *batch) loadedConv(id, last, by int64) {
+// loadedConv marks conversation id as existing with last seq last and
+// texts text messages.
+func (b *batch) loadedConv(id, last, by, texts int64) {
 	c := b.convs[id]
-	c.exists, c.lastSeq, c.loadedAt, c.by = true, last, last, by
+	c.exists, c.lastSeq, c.loadedAt, c.by, c.texts = true, last, last, by, texts
 }
 
 // loadedMember marks user u a current member of conversation c since seq
@@ -168,11 +169,11 @@ func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 	// depend only on the batch.
 	bt.Queue(sqlLockConversations, k.convIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id, last, by int64
-			if err := rows.Scan(&id, &last, &by); err != nil {
+			var id, last, by, texts int64
+			if err := rows.Scan(&id, &last, &by, &texts); err != nil {
 				return err
 			}
-			b.loadedConv(id, last, by)
+			b.loadedConv(id, last, by, texts)
 		}
 		return rows.Err()
 	})

@@ -21,6 +21,7 @@ type convState struct {
 	at       time.Time
 	lastSeq  int64
 	lastAt   time.Time
+	texts    int64 // text messages up to lastSeq: the ord of the last message
 	changed  bool
 	members  map[int64]bool
 	joined   map[int64]int64 // current member -> the seq its span began
@@ -59,6 +60,11 @@ type msgRow struct {
 	body      string
 	at        time.Time
 	st        *msgState // its state at the end of the batch
+	// ord counts the conversation's text messages up to this one
+	// (migrations/00006_counts.sql); mentions are the members it mentions.
+	ord        int64
+	mentions   []int64
+	mentionAll bool
 }
 
 type rejection struct {
@@ -108,6 +114,10 @@ type batch struct {
 	// erased); erase are the msg_ids whose keys go (deleted messages).
 	bodyKeys map[string][]byte
 	erase    []string
+
+	// reads moves the read positions of senders past their own messages,
+	// without a record version or entry (the message entry says it).
+	reads map[recKey]int64
 }
 
 // ack is a message.sent event and the seq its message got.
@@ -126,6 +136,7 @@ func newBatch() *batch {
 
 		msgStates:    map[msgKey]*msgState{},
 		bodyKeys:     map[string][]byte{},
+		reads:        map[recKey]int64{},
 		knownChanges: idSet{},
 	}
 }
@@ -210,7 +221,7 @@ func (b *batch) conversationCreated(r Record, c *convState) {
 		"event": events.ConversationCreated, "by": e.ActorID, "title": e.Title, "members": members}), e.At)
 	for _, m := range members {
 		b.openSpan(c.id, m, seq)
-		b.record(m, c.id, e.At, func(rs *recState) { rs.removed = false })
+		b.record(m, c.id, e.At, func(rs *recState) { rs.removed, rs.readSeq = false, max(rs.readSeq, seq) })
 	}
 }
 
@@ -245,7 +256,9 @@ func (b *batch) memberAdded(r Record, c *convState) {
 	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
 		"event": events.MemberAdded, "user_id": e.UserID, "by": e.ActorID}), e.At)
 	b.openSpan(c.id, e.UserID, seq)
-	b.record(e.UserID, c.id, e.At, func(rs *recState) { rs.removed = false })
+	// A member's read position starts at its join: what was sent before
+	// it is not unread.
+	b.record(e.UserID, c.id, e.At, func(rs *recState) { rs.removed, rs.readSeq = false, max(rs.readSeq, seq) })
 }
 
 func (b *batch) memberRemoved(r Record, c *convState) {
@@ -287,6 +300,8 @@ func (b *batch) messageSent(r Record, c *convState) {
 		return
 	}
 	seq := b.message(c, e.MsgID, e.ActorID, "text", body, e.At)
+	b.mention(c, e)
+	b.readOwn(e.ActorID, c.id, seq)
 	st := b.msgStates[msgKey{c.id, seq}]
 	st.replyTo = e.ReplyTo
 	st.deleted = erased // its key is gone: deleted after this send, before this projection (a replay)
@@ -336,14 +351,41 @@ func (b *batch) message(c *convState, msgID string, sender int64, kind, body str
 	c.lastSeq++
 	c.lastAt = at
 	c.changed = true
+	if kind == "text" {
+		c.texts++
+	}
 	st := &msgState{key: msgKey{c.id, c.lastSeq}, msgID: msgID, found: true, fresh: true, sender: sender, kind: kind, at: at,
 		version: 1, body: body, mine: map[int64]string{}, mineChanged: map[int64]bool{}}
 	b.msgStates[st.key] = st
-	b.msgs = append(b.msgs, msgRow{conv: c.id, seq: c.lastSeq, msgID: msgID, sender: sender, kind: kind, body: body, at: at, st: st})
+	b.msgs = append(b.msgs, msgRow{conv: c.id, seq: c.lastSeq, msgID: msgID, sender: sender, kind: kind, body: body, at: at, st: st,
+		ord: c.texts})
 	for u := range c.members {
 		b.fan = append(b.fan, fanRow{user: u, conv: c.id, kind: projection.KindMessage, seq: c.lastSeq, at: at})
 	}
 	return c.lastSeq
+}
+
+// mention keeps the mentions of e, the message just added to c: the
+// members it names at this position, not the sender; and @all.
+func (b *batch) mention(c *convState, e *events.Event) {
+	m := &b.msgs[len(b.msgs)-1]
+	m.mentionAll = e.MentionAll
+	for _, u := range e.Mentions {
+		if u != e.ActorID && c.members[u] {
+			m.mentions = append(m.mentions, u)
+		}
+	}
+}
+
+// readOwn moves user's read position in conv past its own message seq.
+// A record loaded for this batch learns it too, so that a read event
+// later in the batch compares with it.
+func (b *batch) readOwn(user, conv, seq int64) {
+	k := recKey{user, conv}
+	b.reads[k] = max(b.reads[k], seq)
+	if rs, ok := b.records[k]; ok && rs.readSeq < seq {
+		rs.readSeq = seq
+	}
 }
 
 func (b *batch) current(user, conv int64) *recState {

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -136,7 +137,7 @@ func runRules(t *testing.T, st state, inputs []any) *batch {
 	require.True(t, slices.IsSorted(keys.convIDs), "conversations are locked in id order")
 	for id, c := range st.convs {
 		require.Contains(t, keys.convIDs, id, "the state names a conversation of the batch")
-		b.loadedConv(id, c.last, c.by)
+		b.loadedConv(id, c.last, c.by, c.last)
 		for _, u := range c.members {
 			joined := int64(1)
 			if j, ok := c.joined[u]; ok {
@@ -245,7 +246,7 @@ func summarize(b *batch) result {
 
 func TestRules(t *testing.T) {
 	yes, no := events.Ptr(true), events.Ptr(false)
-	const member = "pinned=false muted=false read=0 removed=false"
+	const member = "pinned=false muted=false read=1 removed=false" // a join moves the read position to it
 	for _, tc := range []struct {
 		name   string
 		state  state
@@ -299,7 +300,7 @@ func TestRules(t *testing.T) {
 					"1/2 text m1 11 hi"},
 				inbox:   map[int64][]string{10: {"msg 1/1", "rec 1", "msg 1/2"}, 11: {"msg 1/1", "rec 1", "msg 1/2"}},
 				spans:   []string{"1/10 1-0", "1/11 1-0"},
-				records: map[[2]int64]string{{10, 1}: member, {11, 1}: member},
+				records: map[[2]int64]string{{10, 1}: member, {11, 1}: "pinned=false muted=false read=2 removed=false" /* its own message */},
 				acks:    []string{"e2 2"},
 			},
 		},
@@ -313,7 +314,7 @@ func TestRules(t *testing.T) {
 				msgs:    []string{`1/6 system e1 10 {"by":10,"event":"member.added","user_id":11}`},
 				inbox:   map[int64][]string{10: {"msg 1/6"}, 11: {"msg 1/6", "rec 1"}},
 				spans:   []string{"1/11 6-0"},
-				records: map[[2]int64]string{{11, 1}: "pinned=true muted=false read=3 removed=false"},
+				records: map[[2]int64]string{{11, 1}: "pinned=true muted=false read=6 removed=false"}, // read moves to the join
 			},
 		},
 		{
@@ -394,7 +395,7 @@ func TestRules(t *testing.T) {
 					`1/7 system e2 10 {"by":10,"event":"member.removed","user_id":11}`},
 				inbox:   map[int64][]string{10: {"msg 1/6", "msg 1/7"}, 11: {"msg 1/6", "rec 1", "msg 1/7", "rec 1"}},
 				spans:   []string{"1/11 6-7"},
-				records: map[[2]int64]string{{11, 1}: "pinned=false muted=false read=0 removed=true"},
+				records: map[[2]int64]string{{11, 1}: "pinned=false muted=false read=6 removed=true"},
 			},
 		},
 		{
@@ -546,7 +547,9 @@ func TestRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := runRules(t, tc.state, tc.inputs)
-			require.Equal(t, tc.want, summarize(b))
+			if got := summarize(b); !reflect.DeepEqual(tc.want, got) {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
 			// Every record entry points at the record it changed.
 			for _, f := range b.fan {
 				if f.kind == projection.KindRecord {

@@ -169,6 +169,27 @@ SELECT format('change %s: conversation %s seq %s version %s, message %s', c.chan
   coalesce('version ' || m.version, 'missing'))
 FROM changes c LEFT JOIN messages m ON m.conversation_id = c.conversation_id AND m.seq = c.seq
 WHERE m.seq IS NULL OR c.version > m.version`},
+	{"C1", "each message's ord counts the text messages up to it, and text_count is the last one's", `
+SELECT format('conversation %s seq %s: ord %s, counted %s', conversation_id, seq, ord, counted)
+FROM (SELECT conversation_id, seq, ord,
+        count(*) FILTER (WHERE kind = 'text') OVER (PARTITION BY conversation_id ORDER BY seq) AS counted
+      FROM messages) x WHERE ord <> counted
+UNION ALL
+SELECT format('conversation %s: text_count %s, last message ord %s', c.id, c.text_count, coalesce(m.ord::text, 'none'))
+FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id AND m.seq = c.last_seq
+WHERE c.text_count IS DISTINCT FROM coalesce(m.ord, 0)`},
+	{"C2", "a member's read position is at or past its join and its own messages", `
+SELECT format('user %s conversation %s: read_seq %s below %s', r.user_id, r.conversation_id, r.read_seq, f.floor)
+FROM records r JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
+CROSS JOIN LATERAL (SELECT greatest(s.joined_seq, coalesce((SELECT max(m.seq) FROM messages m
+  WHERE m.conversation_id = r.conversation_id AND m.sender_id = r.user_id AND m.kind = 'text' AND m.seq >= s.joined_seq), 0)) AS floor) f
+WHERE r.read_seq < f.floor`},
+	{"C3", "mentions name members who could see the message, not its sender", `
+SELECT format('user %s is mentioned by conversation %s seq %s it could not see (or sent)', n.user_id, n.conversation_id, n.seq)
+FROM mentions n JOIN messages m ON m.conversation_id = n.conversation_id AND m.seq = n.seq
+WHERE m.sender_id = n.user_id OR NOT (n.user_id = ANY(coalesce(m.mentions, '{}'))) OR NOT EXISTS (
+  SELECT 1 FROM member_spans s WHERE s.conversation_id = n.conversation_id AND s.user_id = n.user_id
+  AND n.seq >= s.joined_seq AND (s.left_seq IS NULL OR n.seq <= s.left_seq))`},
 	{"--", "members and records agree", `
 SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)
 FROM records r LEFT JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
@@ -176,7 +197,7 @@ WHERE (s.user_id IS NULL) <> r.removed`},
 }
 
 // Verify checks invariants I1–I8, and the rules of message changes
-// (M1–M6), on the projections in the current schema
+// (M1–M6), the columns counts are made of (C1–C3), on the projections in the current schema
 // search path of q.
 func Verify(ctx context.Context, q Querier) (Report, error) {
 	var r Report

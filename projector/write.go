@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,11 +20,11 @@ const (
 	sqlEnsureUsers = `INSERT INTO users (id) SELECT u FROM unnest($1::bigint[]) AS u ORDER BY u ON CONFLICT DO NOTHING`
 	sqlLockUsers   = `SELECT id, inbox_seq, record_version FROM users WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 
-	sqlInsertConversations = `INSERT INTO conversations (id, title, created_by, created_at, last_seq, last_at)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bigint[], $6::timestamptz[])
+	sqlInsertConversations = `INSERT INTO conversations (id, title, created_by, created_at, last_seq, last_at, text_count)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bigint[], $6::timestamptz[], $7::bigint[])
 ON CONFLICT DO NOTHING`
-	sqlUpdateConversations = `UPDATE conversations c SET last_seq = u.s, last_at = u.t
-FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS u(id, s, t) WHERE c.id = u.id`
+	sqlUpdateConversations = `UPDATE conversations c SET last_seq = u.s, last_at = u.t, text_count = u.n
+FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[]) AS u(id, s, t, n) WHERE c.id = u.id`
 	sqlInsertSpans = `INSERT INTO member_spans (conversation_id, user_id, joined_seq, left_seq)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])`
 	sqlCloseSpans = `UPDATE member_spans m SET left_seq = u.l
@@ -33,6 +34,13 @@ WHERE m.conversation_id = u.c AND m.user_id = u.usr AND m.left_seq IS NULL`
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::bool[], $5::bigint[], $6::bigint[], $7::bool[])
 ON CONFLICT (user_id, conversation_id) DO UPDATE SET pinned = excluded.pinned, muted = excluded.muted,
 read_seq = excluded.read_seq, version = excluded.version, removed = excluded.removed`
+	// sqlReadOwn moves senders' read positions past their messages (after
+	// sqlUpsertRecords; one row per pair).
+	sqlReadOwn = `UPDATE records r SET read_seq = u.s
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS u(usr, c, s)
+WHERE r.user_id = u.usr AND r.conversation_id = u.c AND r.read_seq < u.s`
+	sqlInsertMentions = `INSERT INTO mentions (user_id, conversation_id, seq)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) ON CONFLICT DO NOTHING`
 	sqlUpdateUsers = `UPDATE users SET inbox_seq = u.h, record_version = u.v
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS u(id, h, v) WHERE users.id = u.id`
 	sqlInsertRejections = `INSERT INTO rejections (event_id, msg_id, event_type, conversation_id, actor_id, reason, topic, "partition", "offset", rejected_at)
@@ -97,6 +105,7 @@ func (t *txn) write(ctx context.Context) error {
 	t.queueConversations(bt)
 	t.queueSpans(bt)
 	t.queueRecords(bt)
+	t.queueReads(bt)
 	t.queueHeads(bt)
 	t.queueRejections(bt)
 	t.queueOffsets(bt)
@@ -144,7 +153,7 @@ func number(fan []fanRow, heads map[int64]*head) {
 }
 
 func (t *txn) queueConversations(bt *pgx.Batch) {
-	var newIDs, newBy, updIDs, updSeq []int64
+	var newIDs, newBy, updIDs, updSeq, newTexts, updTexts []int64
 	var newTitles []string
 	var newAt, newLastAt, updAt []time.Time
 	var newLast []int64
@@ -153,15 +162,17 @@ func (t *txn) queueConversations(bt *pgx.Batch) {
 		case c.created:
 			newIDs, newTitles, newBy = append(newIDs, c.id), append(newTitles, c.title), append(newBy, c.by)
 			newAt, newLast, newLastAt = append(newAt, c.at), append(newLast, c.lastSeq), append(newLastAt, c.lastAt)
+			newTexts = append(newTexts, c.texts)
 		case c.changed:
 			updIDs, updSeq, updAt = append(updIDs, c.id), append(updSeq, c.lastSeq), append(updAt, c.lastAt)
+			updTexts = append(updTexts, c.texts)
 		}
 	}
 	if len(newIDs) > 0 {
-		bt.Queue(sqlInsertConversations, newIDs, newTitles, newBy, newAt, newLast, newLastAt)
+		bt.Queue(sqlInsertConversations, newIDs, newTitles, newBy, newAt, newLast, newLastAt, newTexts)
 	}
 	if len(updIDs) > 0 {
-		bt.Queue(sqlUpdateConversations, updIDs, updSeq, updAt)
+		bt.Queue(sqlUpdateConversations, updIDs, updSeq, updAt, updTexts)
 	}
 }
 
@@ -200,6 +211,27 @@ func (t *txn) queueRecords(bt *pgx.Batch) {
 		pins[i], mutes[i], rems[i] = r.pinned, r.muted, r.removed
 	}
 	bt.Queue(sqlUpsertRecords, us, cs, pins, mutes, rs, vs, rems)
+}
+
+// queueReads queues the moves of senders' read positions past their own
+// messages and the mentions of the batch's messages.
+func (t *txn) queueReads(bt *pgx.Batch) {
+	if n := len(t.b.reads); n > 0 {
+		us, cs, ss := make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+		for k, s := range t.b.reads {
+			us, cs, ss = append(us, k.user), append(cs, k.conv), append(ss, s)
+		}
+		bt.Queue(sqlReadOwn, us, cs, ss)
+	}
+	var us, cs, ss []int64
+	for _, m := range t.b.msgs {
+		for _, u := range m.mentions {
+			us, cs, ss = append(us, u), append(cs, m.conv), append(ss, m.seq)
+		}
+	}
+	if len(us) > 0 {
+		bt.Queue(sqlInsertMentions, us, cs, ss)
+	}
 }
 
 func (t *txn) queueHeads(bt *pgx.Batch) {
@@ -246,9 +278,12 @@ func (t *txn) queueOffsets(bt *pgx.Batch) {
 
 const (
 	sqlInsertMessages = `INSERT INTO messages (conversation_id, seq, msg_id, sender_id, kind, body, created_at,
-  version, edited_at, deleted, reply_to, reactions)
-SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
-  $8::bigint[], $9::timestamptz[], $10::bool[], $11::bigint[], $12::jsonb[])`
+  version, edited_at, deleted, reply_to, reactions, ord, mentions, mention_all)
+SELECT m.c, m.s, m.id, m.snd, m.k, m.b, m.t, m.v, m.e, m.d, m.r, m.x, m.o,
+  CASE WHEN m.mn = '' THEN NULL ELSE string_to_array(m.mn, ',')::bigint[] END, m.ma
+FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
+  $8::bigint[], $9::timestamptz[], $10::bool[], $11::bigint[], $12::jsonb[], $13::bigint[], $14::text[], $15::bool[])
+  AS m(c, s, id, snd, k, b, t, v, e, d, r, x, o, mn, ma)`
 	sqlInsertInbox = `INSERT INTO inbox (user_id, inbox_seq, conversation_id, kind, seq, version, created_at)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[], $5::bigint[], $6::bigint[], $7::timestamptz[])`
 )
@@ -264,7 +299,9 @@ func queueMessages(bt *pgx.Batch, msgs []msgRow) error {
 	kinds, bodies := make([]string, n), make([]string, n)
 	ats := make([]time.Time, n)
 	vs, edits, dels, replies, reacts := make([]int64, n), make([]*time.Time, n), make([]bool, n), make([]*int64, n), make([]map[string]int64, n)
+	ords, mentions, alls := make([]int64, n), make([]string, n), make([]bool, n)
 	for i, m := range msgs {
+		ords[i], mentions[i], alls[i] = m.ord, joinIDs(m.mentions), m.mentionAll
 		id, err := uuid.Parse(m.msgID)
 		if err != nil {
 			return fmt.Errorf("msg id %q: %w", m.msgID, err)
@@ -272,8 +309,21 @@ func queueMessages(bt *pgx.Batch, msgs []msgRow) error {
 		cs[i], ss[i], ids[i], senders[i], kinds[i], ats[i] = m.conv, m.seq, id, m.sender, m.kind, m.at
 		bodies[i], vs[i], edits[i], dels[i], replies[i], reacts[i] = m.st.row()
 	}
-	bt.Queue(sqlInsertMessages, cs, ss, ids, senders, kinds, bodies, ats, vs, edits, dels, replies, reacts)
+	bt.Queue(sqlInsertMessages, cs, ss, ids, senders, kinds, bodies, ats, vs, edits, dels, replies, reacts, ords, mentions, alls)
 	return nil
+}
+
+// joinIDs is ids as "1,2,3" (unnest cannot take an array of arrays of
+// different lengths).
+func joinIDs(ids []int64) string {
+	b := make([]byte, 0, 8*len(ids))
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(b)
 }
 
 // queueInbox queues the INSERT of the numbered fan rows.
@@ -303,11 +353,16 @@ func (t *txn) copyRows(ctx context.Context) error {
 				return fmt.Errorf("msg id %q: %w", m.msgID, err)
 			}
 			body, v, edited, deleted, replyTo, reactions := m.st.row()
-			msgRows[i] = []any{m.conv, m.seq, id, m.sender, m.kind, body, m.at, v, edited, deleted, replyTo, reactions}
+			var mentions []int64
+			if len(m.mentions) > 0 {
+				mentions = m.mentions
+			}
+			msgRows[i] = []any{m.conv, m.seq, id, m.sender, m.kind, body, m.at, v, edited, deleted, replyTo, reactions,
+				m.ord, mentions, m.mentionAll}
 		}
 		if _, err := t.tx.CopyFrom(ctx, pgx.Identifier{"messages"},
 			[]string{"conversation_id", "seq", "msg_id", "sender_id", "kind", "body", "created_at",
-				"version", "edited_at", "deleted", "reply_to", "reactions"},
+				"version", "edited_at", "deleted", "reply_to", "reactions", "ord", "mentions", "mention_all"},
 			pgx.CopyFromRows(msgRows)); err != nil {
 			return fmt.Errorf("copy messages: %w", err)
 		}

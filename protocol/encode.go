@@ -59,7 +59,7 @@ func AppendEntry(b []byte, inboxSeq, conversationID int64, kind string, item []b
 // AppendSyncPage appends the wire form of a SyncPage. appendEntries
 // appends the entries as a JSON array ("[...]", never null), typically with
 // AppendEntry.
-func AppendSyncPage(b []byte, epoch, head int64, hasMore bool, p Polling, appendEntries func([]byte) []byte) []byte {
+func AppendSyncPage(b []byte, epoch, head int64, hasMore bool, c Counts, p Polling, appendEntries func([]byte) []byte) []byte {
 	b = append(b, `{"epoch":`...)
 	b = strconv.AppendInt(b, epoch, 10)
 	b = append(b, `,"head":`...)
@@ -68,6 +68,10 @@ func AppendSyncPage(b []byte, epoch, head int64, hasMore bool, p Polling, append
 	b = appendEntries(b)
 	b = append(b, `,"has_more":`...)
 	b = strconv.AppendBool(b, hasMore)
+	b = append(b, `,"unread_total":`...)
+	b = strconv.AppendInt(b, c.UnreadTotal, 10)
+	b = append(b, `,"mention_total":`...)
+	b = strconv.AppendInt(b, c.MentionTotal, 10)
 	b = append(b, `,"_polling":{"next_interval_ms":`...)
 	b = strconv.AppendInt(b, p.NextIntervalMS, 10)
 	return append(b, "}}"...)

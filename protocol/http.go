@@ -21,6 +21,7 @@ type SyncPage struct {
 	Head    int64   `json:"head"`
 	Entries []Entry `json:"entries"`
 	HasMore bool    `json:"has_more"`
+	Counts
 	Polling Polling `json:"_polling"`
 }
 
@@ -34,7 +35,8 @@ type TooLong struct {
 	RecordVersion int64    `json:"record_version"`
 	Conversations []Record `json:"conversations"`
 	NextPage      *string  `json:"next_page"`
-	Polling       Polling  `json:"_polling"`
+	Counts
+	Polling Polling `json:"_polling"`
 }
 
 // SyncAnswer decodes either 200 answer of GET /v1/sync: a SyncPage
@@ -49,7 +51,8 @@ type SyncAnswer struct {
 	RecordVersion int64    `json:"record_version"`
 	Conversations []Record `json:"conversations"`
 	NextPage      *string  `json:"next_page"`
-	Polling       *Polling `json:"_polling"`
+	Counts
+	Polling *Polling `json:"_polling"`
 }
 
 // ConversationList is the answer of GET /v1/conversations. InboxHead and
@@ -118,9 +121,20 @@ type MarkRead struct {
 // SendMessage is the body of POST /v1/conversations/{cid}/messages. MsgID
 // may instead come in the Idempotency-Key header.
 type SendMessage struct {
-	MsgID   string `json:"msg_id"`
-	Body    string `json:"body"`
-	ReplyTo int64  `json:"reply_to,omitempty"`
+	MsgID      string  `json:"msg_id"`
+	Body       string  `json:"body"`
+	ReplyTo    int64   `json:"reply_to,omitempty"`
+	Mentions   []int64 `json:"mentions,omitempty"`
+	MentionAll bool    `json:"mention_all,omitempty"`
+}
+
+// ReceiptList is the answer of GET /v1/conversations/{cid}/receipts: the
+// read positions of the current members who show them, by ascending user
+// id, a page at a time. NextPage is null on the last page.
+type ReceiptList struct {
+	ConversationID int64     `json:"conversation_id"`
+	Receipts       []Receipt `json:"receipts"`
+	NextPage       *string   `json:"next_page"`
 }
 
 // EditMessage is the body of PATCH /v1/conversations/{cid}/messages/{seq}.

@@ -47,6 +47,11 @@ type Message struct {
 	Deleted   bool       `json:"deleted,omitempty"`
 	ReplyTo   int64      `json:"reply_to,omitempty"`
 	Reactions []Reaction `json:"reactions,omitempty"`
+
+	// Mentions are the users the message mentions, as its sender named
+	// them; MentionAll mentions every member ("@all").
+	Mentions   []int64 `json:"mentions,omitempty"`
+	MentionAll bool    `json:"mention_all,omitempty"`
 }
 
 // Reaction is the count of one emoji on a message, and whether the reader
@@ -85,6 +90,28 @@ type Record struct {
 	LastMessage    *Message `json:"last_message"`
 	Version        int64    `json:"version"`
 	Removed        bool     `json:"removed"`
+	// UnreadCount is the number of text messages by others after ReadSeq
+	// that the user can see, deleted ones not counted; MentionCount those
+	// of them that mention the user (or @all). Both are 0 for a removed
+	// record. Counted when read (docs/protocol.md, "Unread and mention
+	// counts").
+	UnreadCount  int64 `json:"unread_count"`
+	MentionCount int64 `json:"mention_count"`
+}
+
+// Counts are the user's totals over its records at the answer's head:
+// UnreadTotal sums the unread counts of records that are not muted,
+// MentionTotal the mention counts of all of them (a mention counts in a
+// muted conversation too).
+type Counts struct {
+	UnreadTotal  int64 `json:"unread_total"`
+	MentionTotal int64 `json:"mention_total"`
+}
+
+// Receipt is a member's read position in a conversation.
+type Receipt struct {
+	UserID  int64 `json:"user_id"`
+	ReadSeq int64 `json:"read_seq"`
 }
 
 // Entry is an inbox entry: a message (Kind KindMessage, Message set), a

@@ -27,6 +27,7 @@ const (
 	FrameChangeAck = "change_ack"
 	FrameError     = "error"
 	FramePong      = "pong"
+	FrameReceipt   = "receipt"
 )
 
 // Close codes the server sends. The 4xxx codes are docs/protocol.md's; the
@@ -54,10 +55,13 @@ type Hello struct {
 
 // Send sends a message, as POST /v1/conversations/{cid}/messages does.
 type Send struct {
-	Type           string `json:"type"` // FrameSend
-	ConversationID int64  `json:"conversation_id"`
-	MsgID          string `json:"msg_id"`
-	Body           string `json:"body"`
+	Type           string  `json:"type"` // FrameSend
+	ConversationID int64   `json:"conversation_id"`
+	MsgID          string  `json:"msg_id"`
+	Body           string  `json:"body"`
+	ReplyTo        int64   `json:"reply_to,omitempty"`
+	Mentions       []int64 `json:"mentions,omitempty"`
+	MentionAll     bool    `json:"mention_all,omitempty"`
 }
 
 // Ping asks for a Pong.
@@ -79,6 +83,8 @@ type ClientFrame struct {
 	MsgID          string  `json:"msg_id"`
 	Body           *string `json:"body"`
 	ReplyTo        int64   `json:"reply_to"`
+	Mentions       []int64 `json:"mentions"`
+	MentionAll     bool    `json:"mention_all"`
 	// edit, delete, react
 	ChangeID string  `json:"change_id"`
 	Seq      int64   `json:"seq"`
@@ -113,6 +119,17 @@ type Welcome struct {
 	Epoch       int64  `json:"epoch"`
 	Head        int64  `json:"head"`
 	HeartbeatMS int64  `json:"heartbeat_ms"`
+	Counts
+}
+
+// ReceiptFrame says that a member of a conversation (UserID) read up to
+// ReadSeq: pushed to the other members who are connected, unless the
+// member hides its receipts.
+type ReceiptFrame struct {
+	Type           string `json:"type"` // FrameReceipt
+	ConversationID int64  `json:"conversation_id"`
+	UserID         int64  `json:"user_id"`
+	ReadSeq        int64  `json:"read_seq"`
 }
 
 // EntriesFrame carries entries in inbox order; Head is the user's head at

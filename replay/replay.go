@@ -363,7 +363,7 @@ func readLog(ctx context.Context, cl *kgo.Client, cfg Config, end map[int32]int6
 }
 
 // The projection tables moved by a swap; goose's own table stays.
-var tables = []string{"meta", "conversations", "member_spans", "messages", "users", "inbox", "records", "rejections", "consumer_offsets", "reactions", "changes"}
+var tables = []string{"meta", "conversations", "member_spans", "messages", "users", "inbox", "records", "rejections", "consumer_offsets", "reactions", "changes", "mentions"}
 
 // swap makes the shadow the live generation in one transaction, with a new
 // epoch, keeping the live conversation id sequence ahead of every id.

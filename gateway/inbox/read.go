@@ -20,6 +20,9 @@ import (
 type Req struct {
 	User, After int64
 	Limit       int32
+	// Counts asks for the user's unread and mention totals at the head
+	// (Page.Counts), from the same snapshot; only a read of one user can.
+	Counts bool
 }
 
 // Page is what Read read for one Req: the epoch, the user's
@@ -27,6 +30,7 @@ type Req struct {
 type Page struct {
 	Epoch, Head, Floor, RecordVersion int64
 	Entries                           []Entry
+	Counts                            protocol.Counts // when the Req asked
 }
 
 // Defaults of Config.
@@ -125,10 +129,16 @@ func (r *Reader) CachedMessages() int { return r.msgs.len() }
 // practice; readOnce sorts them should that ever not hold. Entries are
 // read only when the answer can carry them: after at or above the floor and
 // head - after within the max lag ($4 in both forms).
-func sqlInboxFrom(src string) string {
+func sqlInboxFrom(src string, counts bool) string {
+	totals, totalsJoin := `NULL::bigint, NULL::bigint`, ``
+	if counts {
+		totals = `t.unread_total, t.mention_total`
+		totalsJoin = `
+LEFT JOIN LATERAL (` + rows.CountsSQL("q.user_id") + `) t ON true`
+	}
 	return `SELECT q.ord, (SELECT epoch FROM meta), COALESCE(u.inbox_seq, 0), COALESCE(u.inbox_floor, 0),
-	COALESCE(u.record_version, 0), e.seqs, e.convs, e.kinds, e.mseqs, e.vers
-FROM ` + src + `
+	COALESCE(u.record_version, 0), e.seqs, e.convs, e.kinds, e.mseqs, e.vers, ` + totals + `
+FROM ` + src + totalsJoin + `
 LEFT JOIN users u ON u.id = q.user_id
 LEFT JOIN LATERAL (
 	SELECT array_agg(x.inbox_seq) AS seqs, array_agg(x.conversation_id) AS convs,
@@ -144,9 +154,12 @@ ORDER BY q.ord`
 // sqlInboxOne reads one user ($1 user, $2 after, $3 limit, $4 max lag);
 // sqlInboxMany reads many ($1 users, $2 afters, $3 limits, $4 max lag).
 // The scalar form keeps the planner's row estimate at one.
+const inboxOneSrc = `(SELECT 1::bigint AS ord, $1::bigint AS user_id, $2::bigint AS after, $3::int AS lim) q`
+
 var (
-	sqlInboxOne  = sqlInboxFrom(`(SELECT 1::bigint AS ord, $1::bigint AS user_id, $2::bigint AS after, $3::int AS lim) q`)
-	sqlInboxMany = sqlInboxFrom(`unnest($1::bigint[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(user_id, after, lim, ord)`)
+	sqlInboxOne       = sqlInboxFrom(inboxOneSrc, false)
+	sqlInboxOneCounts = sqlInboxFrom(inboxOneSrc, true)
+	sqlInboxMany      = sqlInboxFrom(`unnest($1::bigint[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(user_id, after, lim, ord)`, false)
 )
 
 // sqlMessagesByKey reads messages by (conversation, seq), with the epoch of
@@ -157,7 +170,7 @@ JOIN messages m ON m.conversation_id = k.conversation_id AND m.seq = k.seq`
 
 // sqlRecordsByKey reads records by (user, conversation), with the epoch of
 // the snapshot. $1 users, $2 conversations.
-const sqlRecordsByKey = `SELECT (SELECT epoch FROM meta), k.user_id, ` + rows.RecordCols + `
+var sqlRecordsByKey = `SELECT (SELECT epoch FROM meta), k.user_id, ` + rows.RecordCols + `
 FROM unnest($1::bigint[], $2::bigint[]) AS k(user_id, conversation_id)
 JOIN records r ON r.user_id = k.user_id AND r.conversation_id = k.conversation_id` + rows.RecordJoins
 
@@ -226,7 +239,11 @@ func (r *Reader) readOnce(ctx context.Context, reqs []Req, maxLag int64) ([]Page
 // unnest form for many.
 func (r *Reader) query(ctx context.Context, reqs []Req, maxLag int64) (pgx.Rows, error) {
 	if len(reqs) == 1 {
-		return r.db.Query(ctx, sqlInboxOne, reqs[0].User, reqs[0].After, reqs[0].Limit, maxLag)
+		sql := sqlInboxOne
+		if reqs[0].Counts {
+			sql = sqlInboxOneCounts
+		}
+		return r.db.Query(ctx, sql, reqs[0].User, reqs[0].After, reqs[0].Limit, maxLag)
 	}
 	users := make([]int64, len(reqs))
 	afters := make([]int64, len(reqs))
@@ -242,7 +259,7 @@ func (r *Reader) query(ctx context.Context, reqs []Req, maxLag int64) (pgx.Rows,
 func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 	var v [5]int64
 	var null [5]bool
-	if len(raw) != 10 {
+	if len(raw) != 12 {
 		return fmt.Errorf("%d columns", len(raw))
 	}
 	if err := rawInts(fds[:5], raw[:5], v[:], null[:]); err != nil {
@@ -254,6 +271,12 @@ func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 	}
 	p := &rd.pages[ord-1]
 	p.Epoch, p.Head, p.Floor, p.RecordVersion = v[1], v[2], v[3], v[4]
+	var totals [2]int64
+	var noTotals [2]bool
+	if err := rawInts(fds[10:], raw[10:], totals[:], noTotals[:]); err != nil {
+		return err
+	}
+	p.Counts = protocol.Counts{UnreadTotal: totals[0], MentionTotal: totals[1]}
 	rd.epoch = v[1]
 	cols := &rd.cols
 	for c := range cols {

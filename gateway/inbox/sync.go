@@ -37,7 +37,7 @@ func (r *Reader) Sync(ctx context.Context, user int64, q Query) (*Result, error)
 	if r.heads != nil {
 		gen = r.heads.Generation()
 	}
-	pages, err := r.Read(ctx, []Req{{User: user, After: q.After, Limit: int32(q.Limit)}}, r.lag)
+	pages, err := r.Read(ctx, []Req{{User: user, After: q.After, Limit: int32(q.Limit), Counts: true}}, r.lag)
 	if err != nil {
 		return nil, fmt.Errorf("sync of user %d after %d: %w", user, q.After, err)
 	}

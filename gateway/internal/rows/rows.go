@@ -28,7 +28,7 @@ func MessageBody(kind, body string) json.RawMessage {
 const MessageCols = messageCols + `, NULL::text`
 
 const messageCols = `m.conversation_id, m.seq, m.msg_id::text, m.sender_id, m.kind, m.body, m.created_at,
-	m.version, m.edited_at, m.deleted, m.reply_to, m.reactions`
+	m.version, m.edited_at, m.deleted, m.reply_to, m.reactions, m.mentions, m.mention_all`
 
 // MessageColsFor is MessageCols with the reaction of the user the SQL
 // expression user names (a parameter such as "$2"), so that Me is set.
@@ -47,13 +47,15 @@ type MessageScan struct {
 	at, editedAt                        *time.Time
 	deleted                             *bool
 	reactions                           map[string]int64
+	mentions                            []int64
+	mentionAll                          *bool
 	mine                                *string
 }
 
 // Targets are the scan targets of MessageCols.
 func (s *MessageScan) Targets() []any {
 	return []any{&s.conv, &s.seq, &s.msgID, &s.sender, &s.kind, &s.body, &s.at,
-		&s.version, &s.editedAt, &s.deleted, &s.replyTo, &s.reactions, &s.mine}
+		&s.version, &s.editedAt, &s.deleted, &s.replyTo, &s.reactions, &s.mentions, &s.mentionAll, &s.mine}
 }
 
 // Message is the scanned message, nil when the row had none. Its
@@ -78,6 +80,10 @@ func (s *MessageScan) Message() *protocol.Message {
 		m.ReplyTo = *s.replyTo
 	}
 	m.Reactions = Reactions(s.reactions)
+	if len(s.mentions) > 0 {
+		m.Mentions = s.mentions
+	}
+	m.MentionAll = s.mentionAll != nil && *s.mentionAll
 	if s.mine != nil {
 		for i := range m.Reactions {
 			m.Reactions[i].Me = m.Reactions[i].Emoji == *s.mine
@@ -119,11 +125,46 @@ func SetMine(m *protocol.Message, emoji string) *protocol.Message {
 // conversation (title, last seq) and the last message visible to the user.
 // A removed user's last seq is its last removal (the end of its latest span).
 // Used with LEFT JOINs so that it also serves rows without a record.
-const RecordJoins = `
+var RecordJoins = `
 LEFT JOIN conversations c ON c.id = r.conversation_id
 LEFT JOIN LATERAL (SELECT CASE WHEN r.removed THEN COALESCE((SELECT max(s.left_seq) FROM member_spans s
 	WHERE s.conversation_id = r.conversation_id AND s.user_id = r.user_id), 0) ELSE c.last_seq END AS last_seq) ls ON true
-LEFT JOIN messages lm ON lm.conversation_id = r.conversation_id AND lm.seq = ls.last_seq`
+LEFT JOIN messages lm ON lm.conversation_id = r.conversation_id AND lm.seq = ls.last_seq
+LEFT JOIN LATERAL (SELECT ` + countsOf("r", "ls.last_seq", "lm.ord") + `) cnt ON true`
+
+// countsOf is the unread and mention counts (columns unread, mentions) of
+// the records row aliased r whose last visible seq is the SQL expression
+// last and whose ord there is lastOrd (docs/decisions.md, "Unread and
+// mention counts"). The text messages in (read_seq, last] are a difference
+// of ords; the deleted ones and the mentions of the range come from small
+// partial indexes. A removed record, or one read to its end, costs nothing.
+func countsOf(r, last, lastOrd string) string {
+	none := r + `.removed OR ` + last + ` IS NULL OR ` + last + ` <= ` + r + `.read_seq`
+	in := func(a string) string { return a + `.seq > ` + r + `.read_seq AND ` + a + `.seq <= ` + last }
+	return `CASE WHEN ` + none + ` THEN 0 ELSE COALESCE(` + lastOrd + `, 0)
+		- COALESCE((SELECT fo.ord FROM messages fo WHERE fo.conversation_id = ` + r + `.conversation_id AND fo.seq = ` + r + `.read_seq), 0)
+		- (SELECT count(*) FROM messages dm WHERE dm.conversation_id = ` + r + `.conversation_id AND dm.deleted AND dm.kind = 'text' AND ` + in("dm") + `)
+	END AS unread,
+	CASE WHEN ` + none + ` THEN 0 ELSE
+		(SELECT count(*) FROM mentions mn JOIN messages mm ON mm.conversation_id = mn.conversation_id AND mm.seq = mn.seq
+			WHERE mn.user_id = ` + r + `.user_id AND mn.conversation_id = ` + r + `.conversation_id AND ` + in("mn") + ` AND NOT mm.deleted)
+		+ (SELECT count(*) FROM messages am WHERE am.conversation_id = ` + r + `.conversation_id AND am.mention_all
+			AND ` + in("am") + ` AND NOT am.deleted AND am.sender_id <> ` + r + `.user_id
+			AND NOT EXISTS (SELECT 1 FROM mentions x WHERE x.user_id = ` + r + `.user_id AND x.conversation_id = am.conversation_id AND x.seq = am.seq))
+	END AS mentions`
+}
+
+// CountsSQL is the user's totals ($1 names the user in the SQL
+// expression user) over its current records: unread of those not muted,
+// mentions of all (columns unread_total, mention_total).
+func CountsSQL(user string) string {
+	return `SELECT COALESCE(sum(cnt.unread) FILTER (WHERE NOT r.muted), 0)::bigint AS unread_total,
+	COALESCE(sum(cnt.mentions), 0)::bigint AS mention_total
+FROM records r JOIN conversations c ON c.id = r.conversation_id
+CROSS JOIN LATERAL (SELECT ` + countsOf("r", "c.last_seq",
+		"(SELECT lo.ord FROM messages lo WHERE lo.conversation_id = c.id AND lo.seq = c.last_seq)") + `) cnt
+WHERE r.user_id = ` + user + ` AND NOT r.removed AND c.last_seq > r.read_seq`
+}
 
 // RecordCols are the columns RecordScan reads.
 // The aliases keep the names unique when wrapped in a subquery.
@@ -131,11 +172,13 @@ const RecordCols = `r.conversation_id, c.title, r.pinned, r.muted, r.read_seq, l
 lm.conversation_id AS lm_conversation_id, lm.seq AS lm_seq, lm.msg_id::text AS lm_msg_id, lm.sender_id AS lm_sender_id,
 lm.kind AS lm_kind, lm.body AS lm_body, lm.created_at AS lm_created_at,
 lm.version AS lm_version, lm.edited_at AS lm_edited_at, lm.deleted AS lm_deleted, lm.reply_to AS lm_reply_to,
-lm.reactions AS lm_reactions, ` + "(SELECT rr.emoji FROM reactions rr WHERE rr.conversation_id = lm.conversation_id AND rr.seq = lm.seq AND rr.user_id = r.user_id)" + ` AS lm_mine`
+lm.reactions AS lm_reactions, lm.mentions AS lm_mentions, lm.mention_all AS lm_mention_all, ` + "(SELECT rr.emoji FROM reactions rr WHERE rr.conversation_id = lm.conversation_id AND rr.seq = lm.seq AND rr.user_id = r.user_id)" + ` AS lm_mine,
+cnt.unread, cnt.mentions`
 
 // RecordScan reads a possibly absent record.
 type RecordScan struct {
 	conv, readSeq, lastSeq, version *int64
+	unread, mentions                *int64
 	title                           *string
 	pinned, muted, removed          *bool
 	last                            MessageScan
@@ -143,8 +186,9 @@ type RecordScan struct {
 
 // Targets are the scan targets of RecordCols.
 func (s *RecordScan) Targets() []any {
-	return append([]any{&s.conv, &s.title, &s.pinned, &s.muted, &s.readSeq, &s.lastSeq, &s.version, &s.removed},
+	t := append([]any{&s.conv, &s.title, &s.pinned, &s.muted, &s.readSeq, &s.lastSeq, &s.version, &s.removed},
 		s.last.Targets()...)
+	return append(t, &s.unread, &s.mentions)
 }
 
 // Record is the scanned record, nil when the row had none.
@@ -159,6 +203,12 @@ func (s *RecordScan) Record() *protocol.Record {
 	}
 	if s.lastSeq != nil {
 		r.LastSeq = *s.lastSeq
+	}
+	if s.unread != nil {
+		r.UnreadCount = *s.unread
+	}
+	if s.mentions != nil {
+		r.MentionCount = *s.mentions
 	}
 	return r
 }

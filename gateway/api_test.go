@@ -55,7 +55,7 @@ func TestBasics(t *testing.T) {
 	var raw map[string]json.RawMessage
 	r = b.do(t, "GET", "/v1/sync?after=0", nil)
 	r.decode(t, &raw)
-	require.ElementsMatch(t, []string{"epoch", "head", "entries", "has_more", "_polling"}, keys(raw))
+	require.ElementsMatch(t, []string{"epoch", "head", "entries", "has_more", "unread_total", "mention_total", "_polling"}, keys(raw))
 	var ents []map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(raw["entries"], &ents))
 	require.ElementsMatch(t, []string{"inbox_seq", "conversation_id", "kind", "message"}, keys(ents[0]))
@@ -65,7 +65,7 @@ func TestBasics(t *testing.T) {
 	require.ElementsMatch(t, []string{"conversation_id", "seq", "msg_id", "sender_id", "kind", "body", "created_at"}, keys(msg))
 	require.NoError(t, json.Unmarshal(ents[1]["record"], &rec))
 	require.ElementsMatch(t, []string{"conversation_id", "title", "pinned", "muted", "read_seq", "last_seq",
-		"last_message", "version", "removed"}, keys(rec))
+		"last_message", "version", "removed", "unread_count", "mention_count"}, keys(rec))
 	require.Contains(t, r.header.Get("ETag"), fmt.Sprintf(".%d\"", 3))
 	require.NotEmpty(t, r.header.Get("X-RateLimit-Limit"))
 

@@ -38,6 +38,7 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultListenBackoff   = 5 * time.Second
 	DefaultMaxTitle        = 256
+	DefaultMentionAllMax   = 100
 	DefaultMaxHeaderBytes  = 64 << 10
 	DefaultMessageCache    = inbox.DefaultMessageCacheBytes
 	DefaultTokenCache      = 1 << 16
@@ -95,6 +96,11 @@ type Config struct {
 	// (events.Seal, keys in body_keys) so that deleting the message erases
 	// its body from the log too (docs/decisions.md, "Changes of a message").
 	PlainBodies bool
+
+	// MentionAllMax is the most members a conversation may have for a send
+	// to mention them all (mention_all: every member's mention count grows).
+	// Default DefaultMentionAllMax (100).
+	MentionAllMax int
 
 	// MaxHeaderBytes limits a request's header: the request line and the
 	// header fields as sent. Beyond it the answer is 431 in the error
@@ -216,6 +222,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	setDefault(&c.MaxRequestBytes, max(64<<10, 8*int64(c.MaxBody)))
 	setDefault(&c.MaxMembers, events.MaxMembers)
+	setDefault(&c.MentionAllMax, DefaultMentionAllMax)
 	setDefault(&c.LongPollMax, DefaultLongPollMax)
 	setDefault(&c.MaxHeldPolls, DefaultMaxHeldPolls)
 	setDefault(&c.PollInterval, DefaultPollInterval)

@@ -47,7 +47,8 @@ type Gateway struct {
 	sendLimits *ratelimit.Limiters
 	syncLimits *ratelimit.Limiters
 
-	ws        *WebSocket    // GET /v1/ws, run by Listen
+	ws        *WebSocket // GET /v1/ws, run by Listen
+	receipts  *receiptPusher
 	held      atomic.Int64  // long-polls currently held
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -91,10 +92,12 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	// The hub tells the reader (made next) of changed messages and of
 	// notifications it may have missed, so that cached messages never
 	// outlive a change.
+	g.receipts = newReceiptPusher(pool, cfg.Logger, m.receipts)
 	g.hub = hub.New(hub.Config{WakeJitter: cfg.WakeJitter, WakeBurst: cfg.WakeBurst, HeadCacheUsers: cfg.HeadCacheUsers,
 		Notifications: m.notifications, Reconnects: m.listenerReconnects, Logger: cfg.Logger,
 		Updated: func(conv, seq, version int64) { g.inbox.Forget(conv, seq, version) },
-		Lost:    func() { g.inbox.ForgetAll() }})
+		Lost:    func() { g.inbox.ForgetAll() },
+		Read:    func(conv, user, seq int64) { g.receipts.enqueue(conv, user, seq) }})
 	g.inbox = inbox.New(pool, inbox.Config{MessageCacheBytes: cfg.MessageCacheBytes, TooLongLag: cfg.TooLongLag,
 		Heads: g.hub.Heads(), CacheHit: m.cache.WithLabelValues("messages", "hit").Inc,
 		CacheMiss: m.cache.WithLabelValues("messages", "miss").Inc})
@@ -102,12 +105,14 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		m.cache.WithLabelValues("tokens", "hit").Inc, m.cache.WithLabelValues("tokens", "miss").Inc)}
 	g.app = &appender{prod: prod, timeout: cfg.AppendTimeout}
 	g.sends = &sender{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.sends,
-		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies}
+		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies,
+		mentionAllMax: cfg.MentionAllMax}
 	g.changes = &changer{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.changes,
 		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies}
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err
 	}
+	g.receipts.local = g.ws
 	g.promHandler = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
 	g.routes = g.routeTable()
 	if g.handler, err = g.buildHandler(); err != nil {
@@ -143,6 +148,7 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	// The WebSocket pusher lives as long as the hub that feeds it; when
 	// ctx ends every session is closed with 1012.
 	eg.Go(func() error { return g.ws.Run(ctx) })
+	eg.Go(func() error { return g.receipts.run(ctx) })
 	return eg.Wait()
 }
 

@@ -35,6 +35,8 @@ type tgw struct {
 	srv *httptest.Server
 	url string
 	hc  *http.Client
+	// stopFanout stops the world's fanout (before a replay).
+	stopFanout func()
 }
 
 // newGateway starts everything; tweak adjusts the gateway config (tests
@@ -58,10 +60,10 @@ func newGateway(t testing.TB, tweak func(*Config)) *tgw {
 func buildGateway(t testing.TB, tweak func(*Config)) *tgw {
 	t.Helper()
 	env := testenv.New(t, testenv.Options{})
-	env.StartFanout(t)
+	stop := env.StartFanout(t)
 	g, err := New(wsTestConfig(env, tweak), env.Pool, env.Producer)
 	require.NoError(t, err)
-	return &tgw{env: env, g: g,
+	return &tgw{env: env, g: g, stopFanout: stop,
 		hc: &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 }
 

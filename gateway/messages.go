@@ -9,6 +9,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/gateway/internal/rows"
+	"github.com/inboxd/inboxd/gateway/ws"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -64,7 +65,8 @@ func (g *Gateway) handleSend(w http.ResponseWriter, r *http.Request) error {
 	if msgID, err = input.ParseMsgID(msgID); err != nil {
 		return err
 	}
-	res, err := g.sends.send(r.Context(), userFrom(r.Context()), cid, msgID, req.Body, req.ReplyTo)
+	res, err := g.sends.send(r.Context(), userFrom(r.Context()), ws.SendRequest{ConversationID: cid, MsgID: msgID,
+		Body: req.Body, ReplyTo: req.ReplyTo, Mentions: req.Mentions, MentionAll: req.MentionAll})
 	if err != nil {
 		return err
 	}

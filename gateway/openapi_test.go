@@ -203,10 +203,10 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		// (omitted when they do not apply): documented, not required.
 		optional []string
 	}{
-		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, []string{"version", "edited_at", "deleted", "reply_to", "reactions"}, nil},
+		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, []string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all"}, nil},
 		{"changed Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`), Version: 2, EditedAt: &time.Time{},
-			Deleted: true, ReplyTo: 1, Reactions: []protocol.Reaction{{Emoji: "x", Count: 1}}}, nil,
-			[]string{"version", "edited_at", "deleted", "reply_to", "reactions"}},
+			Deleted: true, ReplyTo: 1, Reactions: []protocol.Reaction{{Emoji: "x", Count: 1}}, Mentions: []int64{1}, MentionAll: true}, nil,
+			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all"}},
 		{"UpdateEntry (inbox.AppendEntries)", schema("UpdateEntry"), protocol.Entry{Kind: protocol.KindUpdate, Message: &protocol.Message{Body: json.RawMessage(`"x"`)}}, nil, nil},
 		{"change pending", response("/v1/conversations/{cid}/messages/{seq}", "patch", "202"), protocol.ChangePending{}, nil, nil},
 		{"Record", schema("Record"), protocol.Record{}, nil, nil},
@@ -225,6 +225,7 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		{"pending", response("/v1/conversations/{cid}/messages", "post", "202"), protocol.SendPending{}, nil, nil},
 		{"accepted", response("/v1/conversations/{cid}/read", "post", "202"), protocol.Accepted{}, nil, nil},
 		{"dev token", response("/v1/dev/token", "post", "200"), protocol.DevToken{}, nil, nil},
+		{"receipts", response("/v1/conversations/{cid}/receipts", "get", "200"), protocol.ReceiptList{}, nil, nil},
 	}
 	for _, c := range cases {
 		raw, err := json.Marshal(c.v)

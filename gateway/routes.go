@@ -42,6 +42,7 @@ func (g *Gateway) routeTable() []route {
 		{"GET", "/v1/conversations", true, bucketSync, g.handleList},
 		{"POST", "/v1/conversations/{cid}/members", true, bucketSend, g.handleAddMember},
 		{"GET", "/v1/conversations/{cid}/members", true, bucketSync, g.handleMembers},
+		{"GET", "/v1/conversations/{cid}/receipts", true, bucketSync, g.handleReceipts},
 		{"DELETE", "/v1/conversations/{cid}/members/{uid}", true, bucketSend, g.handleRemoveMember},
 		{"POST", "/v1/conversations/{cid}/messages", true, bucketSend, g.handleSend},
 		{"GET", "/v1/conversations/{cid}/messages", true, bucketSync, g.handleHistory},

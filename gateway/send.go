@@ -14,6 +14,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/gateway/internal/rows"
+	"github.com/inboxd/inboxd/gateway/ws"
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -31,6 +32,9 @@ type sender struct {
 	ackWait  time.Duration
 	draining <-chan struct{}
 	seal     bool // seal bodies (not Config.PlainBodies)
+	// mentionAllMax is the most members a conversation may have for a
+	// send to mention them all (Config.MentionAllMax).
+	mentionAllMax int
 }
 
 // sqlBodyKey returns the body key of a msg_id, made on first use.
@@ -58,8 +62,8 @@ func sealBody(ctx context.Context, pool *pgxpool.Pool, seal bool, e *events.Even
 }
 
 // Send implements ws.Sender.
-func (s *sender) Send(ctx context.Context, user, cid int64, msgID, body string, replyTo int64) (seq int64, pending bool, err error) {
-	res, err := s.send(ctx, user, cid, msgID, body, replyTo)
+func (s *sender) Send(ctx context.Context, user int64, req ws.SendRequest) (seq int64, pending bool, err error) {
+	res, err := s.send(ctx, user, req)
 	switch {
 	case err != nil:
 		return 0, false, err
@@ -101,7 +105,9 @@ SELECT ` + rows.MessageColsFor("$3") + `,
 	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL),
 	EXISTS (SELECT 1 FROM rejections WHERE msg_id = $1 AND actor_id = $3 AND conversation_id = $2
 		AND reason = '` + projection.ReasonDeadLetter + `'),
-	COALESCE((SELECT key FROM k), (SELECT key FROM body_keys WHERE msg_id = $1))
+	COALESCE((SELECT key FROM k), (SELECT key FROM body_keys WHERE msg_id = $1)),
+	(SELECT count(*) FROM member_spans WHERE conversation_id = $2 AND left_seq IS NULL AND user_id = ANY($5::bigint[])),
+	CASE WHEN $6::boolean THEN (SELECT count(*) FROM member_spans WHERE conversation_id = $2 AND left_seq IS NULL) ELSE 0 END
 FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
 
 // sqlSendOutcome says whether msg_id is projected (the message) or the event
@@ -135,7 +141,8 @@ func deadLetteredSend(msgID string) *Error {
 // what was sent, with no read), a duplicate of a taken msg_id, or a
 // rejection of the msg_id; those two read the outcome, as does the end of
 // the wait.
-func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string, replyTo int64) (*sendResult, error) {
+func (s *sender) send(ctx context.Context, user int64, req ws.SendRequest) (*sendResult, error) {
+	cid, msgID, body, replyTo := req.ConversationID, req.MsgID, req.Body, req.ReplyTo
 	if len(body) > s.maxBody {
 		return nil, apierr.TooLarge("body is %d bytes, over the limit of %d", len(body), s.maxBody)
 	}
@@ -153,12 +160,17 @@ func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string, 
 		return nil, apierr.BadRequest("reply_to must be a seq")
 	}
 	e.MsgID, e.ReplyTo = msgID, replyTo
+	mentions, err := checkMentions(req.Mentions, user)
+	if err != nil {
+		return nil, err
+	}
+	e.Mentions, e.MentionAll = mentions, req.MentionAll
 	ack := s.hub.SubscribeEvent(e.EventID)
 	defer ack.Close()
 	rej := s.hub.SubscribeRejection(msgID)
 	defer rej.Close()
 
-	res, key, err := s.checkSend(ctx, user, cid, msgID)
+	res, key, err := s.checkSend(ctx, user, e)
 	if res != nil || err != nil {
 		return res, err
 	}
@@ -174,14 +186,17 @@ func (s *sender) send(ctx context.Context, user, cid int64, msgID, body string, 
 // checkSend runs sqlSendCheck before the append: a result or an error ends
 // the send there (a retry, a refused send, no conversation, no member, a
 // taken msg_id); neither means append.
-func (s *sender) checkSend(ctx context.Context, user, cid int64, msgID string) (*sendResult, []byte, error) {
+func (s *sender) checkSend(ctx context.Context, user int64, e *events.Event) (*sendResult, []byte, error) {
+	cid, msgID := e.ConversationID, e.MsgID
 	var ms rows.MessageScan
 	var exists, member, deadLettered bool
+	var mentioned, members int64
 	var key, fresh []byte
 	if s.seal {
 		fresh = events.NewKey()
 	}
-	if err := s.pool.QueryRow(ctx, sqlSendCheck, msgID, cid, user, fresh).Scan(append(ms.Targets(), &exists, &member, &deadLettered, &key)...); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlSendCheck, msgID, cid, user, fresh, e.Mentions, e.MentionAll).Scan(
+		append(ms.Targets(), &exists, &member, &deadLettered, &key, &mentioned, &members)...); err != nil {
 		return nil, nil, fmt.Errorf("check the send of msg_id %s: %w", msgID, err)
 	}
 	// The sender's own earlier send of this msg_id answers first: a retry
@@ -207,7 +222,42 @@ func (s *sender) checkSend(ctx context.Context, user, cid int64, msgID string) (
 	if m != nil {
 		return nil, nil, sameMessage(m, user, cid)
 	}
+	if mentioned != int64(len(e.Mentions)) {
+		return nil, nil, apierr.BadRequest("mentions name %d users who are not members of conversation %d",
+			int64(len(e.Mentions))-mentioned, cid)
+	}
+	if e.MentionAll && members > int64(s.mentionAllMax) {
+		return nil, nil, apierr.BadRequest("mention_all is for conversations of at most %d members; this one has %d",
+			s.mentionAllMax, members)
+	}
 	return nil, key, nil
+}
+
+// checkMentions checks a send's mentions (distinct positive user ids, at
+// most events.MaxMentions) and drops the sender's own: one does not
+// mention oneself.
+func checkMentions(ids []int64, sender int64) ([]int64, error) {
+	if len(ids) > events.MaxMentions {
+		return nil, apierr.BadRequest("at most %d mentions, not %d", events.MaxMentions, len(ids))
+	}
+	seen := make(map[int64]bool, len(ids))
+	out := make([]int64, 0, len(ids))
+	for _, id := range ids {
+		if id <= 0 {
+			return nil, apierr.BadRequest("mentions must be positive user ids")
+		}
+		if seen[id] {
+			return nil, apierr.BadRequest("user %d is mentioned twice", id)
+		}
+		seen[id] = true
+		if id != sender {
+			out = append(out, id)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
 }
 
 // awaitSend waits up to AckWait for the projection of e, the appended
@@ -267,7 +317,8 @@ func awaitProjection(ctx context.Context, ackWait time.Duration, draining <-chan
 func (s *sender) projectedSend(e *events.Event, body string, seq int64) *sendResult {
 	cid, user, msgID := e.ConversationID, e.ActorID, e.MsgID
 	m := &protocol.Message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: protocol.MessageText,
-		Body: rows.MessageBody(protocol.MessageText, body), CreatedAt: e.At.UTC(), ReplyTo: e.ReplyTo}
+		Body: rows.MessageBody(protocol.MessageText, body), CreatedAt: e.At.UTC(), ReplyTo: e.ReplyTo,
+		Mentions: e.Mentions, MentionAll: e.MentionAll}
 	// The members' pushes read it next: from the cache.
 	if epoch := s.hub.Heads().CurrentEpoch(); epoch != 0 {
 		s.inbox.CacheMessage(epoch, m)

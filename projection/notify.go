@@ -46,7 +46,12 @@ type Notification struct {
 	// Updated are the messages the batch changed: a reader that keeps
 	// messages drops its copies older than the version.
 	Updated []Updated
+	// Reads are the read positions the batch moved (read receipts).
+	Reads []Read
 }
+
+// Read is a member's new read position in a conversation.
+type Read struct{ Conv, User, Seq int64 }
 
 // Updated names a changed message and its version after the batch.
 type Updated struct{ Conv, Seq, Version int64 }
@@ -145,6 +150,18 @@ func (e *Encoder) Updated(conv, seq, version int64) {
 	e.add(e.buf)
 }
 
+// Read adds c<conv>.<user>:<seq>: user's read position in conv moved to
+// seq (a read receipt).
+func (e *Encoder) Read(conv, user, seq int64) {
+	e.buf = append(e.buf[:0], 'c')
+	e.buf = strconv.AppendInt(e.buf, conv, 10)
+	e.buf = append(e.buf, '.')
+	e.buf = strconv.AppendInt(e.buf, user, 10)
+	e.buf = append(e.buf, ':')
+	e.buf = strconv.AppendInt(e.buf, seq, 10)
+	e.add(e.buf)
+}
+
 // Epoch adds e<epoch>: a replay swapped in the projections of epoch.
 func (e *Encoder) Epoch(epoch int64) {
 	e.buf = append(e.buf[:0], 'e')
@@ -197,6 +214,10 @@ func ParseNotification(payload string) Notification {
 		case 'u':
 			if u, ok := parseUpdated(tok[1:]); ok {
 				n.Updated = append(n.Updated, u)
+			}
+		case 'c':
+			if u, ok := parseUpdated(tok[1:]); ok {
+				n.Reads = append(n.Reads, Read{Conv: u.Conv, User: u.Seq, Seq: u.Version})
 			}
 		case 'i':
 			if u, r, ok := parseRun(tok[1:]); ok {

@@ -61,9 +61,13 @@ type msgRow struct {
 	at        time.Time
 	st        *msgState // its state at the end of the batch
 	// ord counts the conversation's text messages up to this one
-	// (migrations/00006_counts.sql); mentions are the members it mentions.
+	// (migrations/00006_counts.sql). mentions are the users it mentions as
+	// sent (the message's column, what its sender saw answered);
+	// mentioned those of them that count: members at this position, not
+	// the sender (the mentions table).
 	ord        int64
 	mentions   []int64
+	mentioned  []int64
 	mentionAll bool
 }
 
@@ -118,6 +122,9 @@ type batch struct {
 	// reads moves the read positions of senders past their own messages,
 	// without a record version or entry (the message entry says it).
 	reads map[recKey]int64
+	// receipts are the read positions moved by read events, notified to the
+	// other members' gateways.
+	receipts []projection.Read
 }
 
 // ack is a message.sent event and the seq its message got.
@@ -338,6 +345,7 @@ func (b *batch) readUpdated(e *events.Event, c *convState) {
 		return
 	}
 	b.record(e.ActorID, c.id, e.At, func(rs *recState) { rs.readSeq = read })
+	b.receipts = append(b.receipts, projection.Read{Conv: c.id, User: e.ActorID, Seq: read})
 }
 
 func systemBody(fields map[string]any) string {
@@ -365,14 +373,15 @@ func (b *batch) message(c *convState, msgID string, sender int64, kind, body str
 	return c.lastSeq
 }
 
-// mention keeps the mentions of e, the message just added to c: the
-// members it names at this position, not the sender; and @all.
+// mention keeps the mentions of e, the message just added to c, and
+// those that count: the members it names at this position, not the
+// sender.
 func (b *batch) mention(c *convState, e *events.Event) {
 	m := &b.msgs[len(b.msgs)-1]
-	m.mentionAll = e.MentionAll
+	m.mentions, m.mentionAll = e.Mentions, e.MentionAll
 	for _, u := range e.Mentions {
 		if u != e.ActorID && c.members[u] {
-			m.mentions = append(m.mentions, u)
+			m.mentioned = append(m.mentioned, u)
 		}
 	}
 }

@@ -225,7 +225,7 @@ func (t *txn) queueReads(bt *pgx.Batch) {
 	}
 	var us, cs, ss []int64
 	for _, m := range t.b.msgs {
-		for _, u := range m.mentions {
+		for _, u := range m.mentioned {
 			us, cs, ss = append(us, u), append(cs, m.conv), append(ss, m.seq)
 		}
 	}
@@ -426,6 +426,9 @@ func (t *txn) queueNotify(bt *pgx.Batch, announce bool) {
 	}
 	for _, m := range b.changedInOrder() {
 		enc.Updated(m.key.conv, m.key.seq, m.version)
+	}
+	for _, r := range b.receipts {
+		enc.Read(r.Conv, r.User, r.Seq)
 	}
 	for _, pl := range enc.Payloads() {
 		bt.Queue(`SELECT pg_notify($1, $2)`, t.p.cfg.Channel, pl)

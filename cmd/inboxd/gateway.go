@@ -37,6 +37,7 @@ type gatewayFlags struct {
 	headCacheUsers  int
 	tokenCache      int
 	plainBodies     bool
+	mentionAllMax   int
 }
 
 func (f *gatewayFlags) bind(fs *flag.FlagSet) {
@@ -60,6 +61,7 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.headCacheUsers, "head-cache-users", gateway.DefaultHeadCacheUsers, "users whose inbox heads are remembered to answer 304 without a query (negative: off)")
 	fs.IntVar(&f.tokenCache, "token-cache", gateway.DefaultTokenCache, "verified bearer tokens remembered until their expiry (negative: off)")
 	fs.BoolVar(&f.plainBodies, "plain-bodies", false, "append message bodies to the log in plain text instead of sealed with a key per message (outside consumers can read them, and deleting a message cannot erase its body from the log)")
+	fs.IntVar(&f.mentionAllMax, "mention-all-max", gateway.DefaultMentionAllMax, "most members a conversation may have for a send to mention them all (mention_all)")
 	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", gateway.DefaultWSSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
 }
 
@@ -70,6 +72,7 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 		AckWait:           f.ackWait,
 		MaxBody:           c.maxBody,
 		PlainBodies:       f.plainBodies,
+		MentionAllMax:     f.mentionAllMax,
 		LongPollMax:       f.longPollMax,
 		MaxHeldPolls:      f.maxHeldPolls,
 		SendRate:          rate.Limit(f.sendRate),

@@ -49,6 +49,9 @@ type Config struct {
 	// drops them. Default: nobody is told.
 	Updated func(conv, seq, version int64)
 	Lost    func()
+	// Read is told of every read position a notification names (a read
+	// receipt to push). It must not block. Default: nobody is told.
+	Read func(conv, user, seq int64)
 
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
@@ -67,6 +70,7 @@ type Hub struct {
 	notifications prometheus.Counter
 	reconnects    prometheus.Counter
 	updated       func(conv, seq, version int64)
+	read          func(conv, user, seq int64)
 	lost          func()
 
 	users [hubShards]hubShard
@@ -186,7 +190,10 @@ func New(cfg Config) *Hub {
 	if cfg.Lost == nil {
 		cfg.Lost = func() {}
 	}
-	h := &Hub{log: cfg.Logger, jitter: cfg.WakeJitter, burst: cfg.WakeBurst, updated: cfg.Updated, lost: cfg.Lost,
+	if cfg.Read == nil {
+		cfg.Read = func(int64, int64, int64) {}
+	}
+	h := &Hub{log: cfg.Logger, jitter: cfg.WakeJitter, burst: cfg.WakeBurst, updated: cfg.Updated, lost: cfg.Lost, read: cfg.Read,
 		notifications: cfg.Notifications, reconnects: cfg.Reconnects,
 		keyed: map[string]map[*Subscription]struct{}{}, heads: newHeadCache(cfg.HeadCacheUsers)}
 	for i := range h.users {
@@ -319,6 +326,9 @@ func (h *Hub) dispatch(payload string) {
 	n := projection.ParseNotification(payload)
 	for _, u := range n.Updated {
 		h.updated(u.Conv, u.Seq, u.Version) // before any waiter re-reads
+	}
+	for _, r := range n.Reads {
+		h.read(r.Conv, r.User, r.Seq)
 	}
 	if n.Epoch != 0 {
 		h.heads.reset(true) // a replay swapped the projections

@@ -76,8 +76,18 @@ type Sender interface {
 	// msgID), pending when it was appended but not projected in time. An
 	// error is the client's (an *apierr.Error or what apierr.From maps);
 	// apierr.ErrClientGone when ctx ended.
-	// replyTo is the seq the message answers (0: none).
-	Send(ctx context.Context, user, cid int64, msgID, body string, replyTo int64) (seq int64, pending bool, err error)
+	Send(ctx context.Context, user int64, req SendRequest) (seq int64, pending bool, err error)
+}
+
+// SendRequest is a message to send: MsgID of ConversationID. ReplyTo is the
+// seq the message answers (0: none); Mentions and MentionAll are whom it
+// mentions.
+type SendRequest struct {
+	ConversationID int64
+	MsgID, Body    string
+	ReplyTo        int64
+	Mentions       []int64
+	MentionAll     bool
 }
 
 // ChangeRequest is a change of a message: Type is the event type

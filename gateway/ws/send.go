@@ -66,12 +66,14 @@ func (s *session) send(in *protocol.ClientFrame) {
 		return
 	}
 	ctx := s.ctx
-	cid, body, replyTo := in.ConversationID, *in.Body, in.ReplyTo
+	cid := in.ConversationID
+	req := SendRequest{ConversationID: cid, MsgID: msgID, Body: *in.Body, ReplyTo: in.ReplyTo,
+		Mentions: in.Mentions, MentionAll: in.MentionAll}
 	s.sends.Add(1)
 	go func() {
 		defer s.sends.Done()
 		defer s.releaseSlot()
-		seq, pending, err := s.ws.deps.Sender.Send(ctx, s.user, cid, msgID, body, replyTo)
+		seq, pending, err := s.ws.deps.Sender.Send(ctx, s.user, req)
 		switch {
 		case err != nil:
 			if errors.Is(err, apierr.ErrClientGone) || ctx.Err() != nil {

@@ -112,7 +112,6 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err
 	}
-	g.receipts.local = g.ws
 	g.promHandler = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
 	g.routes = g.routeTable()
 	if g.handler, err = g.buildHandler(); err != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -62,10 +64,29 @@ type receiptPusher struct {
 	log      *slog.Logger
 	queue    chan projection.Read
 	outcomes *prometheus.CounterVec // inboxd_gateway_receipts_total
-	local    interface {
-		LocalUsers() []int64
-		Deliver(to func(user int64) bool, frame []byte, kind string) int
-	}
+
+	mu    sync.Mutex
+	local []localSessions // the gateway's WebSocket servers
+}
+
+// localSessions is a WebSocket server of this gateway (ws.Server).
+type localSessions interface {
+	LocalUsers() []int64
+	Deliver(to func(user int64) bool, frame []byte, kind string) int
+}
+
+// serve adds a WebSocket server whose sessions get receipts.
+func (p *receiptPusher) serve(s localSessions) {
+	p.mu.Lock()
+	p.local = append(p.local, s)
+	p.mu.Unlock()
+}
+
+// servers returns the WebSocket servers.
+func (p *receiptPusher) servers() []localSessions {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.local)
 }
 
 // receiptQueue bounds the receipts waiting to be pushed.
@@ -91,8 +112,8 @@ func (p *receiptPusher) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case r := <-p.queue:
-			if p.local != nil {
-				p.push(ctx, r.Conv, r.User, r.Seq)
+			for _, s := range p.servers() {
+				p.push(ctx, s, r.Conv, r.User, r.Seq)
 			}
 		}
 	}
@@ -106,8 +127,8 @@ WHERE s.conversation_id = $1 AND s.left_seq IS NULL AND s.user_id = ANY($2::bigi
 	AND NOT EXISTS (SELECT 1 FROM user_settings us WHERE us.user_id = $3 AND us.hide_receipts)`
 
 // push delivers one receipt: the reader user read conv up to seq.
-func (p *receiptPusher) push(ctx context.Context, conv, user, seq int64) {
-	local := p.local.LocalUsers()
+func (p *receiptPusher) push(ctx context.Context, s localSessions, conv, user, seq int64) {
+	local := s.LocalUsers()
 	if len(local) == 0 {
 		return
 	}
@@ -129,6 +150,6 @@ func (p *receiptPusher) push(ctx context.Context, conv, user, seq int64) {
 	if err != nil {
 		return
 	}
-	n := p.local.Deliver(func(u int64) bool { return audience[u] }, frame, protocol.FrameReceipt)
+	n := s.Deliver(func(u int64) bool { return audience[u] }, frame, protocol.FrameReceipt)
 	p.outcomes.WithLabelValues("pushed").Add(float64(n))
 }

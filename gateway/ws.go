@@ -43,7 +43,7 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 	if cfg.Registerer == nil {
 		cfg.Registerer = g.cfg.Registerer
 	}
-	return ws.New(cfg, ws.Deps{
+	s, err := ws.New(cfg, ws.Deps{
 		Inbox:   g.inbox,
 		Hub:     g.hub,
 		Auth:    g.auth,
@@ -56,6 +56,10 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 		Draining:      g.draining,
 		Logger:        g.log,
 	})
+	if err == nil {
+		g.receipts.serve(s)
+	}
+	return s, err
 }
 
 // handleWS is GET /v1/ws on the gateway's own endpoint.

@@ -207,6 +207,11 @@ type ServerFrame struct {
 	Message        json.RawMessage `json:"message"`
 	Retryable      bool            `json:"retryable"`
 	RetryAfterMS   int64           `json:"retry_after_ms"`
+	// welcome, too_long: the totals
+	Counts
+	// receipt (and ConversationID)
+	UserID  int64 `json:"user_id"`
+	ReadSeq int64 `json:"read_seq"`
 }
 
 // ErrorMessage is the message of an error frame: Message as a string, or

@@ -67,13 +67,13 @@ func generateSyncData(ctx context.Context, pool *pgxpool.Pool, users, members, m
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// conversations, member spans and messages, by conversation.
 		c := 0
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"conversations"}, []string{"id", "title", "created_by", "created_at", "last_seq", "last_at"},
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"conversations"}, []string{"id", "title", "created_by", "created_at", "last_seq", "last_at", "text_count"},
 			pgx.CopyFromFunc(func() ([]any, error) {
 				if c == users {
 					return nil, nil
 				}
 				c++
-				return []any{int64(c), fmt.Sprintf("conversation %d", c), d.membersOf(c - 1)[0], at, lastSeq, at}, nil
+				return []any{int64(c), fmt.Sprintf("conversation %d", c), d.membersOf(c - 1)[0], at, lastSeq, at, lastSeq - 1}, nil
 			}))
 		if err != nil {
 			return fmt.Errorf("copy conversations: %w", err)
@@ -94,7 +94,7 @@ func generateSyncData(ctx context.Context, pool *pgxpool.Pool, users, members, m
 			return fmt.Errorf("copy member_spans: %w", err)
 		}
 		c, seq := 0, int64(0)
-		_, err = tx.CopyFrom(ctx, pgx.Identifier{"messages"}, []string{"conversation_id", "seq", "msg_id", "sender_id", "kind", "body", "created_at"},
+		_, err = tx.CopyFrom(ctx, pgx.Identifier{"messages"}, []string{"conversation_id", "seq", "msg_id", "sender_id", "kind", "body", "created_at", "ord"},
 			pgx.CopyFromFunc(func() ([]any, error) {
 				if seq == lastSeq {
 					c, seq = c+1, 0
@@ -107,10 +107,10 @@ func generateSyncData(ctx context.Context, pool *pgxpool.Pool, users, members, m
 				if seq == 1 {
 					body, _ := json.Marshal(map[string]any{"event": "conversation.created", "by": m[0],
 						"title": fmt.Sprintf("conversation %d", c+1), "members": m})
-					return []any{int64(c + 1), seq, uuid.New(), m[0], "system", string(body), at}, nil
+					return []any{int64(c + 1), seq, uuid.New(), m[0], "system", string(body), at, int64(0)}, nil
 				}
 				return []any{int64(c + 1), seq, uuid.New(), m[int(seq)%members], "text",
-					fmt.Sprintf("message %d of conversation %d, forty-odd bytes", seq, c+1), at}, nil
+					fmt.Sprintf("message %d of conversation %d, forty-odd bytes", seq, c+1), at, seq - 1}, nil
 			}))
 		if err != nil {
 			return fmt.Errorf("copy messages: %w", err)
@@ -148,6 +148,15 @@ func generateSyncData(ctx context.Context, pool *pgxpool.Pool, users, members, m
 			}))
 		if err != nil {
 			return fmt.Errorf("copy records: %w", err)
+		}
+		// Read positions as the projector moves them: to the join, and past
+		// each member's own messages.
+		if _, err := tx.Exec(ctx, `WITH own AS (SELECT conversation_id, sender_id, max(seq) AS s FROM messages
+			WHERE kind = 'text' GROUP BY conversation_id, sender_id)
+			UPDATE records r SET read_seq = greatest(1, COALESCE(own.s, 0))
+			FROM records r2 LEFT JOIN own ON own.conversation_id = r2.conversation_id AND own.sender_id = r2.user_id
+			WHERE r.user_id = r2.user_id AND r.conversation_id = r2.conversation_id`); err != nil {
+			return fmt.Errorf("read positions: %w", err)
 		}
 		var rows []inboxRow
 		u = 0

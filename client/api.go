@@ -209,7 +209,8 @@ func (a *api) history(ctx context.Context, cid, before int64, limit int) (*proto
 func (a *api) send(ctx context.Context, it OutboxItem, timeout time.Duration) (*Message, error) {
 	var m Message
 	status, _, err := a.do(ctx, http.MethodPost, "/v1/conversations/"+strconv.FormatInt(it.ConversationID, 10)+"/messages", nil,
-		protocol.SendMessage{MsgID: it.MsgID, Body: it.Body, ReplyTo: it.ReplyTo}, nil, &m, timeout)
+		protocol.SendMessage{MsgID: it.MsgID, Body: it.Body, ReplyTo: it.ReplyTo,
+			Mentions: it.Mentions, MentionAll: it.MentionAll}, nil, &m, timeout)
 	if err != nil {
 		return nil, err
 	}

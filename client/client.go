@@ -38,6 +38,7 @@ type Client struct {
 	resultOrder []string
 	waiters     map[string][]chan SendResult
 	sess        *wsSession // the WebSocket session up, for sends
+	counts      Counts     // the totals of the latest answer
 
 	kick    chan struct{} // wakes the outbox
 	ownHTTP bool          // HTTPClient is the default one: Run closes its idle connections

@@ -245,6 +245,15 @@ type Handler struct {
 
 	// OnStatus is told of connection changes (for a UI's "connecting…").
 	OnStatus func(s Status)
+
+	// OnCounts is told of the user's unread and mention totals whenever an
+	// answer (a sync page, the WebSocket welcome, a too_long) carries
+	// totals that differ from the last ones (Client.Counts). OnReceipt is
+	// told of another member's read position as it moves, over the
+	// WebSocket only (Client.Receipts reads them all). Both may run
+	// concurrently with the other handlers and must not block.
+	OnCounts  func(n Counts)
+	OnReceipt func(r Receipt)
 }
 
 // ConnState is the connection state reported by Status.

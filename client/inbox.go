@@ -267,6 +267,7 @@ func (c *Client) pull(ctx context.Context, seq *sequencer) error {
 		if err != nil {
 			return err
 		}
+		c.noteCounts(ans.Counts)
 		if ans.TooLong {
 			seq.reset()
 			if err := c.applyTooLong(ctx, ans); err != nil {

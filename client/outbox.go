@@ -46,6 +46,26 @@ func (c *Client) SendReply(ctx context.Context, conversationID, replyTo int64, b
 	return c.enqueue(ctx, OutboxItem{ConversationID: conversationID, ReplyTo: replyTo, Body: body})
 }
 
+// SendOptions are the optional parts of a message: the seq it answers and
+// whom it mentions (user ids, current members, at most 50; MentionAll: every
+// member, in conversations of at most the server's mention-all limit).
+type SendOptions struct {
+	ReplyTo    int64
+	Mentions   []int64
+	MentionAll bool
+}
+
+// SendWith is Send with options. It is queued, saved and retried like any
+// send; options the server refuses (a mention of a non-member, a reply to a
+// message the user cannot see) come back as a 400 in the SendResult.
+func (c *Client) SendWith(ctx context.Context, conversationID int64, body string, o SendOptions) (string, error) {
+	if o.ReplyTo < 0 {
+		return "", fmt.Errorf("client: bad reply_to %d", o.ReplyTo)
+	}
+	return c.enqueue(ctx, OutboxItem{ConversationID: conversationID, Body: body, ReplyTo: o.ReplyTo,
+		Mentions: slices.Clone(o.Mentions), MentionAll: o.MentionAll})
+}
+
 // enqueue checks a send, gives it a msg_id, queues it and saves the queue.
 func (c *Client) enqueue(ctx context.Context, it OutboxItem) (string, error) {
 	if it.Body == "" {

@@ -87,8 +87,11 @@ type OutboxItem struct {
 	Body           string `json:"body"`
 	// ReplyTo is the seq of the message this one answers (SendReply), 0
 	// for none.
-	ReplyTo int64     `json:"reply_to,omitempty"`
-	Queued  time.Time `json:"queued"`
+	ReplyTo int64 `json:"reply_to,omitempty"`
+	// Mentions and MentionAll are whom the message mentions (SendWith).
+	Mentions   []int64   `json:"mentions,omitempty"`
+	MentionAll bool      `json:"mention_all,omitempty"`
+	Queued     time.Time `json:"queued"`
 	// Appended is set once the server answered 202 pending: the message is
 	// in the log and will get a seq; it no longer holds back later sends.
 	Appended bool `json:"appended,omitempty"`

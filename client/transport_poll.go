@@ -46,6 +46,9 @@ func (c *Client) runPoll(ctx context.Context, up func(), until time.Time, rnd fu
 			first = false
 			up()
 		}
+		if ans != nil {
+			c.noteCounts(ans.Counts)
+		}
 		interval := defaultPollInterval
 		if ans != nil && ans.Polling != nil && ans.Polling.NextIntervalMS > 0 {
 			interval = time.Duration(ans.Polling.NextIntervalMS) * time.Millisecond

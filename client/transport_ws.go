@@ -62,13 +62,6 @@ func statusOfCode(code string) int {
 	return http.StatusInternalServerError
 }
 
-// sendFrame is the send frame with the reply_to the gateway reads (the
-// ClientFrame field; protocol.Send does not declare it).
-type sendFrame struct {
-	protocol.Send
-	ReplyTo int64 `json:"reply_to,omitempty"`
-}
-
 type wsReply struct {
 	f   *protocol.ServerFrame
 	err error
@@ -339,6 +332,7 @@ func (st *wsStream) frame(ctx context.Context, f *protocol.ServerFrame, up func(
 	switch f.Type {
 	case protocol.FrameWelcome:
 		st.welcomed = true
+		c.noteCounts(f.Counts)
 		c.noteEpoch(f.Epoch)
 		st.serverHead = max(st.serverHead, f.Head)
 		if f.HeartbeatMS > 0 {
@@ -363,13 +357,17 @@ func (st *wsStream) frame(ctx context.Context, f *protocol.ServerFrame, up func(
 	case protocol.FrameTooLong:
 		st.seq.reset()
 		ans := &protocol.SyncAnswer{TooLong: true, Epoch: f.Epoch, Head: f.Head, RecordVersion: f.RecordVersion,
-			Conversations: f.Conversations, NextPage: f.NextPage, Polling: f.Polling}
+			Conversations: f.Conversations, NextPage: f.NextPage, Counts: f.Counts, Polling: f.Polling}
+		c.noteCounts(f.Counts)
 		if err := c.applyTooLong(ctx, ans); err != nil {
 			return err
 		}
 		st.serverHead = max(st.serverHead, f.Head)
 	case protocol.FrameHeartbeat:
 		st.serverHead = max(st.serverHead, f.Head)
+	case protocol.FrameReceipt:
+		c.noteReceipt(f)
+		return nil
 	}
 	st.watch(len(st.seq.buf) > 0)
 	return nil
@@ -441,8 +439,8 @@ func (s *wsSession) send(ctx context.Context, it OutboxItem) (*Message, error) {
 		delete(s.acks, it.MsgID)
 		s.mu.Unlock()
 	}()
-	err := s.write(sendFrame{Send: protocol.Send{Type: protocol.FrameSend, ConversationID: it.ConversationID, MsgID: it.MsgID, Body: it.Body},
-		ReplyTo: it.ReplyTo})
+	err := s.write(protocol.Send{Type: protocol.FrameSend, ConversationID: it.ConversationID, MsgID: it.MsgID, Body: it.Body,
+		ReplyTo: it.ReplyTo, Mentions: it.Mentions, MentionAll: it.MentionAll})
 	if err != nil {
 		return nil, fmt.Errorf("websocket send: %w", err)
 	}
@@ -459,7 +457,7 @@ func (s *wsSession) send(ctx context.Context, it OutboxItem) (*Message, error) {
 			// The ack carries the seq; the rest is the send's own.
 			body, _ := json.Marshal(it.Body)
 			m = &Message{ConversationID: it.ConversationID, Seq: f.Seq, MsgID: it.MsgID, Kind: protocol.MessageText, Body: body,
-				ReplyTo: it.ReplyTo}
+				ReplyTo: it.ReplyTo, Mentions: it.Mentions, MentionAll: it.MentionAll}
 		}
 		return m, nil
 	case <-t.C:

@@ -95,15 +95,26 @@ func parsePageToken(s string) (*pageToken, error) {
 // time of the last message the user can see, newest first. Removed records
 // are included (removed: true): their history up to the removal stays
 // readable. $2..$4 is the keyset position after which to continue (NULLs on
-// the first page), $5 the limit.
-var sqlListRecords = `SELECT * FROM (
-	SELECT ` + rows.RecordCols + `, COALESCE(lm.created_at, c.created_at) AS activity
-	FROM records r` + rows.RecordJoins + `
-	WHERE r.user_id = $1
+// the first page), $5 the limit. The page is chosen from the records and
+// their conversations alone (a current member's last visible message is
+// the conversation's last, at last_at); only its rows are then read out
+// whole, with their counts.
+var sqlListRecords = `SELECT ` + rows.RecordCols + `, x.activity
+FROM (
+	SELECT * FROM (
+		SELECT r.user_id, r.conversation_id, r.pinned, CASE WHEN NOT r.removed THEN c.last_at
+			ELSE COALESCE((SELECT m.created_at FROM messages m WHERE m.conversation_id = r.conversation_id
+				AND m.seq = (SELECT max(s.left_seq) FROM member_spans s
+					WHERE s.conversation_id = r.conversation_id AND s.user_id = r.user_id)), c.created_at) END AS activity
+		FROM records r JOIN conversations c ON c.id = r.conversation_id
+		WHERE r.user_id = $1
+	) a
+	WHERE $2::boolean IS NULL OR (a.pinned, a.activity, a.conversation_id) < ($2::boolean, $3::timestamptz, $4::bigint)
+	ORDER BY a.pinned DESC, a.activity DESC, a.conversation_id DESC
+	LIMIT $5 OFFSET $6
 ) x
-WHERE $2::boolean IS NULL OR (x.pinned, x.activity, x.conversation_id) < ($2::boolean, $3::timestamptz, $4::bigint)
-ORDER BY x.pinned DESC, x.activity DESC, x.conversation_id DESC
-LIMIT $5 OFFSET $6`
+JOIN records r ON r.user_id = x.user_id AND r.conversation_id = x.conversation_id` + rows.RecordJoins + `
+ORDER BY x.pinned DESC, x.activity DESC, x.conversation_id DESC`
 
 // sqlRecordsSince is one page of the records changed after a version, in
 // version order, removals included.

@@ -216,8 +216,10 @@ func runSend(ctx context.Context, args []string) error {
 	f.bind(fs)
 	conv := fs.Int64("conversation", 0, "conversation id to send to")
 	replyTo := fs.Int64("reply-to", 0, "seq of the message this one answers")
+	mention := fs.String("mention", "", "comma-separated user ids the message mentions (members of the conversation)")
+	mentionAll := fs.Bool("mention-all", false, "mention every member (@all; small conversations only)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the seq; an unsent message stays queued for the next inboxd send")
-	fs.Usage = config.Usage(fs, "inboxd send --conversation ID [--reply-to SEQ] TEXT...: send a message (TEXT - reads stdin), print its seq")
+	fs.Usage = config.Usage(fs, "inboxd send --conversation ID [--reply-to SEQ] [--mention IDS] TEXT...: send a message (TEXT - reads stdin), print its seq")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
@@ -247,12 +249,11 @@ func runSend(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var id string
-	if *replyTo != 0 {
-		id, err = c.SendReply(ctx, *conv, *replyTo, text)
-	} else {
-		id, err = c.Send(ctx, *conv, text)
+	mentions, err := parseUsers([]string{*mention})
+	if err != nil {
+		return fmt.Errorf("--mention: %w", err)
 	}
+	id, err := c.SendWith(ctx, *conv, text, client.SendOptions{ReplyTo: *replyTo, Mentions: mentions, MentionAll: *mentionAll})
 	if err != nil {
 		return err
 	}
@@ -573,7 +574,11 @@ func runConversations(ctx context.Context, args []string) error {
 				last = string([]rune(last)[:49]) + "…"
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\n", r.ConversationID, r.Title, r.LastSeq, max(0, r.LastSeq-r.ReadSeq),
+		unread := strconv.FormatInt(r.UnreadCount, 10)
+		if r.MentionCount > 0 {
+			unread += fmt.Sprintf(" (@%d)", r.MentionCount)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", r.ConversationID, r.Title, r.LastSeq, unread,
 			strings.Join(flags, ","), last)
 	}
 	return tw.Flush()

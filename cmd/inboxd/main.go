@@ -37,6 +37,7 @@ var commands = map[string]command{
 	"delete":        {"delete a message you sent", runDelete},
 	"react":         {"react to a message with an emoji (--off: remove your reaction)", runReact},
 	"read":          {"mark a conversation read (up to its last message, or --seq)", runRead},
+	"receipts":      {"show how far each member of a conversation has read", runReceipts},
 	"pin":           {"pin a conversation in your list (--off: unpin)", runPin},
 	"mute":          {"mute a conversation (--off: unmute)", runMute},
 	"analytics":     {"live figures from the event log in its own consumer group", runAnalytics},

@@ -129,8 +129,7 @@ var RecordJoins = `
 LEFT JOIN conversations c ON c.id = r.conversation_id
 LEFT JOIN LATERAL (SELECT CASE WHEN r.removed THEN COALESCE((SELECT max(s.left_seq) FROM member_spans s
 	WHERE s.conversation_id = r.conversation_id AND s.user_id = r.user_id), 0) ELSE c.last_seq END AS last_seq) ls ON true
-LEFT JOIN messages lm ON lm.conversation_id = r.conversation_id AND lm.seq = ls.last_seq
-LEFT JOIN LATERAL (SELECT ` + countsOf("r", "ls.last_seq", "lm.ord") + `) cnt ON true`
+LEFT JOIN messages lm ON lm.conversation_id = r.conversation_id AND lm.seq = ls.last_seq`
 
 // countsOf is the unread and mention counts (columns unread, mentions) of
 // the records row aliased r whose last visible seq is the SQL expression
@@ -168,12 +167,12 @@ WHERE r.user_id = ` + user + ` AND NOT r.removed AND c.last_seq > r.read_seq`
 
 // RecordCols are the columns RecordScan reads.
 // The aliases keep the names unique when wrapped in a subquery.
-const RecordCols = `r.conversation_id, c.title, r.pinned, r.muted, r.read_seq, ls.last_seq, r.version, r.removed,
+var RecordCols = `r.conversation_id, c.title, r.pinned, r.muted, r.read_seq, ls.last_seq, r.version, r.removed,
 lm.conversation_id AS lm_conversation_id, lm.seq AS lm_seq, lm.msg_id::text AS lm_msg_id, lm.sender_id AS lm_sender_id,
 lm.kind AS lm_kind, lm.body AS lm_body, lm.created_at AS lm_created_at,
 lm.version AS lm_version, lm.edited_at AS lm_edited_at, lm.deleted AS lm_deleted, lm.reply_to AS lm_reply_to,
 lm.reactions AS lm_reactions, lm.mentions AS lm_mentions, lm.mention_all AS lm_mention_all, ` + "(SELECT rr.emoji FROM reactions rr WHERE rr.conversation_id = lm.conversation_id AND rr.seq = lm.seq AND rr.user_id = r.user_id)" + ` AS lm_mine,
-cnt.unread, cnt.mentions`
+` + countsOf("r", "ls.last_seq", "lm.ord")
 
 // RecordScan reads a possibly absent record.
 type RecordScan struct {

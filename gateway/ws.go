@@ -53,6 +53,7 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 			interval: g.cfg.PollInterval},
 		ConnectLimits: g.syncLimits,
 		SendLimits:    g.sendLimits,
+		Ephemeral:     g.eph,
 		Draining:      g.draining,
 		Logger:        g.log,
 	})

@@ -12,13 +12,13 @@ CREATE TABLE presence_gateways (
     heartbeat_at timestamptz NOT NULL
 );
 
--- The users a gateway holds sessions of. sessions = 0 while the grace
--- period after the last session runs: the user is still online.
+-- The users a gateway holds WebSocket sessions of: a row from the user's
+-- first session on the gateway until the grace period after its last one
+-- ended. A user is online while a row of a live gateway names them.
 CREATE TABLE presence_sessions (
     user_id    bigint      NOT NULL,
     gateway_id uuid        NOT NULL,
-    sessions   integer     NOT NULL CHECK (sessions >= 0),
-    updated_at timestamptz NOT NULL DEFAULT now(),
+    since      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (user_id, gateway_id)
 );
 CREATE INDEX presence_sessions_gateway ON presence_sessions (gateway_id);

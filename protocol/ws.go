@@ -1,6 +1,9 @@
 package protocol
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The frames of the WebSocket (GET /v1/ws, docs/websocket.md). Every frame
 // is one JSON object in one text message, with a "type".
@@ -83,6 +86,8 @@ type ClientFrame struct {
 	ChangeID string  `json:"change_id"`
 	Seq      int64   `json:"seq"`
 	Emoji    *string `json:"emoji"`
+	// typing (ConversationID too)
+	State string `json:"state"`
 }
 
 // Change is an edit, delete or react frame.
@@ -190,6 +195,12 @@ type ServerFrame struct {
 	Message        json.RawMessage `json:"message"`
 	Retryable      bool            `json:"retryable"`
 	RetryAfterMS   int64           `json:"retry_after_ms"`
+	// typing (ConversationID, State too), presence
+	UserID      int64      `json:"user_id"`
+	State       string     `json:"state"`
+	ExpiresInMS int64      `json:"expires_in_ms"`
+	Online      bool       `json:"online"`
+	LastSeen    *time.Time `json:"last_seen"`
 }
 
 // ErrorMessage is the message of an error frame: Message as a string, or

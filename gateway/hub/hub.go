@@ -50,6 +50,13 @@ type Config struct {
 	Updated func(conv, seq, version int64)
 	Lost    func()
 
+	// Channels are more NOTIFY channels listened on the same connection
+	// (the gateways' ephemeral channel of typing and presence), each with
+	// the function its payloads are handed to. It runs on the LISTEN
+	// goroutine and must not block. Notifications counts them too.
+	// Default none.
+	Channels map[string]func(payload string)
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -68,6 +75,7 @@ type Hub struct {
 	reconnects    prometheus.Counter
 	updated       func(conv, seq, version int64)
 	lost          func()
+	channels      map[string]func(payload string)
 
 	users [hubShards]hubShard
 	keyMu sync.Mutex
@@ -187,6 +195,7 @@ func New(cfg Config) *Hub {
 		cfg.Lost = func() {}
 	}
 	h := &Hub{log: cfg.Logger, jitter: cfg.WakeJitter, burst: cfg.WakeBurst, updated: cfg.Updated, lost: cfg.Lost,
+		channels:      cfg.Channels,
 		notifications: cfg.Notifications, reconnects: cfg.Reconnects,
 		keyed: map[string]map[*Subscription]struct{}{}, heads: newHeadCache(cfg.HeadCacheUsers)}
 	for i := range h.users {
@@ -488,6 +497,11 @@ func (h *Hub) listen(ctx context.Context, channel string, connect func(context.C
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen %s: %w", channel, err)
 	}
+	for other := range h.channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{other}.Sanitize()); err != nil {
+			return fmt.Errorf("listen %s: %w", other, err)
+		}
+	}
 	h.connected.Store(true)
 	h.heads.reset(true)
 	defer h.heads.reset(false)
@@ -505,6 +519,12 @@ func (h *Hub) listen(ctx context.Context, channel string, connect func(context.C
 			return nil
 		}
 		inc(h.notifications)
+		if n.Channel != channel {
+			if f := h.channels[n.Channel]; f != nil {
+				f(n.Payload)
+			}
+			continue
+		}
 		h.dispatch(n.Payload)
 	}
 }

@@ -254,6 +254,16 @@ type Handler struct {
 	// concurrently with the other handlers and must not block.
 	OnCounts  func(n Counts)
 	OnReceipt func(r Receipt)
+
+	// OnTyping and OnPresence receive the typing and presence frames of
+	// other users over the WebSocket (never while long-polling): a member
+	// typing in a conversation, a conversation partner coming online or
+	// going offline. They are ephemeral: not stored, not replayed after a
+	// reconnect (ask Client.Presence then). They are called on the
+	// connection's reader, which they hold up: return quickly. They may
+	// run concurrently with the other handlers.
+	OnTyping   func(e TypingEvent)
+	OnPresence func(e PresenceEvent)
 }
 
 // ConnState is the connection state reported by Status.

@@ -229,6 +229,9 @@ func (s *wsSession) readLoop(frames chan<- *protocol.ServerFrame, errc chan<- er
 			s.c.log.Info("WebSocket error frame", "code", f.Code, "message", f.ErrorMessage())
 		case f.Type == protocol.FramePong:
 			continue
+		case f.Type == protocol.FrameTyping || f.Type == protocol.FramePresence:
+			s.c.ephemeralFrame(f)
+			continue
 		case f.Type == protocol.FrameWelcome && f.HeartbeatMS > 0:
 			// Raise the idle limit here, before the next read arms its
 			// deadline: the session loop setting it later would leave this

@@ -192,6 +192,11 @@ type Config struct {
 	// WebSocket configures GET /v1/ws; see WSConfig.
 	WebSocket WSConfig
 
+	// Ephemeral configures typing and presence (channel, expiries, grace);
+	// see EphemeralConfig. Its Registerer and Logger default to this
+	// Config's.
+	Ephemeral EphemeralConfig
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 
@@ -243,12 +248,18 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Ephemeral.Logger == nil {
+		c.Ephemeral.Logger = c.Logger
+	}
 	if c.Registerer == nil {
 		reg := prometheus.NewRegistry()
 		c.Registerer = reg
 		if c.Gatherer == nil {
 			c.Gatherer = reg
 		}
+	}
+	if c.Ephemeral.Registerer == nil {
+		c.Ephemeral.Registerer = c.Registerer
 	}
 	if c.Gatherer == nil {
 		if g, ok := c.Registerer.(prometheus.Gatherer); ok {

@@ -24,6 +24,9 @@
 //	ws/       the WebSocket server: sessions (state machine, reader,
 //	          writer, sends), the pusher, its Config and metrics; it gets
 //	          what the root owns through ws.Deps (small interfaces)
+//	ephemeral/  typing and presence: the ephemeral NOTIFY channel (heard on
+//	          the hub's connection), presence rows, heartbeats, grace,
+//	          delivery to local sessions; never the log or the inbox
 //	internal/apierr     the one client-facing error type and its mapping
 //	internal/input      JSON decoding, text checks, msg_ids
 //	internal/ratelimit  the per-user token buckets
@@ -48,6 +51,8 @@
 //	errors.go     writeError, the error shape of every HTTP answer
 //	rawerrors.go  the error shape for what net/http answers by itself
 //	decode.go     request body, query and path decoding
+//	settings.go   GET and PATCH /v1/settings (hide_presence announces)
+//	presence.go   GET /v1/presence
 //	metrics.go    Prometheus metrics and the instrumenting middleware
 //	health.go     /healthz, /readyz, /metrics, /openapi.yaml
 //	ws.go         NewWebSocket (a ws.Server over the gateway's pieces) and

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/inboxd/inboxd/gateway/ephemeral"
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
@@ -47,10 +48,10 @@ type Gateway struct {
 	sendLimits *ratelimit.Limiters
 	syncLimits *ratelimit.Limiters
 
-	ws        *WebSocket // GET /v1/ws, run by Listen
-	receipts  *receiptPusher
-	held      atomic.Int64  // long-polls currently held
-	draining  chan struct{} // closed by Drain
+	ws        *WebSocket         // GET /v1/ws, run by Listen
+	eph       *ephemeral.Service // typing and presence, run by Listen
+	held      atomic.Int64       // long-polls currently held
+	draining  chan struct{}      // closed by Drain
 	drainOnce sync.Once
 
 	// beforeConnect, when set (tests), runs before each attempt to open
@@ -89,15 +90,18 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	g.metrics = m
+	if g.eph, err = ephemeral.New(cfg.Ephemeral, pool, g.sendLimits); err != nil {
+		return nil, err
+	}
 	// The hub tells the reader (made next) of changed messages and of
 	// notifications it may have missed, so that cached messages never
 	// outlive a change.
-	g.receipts = newReceiptPusher(pool, cfg.Logger, m.receipts)
 	g.hub = hub.New(hub.Config{WakeJitter: cfg.WakeJitter, WakeBurst: cfg.WakeBurst, HeadCacheUsers: cfg.HeadCacheUsers,
 		Notifications: m.notifications, Reconnects: m.listenerReconnects, Logger: cfg.Logger,
-		Updated: func(conv, seq, version int64) { g.inbox.Forget(conv, seq, version) },
-		Lost:    func() { g.inbox.ForgetAll() },
-		Read:    func(conv, user, seq int64) { g.receipts.enqueue(conv, user, seq) }})
+		Updated:  func(conv, seq, version int64) { g.inbox.Forget(conv, seq, version) },
+		Lost:     func() { g.inbox.ForgetAll() },
+		Read:     g.eph.Receipt,
+		Channels: map[string]func(string){g.eph.Channel(): g.eph.Handle}})
 	g.inbox = inbox.New(pool, inbox.Config{MessageCacheBytes: cfg.MessageCacheBytes, TooLongLag: cfg.TooLongLag,
 		Heads: g.hub.Heads(), CacheHit: m.cache.WithLabelValues("messages", "hit").Inc,
 		CacheMiss: m.cache.WithLabelValues("messages", "miss").Inc})
@@ -147,7 +151,7 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	// The WebSocket pusher lives as long as the hub that feeds it; when
 	// ctx ends every session is closed with 1012.
 	eg.Go(func() error { return g.ws.Run(ctx) })
-	eg.Go(func() error { return g.receipts.run(ctx) })
+	eg.Go(func() error { return g.eph.Run(ctx) })
 	return eg.Wait()
 }
 

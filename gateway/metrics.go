@@ -22,7 +22,6 @@ type metrics struct {
 	polls              *prometheus.CounterVec
 	cache              *prometheus.CounterVec
 	headHit, headMiss  prometheus.Counter
-	receipts           *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, held func() float64, connected func() float64) (*metrics, error) {
@@ -61,10 +60,6 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 			Help: "Held long-polls by how they ended (woken, timeout, drained, gone).",
 		}, []string{"outcome"}),
 	}
-	m.receipts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "inboxd", Subsystem: "gateway", Name: "receipts_total",
-		Help: "Read receipts named by notifications, by outcome (pushed: frames queued to sessions of other members; dropped: the receipt queue was full).",
-	}, []string{"outcome"})
 	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "inboxd", Subsystem: "gateway", Name: "cache_lookups_total",
 		Help: "Lookups of the in-memory caches by cache (messages: wire form of messages; heads: inbox heads answering 304s; tokens: verified bearer tokens) and result (hit, miss).",
@@ -75,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 		Help: "1 while the LISTEN connection is up.",
 	}, connected)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
-		m.listenerReconnects, m.sends, m.changes, m.polls, m.cache, m.receipts, listening} {
+		m.listenerReconnects, m.sends, m.changes, m.polls, m.cache, listening} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

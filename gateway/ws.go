@@ -53,12 +53,10 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 			interval: g.cfg.PollInterval},
 		ConnectLimits: g.syncLimits,
 		SendLimits:    g.sendLimits,
+		Ephemeral:     g.eph,
 		Draining:      g.draining,
 		Logger:        g.log,
 	})
-	if err == nil {
-		g.receipts.serve(s)
-	}
 	return s, err
 }
 

@@ -226,12 +226,13 @@ func (c *wsClient) nextE(timeout time.Duration) (protocol.ServerFrame, error) {
 	return f, json.Unmarshal(raw, &f)
 }
 
-// nextOf reads frames until one of a type other than heartbeat.
+// nextOf reads frames until one of a type other than heartbeat (and the
+// typing and presence frames of others, which come whenever they do).
 func (c *wsClient) nextOf(t testing.TB) protocol.ServerFrame {
 	t.Helper()
 	for {
 		f := c.next(t)
-		if f.Type != protocol.FrameHeartbeat {
+		if f.Type != protocol.FrameHeartbeat && f.Type != protocol.FrameTyping && f.Type != protocol.FramePresence {
 			return f
 		}
 	}
@@ -272,6 +273,7 @@ type wsStream struct {
 	heartbeats int
 	lastHB     int64
 	others     []protocol.ServerFrame
+	ephemeral  []protocol.ServerFrame // typing and presence (ws_ephemeral_test.go)
 	violation  error
 	closeCode  int // 0 while open, -1 without a close frame
 	closeErr   error
@@ -327,6 +329,8 @@ func (s *wsStream) read() {
 		case protocol.FrameHeartbeat:
 			s.heartbeats++
 			s.lastHB = f.Head
+		case protocol.FrameTyping, protocol.FramePresence:
+			s.ephemeral = append(s.ephemeral, f)
 		default:
 			s.others = append(s.others, f)
 		}

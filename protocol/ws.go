@@ -1,6 +1,9 @@
 package protocol
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The frames of the WebSocket (GET /v1/ws, docs/websocket.md). Every frame
 // is one JSON object in one text message, with a "type".
@@ -89,6 +92,8 @@ type ClientFrame struct {
 	ChangeID string  `json:"change_id"`
 	Seq      int64   `json:"seq"`
 	Emoji    *string `json:"emoji"`
+	// typing (ConversationID too)
+	State string `json:"state"`
 }
 
 // Change is an edit, delete or react frame.
@@ -209,9 +214,13 @@ type ServerFrame struct {
 	RetryAfterMS   int64           `json:"retry_after_ms"`
 	// welcome, too_long: the totals
 	Counts
-	// receipt (and ConversationID)
-	UserID  int64 `json:"user_id"`
-	ReadSeq int64 `json:"read_seq"`
+	// receipt (and ConversationID), typing (ConversationID, State too), presence
+	UserID      int64      `json:"user_id"`
+	ReadSeq     int64      `json:"read_seq"`
+	State       string     `json:"state"`
+	ExpiresInMS int64      `json:"expires_in_ms"`
+	Online      bool       `json:"online"`
+	LastSeen    *time.Time `json:"last_seen"`
 }
 
 // ErrorMessage is the message of an error frame: Message as a string, or

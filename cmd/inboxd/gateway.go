@@ -38,6 +38,11 @@ type gatewayFlags struct {
 	tokenCache      int
 	plainBodies     bool
 	mentionAllMax   int
+	// typing and presence
+	typingExpiry   time.Duration
+	typingInterval time.Duration
+	presenceGrace  time.Duration
+	presenceExpiry time.Duration
 }
 
 func (f *gatewayFlags) bind(fs *flag.FlagSet) {
@@ -63,6 +68,15 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.plainBodies, "plain-bodies", false, "append message bodies to the log in plain text instead of sealed with a key per message (outside consumers can read them, and deleting a message cannot erase its body from the log)")
 	fs.IntVar(&f.mentionAllMax, "mention-all-max", gateway.DefaultMentionAllMax, "most members a conversation may have for a send to mention them all (mention_all)")
 	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", gateway.DefaultWSSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
+	f.bindEphemeral(fs)
+}
+
+// bindEphemeral binds the settings of typing and presence.
+func (f *gatewayFlags) bindEphemeral(fs *flag.FlagSet) {
+	fs.DurationVar(&f.typingExpiry, "typing-expiry", gateway.DefaultTypingExpiry, "how long clients show a member typing without a newer typing frame (expires_in_ms)")
+	fs.DurationVar(&f.typingInterval, "typing-interval", gateway.DefaultTypingInterval, "at most one typing broadcast per user and conversation per gateway per interval; faster frames are dropped")
+	fs.DurationVar(&f.presenceGrace, "presence-grace", gateway.DefaultPresenceGrace, "a user stays online this long after their last WebSocket on a gateway closed (reconnects publish nothing)")
+	fs.DurationVar(&f.presenceExpiry, "presence-expiry", gateway.DefaultPresenceExpiry, "a gateway whose presence heartbeat (every expiry/3) is older is dead: its users go offline; same on every gateway")
 }
 
 func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
@@ -91,6 +105,12 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 			MaxConnsPerUser:   f.wsMaxPerUser,
 			WriteTimeout:      f.wsWriteTimeout,
 			SlowTimeout:       f.wsSlowTimeout,
+		},
+		Ephemeral: gateway.EphemeralConfig{
+			TypingExpiry:   f.typingExpiry,
+			TypingInterval: f.typingInterval,
+			PresenceGrace:  f.presenceGrace,
+			PresenceExpiry: f.presenceExpiry,
 		},
 		Logger: log,
 	}

@@ -40,6 +40,8 @@ var commands = map[string]command{
 	"receipts":      {"show how far each member of a conversation has read", runReceipts},
 	"pin":           {"pin a conversation in your list (--off: unpin)", runPin},
 	"mute":          {"mute a conversation (--off: unmute)", runMute},
+	"settings":      {"print your settings, or change them (--hide-receipts, --hide-presence)", runSettings},
+	"presence":      {"print who of the given users is online (those you share a conversation with)", runPresence},
 	"analytics":     {"live figures from the event log in its own consumer group", runAnalytics},
 	"replay":        {"rebuild the projections from the log (or --verify them)", runReplay},
 	"healthcheck":   {"exit 0 when a health endpoint answers 2xx (for container health checks)", runHealthcheck},

@@ -53,6 +53,13 @@ type Config struct {
 	// receipt to push). It must not block. Default: nobody is told.
 	Read func(conv, user, seq int64)
 
+	// Channels are more NOTIFY channels listened on the same connection
+	// (the gateways' ephemeral channel of typing and presence), each with
+	// the function its payloads are handed to. It runs on the LISTEN
+	// goroutine and must not block. Notifications counts them too.
+	// Default none.
+	Channels map[string]func(payload string)
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -72,6 +79,7 @@ type Hub struct {
 	updated       func(conv, seq, version int64)
 	read          func(conv, user, seq int64)
 	lost          func()
+	channels      map[string]func(payload string)
 
 	users [hubShards]hubShard
 	keyMu sync.Mutex
@@ -194,6 +202,7 @@ func New(cfg Config) *Hub {
 		cfg.Read = func(int64, int64, int64) {}
 	}
 	h := &Hub{log: cfg.Logger, jitter: cfg.WakeJitter, burst: cfg.WakeBurst, updated: cfg.Updated, lost: cfg.Lost, read: cfg.Read,
+		channels:      cfg.Channels,
 		notifications: cfg.Notifications, reconnects: cfg.Reconnects,
 		keyed: map[string]map[*Subscription]struct{}{}, heads: newHeadCache(cfg.HeadCacheUsers)}
 	for i := range h.users {
@@ -498,6 +507,11 @@ func (h *Hub) listen(ctx context.Context, channel string, connect func(context.C
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen %s: %w", channel, err)
 	}
+	for other := range h.channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{other}.Sanitize()); err != nil {
+			return fmt.Errorf("listen %s: %w", other, err)
+		}
+	}
 	h.connected.Store(true)
 	h.heads.reset(true)
 	defer h.heads.reset(false)
@@ -515,6 +529,12 @@ func (h *Hub) listen(ctx context.Context, channel string, connect func(context.C
 			return nil
 		}
 		inc(h.notifications)
+		if n.Channel != channel {
+			if f := h.channels[n.Channel]; f != nil {
+				f(n.Payload)
+			}
+			continue
+		}
 		h.dispatch(n.Payload)
 	}
 }

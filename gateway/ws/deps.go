@@ -45,6 +45,11 @@ type Deps struct {
 	// frame (its write bucket).
 	ConnectLimits, SendLimits *ratelimit.Limiters
 
+	// Ephemeral is typing and presence: every session joins it, typing
+	// frames go to it. Nil: typing frames are ignored and no typing or
+	// presence frame is pushed.
+	Ephemeral Ephemeral
+
 	// Draining is closed when the gateway drains: every session is closed
 	// with 1012 and new connections are told the same. Nil never closes.
 	Draining <-chan struct{}
@@ -114,4 +119,19 @@ type Rebaser interface {
 	// (its epoch, head and record version): the first page of the
 	// conversation list, read after at.
 	Rebase(ctx context.Context, user int64, at *inbox.Result) (*protocol.TooLong, error)
+}
+
+// Ephemeral is the gateway's typing and presence (gateway/ephemeral).
+type Ephemeral interface {
+	// Join registers a session of user: deliver queues a typing or
+	// presence frame for it (kind is the frame type; frame is shared, not
+	// to be modified) and reports whether it did; it must not block. It
+	// also counts the session for the user's presence. leave is called
+	// once, when the session ends.
+	Join(user int64, deliver func(kind string, frame []byte) bool) (leave func())
+
+	// Typing broadcasts a typing frame of user in conversation cid (stop:
+	// typing ended) and returns its outcome; frames dropped by the rate
+	// limits are no error. Errors are the client's (apierr).
+	Typing(ctx context.Context, user, cid int64, stop bool) (outcome string, err error)
 }

@@ -106,6 +106,8 @@ func (s *session) handle(mt int, data []byte) {
 		s.change(in)
 	case protocol.FramePing:
 		s.pushControl(encodeFrame(protocol.Pong{Type: protocol.FramePong}), protocol.FramePong)
+	case protocol.FrameTyping:
+		s.typing(in)
 	}
 }
 
@@ -135,10 +137,10 @@ func decodeInbound(mt int, data []byte) (*protocol.ClientFrame, error) {
 	}
 	switch in.Type {
 	case protocol.FrameHello, protocol.FrameSend, protocol.FramePing,
-		protocol.FrameEdit, protocol.FrameDelete, protocol.FrameReact:
+		protocol.FrameEdit, protocol.FrameDelete, protocol.FrameReact, protocol.FrameTyping:
 		return &in, nil
 	}
-	return nil, apierr.BadRequest("unknown frame type %q (hello, send, edit, delete, react, ping)", in.Type)
+	return nil, apierr.BadRequest("unknown frame type %q (hello, send, edit, delete, react, typing, ping)", in.Type)
 }
 
 // refuseHello answers a hello that GET /v1/sync would answer with 400 (a

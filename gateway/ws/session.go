@@ -40,6 +40,7 @@ type session struct {
 	id       uint64
 	user     int64
 	sub      *hub.Subscription
+	leave    func()         // leaves Deps.Ephemeral; nil without it
 	readDone chan struct{}  // closed when the reader has ended
 	bg       sync.WaitGroup // the hub loop and the writer
 	sends    sync.WaitGroup
@@ -76,6 +77,9 @@ func newSession(ws *Server, base context.Context, conn *websocket.Conn, nc *stal
 		readDone: make(chan struct{}),
 	}
 	s.sendSlot.L = &s.mu
+	if e := ws.deps.Ephemeral; e != nil {
+		s.leave = e.Join(user, s.ephemeralFrame)
+	}
 	return s
 }
 
@@ -110,6 +114,9 @@ func (s *session) finish() {
 	s.bg.Wait()
 	s.sends.Wait()
 	s.sub.Close()
+	if s.leave != nil {
+		s.leave()
+	}
 	s.mu.Lock()
 	s.clearLaggingLocked()
 	s.out.dropAll()

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+// TestSettingsAndPresenceCommands runs settings and presence against
+// `inboxd dev`: the settings as stored and changed, a bad value refused,
+// and presence showing a partner (offline, never connected) but not a
+// stranger.
+func TestSettingsAndPresenceCommands(t *testing.T) {
+	d := newDevInstance(t)
+	d.start(t)
+	require.NoError(t, d.proc.WaitOutput("partitions assigned", time.Minute))
+	work := t.TempDir()
+	run := func(want int, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(testenv.Binary(t), args...)
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "HOME="+work, "XDG_CONFIG_HOME="+filepath.Join(work, ".config"),
+			"INBOXD_URL="+d.url(), "INBOXD_STATE=", "INBOXD_TOKEN=", "NO_COLOR=1")
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		require.Equal(t, want, code, "inboxd %s:\n%s", strings.Join(args, " "), out)
+		return strings.TrimRight(string(out), "\n")
+	}
+	alice := []string{"settings", "--state", filepath.Join(work, "alice")}
+	run(0, "login", "--state", filepath.Join(work, "alice"), "--user", "1")
+	require.Equal(t, "hide_receipts false\nhide_presence false", run(0, alice...))
+	require.Equal(t, "hide_receipts false\nhide_presence true", run(0, append(alice, "--hide-presence=true")...))
+	require.Equal(t, "hide_receipts true\nhide_presence true", run(0, append(alice, "--hide-receipts")...))
+	require.JSONEq(t, `{"hide_receipts":true,"hide_presence":true}`, run(0, append(alice, "--json")...))
+	run(1, append(alice, "--hide-presence=maybe")...)
+
+	run(0, "create", "--state", filepath.Join(work, "alice"), "--title", "p", "2")
+	presence := []string{"presence", "--state", filepath.Join(work, "alice")}
+	// Nobody is connected; user 3 shares no conversation with alice.
+	require.Equal(t, "user 1 offline\nuser 2 offline", run(0, append(presence, "1", "2", "3")...))
+	run(1, presence...)
+}

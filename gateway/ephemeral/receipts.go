@@ -1,0 +1,56 @@
+package ephemeral
+
+import (
+	"context"
+
+	"github.com/inboxd/inboxd/projection"
+	"github.com/inboxd/inboxd/protocol"
+)
+
+// Read receipts: a member's read position moved (the projector's c token
+// on the main channel, handed over by the hub). Like typing, a receipt is
+// pushed to the local sessions of the conversation's other current
+// members, read from PostgreSQL at delivery; unlike typing it is a fact of
+// the projections (records.read_seq), which a client can always ask for
+// again (GET .../receipts), so a dropped frame loses nothing for good.
+
+// sqlReceiptAudience is who of $2 (this gateway's users) sees the receipt
+// of $3 in $1: the current members, none when $3 hides its receipts.
+const sqlReceiptAudience = `SELECT s.user_id FROM member_spans s
+WHERE s.conversation_id = $1 AND s.left_seq IS NULL AND s.user_id = ANY($2::bigint[])
+	AND NOT EXISTS (SELECT 1 FROM user_settings us WHERE us.user_id = $3 AND us.hide_receipts)`
+
+// Receipt queues the receipt of user, who read conv up to seq, for
+// delivery (the hub's Config.Read). It never blocks: a full queue drops
+// it, counted.
+func (s *Service) Receipt(conv, user, seq int64) {
+	s.enqueue(user, token{receipt: &projection.Read{Conv: conv, User: user, Seq: seq}})
+}
+
+// deliverReceipt pushes a receipt to the local sessions of the
+// conversation's other current members, unless the reader hides it.
+func (s *Service) deliverReceipt(ctx context.Context, r projection.Read) error {
+	local := s.localUsers()
+	if len(local) == 0 || (len(local) == 1 && local[0] == r.User) {
+		return nil
+	}
+	users, err := s.queryUsers(ctx, sqlReceiptAudience, r.Conv, local, r.User)
+	if err != nil {
+		return err
+	}
+	to := users[:0]
+	for _, u := range users {
+		if u != r.User {
+			to = append(to, u)
+		}
+	}
+	if len(to) == 0 {
+		return nil
+	}
+	frame, err := protocol.Marshal(protocol.ReceiptFrame{Type: protocol.FrameReceipt, ConversationID: r.Conv, UserID: r.User, ReadSeq: r.Seq})
+	if err != nil {
+		return err
+	}
+	s.deliver(to, protocol.FrameReceipt, frame)
+	return nil
+}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 // through the API; then a replay of the log. After each phase every
 // user's records carry the model's unread_count and mention_count, and
 // the sync answer's totals are their sums (unread over records not muted).
+// INBOXD_TEST_SEED=n repeats the choices of a run.
 
 type cmMsg struct {
 	sender     int64
@@ -39,6 +42,7 @@ type cmConv struct {
 	read    map[int64]int64 // per user: read position (kept after removal)
 	removed map[int64]bool
 	muted   map[int64]bool
+	joined  map[int64]int64 // current members: the seq their span began
 }
 
 func (c *cmConv) last() int64 { return int64(len(c.msgs)) }
@@ -68,18 +72,26 @@ func (c *cmConv) counts(u int64) (unread, mentions int64) {
 
 func TestCountsRandomized(t *testing.T) {
 	tg := newGateway(t, nil)
-	rng := rand.New(rand.NewPCG(18, 1))
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("INBOXD_TEST_SEED"); v != "" {
+		var err error
+		seed, err = strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d (INBOXD_TEST_SEED=%d repeats its choices)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 18))
 	const nUsers = 6
-	users := make([]*user, nUsers+1)
+	// Two devices per user (a token each): reads come from either.
+	users, phones := make([]*user, nUsers+1), make([]*user, nUsers+1)
 	for i := 1; i <= nUsers; i++ {
-		users[i] = tg.user(t, int64(1000+i))
+		users[i], phones[i] = tg.user(t, int64(1000+i)), tg.user(t, int64(1000+i))
 	}
 	uid := func(i int) int64 { return int64(1000 + i) }
 	var convs []*cmConv
 	for range 4 {
 		creator := 1 + rng.IntN(nUsers)
 		c := &cmConv{members: map[int64]bool{uid(creator): true}, read: map[int64]int64{}, removed: map[int64]bool{},
-			muted: map[int64]bool{}}
+			muted: map[int64]bool{}, joined: map[int64]int64{}}
 		others := []int64{}
 		for i := 1; i <= nUsers; i++ {
 			if i != creator && rng.IntN(2) == 0 {
@@ -91,12 +103,17 @@ func TestCountsRandomized(t *testing.T) {
 		c.system(uid(creator))
 		for m := range c.members {
 			c.moveRead(m, 1)
+			c.joined[m] = 1
 		}
 		convs = append(convs, c)
 	}
 	for op := range 260 {
 		c := convs[rng.IntN(len(convs))]
-		cmOp(t, rng, users, c, op)
+		dev := users
+		if rng.IntN(2) == 0 {
+			dev = phones
+		}
+		cmOp(t, rng, dev, c, op)
 	}
 	checkCounts(t, users, convs, "after the workload")
 	tg.verify(t)
@@ -159,6 +176,7 @@ func cmOp(t *testing.T, rng *rand.Rand, users []*user, c *cmConv, op int) {
 			c.system(actor)
 			c.members[add], c.removed[add] = true, false
 			c.moveRead(add, c.last())
+			c.joined[add] = c.last()
 		}
 	case k < 17: // remove someone (not the last member)
 		if len(members) < 2 {
@@ -170,10 +188,10 @@ func cmOp(t *testing.T, rng *rand.Rand, users []*user, c *cmConv, op int) {
 		c.system(actor)
 		delete(c.members, rm)
 		c.removed[rm] = true
-	default: // edit or delete one of the actor's messages
+	default: // edit or delete one of the actor's messages (of its current span)
 		var own []int64
 		for i, m := range c.msgs {
-			if m.text && m.sender == actor && !m.deleted {
+			if m.text && m.sender == actor && !m.deleted && int64(i+1) > c.joined[actor] {
 				own = append(own, int64(i+1))
 			}
 		}

@@ -19,30 +19,31 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultAddr            = "127.0.0.1:8080"
-	DefaultAckWait         = 2 * time.Second
-	DefaultAppendTimeout   = 10 * time.Second
-	DefaultLongPollMax     = 30 * time.Second
-	DefaultMaxHeldPolls    = 20000
-	DefaultPollInterval    = time.Second
-	DefaultTooLongLag      = inbox.DefaultTooLongLag
-	DefaultPageDefault     = 50
-	DefaultPageMax         = 200
-	DefaultSendRate        = 50
-	DefaultSendBurst       = 200
-	DefaultSyncRate        = 50
-	DefaultSyncBurst       = 200
-	DefaultWakeJitter      = hub.DefaultWakeJitter
-	DefaultWakeBurst       = hub.DefaultWakeBurst
-	DefaultDevTokenTTL     = 24 * time.Hour
-	DefaultShutdownTimeout = 10 * time.Second
-	DefaultListenBackoff   = 5 * time.Second
-	DefaultMaxTitle        = 256
-	DefaultMentionAllMax   = 100
-	DefaultMaxHeaderBytes  = 64 << 10
-	DefaultMessageCache    = inbox.DefaultMessageCacheBytes
-	DefaultTokenCache      = 1 << 16
-	DefaultHeadCacheUsers  = hub.DefaultHeadCacheUsers
+	DefaultAddr             = "127.0.0.1:8080"
+	DefaultAckWait          = 2 * time.Second
+	DefaultAppendTimeout    = 10 * time.Second
+	DefaultLongPollMax      = 30 * time.Second
+	DefaultMaxHeldPolls     = 20000
+	DefaultPollInterval     = time.Second
+	DefaultTooLongLag       = inbox.DefaultTooLongLag
+	DefaultPageDefault      = 50
+	DefaultPageMax          = 200
+	DefaultSendRate         = 50
+	DefaultSendBurst        = 200
+	DefaultSyncRate         = 50
+	DefaultSyncBurst        = 200
+	DefaultWakeJitter       = hub.DefaultWakeJitter
+	DefaultWakeBurst        = hub.DefaultWakeBurst
+	DefaultDevTokenTTL      = 24 * time.Hour
+	DefaultShutdownTimeout  = 10 * time.Second
+	DefaultListenBackoff    = 5 * time.Second
+	DefaultMaxTitle         = 256
+	DefaultMentionAllMax    = 100
+	DefaultMaxHeaderBytes   = 64 << 10
+	DefaultMessageCache     = inbox.DefaultMessageCacheBytes
+	DefaultTokenCache       = 1 << 16
+	DefaultHeadCacheUsers   = hub.DefaultHeadCacheUsers
+	DefaultCountsCacheUsers = inbox.DefaultCountsCacheUsers
 )
 
 // Config configures a Gateway. The zero value of every field means its
@@ -184,6 +185,12 @@ type Config struct {
 	// Negative disables it. Default 1,048,576.
 	HeadCacheUsers int
 
+	// CountsCacheUsers bounds the users whose unread and mention totals at
+	// their inbox head are remembered, so that a sync at the same head does
+	// not count them again (gateway/inbox/counts.go). Negative disables
+	// it. Default DefaultCountsCacheUsers (65,536).
+	CountsCacheUsers int
+
 	// TokenCache bounds the verified bearer tokens remembered (until their
 	// expiry) so that a token is verified once, not on every request.
 	// Negative disables it. Default 65,536.
@@ -244,6 +251,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	setDefault(&c.MessageCacheBytes, DefaultMessageCache)
 	setDefault(&c.HeadCacheUsers, DefaultHeadCacheUsers)
+	setDefault(&c.CountsCacheUsers, DefaultCountsCacheUsers)
 	setDefault(&c.TokenCache, DefaultTokenCache)
 	if c.Logger == nil {
 		c.Logger = slog.Default()

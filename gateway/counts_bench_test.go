@@ -40,15 +40,15 @@ INSERT INTO records (user_id, conversation_id, read_seq, version)
 SELECT 1, c, CASE WHEN c % 2 = 0 THEN 31 ELSE 1 + (c * 7) % 30 END, c FROM generate_series(1, 2000) c;
 ANALYZE;`
 
-func countsWorld(b *testing.B) (*tgw, *user) {
-	tg := newGateway(b, nil)
+func countsWorld(b *testing.B, tweak func(*Config)) (*tgw, *user) {
+	tg := newGateway(b, tweak)
 	_, err := tg.env.Pool.Exec(context.Background(), sqlCountsWorld)
 	require.NoError(b, err)
 	return tg, tg.user(b, 1)
 }
 
 func BenchmarkCountsConversationPage(b *testing.B) {
-	_, u := countsWorld(b)
+	_, u := countsWorld(b, nil)
 	b.ResetTimer()
 	for range b.N {
 		r := u.do(b, "GET", "/v1/conversations?limit=50", nil)
@@ -58,21 +58,32 @@ func BenchmarkCountsConversationPage(b *testing.B) {
 	}
 }
 
+// BenchmarkCountsSyncTotals counts the totals in every sync (the first
+// sync at each head); BenchmarkCountsSyncAtSameHead asks again at the same
+// head, which the gateway answers from the totals it remembers.
 func BenchmarkCountsSyncTotals(b *testing.B) {
-	_, u := countsWorld(b)
+	benchSyncTotals(b, func(c *Config) { c.CountsCacheUsers = -1 })
+}
+
+func BenchmarkCountsSyncAtSameHead(b *testing.B) { benchSyncTotals(b, nil) }
+
+func benchSyncTotals(b *testing.B, tweak func(*Config)) {
+	_, u := countsWorld(b, tweak)
 	s := u.sync(b, "after=0&limit=1")
 	require.Positive(b, s.UnreadTotal)
 	require.Positive(b, s.MentionTotal)
 	b.ResetTimer()
 	for range b.N {
-		u.sync(b, "after=0&limit=1")
+		if t := u.sync(b, "after=0&limit=1"); t.Counts != s.Counts {
+			b.Fatalf("totals %+v, then %+v", s.Counts, t.Counts)
+		}
 	}
 }
 
 func BenchmarkCountsTotalsQuery(b *testing.B) {
-	tg, _ := countsWorld(b)
+	tg, _ := countsWorld(b, nil)
 	ctx := context.Background()
-	sql := rows.CountsSQL("$1")
+	sql := rows.CountsSQL("$1", "")
 	b.ResetTimer()
 	for range b.N {
 		var unread, mentions int64

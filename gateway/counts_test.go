@@ -272,4 +272,12 @@ func TestCountsNoInboxRows(t *testing.T) {
 	s := c.sync(t, "after=0&limit=1")
 	require.Equal(t, int64(1), s.UnreadTotal)
 	require.Equal(t, int64(0), s.MentionTotal)
+	// Again at the same head (the remembered totals), then after a mention.
+	require.Equal(t, s.Counts, c.sync(t, "after=0&limit=1").Counts)
+	r = a.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", cid),
+		map[string]any{"msg_id": uuid.NewString(), "body": "@all", "mention_all": true})
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	s = c.sync(t, "after=0&limit=1")
+	require.Equal(t, protocol.Counts{UnreadTotal: 2, MentionTotal: 1}, s.Counts)
+	require.Equal(t, s.Counts, c.sync(t, "after=0&limit=1").Counts)
 }

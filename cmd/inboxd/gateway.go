@@ -16,28 +16,29 @@ import (
 
 // gatewayFlags are the settings of a gateway.
 type gatewayFlags struct {
-	httpAddr        string
-	authSecret      string
-	ackWait         time.Duration
-	longPollMax     time.Duration
-	maxHeldPolls    int
-	sendRate        float64
-	sendBurst       int
-	syncRate        float64
-	syncBurst       int
-	tooLongLag      int64
-	shutdownTimeout time.Duration
-	wsHeartbeat     time.Duration
-	wsOrigins       string
-	wsMaxConns      int
-	wsMaxPerUser    int
-	wsWriteTimeout  time.Duration
-	wsSlowTimeout   time.Duration
-	msgCacheBytes   int64
-	headCacheUsers  int
-	tokenCache      int
-	plainBodies     bool
-	mentionAllMax   int
+	httpAddr         string
+	authSecret       string
+	ackWait          time.Duration
+	longPollMax      time.Duration
+	maxHeldPolls     int
+	sendRate         float64
+	sendBurst        int
+	syncRate         float64
+	syncBurst        int
+	tooLongLag       int64
+	shutdownTimeout  time.Duration
+	wsHeartbeat      time.Duration
+	wsOrigins        string
+	wsMaxConns       int
+	wsMaxPerUser     int
+	wsWriteTimeout   time.Duration
+	wsSlowTimeout    time.Duration
+	msgCacheBytes    int64
+	headCacheUsers   int
+	countsCacheUsers int
+	tokenCache       int
+	plainBodies      bool
+	mentionAllMax    int
 	// typing and presence
 	typingExpiry   time.Duration
 	typingInterval time.Duration
@@ -63,6 +64,7 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.wsMaxPerUser, "ws-max-conns-per-user", gateway.DefaultWSMaxConnsPerUser, "WebSocket connections per user per process")
 	fs.DurationVar(&f.wsWriteTimeout, "ws-write-timeout", gateway.DefaultWSWriteTimeout, "bound of every WebSocket write")
 	fs.Int64Var(&f.msgCacheBytes, "message-cache-bytes", gateway.DefaultMessageCache, "memory of the cache of messages' wire form shared by sync pages and pushes (negative: off)")
+	fs.IntVar(&f.countsCacheUsers, "counts-cache-users", gateway.DefaultCountsCacheUsers, "users whose unread and mention totals at their inbox head are remembered, so a sync at the same head does not count them again (negative: off)")
 	fs.IntVar(&f.headCacheUsers, "head-cache-users", gateway.DefaultHeadCacheUsers, "users whose inbox heads are remembered to answer 304 without a query (negative: off)")
 	fs.IntVar(&f.tokenCache, "token-cache", gateway.DefaultTokenCache, "verified bearer tokens remembered until their expiry (negative: off)")
 	fs.BoolVar(&f.plainBodies, "plain-bodies", false, "append message bodies to the log in plain text instead of sealed with a key per message (outside consumers can read them, and deleting a message cannot erase its body from the log)")
@@ -97,6 +99,7 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 		ShutdownTimeout:   f.shutdownTimeout,
 		MessageCacheBytes: f.msgCacheBytes,
 		HeadCacheUsers:    f.headCacheUsers,
+		CountsCacheUsers:  f.countsCacheUsers,
 		TokenCache:        f.tokenCache,
 		WebSocket: gateway.WSConfig{
 			HeartbeatInterval: f.wsHeartbeat,

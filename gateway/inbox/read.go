@@ -22,7 +22,10 @@ type Req struct {
 	Limit       int32
 	// Counts asks for the user's unread and mention totals at the head
 	// (Page.Counts), from the same snapshot; only a read of one user can.
-	Counts bool
+	// Unless the head and epoch are KnownHead and KnownEpoch: then the
+	// totals are not counted again (Page.CountsRead is false).
+	Counts                bool
+	KnownHead, KnownEpoch int64
 }
 
 // Page is what Read read for one Req: the epoch, the user's
@@ -31,6 +34,7 @@ type Page struct {
 	Epoch, Head, Floor, RecordVersion int64
 	Entries                           []Entry
 	Counts                            protocol.Counts // when the Req asked
+	CountsRead                        bool            // Counts were counted by this read
 }
 
 // Defaults of Config.
@@ -57,6 +61,12 @@ type Config struct {
 	// cache).
 	Heads Heads
 
+	// CountsCacheUsers bounds the users whose totals at their head are
+	// remembered, so that a sync at the same head does not count them
+	// again (counts.go). Negative disables it. Default
+	// DefaultCountsCacheUsers (65,536).
+	CountsCacheUsers int
+
 	// CacheHit and CacheMiss count the message cache's lookups. Default:
 	// not counted.
 	CacheHit, CacheMiss func()
@@ -80,8 +90,9 @@ type Querier interface {
 type Reader struct {
 	db    Querier
 	msgs  *msgCache // nil when disabled
-	lag   int64
-	heads Heads
+	lag    int64
+	heads  Heads
+	counts *countsCache // nil when disabled
 }
 
 // New makes a reader that queries db.
@@ -92,6 +103,9 @@ func New(db Querier, cfg Config) *Reader {
 	if cfg.TooLongLag <= 0 {
 		cfg.TooLongLag = DefaultTooLongLag
 	}
+	if cfg.CountsCacheUsers == 0 {
+		cfg.CountsCacheUsers = DefaultCountsCacheUsers
+	}
 	if cfg.CacheHit == nil {
 		cfg.CacheHit = func() {}
 	}
@@ -99,7 +113,7 @@ func New(db Querier, cfg Config) *Reader {
 		cfg.CacheMiss = func() {}
 	}
 	return &Reader{db: db, msgs: newMsgCache(cfg.MessageCacheBytes, cfg.CacheHit, cfg.CacheMiss),
-		lag: cfg.TooLongLag, heads: cfg.Heads}
+		lag: cfg.TooLongLag, heads: cfg.Heads, counts: newCountsCache(cfg.CountsCacheUsers)}
 }
 
 // CacheMessage puts the wire form of m, a message of epoch, in the message
@@ -132,14 +146,18 @@ func (r *Reader) CachedMessages() int { return r.msgs.len() }
 func sqlInboxFrom(src string, counts bool) string {
 	totals, totalsJoin := `NULL::bigint, NULL::bigint`, ``
 	if counts {
-		totals = `t.unread_total, t.mention_total`
+		// Known: the totals at this head and epoch are the caller's ($5,
+		// $6): not counted again.
+		const known = `COALESCE(u.inbox_seq, 0) = $5 AND (SELECT epoch FROM meta) = $6`
+		totals = `CASE WHEN ` + known + ` THEN NULL ELSE t.unread_total END,
+	CASE WHEN ` + known + ` THEN NULL ELSE t.mention_total END`
 		totalsJoin = `
-LEFT JOIN LATERAL (` + rows.CountsSQL("q.user_id") + `) t ON true`
+LEFT JOIN LATERAL (` + rows.CountsSQL("q.user_id", "NOT ("+known+")") + `) t ON true`
 	}
 	return `SELECT q.ord, (SELECT epoch FROM meta), COALESCE(u.inbox_seq, 0), COALESCE(u.inbox_floor, 0),
 	COALESCE(u.record_version, 0), e.seqs, e.convs, e.kinds, e.mseqs, e.vers, ` + totals + `
-FROM ` + src + totalsJoin + `
-LEFT JOIN users u ON u.id = q.user_id
+FROM ` + src + `
+LEFT JOIN users u ON u.id = q.user_id` + totalsJoin + `
 LEFT JOIN LATERAL (
 	SELECT array_agg(x.inbox_seq) AS seqs, array_agg(x.conversation_id) AS convs,
 		array_agg(x.kind) AS kinds, array_agg(x.seq) AS mseqs, array_agg(x.version) AS vers
@@ -239,11 +257,11 @@ func (r *Reader) readOnce(ctx context.Context, reqs []Req, maxLag int64) ([]Page
 // unnest form for many.
 func (r *Reader) query(ctx context.Context, reqs []Req, maxLag int64) (pgx.Rows, error) {
 	if len(reqs) == 1 {
-		sql := sqlInboxOne
-		if reqs[0].Counts {
-			sql = sqlInboxOneCounts
+		q := reqs[0]
+		if q.Counts {
+			return r.db.Query(ctx, sqlInboxOneCounts, q.User, q.After, q.Limit, maxLag, q.KnownHead, q.KnownEpoch)
 		}
-		return r.db.Query(ctx, sql, reqs[0].User, reqs[0].After, reqs[0].Limit, maxLag)
+		return r.db.Query(ctx, sqlInboxOne, q.User, q.After, q.Limit, maxLag)
 	}
 	users := make([]int64, len(reqs))
 	afters := make([]int64, len(reqs))
@@ -277,6 +295,7 @@ func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 		return err
 	}
 	p.Counts = protocol.Counts{UnreadTotal: totals[0], MentionTotal: totals[1]}
+	p.CountsRead = !noTotals[0]
 	rd.epoch = v[1]
 	cols := &rd.cols
 	for c := range cols {

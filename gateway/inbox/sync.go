@@ -37,11 +37,21 @@ func (r *Reader) Sync(ctx context.Context, user int64, q Query) (*Result, error)
 	if r.heads != nil {
 		gen = r.heads.Generation()
 	}
-	pages, err := r.Read(ctx, []Req{{User: user, After: q.After, Limit: int32(q.Limit), Counts: true}}, r.lag)
+	req := Req{User: user, After: q.After, Limit: int32(q.Limit), Counts: true, KnownHead: -1, KnownEpoch: -1}
+	known, ok := r.counts.get(user)
+	if ok {
+		req.KnownHead, req.KnownEpoch = known.head, known.epoch
+	}
+	pages, err := r.Read(ctx, []Req{req}, r.lag)
 	if err != nil {
 		return nil, fmt.Errorf("sync of user %d after %d: %w", user, q.After, err)
 	}
 	res := &Result{Page: pages[0]}
+	if res.CountsRead {
+		r.counts.put(user, countsAt{epoch: res.Epoch, head: res.Head, counts: res.Counts})
+	} else {
+		res.Counts = known.counts // the head and epoch are the remembered ones
+	}
 	if r.heads != nil {
 		r.heads.Learn(gen, user, res.Epoch, res.Head)
 	}

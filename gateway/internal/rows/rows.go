@@ -153,16 +153,21 @@ func countsOf(r, last, lastOrd string) string {
 	END AS mentions`
 }
 
-// CountsSQL is the user's totals ($1 names the user in the SQL
-// expression user) over its current records: unread of those not muted,
-// mentions of all (columns unread_total, mention_total).
-func CountsSQL(user string) string {
+// CountsSQL is the user's totals (user is the SQL expression of the
+// user) over its current records: unread of those not muted, mentions of
+// all (columns unread_total, mention_total). gate, when not empty, is a
+// condition on the outer query that must hold for anything to be counted
+// (else both are 0).
+func CountsSQL(user, gate string) string {
+	if gate != "" {
+		gate = " AND " + gate
+	}
 	return `SELECT COALESCE(sum(cnt.unread) FILTER (WHERE NOT r.muted), 0)::bigint AS unread_total,
 	COALESCE(sum(cnt.mentions), 0)::bigint AS mention_total
 FROM records r JOIN conversations c ON c.id = r.conversation_id
 CROSS JOIN LATERAL (SELECT ` + countsOf("r", "c.last_seq",
 		"(SELECT lo.ord FROM messages lo WHERE lo.conversation_id = c.id AND lo.seq = c.last_seq)") + `) cnt
-WHERE r.user_id = ` + user + ` AND NOT r.removed AND c.last_seq > r.read_seq`
+WHERE r.user_id = ` + user + ` AND NOT r.removed AND c.last_seq > r.read_seq` + gate
 }
 
 // RecordCols are the columns RecordScan reads.

@@ -15,19 +15,29 @@ type Member = protocol.Member
 // Members reads the current members of a conversation (every page), by
 // ascending user id. Only a current member may ask (403 otherwise).
 func (c *Client) Members(ctx context.Context, conversationID int64) ([]Member, error) {
-	var out []Member
+	return memberPages(ctx, c, conversationID, "members", func(p *protocol.MemberList) ([]Member, *string) {
+		return p.Members, p.NextPage
+	})
+}
+
+// memberPages reads every page of a list of a conversation's members
+// (GET /v1/conversations/{cid}/<what>): items returns a page's items and
+// its next_page.
+func memberPages[P any, T any](ctx context.Context, c *Client, conversationID int64, what string, items func(*P) ([]T, *string)) ([]T, error) {
+	var out []T
 	q := url.Values{}
 	for {
-		var page protocol.MemberList
-		_, _, err := c.api.do(ctx, http.MethodGet, "/v1/conversations/"+strconv.FormatInt(conversationID, 10)+"/members", q,
+		var page P
+		_, _, err := c.api.do(ctx, http.MethodGet, "/v1/conversations/"+strconv.FormatInt(conversationID, 10)+"/"+what, q,
 			nil, nil, &page, 0)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, page.Members...)
-		if page.NextPage == nil {
+		got, next := items(&page)
+		out = append(out, got...)
+		if next == nil {
 			return out, nil
 		}
-		q.Set("page", *page.NextPage)
+		q.Set("page", *next)
 	}
 }

@@ -2,9 +2,6 @@ package client
 
 import (
 	"context"
-	"net/http"
-	"net/url"
-	"strconv"
 
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -56,21 +53,11 @@ func (c *Client) noteReceipt(f *protocol.ServerFrame) {
 // there. Only a current member may ask (403 otherwise). Later moves come
 // to Handler.OnReceipt while a WebSocket is connected.
 func (c *Client) Receipts(ctx context.Context, conversationID int64) ([]Receipt, error) {
-	var out []Receipt
-	q := url.Values{}
-	for {
-		var page protocol.ReceiptList
-		_, _, err := c.api.do(ctx, http.MethodGet, "/v1/conversations/"+strconv.FormatInt(conversationID, 10)+"/receipts", q,
-			nil, nil, &page, 0)
-		if err != nil {
-			return nil, err
+	return memberPages(ctx, c, conversationID, "receipts", func(p *protocol.ReceiptList) ([]Receipt, *string) {
+		out := make([]Receipt, len(p.Receipts))
+		for i, r := range p.Receipts {
+			out[i] = Receipt{ConversationID: conversationID, UserID: r.UserID, ReadSeq: r.ReadSeq}
 		}
-		for _, r := range page.Receipts {
-			out = append(out, Receipt{ConversationID: conversationID, UserID: r.UserID, ReadSeq: r.ReadSeq})
-		}
-		if page.NextPage == nil {
-			return out, nil
-		}
-		q.Set("page", *page.NextPage)
-	}
+		return out, p.NextPage
+	})
 }

@@ -226,6 +226,9 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		{"accepted", response("/v1/conversations/{cid}/read", "post", "202"), protocol.Accepted{}, nil, nil},
 		{"dev token", response("/v1/dev/token", "post", "200"), protocol.DevToken{}, nil, nil},
 		{"receipts", response("/v1/conversations/{cid}/receipts", "get", "200"), protocol.ReceiptList{}, nil, nil},
+		{"settings", response("/v1/settings", "get", "200"), protocol.Settings{}, nil, nil},
+		{"settings changed", response("/v1/settings", "patch", "200"), protocol.Settings{}, nil, nil},
+		{"presence", response("/v1/presence", "get", "200"), protocol.PresenceList{}, nil, nil},
 	}
 	for _, c := range cases {
 		raw, err := json.Marshal(c.v)

@@ -30,27 +30,6 @@ func (s *Service) Receipt(conv, user, seq int64) {
 // deliverReceipt pushes a receipt to the local sessions of the
 // conversation's other current members, unless the reader hides it.
 func (s *Service) deliverReceipt(ctx context.Context, r projection.Read) error {
-	local := s.localUsers()
-	if len(local) == 0 || (len(local) == 1 && local[0] == r.User) {
-		return nil
-	}
-	users, err := s.queryUsers(ctx, sqlReceiptAudience, r.Conv, local, r.User)
-	if err != nil {
-		return err
-	}
-	to := users[:0]
-	for _, u := range users {
-		if u != r.User {
-			to = append(to, u)
-		}
-	}
-	if len(to) == 0 {
-		return nil
-	}
-	frame, err := protocol.Marshal(protocol.ReceiptFrame{Type: protocol.FrameReceipt, ConversationID: r.Conv, UserID: r.User, ReadSeq: r.Seq})
-	if err != nil {
-		return err
-	}
-	s.deliver(to, protocol.FrameReceipt, frame)
-	return nil
+	return s.deliverToMembers(ctx, sqlReceiptAudience, r.Conv, r.User, protocol.FrameReceipt,
+		protocol.ReceiptFrame{Type: protocol.FrameReceipt, ConversationID: r.Conv, UserID: r.User, ReadSeq: r.Seq}, r.User)
 }

@@ -111,32 +111,39 @@ func (s *Service) sweepTypingLocked(now time.Time) {
 // deliverTyping pushes a typing notification to the local sessions of the
 // conversation's current members, but the typer's.
 func (s *Service) deliverTyping(ctx context.Context, t projection.Typing) error {
+	f := protocol.TypingEvent{Type: protocol.FrameTyping, ConversationID: t.Conv, UserID: t.User,
+		State: protocol.TypingStart, ExpiresInMS: t.ExpiresMS}
+	if t.ExpiresMS == 0 {
+		f.State = protocol.TypingStop
+	}
+	return s.deliverToMembers(ctx, sqlMembersOf, t.Conv, t.User, protocol.FrameTyping, f)
+}
+
+// deliverToMembers pushes frame (of kind) to the local sessions of the
+// users sql selects among this gateway's ($1 conv, $2 the local users,
+// then more), but from's: the members a frame about from concerns.
+func (s *Service) deliverToMembers(ctx context.Context, sql string, conv, from int64, kind string, frame any, more ...any) error {
 	local := s.localUsers()
-	if len(local) == 0 || (len(local) == 1 && local[0] == t.User) {
+	if len(local) == 0 || (len(local) == 1 && local[0] == from) {
 		return nil
 	}
-	users, err := s.queryUsers(ctx, sqlMembersOf, t.Conv, local)
+	users, err := s.queryUsers(ctx, sql, conv, local, more...)
 	if err != nil {
 		return err
 	}
 	to := users[:0]
 	for _, u := range users {
-		if u != t.User {
+		if u != from {
 			to = append(to, u)
 		}
 	}
 	if len(to) == 0 {
 		return nil
 	}
-	f := protocol.TypingEvent{Type: protocol.FrameTyping, ConversationID: t.Conv, UserID: t.User,
-		State: protocol.TypingStart, ExpiresInMS: t.ExpiresMS}
-	if t.ExpiresMS == 0 {
-		f.State = protocol.TypingStop
-	}
-	frame, err := protocol.Marshal(f)
+	b, err := protocol.Marshal(frame)
 	if err != nil {
 		return err
 	}
-	s.deliver(to, protocol.FrameTyping, frame)
+	s.deliver(to, kind, b)
 	return nil
 }

@@ -380,12 +380,18 @@ func runTail(ctx context.Context, args []string) error {
 				fmt.Fprintf(os.Stderr, "-- %s, retrying in %v: %v\n", s.State, time.Until(s.RetryAt).Round(time.Millisecond), s.Err)
 			}
 		}
-		// Others' typing and presence, beside the entries (stderr: they are
-		// not inbox entries).
+		// Others' typing, presence and receipts, and the totals, beside the
+		// entries (stderr: they are not inbox entries).
 		h.OnTyping = func(e client.TypingEvent) {
 			fmt.Fprintf(os.Stderr, "-- %s\n", typingLine("conv "+strconv.FormatInt(e.ConversationID, 10), e))
 		}
 		h.OnPresence = func(e client.PresenceEvent) { fmt.Fprintf(os.Stderr, "-- %s\n", presenceLine(e)) }
+		h.OnReceipt = func(r client.Receipt) {
+			fmt.Fprintf(os.Stderr, "-- user %d read conv %d up to #%d\n", r.UserID, r.ConversationID, r.ReadSeq)
+		}
+		h.OnCounts = func(n client.Counts) {
+			fmt.Fprintf(os.Stderr, "-- %d unread, %d mentions\n", n.UnreadTotal, n.MentionTotal)
+		}
 	}
 	c, err := client.New(client.Config{BaseURL: l.URL, Token: l.Token, Store: store, Logger: log, Handler: h,
 		Transport: tr, StartupJitter: -1})

@@ -280,4 +280,12 @@ func TestCountsNoInboxRows(t *testing.T) {
 	s = c.sync(t, "after=0&limit=1")
 	require.Equal(t, protocol.Counts{UnreadTotal: 2, MentionTotal: 1}, s.Counts)
 	require.Equal(t, s.Counts, c.sync(t, "after=0&limit=1").Counts)
+	// A too-long answer (a stale epoch) carries the counts too: in its
+	// records and as totals.
+	tl := c.sync(t, "after=1&epoch=1")
+	require.True(t, tl.TooLong)
+	require.Equal(t, s.Counts, tl.Counts)
+	require.Len(t, tl.Conversations, 1)
+	require.Equal(t, int64(2), tl.Conversations[0].UnreadCount)
+	require.Equal(t, int64(1), tl.Conversations[0].MentionCount)
 }

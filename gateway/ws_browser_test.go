@@ -48,6 +48,12 @@ type demo struct {
 // newDemo starts the demo, or skips the test when there is no Chromium.
 func newDemo(t *testing.T) *demo {
 	t.Helper()
+	return newDemoWith(t, nil)
+}
+
+// newDemoWith is newDemo with tweak applied to the gateway's Config.
+func newDemoWith(t *testing.T, tweak func(*Config)) *demo {
+	t.Helper()
 	bin := chromium()
 	if bin == "" {
 		t.Skip("no Chromium found (apt-get install -y chromium, or set INBOXD_TEST_CHROME)")
@@ -55,7 +61,8 @@ func newDemo(t *testing.T) *demo {
 	env := testenv.New(t, testenv.Options{})
 	env.StartFanout(t)
 	w := newWSGatewayOn(t, env, wsOpts{
-		ws: WSConfig{HeartbeatInterval: time.Second},
+		tweak: tweak,
+		ws:    WSConfig{HeartbeatInterval: time.Second},
 		routes: func(mux *http.ServeMux) {
 			mux.Handle("GET /{$}", web.Handler())
 			mux.Handle("GET /demo/", web.Handler())

@@ -13,11 +13,13 @@ import (
 // TestWSBrowserPresence is issue 18's acceptance for the demo, two users in
 // two windows of headless Chromium: each shows the other online in the
 // open conversation's members; what user 1 types shows as "user 1 is
-// typing…" in user 2's window, gone when 1 leaves the composer; a message
-// to 2 while 2 has another conversation open is an unread badge of 1 on
-// its list entry and a total of 1 in the header, both 0 once 2 opens it,
-// and that read shows as "seen by 2" under the message in 1's window; when
-// 2's page closes, 1's dot for 2 goes offline after the presence grace.
+// typing…" in user 2's window, gone when 1 leaves the composer. While 2 has
+// another conversation open, a message from 1 is an unread badge of 1 on
+// its list entry and a total of 1 in the header, a second one mentioning 2
+// adds an @ and a mention total; opening the conversation reads it (all
+// back to 0, also after a reload), which shows as "seen by 2" under the
+// newest message in 1's window. When 2's page closes, 1's dot for 2 goes
+// offline after the presence grace.
 func TestWSBrowserPresence(t *testing.T) {
 	start := time.Now()
 	d := newDemoWith(t, func(c *Config) {
@@ -56,6 +58,11 @@ func TestWSBrowserPresence(t *testing.T) {
 	d.do(alice, "finish and send", chromedp.SendKeys("#compose", "lo"), chromedp.Click("#send-btn"), until(confirmed("hello")))
 	d.do(bob, "see the badge and the total",
 		until(badge("presence")+" === '1' && "+total+" === '1'"))
+	mentions := `document.querySelector('#mention-total').textContent`
+	d.do(bob, "no mention yet", until(mentions+" === ''"))
+	d.do(alice, "mention bob", chromedp.SendKeys("#compose", "@2 look"), chromedp.Click("#send-btn"), until(confirmed("@2 look")))
+	d.do(bob, "see the @ marker and both totals",
+		until(badge("presence")+" === '@2' && "+total+" === '2' && "+mentions+" === '@1'"))
 
 	seen := `(document.querySelector('#messages .msg.mine .seen')?.textContent ?? '')`
 	notSeen, err := chromedp.Run(alice, chromedp.Evaluate[string](seen))
@@ -68,12 +75,14 @@ func TestWSBrowserPresence(t *testing.T) {
 	d.do(bob, "open the conversation: read",
 		chromedp.Click(fmt.Sprintf(`#convs li[data-cid=%q]`, cid)),
 		until(`document.querySelector('#view-title').textContent === 'presence'`),
-		until(confirmed("hello")),
-		until(badge("presence")+" === '' && "+total+" === '0'"),
+		until(confirmed("hello")+" && "+confirmed("@2 look")),
+		until(`document.querySelector('#messages .msg.mentioned .body')?.textContent === '@2 look'`),
+		until(badge("presence")+" === '' && "+total+" === '0' && "+mentions+" === ''"),
 	)
-	d.do(alice, "see it seen by bob",
+	d.do(alice, "see the newest seen by bob",
 		until(seen+" === 'seen by 2' && "+
-			`document.querySelector('#messages .msg.mine .seen').closest('.msg').querySelector('.body').textContent === 'hello'`))
+			`document.querySelector('#messages .msg.mine .seen').closest('.msg').querySelector('.body').textContent === '@2 look' && `+
+			`document.querySelectorAll('#messages .seen').length === 1`))
 	d.screenshots("presence", map[string]context.Context{"alice": alice, "bob": bob})
 
 	// A reload of bob's page: his record came with the list, no badge.
@@ -88,6 +97,6 @@ func TestWSBrowserPresence(t *testing.T) {
 	require.NoError(t, chromedp.Cancel(bob))
 	closed := time.Now()
 	d.do(alice, "see bob offline", until(dot(2, "offline")))
-	t.Logf("offline %v after the page closed (grace %v); the test took %v",
+	t.Logf("offline %v after the tab's close returned (grace %v); the test took %v",
 		time.Since(closed).Round(time.Millisecond), testGrace, time.Since(start).Round(time.Millisecond))
 }

@@ -30,73 +30,92 @@ func TestWSBrowserPresence(t *testing.T) {
 	d.login(bob, 2)
 	d.converse(alice, bob, "presence", 2)
 
-	dot := func(user int, state string) string {
-		return fmt.Sprintf(`document.querySelector('#members .member[data-user="%d"] .dot')?.classList.contains(%q)`, user, state)
-	}
-	d.do(alice, "see bob online", until(dot(2, "online")+" && "+dot(1, "online")))
-	d.do(bob, "see alice online", until(dot(1, "online")+" && "+dot(2, "online")))
+	d.do(alice, "see bob online", until(dotIs(2, "online")+" && "+dotIs(1, "online")))
+	d.do(bob, "see alice online", until(dotIs(1, "online")+" && "+dotIs(2, "online")))
 
 	// Typing: a start on the first key, a stop when the composer loses focus.
-	typing := `(document.querySelector('#typing').hidden ? '' : document.querySelector('#typing').textContent)`
 	d.do(alice, "type", chromedp.SendKeys("#compose", "hel"))
-	d.do(bob, "see alice typing", until(typing+" === 'user 1 is typing…'"))
+	d.do(bob, "see alice typing", until(typingText+" === 'user 1 is typing…'"))
 	d.do(alice, "leave the composer", chromedp.Evaluate[chromedp.Void](`document.querySelector('#compose').blur()`))
-	d.do(bob, "see alice stop", until(typing+" === ''"))
+	d.do(bob, "see alice stop", until(typingText+" === ''"))
 
-	// Bob opens a conversation of his own; alice's message to him then
-	// counts as unread.
+	unreadWhileAway(t, d, alice, bob)
+
+	// A reload of bob's page: his record came with the list, no badge.
+	d.do(bob, "reload",
+		chromedp.Reload(),
+		until(`document.querySelector('#status').textContent === 'online'`),
+		until(fmt.Sprintf(`document.querySelectorAll('#convs li').length === 2 && %s === '' && %s === '0'`, badgeOf("presence"), unreadTotal)),
+	)
+
+	// Bob leaves: offline for alice after the grace.
+	d.do(alice, "bob still online", until(dotIs(2, "online")))
+	require.NoError(t, chromedp.Cancel(bob))
+	closed := time.Now()
+	d.do(alice, "see bob offline", until(dotIs(2, "offline")))
+	t.Logf("offline %v after the tab's close returned (grace %v); the test took %v",
+		time.Since(closed).Round(time.Millisecond), testGrace, time.Since(start).Round(time.Millisecond))
+}
+
+// JavaScript expressions for the demo's state.
+const (
+	typingText   = `(document.querySelector('#typing').hidden ? '' : document.querySelector('#typing').textContent)`
+	unreadTotal  = `document.querySelector('#unread-total').textContent`
+	mentionTotal = `document.querySelector('#mention-total').textContent`
+	seenText     = `(document.querySelector('#messages .msg.mine .seen')?.textContent ?? '')`
+)
+
+// dotIs: the open conversation's member list shows user's dot in state
+// (online or offline).
+func dotIs(user int, state string) string {
+	return fmt.Sprintf(`document.querySelector('#members .member[data-user="%d"] .dot')?.classList.contains(%q)`, user, state)
+}
+
+// convNamed is the list entry of the conversation titled title.
+func convNamed(title string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll('#convs li')].find(li => li.querySelector('.title').firstChild.textContent === %q)`, title)
+}
+
+// badgeOf is the unread badge of the conversation titled title, ” if none.
+func badgeOf(title string) string {
+	return fmt.Sprintf(`(%s?.querySelector('.unread')?.textContent ?? '')`, convNamed(title))
+}
+
+// unreadWhileAway: bob opens a conversation of his own; alice's messages to
+// him in "presence" count as unread (one mentions him), until he opens it,
+// which alice sees as "seen by 2".
+func unreadWhileAway(t *testing.T, d *demo, alice, bob context.Context) {
+	t.Helper()
 	d.do(bob, "open another conversation",
 		chromedp.SendKeys("#new-title", "notes"),
 		chromedp.Click("#create-btn"),
 		until(`document.querySelector('#view-title').textContent === 'notes'`),
 	)
-	badge := func(title string) string {
-		return fmt.Sprintf(`([...document.querySelectorAll('#convs li')].find(li => li.querySelector('.title').firstChild.textContent === %q)?.querySelector('.unread')?.textContent ?? '')`, title)
-	}
-	total := `document.querySelector('#unread-total').textContent`
-	d.do(bob, "nothing unread yet", until(badge("presence")+" === '' && "+total+" === '0'"))
+	d.do(bob, "nothing unread yet", until(badgeOf("presence")+" === '' && "+unreadTotal+" === '0' && "+mentionTotal+" === ''"))
 	d.do(alice, "finish and send", chromedp.SendKeys("#compose", "lo"), chromedp.Click("#send-btn"), until(confirmed("hello")))
 	d.do(bob, "see the badge and the total",
-		until(badge("presence")+" === '1' && "+total+" === '1'"))
-	mentions := `document.querySelector('#mention-total').textContent`
-	d.do(bob, "no mention yet", until(mentions+" === ''"))
+		until(badgeOf("presence")+" === '1' && "+unreadTotal+" === '1' && "+mentionTotal+" === ''"))
 	d.do(alice, "mention bob", chromedp.SendKeys("#compose", "@2 look"), chromedp.Click("#send-btn"), until(confirmed("@2 look")))
 	d.do(bob, "see the @ marker and both totals",
-		until(badge("presence")+" === '@2' && "+total+" === '2' && "+mentions+" === '@1'"))
+		until(badgeOf("presence")+" === '@2' && "+unreadTotal+" === '2' && "+mentionTotal+" === '@1'"))
 
-	seen := `(document.querySelector('#messages .msg.mine .seen')?.textContent ?? '')`
-	notSeen, err := chromedp.Run(alice, chromedp.Evaluate[string](seen))
+	notSeen, err := chromedp.Run(alice, chromedp.Evaluate[string](seenText))
 	require.NoError(t, err)
 	require.Empty(t, notSeen, "bob has not read it")
 
-	cid, err := chromedp.Run(bob, chromedp.Evaluate[string](
-		`[...document.querySelectorAll('#convs li')].find(li => li.querySelector('.title').firstChild.textContent === 'presence').dataset.cid`))
+	cid, err := chromedp.Run(bob, chromedp.Evaluate[string](convNamed("presence")+".dataset.cid"))
 	require.NoError(t, err)
 	d.do(bob, "open the conversation: read",
 		chromedp.Click(fmt.Sprintf(`#convs li[data-cid=%q]`, cid)),
 		until(`document.querySelector('#view-title').textContent === 'presence'`),
 		until(confirmed("hello")+" && "+confirmed("@2 look")),
 		until(`document.querySelector('#messages .msg.mentioned .body')?.textContent === '@2 look'`),
-		until(badge("presence")+" === '' && "+total+" === '0' && "+mentions+" === ''"),
+		until(badgeOf("presence")+" === '' && "+unreadTotal+" === '0' && "+mentionTotal+" === ''"),
+		until(readToEnd),
 	)
 	d.do(alice, "see the newest seen by bob",
-		until(seen+" === 'seen by 2' && "+
+		until(seenText+" === 'seen by 2' && "+
 			`document.querySelector('#messages .msg.mine .seen').closest('.msg').querySelector('.body').textContent === '@2 look' && `+
 			`document.querySelectorAll('#messages .seen').length === 1`))
 	d.screenshots("presence", map[string]context.Context{"alice": alice, "bob": bob})
-
-	// A reload of bob's page: his record came with the list, no badge.
-	d.do(bob, "reload",
-		chromedp.Reload(),
-		until(`document.querySelector('#status').textContent === 'online'`),
-		until(fmt.Sprintf(`document.querySelectorAll('#convs li').length === 2 && %s === '' && %s === '0'`, badge("presence"), total)),
-	)
-
-	// Bob leaves: offline for alice after the grace.
-	d.do(alice, "bob still online", until(dot(2, "online")))
-	require.NoError(t, chromedp.Cancel(bob))
-	closed := time.Now()
-	d.do(alice, "see bob offline", until(dot(2, "offline")))
-	t.Logf("offline %v after the tab's close returned (grace %v); the test took %v",
-		time.Since(closed).Round(time.Millisecond), testGrace, time.Since(start).Round(time.Millisecond))
 }

@@ -223,6 +223,8 @@
     for (const c of convs) {
       const li = document.createElement('li');
       li.dataset.cid = c.conversation_id;
+      li.dataset.readSeq = c.read_seq || 0; // the record's, for tests
+      li.dataset.lastSeq = c.last_seq || 0;
       if (c.conversation_id === S.current) li.classList.add('current');
       if (c.removed) li.classList.add('removed');
       const title = document.createElement('div');
@@ -313,11 +315,12 @@
     if (!c || c.removed) return;
     const last = Math.max(c.last_seq || 0, ...msgsOf(cid).keys());
     const unread = c.unread_count || c.mention_count;
-    if (!unread && last <= (c.read_seq || 0)) return;
-    counts.read(c, last);
+    const sent = S.readSent[cid] || 0;
+    if (!unread && last <= Math.max(c.read_seq || 0, sent)) return;
+    counts.read(c);
     counts.render();
     renderList();
-    if (last <= (S.readSent[cid] || 0) || last <= 0) return;
+    if (last <= sent) return;
     S.readSent[cid] = last;
     api('POST', `/v1/conversations/${cid}/read`, { seq: last }).catch((e) => {
       S.readSent[cid] = 0;

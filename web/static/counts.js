@@ -65,9 +65,10 @@ window.inboxdCounts = ({ S, $ }) => {
     return c;
   }
 
-  // read: the user read c up to seq (this device): it is all read.
-  function read(c, seq) {
-    replace(c, { read_seq: Math.max(c.read_seq || 0, seq), unread_count: 0, mention_count: 0 }, {});
+  // read: the user read c to its end on this device: nothing is unread.
+  // Its read_seq moves with the record entry the read makes.
+  function read(c) {
+    replace(c, { unread_count: 0, mention_count: 0 }, {});
   }
 
   // totals takes an answer's unread_total and mention_total, counted at head.

@@ -48,6 +48,12 @@ type demo struct {
 // newDemo starts the demo, or skips the test when there is no Chromium.
 func newDemo(t *testing.T) *demo {
 	t.Helper()
+	return newDemoWith(t, nil)
+}
+
+// newDemoWith is newDemo with tweak applied to the gateway's Config.
+func newDemoWith(t *testing.T, tweak func(*Config)) *demo {
+	t.Helper()
 	bin := chromium()
 	if bin == "" {
 		t.Skip("no Chromium found (apt-get install -y chromium, or set INBOXD_TEST_CHROME)")
@@ -55,7 +61,8 @@ func newDemo(t *testing.T) *demo {
 	env := testenv.New(t, testenv.Options{})
 	env.StartFanout(t)
 	w := newWSGatewayOn(t, env, wsOpts{
-		ws: WSConfig{HeartbeatInterval: time.Second},
+		tweak: tweak,
+		ws:    WSConfig{HeartbeatInterval: time.Second},
 		routes: func(mux *http.ServeMux) {
 			mux.Handle("GET /{$}", web.Handler())
 			mux.Handle("GET /demo/", web.Handler())
@@ -117,6 +124,10 @@ func (d *demo) do(ctx context.Context, what string, steps ...chromedp.Action[chr
 func until(expr string) chromedp.Action[chromedp.Void] {
 	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(20*time.Millisecond))
 }
+
+// readToEnd: the open conversation's record (as the server sent it) is
+// read up to its last message.
+const readToEnd = `document.querySelector('#convs li.current')?.dataset.readSeq === document.querySelector('#convs li.current')?.dataset.lastSeq`
 
 // has: a message with this text is shown.
 func has(text string) string {
@@ -192,7 +203,9 @@ func TestWSBrowserDemo(t *testing.T) {
 	d.login(bob, 2)
 	d.converse(alice, bob, "demo", 2)
 	d.say(alice, "hello bob")
-	d.do(bob, "see it live", until(has("hello bob")))
+	// Bob's page reads what it shows: wait for his read's record entry, so
+	// that the catch-up below brings only what he missed.
+	d.do(bob, "see it live and read it", until(has("hello bob")), until(readToEnd))
 
 	d.do(bob, "go offline",
 		chromedp.Click("#net-toggle"),

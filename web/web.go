@@ -1,8 +1,10 @@
 // Package web is the demo page of inboxd: plain HTML and JavaScript, embedded
 // in the binary, that logs in as any user id (dev mode's token endpoint),
 // lists the conversations, shows one with its history, sends, edits,
-// deletes, reacts to and replies to messages, and follows the inbox live
-// over the WebSocket (update entries included) with docs/protocol.md's
+// deletes, reacts to and replies to messages, shows unread and mention
+// badges, "seen by" receipts, who is typing and the members' online dots,
+// and follows the inbox live over the WebSocket (update entries, typing,
+// presence and receipt frames included) with docs/protocol.md's
 // client rules: the
 // cursor persisted in localStorage, jittered reconnect backoff, catch-up on
 // reconnect, too_long handled by refreshing the list, an outbox retried with

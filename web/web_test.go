@@ -21,6 +21,8 @@ func TestHandler(t *testing.T) {
 		{"/", "text/html", `<script src="/demo/app.js">`, 200},
 		{"/demo/app.js", "javascript", "docs/protocol.md", 200},
 		{"/demo/style.css", "text/css", "#messages", 200},
+		{"/demo/counts.js", "javascript", "unread_total", 200},
+		{"/demo/live.js", "javascript", "expires_in_ms", 200},
 		{"/demo/missing.js", "", "", 404},
 		{"/demo/", "", "", 404},
 		{"/index.html", "", "", 404},

@@ -18,6 +18,8 @@
 //   each with its change_id, retried with it until change_ack or a
 //   permanent error; what they change arrives as inbox entries of kind
 //   "update", applied when their version is higher than the one shown.
+// Counts (badges and totals) are in counts.js; typing, presence and read
+// receipts in live.js.
 'use strict';
 
 (() => {
@@ -37,12 +39,13 @@
     epoch: null,
     cursor: 0,
     head: 0,
-    convs: new Map(), // conversation_id -> record (+ unread)
+    convs: new Map(), // conversation_id -> record (counts kept by counts.js)
     msgs: new Map(), // conversation_id -> Map(seq -> message)
     loaded: new Set(), // conversations whose recent history was loaded
     convSeq: {}, // conversation_id -> last seq seen (persisted)
     current: 0,
-    outbox: [], // {msg_id, conversation_id, body, reply_to, status, error}
+    outbox: [], // {msg_id, conversation_id, body, reply_to, mentions, mention_all, status, error}
+    readSent: {}, // conversation_id -> the seq of the last read posted
     // Changes of messages not yet acknowledged, by change_id: {type,
     // change_id, conversation_id, seq, body | emoji}. Unlike the outbox they
     // are not persisted: a reload forgets an unsent edit.
@@ -106,6 +109,7 @@
     el.textContent = mode;
     el.className = `status ${mode}`;
     $('#net-toggle').textContent = S.wantOnline ? 'Go offline' : 'Go online';
+    live.renderMembers();
   };
 
   const uuid = () => {
@@ -116,6 +120,9 @@
     const h = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
     return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
   };
+
+  const counts = window.inboxdCounts({ S, $ });
+  const live = window.inboxdLive({ S, $, api, log, renderView: () => renderView(), wsSend: (f) => wsSend(f) });
 
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -171,6 +178,7 @@
   async function loadList() {
     let page = null;
     let first = true;
+    let head = 0;
     const fresh = new Map();
     for (;;) {
       const q = `/v1/conversations?limit=200${page ? `&page=${encodeURIComponent(page)}` : ''}`;
@@ -185,15 +193,14 @@
           S.head = res.inbox_head;
           saveCursor();
         }
+        head = res.inbox_head;
       }
-      for (const r of res.conversations) {
-        const old = S.convs.get(r.conversation_id);
-        fresh.set(r.conversation_id, Object.assign({}, r, { unread: old ? old.unread : 0 }));
-      }
+      for (const r of res.conversations) fresh.set(r.conversation_id, r);
       if (!res.next_page) break;
       page = res.next_page;
     }
     S.convs = fresh;
+    counts.listed(head, fresh.values());
     renderList();
   }
 
@@ -216,17 +223,15 @@
     for (const c of convs) {
       const li = document.createElement('li');
       li.dataset.cid = c.conversation_id;
+      li.dataset.readSeq = c.read_seq || 0; // the record's, for tests
+      li.dataset.lastSeq = c.last_seq || 0;
       if (c.conversation_id === S.current) li.classList.add('current');
       if (c.removed) li.classList.add('removed');
       const title = document.createElement('div');
       title.className = 'title';
       title.textContent = c.title || `#${c.conversation_id}`;
-      if (c.unread) {
-        const u = document.createElement('span');
-        u.className = 'unread';
-        u.textContent = c.unread;
-        title.append(u);
-      }
+      const badge = counts.badge(c);
+      if (badge) title.append(badge);
       const last = document.createElement('div');
       last.className = 'last';
       last.textContent = c.last_message ? describe(c.last_message) : '';
@@ -282,22 +287,45 @@
     }
     S.current = cid;
     const c = S.convs.get(cid);
-    if (c) c.unread = 0;
     $('#view-title').textContent = c ? c.title || `#${cid}` : `#${cid}`;
     $('#compose-form').hidden = false;
+    markRead(cid);
     renderList();
-    renderView();
+    live.opened(cid);
     if (!S.loaded.has(cid)) {
       try {
         const res = await api('GET', `/v1/conversations/${cid}/messages?limit=50`);
         for (const m of res.messages) put(cid, m);
         S.loaded.add(cid);
-        if (S.current === cid) renderView();
+        if (S.current === cid) {
+          markRead(cid);
+          renderView();
+        }
       } catch (e) {
         log(`history of ${cid}: ${e.message}`);
       }
     }
     $('#compose').focus();
+  }
+
+  // markRead: the open conversation shows its newest message, so it is read
+  // up to it (once per seq; a failed post is tried again on the next call).
+  function markRead(cid) {
+    const c = S.convs.get(cid);
+    if (!c || c.removed) return;
+    const last = Math.max(c.last_seq || 0, ...msgsOf(cid).keys());
+    const unread = c.unread_count || c.mention_count;
+    const sent = S.readSent[cid] || 0;
+    if (!unread && last <= Math.max(c.read_seq || 0, sent)) return;
+    counts.read(c);
+    counts.render();
+    renderList();
+    if (last <= sent) return;
+    S.readSent[cid] = last;
+    api('POST', `/v1/conversations/${cid}/read`, { seq: last }).catch((e) => {
+      S.readSent[cid] = 0;
+      log(`read ${cid}: ${e.message}`);
+    });
   }
 
   function renderView() {
@@ -314,6 +342,7 @@
       return;
     }
     const seqs = [...msgsOf(S.current).keys()].sort((a, b) => a - b);
+    seenNow = live.seen(S.current);
     let prev = 0;
     for (const seq of seqs) {
       const m = msgsOf(S.current).get(seq);
@@ -339,6 +368,8 @@
     }
   }
 
+  let seenNow = null; // live.seen of the conversation renderView shows
+
   // messageEl shows a message as it is now; outboxed is set for a send of
   // the outbox not yet in the conversation, which cannot be changed yet.
   function messageEl(m, status, error, outboxed) {
@@ -350,6 +381,7 @@
     if (m.kind === 'system') div.classList.add('system');
     else if (m.sender_id === S.user) div.classList.add('mine');
     if (m.deleted) div.classList.add('deleted');
+    if (m.sender_id !== S.user && counts.mentionsMe(m)) div.classList.add('mentioned');
     if (status) div.classList.add(status);
     if (m.reply_to) div.append(quoteEl(cid, m.reply_to));
     const editing = !outboxed && S.editing && S.editing.cid === cid && S.editing.seq === m.seq;
@@ -376,6 +408,12 @@
       meta.append(' · saving…');
     }
     div.append(meta);
+    if (!outboxed && seenNow && seenNow.seq === m.seq) {
+      const seen = document.createElement('div');
+      seen.className = 'seen';
+      seen.textContent = `seen by ${seenNow.users.join(', ')}`;
+      div.append(seen);
+    }
     if (outboxed || m.deleted) return div;
     if (m.reactions && m.reactions.length) {
       const rs = document.createElement('div');
@@ -523,7 +561,7 @@
       const cid = m.conversation_id;
       let c = S.convs.get(cid);
       if (!c) {
-        c = { conversation_id: cid, title: '', unread: 0, last_seq: 0 };
+        c = { conversation_id: cid, title: '', last_seq: 0 };
         S.convs.set(cid, c);
         refreshListSoon(); // a conversation we did not know: its record follows
       }
@@ -533,7 +571,8 @@
       }
       put(cid, m);
       S.convSeq[cid] = Math.max(S.convSeq[cid] || 0, m.seq);
-      if (cid !== S.current && m.sender_id !== S.user && m.kind === 'text') c.unread = (c.unread || 0) + 1;
+      counts.message(c, e);
+      live.message(m);
       const i = S.outbox.findIndex((o) => o.msg_id === m.msg_id);
       if (i >= 0) {
         S.outbox.splice(i, 1);
@@ -551,7 +590,7 @@
       const r = e.record;
       const old = S.convs.get(r.conversation_id);
       if (!old || !old.version || r.version >= old.version) {
-        S.convs.set(r.conversation_id, Object.assign({}, old, r, { unread: old ? old.unread : 0 }));
+        S.convs.set(r.conversation_id, counts.record(old, r, e));
       }
     }
   }
@@ -578,6 +617,8 @@
       S.welcomeHead = 0;
     }
     if (gap) schedulePull();
+    if (S.current) markRead(S.current);
+    counts.render();
     renderList();
     renderView();
   }
@@ -595,6 +636,7 @@
     // Acked sends whose entries fell into the jump are done.
     S.outbox = S.outbox.filter((o) => o.status !== 'sent');
     saveOutbox();
+    counts.totals(f, f.head);
     $('#catchup').textContent = 'too long offline: conversation list refreshed';
     try {
       await loadList();
@@ -625,6 +667,7 @@
           return;
         }
         onEntries(res.entries, res.head);
+        counts.totals(res, res.head);
         if (!res.has_more) return;
       }
     } catch (e) {
@@ -682,6 +725,8 @@
         S.caughtUp = 0;
         S.welcomeHead = f.head > S.cursor ? f.head : 0;
         saveCursor();
+        counts.totals(f, f.head);
+        live.connected();
         // Only a stable connection resets the backoff.
         S.stableTimer = setTimeout(() => {
           S.attempt = 0;
@@ -711,7 +756,8 @@
         onError(f);
         break;
       default:
-        break; // pong and frames of newer servers
+        live.onFrame(f); // typing, presence, receipt; else pong and frames of newer servers
+        break;
     }
   }
 
@@ -762,7 +808,10 @@
         try {
           const res = await api('GET', `/v1/sync?after=${S.cursor}&epoch=${S.epoch}&limit=200&wait=25`, undefined, ctl.signal);
           if (res.too_long) await onTooLong(res);
-          else onEntries(res.entries, res.head);
+          else {
+            onEntries(res.entries, res.head);
+            counts.totals(res, res.head);
+          }
           const hint = res._polling ? res._polling.next_interval_ms : 0;
           if (!res.has_more && !res.too_long && res.entries && res.entries.length === 0 && hint) await sleep(Math.random() * hint);
         } catch (e) {
@@ -782,8 +831,23 @@
 
   // ---- sends ----
 
+  // mentionsOf reads "@all" and "@<user id>" in a body: the mention
+  // fields of its send.
+  function mentionsOf(body) {
+    const ids = [...body.matchAll(/(?:^|\s)@(\d+)\b/g)].map((x) => Number(x[1])).filter((n) => n > 0);
+    const out = {};
+    if (ids.length) out.mentions = [...new Set(ids)];
+    if (/(?:^|\s)@all\b/.test(body)) out.mention_all = true;
+    return out;
+  }
+
+  // sendFields is the body of a send, over the socket or HTTP.
+  const sendFields = (item) => ({
+    msg_id: item.msg_id, body: item.body, reply_to: item.reply_to, mentions: item.mentions, mention_all: item.mention_all,
+  });
+
   function send(body) {
-    const item = { msg_id: uuid(), conversation_id: S.current, body, status: 'pending' };
+    const item = Object.assign({ msg_id: uuid(), conversation_id: S.current, body, status: 'pending' }, mentionsOf(body));
     if (S.replyTo) item.reply_to = S.replyTo;
     S.replyTo = 0;
     S.outbox.push(item);
@@ -795,10 +859,17 @@
   function transmit(item) {
     if (item.status !== 'pending') return;
     if (S.mode === 'online' && S.ws && S.ws.readyState === WebSocket.OPEN) {
-      S.ws.send(JSON.stringify({ type: 'send', conversation_id: item.conversation_id, msg_id: item.msg_id, body: item.body, reply_to: item.reply_to }));
+      S.ws.send(JSON.stringify(Object.assign({ type: 'send', conversation_id: item.conversation_id }, sendFields(item))));
     } else if (S.mode === 'polling') {
       httpSend(item);
     } // else offline: it stays in the outbox and goes out on the next welcome
+  }
+
+  // wsSend sends a frame when the socket is up (typing needs no retry).
+  function wsSend(f) {
+    if (S.mode !== 'online' || !S.ws || S.ws.readyState !== WebSocket.OPEN) return false;
+    S.ws.send(JSON.stringify(f));
+    return true;
   }
 
   function flushOutbox() {
@@ -807,7 +878,7 @@
 
   async function httpSend(item) {
     try {
-      const res = await api('POST', `/v1/conversations/${item.conversation_id}/messages`, { msg_id: item.msg_id, body: item.body, reply_to: item.reply_to });
+      const res = await api('POST', `/v1/conversations/${item.conversation_id}/messages`, sendFields(item));
       if (res && res.seq) {
         // The answer is the message itself.
         apply({ kind: 'message', message: res });
@@ -1000,6 +1071,9 @@
     S.msgs.clear();
     S.loaded.clear();
     S.changes.clear();
+    S.readSent = {};
+    live.reset();
+    counts.reset();
     S.editing = null;
     S.replyTo = 0;
     S.current = 0;
@@ -1060,8 +1134,11 @@
     const body = $('#compose').value;
     if (!body || !S.current) return;
     $('#compose').value = '';
+    live.stopTyping();
     send(body);
   });
+  $('#compose').addEventListener('input', () => live.typed());
+  $('#compose').addEventListener('blur', () => live.stopTyping());
 
   // Resume the tab's session (a reload keeps the user, cursor and outbox).
   const saved = Number(sessionStorage.getItem('inboxd.user'));

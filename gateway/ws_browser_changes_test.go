@@ -46,7 +46,7 @@ func TestWSBrowserChanges(t *testing.T) {
 
 	// An inline edit: the field opens on the text, the caret at its end.
 	d.do(alice, "edit",
-		chromedp.Click(chromedp.CSS(msg+" button.edit")),
+		press(msg+" button.edit"),
 		chromedp.WaitVisible(chromedp.CSS(msg+" .edit-input")),
 		chromedp.SendKeys(chromedp.CSS(msg+" .edit-input"), "!\n"),
 		until(q(".body")+"?.textContent === 'hello bob!' && "+q(".edited")+" && "+settled),
@@ -56,25 +56,25 @@ func TestWSBrowserChanges(t *testing.T) {
 
 	// Reactions: counts for everyone, one's own highlighted.
 	d.do(alice, "react",
-		chromedp.Click(chromedp.CSS(msg+` button.pick[data-emoji="👍"]`)),
+		press(msg+` button.pick[data-emoji="👍"]`),
 		until(chip("👍")+"?.textContent === '👍 1' && "+chip("👍")+".classList.contains('me') && "+settled),
 	)
 	d.do(bob, "see the reaction live, not as his",
 		until(chip("👍")+"?.textContent === '👍 1' && !"+chip("👍")+".classList.contains('me')"))
 	d.do(bob, "add his by clicking the chip",
-		chromedp.Click(chromedp.CSS(msg+` .chip[data-emoji="👍"]`)),
+		press(msg+` .chip[data-emoji="👍"]`),
 		until(chip("👍")+"?.textContent === '👍 2' && "+chip("👍")+".classList.contains('me') && "+settled),
 	)
 	d.do(alice, "see the count grow",
 		until(chip("👍")+"?.textContent === '👍 2' && "+chip("👍")+".classList.contains('me')"))
 	d.do(alice, "take hers back by clicking the chip",
-		chromedp.Click(chromedp.CSS(msg+` .chip[data-emoji="👍"]`)),
+		press(msg+` .chip[data-emoji="👍"]`),
 		until(chip("👍")+"?.textContent === '👍 1' && !"+chip("👍")+".classList.contains('me') && "+settled),
 	)
 	d.do(bob, "see the count shrink, his still highlighted",
 		until(chip("👍")+"?.textContent === '👍 1' && "+chip("👍")+".classList.contains('me')"))
 	d.do(alice, "react again",
-		chromedp.Click(chromedp.CSS(msg+` button.pick[data-emoji="🎉"]`)),
+		press(msg+` button.pick[data-emoji="🎉"]`),
 		until(chip("🎉")+"?.textContent === '🎉 1' && "+chip("🎉")+".classList.contains('me') && "+settled),
 	)
 	d.do(bob, "see both reactions", until(chip("🎉")+"?.textContent === '🎉 1' && "+chip("👍")+"?.textContent === '👍 1'"))
@@ -84,7 +84,7 @@ func TestWSBrowserChanges(t *testing.T) {
 		return fmt.Sprintf(`[...document.querySelectorAll('#messages .msg .quote')].some(e => e.textContent === %q)`, text)
 	}
 	d.do(bob, "reply",
-		chromedp.Click(chromedp.CSS(msg+" button.reply")),
+		press(msg+" button.reply"),
 		until(fmt.Sprintf(`document.querySelector('#reply-text').textContent === '↩ replying to #%d 1: hello bob!'`, seq)),
 		chromedp.SendKeys("#compose", "glad you fixed it"),
 		chromedp.Click("#send-btn"),
@@ -99,7 +99,7 @@ func TestWSBrowserChanges(t *testing.T) {
 		fmt.Sprintf(`document.querySelector(%q)`, msg), q(".body"), q(".reactions"), q(".edited"),
 		quote(fmt.Sprintf("↩ #%d 1: message deleted", seq)))
 	d.do(alice, "delete",
-		chromedp.Click(chromedp.CSS(msg+" button.delete")),
+		press(msg+" button.delete"),
 		until(gone+" && "+settled),
 	)
 	d.do(bob, "see the delete live", until(gone))
@@ -109,7 +109,7 @@ func TestWSBrowserChanges(t *testing.T) {
 	rmsg := fmt.Sprintf(`#messages .msg[data-seq="%d"]`, reply)
 	rgone := fmt.Sprintf(`document.querySelector(%q)?.classList.contains('deleted')`, rmsg)
 	d.do(alice, "moderate",
-		chromedp.Click(chromedp.CSS(rmsg+" button.delete")),
+		press(rmsg+" button.delete"),
 		until(rgone+" && "+settled),
 	)
 	d.do(bob, "see his reply deleted", until(rgone))

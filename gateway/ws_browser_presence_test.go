@@ -106,7 +106,7 @@ func unreadWhileAway(t *testing.T, d *demo, alice, bob context.Context) {
 	cid, err := chromedp.Run(bob, chromedp.Evaluate[string](convNamed("presence")+".dataset.cid"))
 	require.NoError(t, err)
 	d.do(bob, "open the conversation: read",
-		chromedp.Click(fmt.Sprintf(`#convs li[data-cid=%q]`, cid)),
+		press(fmt.Sprintf(`#convs li[data-cid=%q]`, cid)),
 		until(`document.querySelector('#view-title').textContent === 'presence'`),
 		until(confirmed("hello")+" && "+confirmed("@2 look")),
 		until(`document.querySelector('#messages .msg.mentioned .body')?.textContent === '@2 look'`),

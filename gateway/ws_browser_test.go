@@ -125,6 +125,13 @@ func until(expr string) chromedp.Action[chromedp.Void] {
 	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(20*time.Millisecond))
 }
 
+// press clicks the element sel selects, found and clicked in one step
+// of the page (a message row can be drawn again between a lookup and a
+// click of chromedp's, when a receipt or an update arrives).
+func press(sel string) chromedp.Action[chromedp.Void] {
+	return until(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel))
+}
+
 // readToEnd: the open conversation's record (as the server sent it) is
 // read up to its last message.
 const readToEnd = `document.querySelector('#convs li.current')?.dataset.readSeq === document.querySelector('#convs li.current')?.dataset.lastSeq`
@@ -171,7 +178,7 @@ func (d *demo) converse(creator, member context.Context, title string, memberID 
 	)
 	d.do(member, "open the pushed conversation",
 		until(fmt.Sprintf(`[...document.querySelectorAll('#convs li .title')].some(e => e.textContent.startsWith(%q))`, title)),
-		chromedp.Click(`#convs li`),
+		press(`#convs li`),
 		until(fmt.Sprintf(`document.querySelector('#view-title').textContent === %q`, title)),
 	)
 }

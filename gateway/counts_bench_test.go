@@ -5,9 +5,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/inboxd/inboxd/projection"
 	"github.com/stretchr/testify/require"
-
-	"github.com/inboxd/inboxd/gateway/internal/rows"
 )
 
 // What counts cost for a user with 2,000 conversations (issue 18,
@@ -83,7 +82,7 @@ func benchSyncTotals(b *testing.B, tweak func(*Config)) {
 func BenchmarkCountsTotalsQuery(b *testing.B) {
 	tg, _ := countsWorld(b, nil)
 	ctx := context.Background()
-	sql := rows.CountsSQL("$1", "")
+	sql := projection.CountsSQL("$1", "")
 	b.ResetTimer()
 	for range b.N {
 		var unread, mentions int64

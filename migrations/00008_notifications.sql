@@ -13,6 +13,14 @@ CREATE TABLE notifier_offsets (
     PRIMARY KEY (topic, "partition")
 );
 
+-- The last message of each conversation whose notifications are queued:
+-- the notifier reads a conversation's messages after it (so a record seen
+-- twice, or a send the projection refused, queues nothing).
+CREATE TABLE notifier_convs (
+    conversation_id bigint PRIMARY KEY,
+    last_seq        bigint NOT NULL
+);
+
 -- The notifications to deliver, one row per (user, conversation) burst:
 -- messages decided while a row of the same user and conversation is still
 -- pending join it (count, last seq). id is the idempotency key of every
@@ -36,8 +44,10 @@ CREATE TABLE notifications (
     last_error      text,
     done_at         timestamptz
 );
--- One pending burst per user and conversation.
-CREATE UNIQUE INDEX notifications_pending ON notifications (user_id, conversation_id) WHERE state = 'pending';
+-- One open burst per user and conversation: pending and not yet tried.
+-- Once a delivery is tried, later messages open a new burst, so that a
+-- retry (same id) never stands for more than its first attempt did.
+CREATE UNIQUE INDEX notifications_open ON notifications (user_id, conversation_id) WHERE state = 'pending' AND attempts = 0;
 CREATE INDEX notifications_due ON notifications (due_at) WHERE state = 'pending';
 CREATE INDEX notifications_done ON notifications (done_at) WHERE state <> 'pending';
 
@@ -57,4 +67,4 @@ ALTER TABLE user_settings ADD COLUMN notifications boolean NOT NULL DEFAULT true
 
 -- +goose Down
 ALTER TABLE user_settings DROP COLUMN notifications;
-DROP TABLE connections, notifications, notifier_offsets;
+DROP TABLE connections, notifications, notifier_convs, notifier_offsets;

@@ -23,6 +23,7 @@ var commands = map[string]command{
 	"dev":           {"run everything in one process on an embedded Kafka and PostgreSQL", runDev},
 	"gateway":       {"serve the HTTP and WebSocket API", runGateway},
 	"fanout":        {"consume the event log into the PostgreSQL projections", runFanout},
+	"notifier":      {"notify members who are not connected of new messages through a webhook", runNotifier},
 	"migrate":       {"apply the database migrations", runMigrate},
 	"verify":        {"check invariants I1-I8 on the projections", runVerify},
 	"offsets":       {"compare the fanout's stored offsets with the log, or reset them (offsets reset)", runOffsets},

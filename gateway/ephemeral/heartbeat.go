@@ -35,7 +35,8 @@ const sqlDeadGateways = `SELECT gateway_id::text FROM presence_gateways WHERE he
 const sqlReapGateway = `DELETE FROM presence_gateways WHERE gateway_id = $1 AND heartbeat_at < now() - $2 * interval '1 second'
 RETURNING heartbeat_at`
 
-const sqlDeadRows = `DELETE FROM presence_sessions WHERE gateway_id = $1 RETURNING user_id`
+const sqlDeadRows = `WITH c AS (DELETE FROM connections WHERE gateway_id = $1)
+DELETE FROM presence_sessions WHERE gateway_id = $1 RETURNING user_id`
 
 // sqlLockUsers takes the presence locks of users in one order.
 const sqlLockUsers = `SELECT pg_advisory_xact_lock($1::int4, (u % 2147483648)::int4)

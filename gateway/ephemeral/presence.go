@@ -58,12 +58,47 @@ type syncShard struct {
 	mu      sync.Mutex
 	pending map[int64]struct{}
 	written map[int64]bool // users whose row this gateway has (worker only, and resync)
+	conns   map[int64]bool // users whose connection row this gateway has
 	wake    chan struct{}
 }
 
 func newSyncShard() *syncShard {
 	return &syncShard{pending: map[int64]struct{}{},
-		written: map[int64]bool{}, wake: make(chan struct{}, 1)}
+		written: map[int64]bool{}, conns: map[int64]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// The connection rows (no grace), read by the notifier: a user with a row
+// of a live gateway is connected.
+const (
+	sqlConnect    = `INSERT INTO connections (user_id, gateway_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
+	sqlDisconnect = `DELETE FROM connections WHERE user_id = $1 AND gateway_id = $2`
+)
+
+// syncConnection writes or deletes this gateway's connection row of user
+// as its local sessions say.
+func (s *Service) syncConnection(ctx context.Context, sh *syncShard, user int64) error {
+	want := s.connected(user)
+	sh.mu.Lock()
+	have := sh.conns[user]
+	sh.mu.Unlock()
+	if want == have {
+		return nil
+	}
+	sql := sqlDisconnect
+	if want {
+		sql = sqlConnect
+	}
+	if _, err := s.pool.Exec(ctx, sql, user, s.cfg.GatewayID); err != nil {
+		return fmt.Errorf("connection of user %d: %w", user, err)
+	}
+	sh.mu.Lock()
+	if want {
+		sh.conns[user] = true
+	} else {
+		delete(sh.conns, user)
+	}
+	sh.mu.Unlock()
+	return nil
 }
 
 // want asks the user's shard to bring the user's row in line with the
@@ -119,6 +154,9 @@ func (s *Service) syncLoop(ctx context.Context, sh *syncShard) {
 func (s *Service) syncUser(ctx context.Context, sh *syncShard, user int64) error {
 	if s.halted.Load() {
 		return nil
+	}
+	if err := s.syncConnection(ctx, sh, user); err != nil {
+		return err
 	}
 	want := s.wantOnline(user)
 	sh.mu.Lock()

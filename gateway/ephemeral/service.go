@@ -104,13 +104,12 @@ func (s *Service) Join(user int64, deliver Deliver) (leave func()) {
 	set[l] = struct{}{}
 	first := len(set) == 1
 	if t := s.grace[user]; first && t != nil {
-		t.Stop() // back within the grace: nothing changes
+		t.Stop() // back within the grace: presence does not change
 		delete(s.grace, user)
-		first = false
 	}
 	s.mu.Unlock()
 	if first {
-		s.want(user)
+		s.want(user) // presence, and the connection row (no grace)
 	}
 	var once sync.Once
 	return func() { once.Do(func() { s.leave(l) }) }
@@ -127,6 +126,7 @@ func (s *Service) leave(l *listener) {
 	}
 	delete(s.local, l.user)
 	user := l.user
+	s.want(user) // the connection row goes now; presence after the grace
 	var t *time.Timer
 	t = time.AfterFunc(s.cfg.PresenceGrace, func() {
 		s.mu.Lock()
@@ -148,6 +148,13 @@ func (s *Service) wantOnline(user int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.local[user]) > 0 || s.grace[user] != nil
+}
+
+// connected reports whether user has a local session now (no grace).
+func (s *Service) connected(user int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.local[user]) > 0
 }
 
 // localUsers lists the users with local sessions.
@@ -229,6 +236,10 @@ func (s *Service) Run(ctx context.Context) error {
 		defer cancel()
 		if _, err := s.pool.Exec(cctx, sqlRetire, s.cfg.GatewayID, secs(s.cfg.PresenceExpiry-s.cfg.PresenceGrace)); err != nil {
 			s.log.Warn("retiring the gateway's presence failed", "err", err)
+		}
+		// Its connections end now (no grace): the notifier reaches its users.
+		if _, err := s.pool.Exec(cctx, `DELETE FROM connections WHERE gateway_id = $1`, s.cfg.GatewayID); err != nil {
+			s.log.Warn("deleting the gateway's connections failed", "err", err)
 		}
 	}
 	return nil

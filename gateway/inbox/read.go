@@ -88,8 +88,8 @@ type Querier interface {
 // or many in one statement, with the messages from its cache. It is safe
 // for concurrent use.
 type Reader struct {
-	db    Querier
-	msgs  *msgCache // nil when disabled
+	db     Querier
+	msgs   *msgCache // nil when disabled
 	lag    int64
 	heads  Heads
 	counts *countsCache // nil when disabled
@@ -152,7 +152,7 @@ func sqlInboxFrom(src string, counts bool) string {
 		totals = `CASE WHEN ` + known + ` THEN NULL ELSE t.unread_total END,
 	CASE WHEN ` + known + ` THEN NULL ELSE t.mention_total END`
 		totalsJoin = `
-LEFT JOIN LATERAL (` + rows.CountsSQL("q.user_id", "NOT ("+known+")") + `) t ON true`
+LEFT JOIN LATERAL (` + projection.CountsSQL("q.user_id", "NOT ("+known+")") + `) t ON true`
 	}
 	return `SELECT q.ord, (SELECT epoch FROM meta), COALESCE(u.inbox_seq, 0), COALESCE(u.inbox_floor, 0),
 	COALESCE(u.record_version, 0), e.seqs, e.convs, e.kinds, e.mseqs, e.vers, ` + totals + `

@@ -1,0 +1,259 @@
+package notifier_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+
+	"github.com/inboxd/inboxd/gateway"
+	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/notifier"
+	"github.com/inboxd/inboxd/protocol"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var (
+	testSecret    = []byte("notifier-test-secret-0123456789")
+	webhookSecret = []byte("webhook-secret")
+)
+
+// world is one test's PostgreSQL, kfake, fanout and gateway (HTTP and
+// WebSocket, presence with a short grace), and a webhook receiver.
+type world struct {
+	env *testenv.Env
+	url string
+	rcv *receiver
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	env := testenv.New(t, testenv.Options{})
+	env.StartFanout(t)
+	g, err := gateway.New(gateway.Config{AuthSecret: testSecret, AckWait: 10 * time.Second,
+		SendRate: rate.Inf, SyncRate: rate.Inf, SendBurst: 1000, SyncBurst: 1000, Logger: env.Logger,
+		Ephemeral: gateway.EphemeralConfig{PresenceGrace: 200 * time.Millisecond, PresenceExpiry: 3 * time.Second}},
+		env.Pool, env.Producer)
+	require.NoError(t, err)
+	ws, err := g.NewWebSocket(gateway.WSConfig{})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/ws", ws)
+	mux.Handle("/", g.Handler())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); _ = g.Listen(ctx) }()
+	go func() { defer wg.Done(); _ = ws.Run(ctx) }()
+	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		cancel()
+		g.Drain()
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close()
+		}
+		wg.Wait()
+	})
+	w := &world{env: env, url: "http://" + ln.Addr().String(), rcv: newReceiver(t)}
+	return w
+}
+
+// run starts a notifier in this process until the test ends.
+func (w *world) run(t *testing.T, tweak func(*notifier.Config)) {
+	t.Helper()
+	cfg := w.config()
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	n, err := notifier.New(cfg, w.env.Pool)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	waitFor(t, 30*time.Second, "the notifier's consumer", n.Ready)
+}
+
+func (w *world) config() notifier.Config {
+	return notifier.Config{Brokers: w.env.Brokers, Topic: w.env.Topic, Group: "notifier-" + w.env.Topic,
+		WebhookURL: w.rcv.srv.URL, WebhookSecret: webhookSecret, Delay: 300 * time.Millisecond,
+		PresenceExpiry: 3 * time.Second, Logger: w.env.Logger}
+}
+
+// call makes one API request as user and decodes a 2xx answer into out.
+func (w *world) call(t *testing.T, user int64, method, path string, body, out any) {
+	t.Helper()
+	tok, err := gateway.IssueToken(testSecret, user, time.Hour)
+	require.NoError(t, err)
+	raw, _ := json.Marshal(body)
+	req, err := http.NewRequest(method, w.url+path, bytes.NewReader(raw))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, 2, resp.StatusCode/100, "%s %s: %d %s", method, path, resp.StatusCode, b)
+	if out != nil {
+		require.NoError(t, json.Unmarshal(b, out))
+	}
+}
+
+func (w *world) create(t *testing.T, by int64, members ...int64) int64 {
+	var c protocol.ConversationCreated
+	w.call(t, by, "POST", "/v1/conversations", map[string]any{"title": "n", "members": members}, &c)
+	return c.ConversationID
+}
+
+func (w *world) send(t *testing.T, by, cid int64, body string, mentions ...int64) int64 {
+	var m protocol.Message
+	w.call(t, by, "POST", fmt.Sprintf("/v1/conversations/%d/messages", cid),
+		map[string]any{"msg_id": uuid.NewString(), "body": body, "mentions": mentions}, &m)
+	return m.Seq
+}
+
+// connect opens a WebSocket of user and waits until the gateway has
+// written its connection row.
+func (w *world) connect(t *testing.T, user int64) {
+	t.Helper()
+	tok, err := gateway.IssueToken(testSecret, user, time.Hour)
+	require.NoError(t, err)
+	c, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(w.url, "http")+"/v1/ws",
+		http.Header{"Authorization": {"Bearer " + tok}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.WriteJSON(map[string]any{"type": "hello", "after": 0}))
+	go func() { // read until closed
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, 30*time.Second, "the connection row", func() bool {
+		var n int
+		_ = w.env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM connections WHERE user_id = $1`, user).Scan(&n)
+		return n > 0
+	})
+}
+
+// receiver is a webhook receiver that checks every signature, keeps every
+// call and answers as fail says (default 200).
+type receiver struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	calls []notifier.Webhook
+	fail  func(n int) (status int, retryAfter string)
+	bad   int // calls whose signature or key did not verify
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{}
+	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	var n notifier.Webhook
+	sig := req.Header.Get(notifier.HeaderSignature)
+	ts := strings.TrimPrefix(strings.Split(sig, ",")[0], "t=")
+	var unix int64
+	_, _ = fmt.Sscan(ts, &unix)
+	ok := json.Unmarshal(body, &n) == nil && sig == notifier.Sign(webhookSecret, time.Unix(unix, 0), body) &&
+		req.Header.Get(notifier.HeaderIdempotency) == n.ID
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !ok {
+		r.bad++
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	if r.fail != nil {
+		if status, after := r.fail(len(r.calls)); status != 0 {
+			if after != "" {
+				w.Header().Set("Retry-After", after)
+			}
+			r.calls = append(r.calls, notifier.Webhook{}) // an attempt, not taken
+			w.WriteHeader(status)
+			return
+		}
+	}
+	r.calls = append(r.calls, n)
+	w.WriteHeader(http.StatusOK)
+}
+
+// taken returns the notifications taken, each id once (a receiver drops
+// repeats of an id), by user.
+func (r *receiver) taken() map[int64][]notifier.Webhook {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	out := map[int64][]notifier.Webhook{}
+	for _, c := range r.calls {
+		if c.ID == "" || seen[c.ID] {
+			continue
+		}
+		seen[c.ID] = true
+		out[c.UserID] = append(out[c.UserID], c)
+	}
+	for _, l := range out {
+		sort.Slice(l, func(i, j int) bool { return l[i].Seq < l[j].Seq })
+	}
+	return out
+}
+
+// covered is the seqs (of conversation cid) user's notifications stand
+// for, each range [first_seq, seq] of count messages; it fails on an
+// overlap.
+func covered(t *testing.T, ns []notifier.Webhook, cid int64) (seqs int) {
+	t.Helper()
+	last := int64(0)
+	for _, n := range ns {
+		if n.ConversationID != cid {
+			continue
+		}
+		require.Greater(t, n.FirstSeq, last, "notifications overlap: %+v", ns)
+		require.LessOrEqual(t, n.FirstSeq, n.Seq)
+		last = n.Seq
+		seqs += n.Count
+	}
+	return seqs
+}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -79,9 +79,15 @@ func TestTypingAndPresence(t *testing.T) {
 
 	s, err := alice.Settings(ctx)
 	require.NoError(t, err)
-	require.Equal(t, client.Settings{}, s)
-	yes := true
+	require.Equal(t, client.Settings{Notifications: true}, s)
+	yes, no := true, false
 	s, err = alice.SetSettings(ctx, client.SettingsChange{HidePresence: &yes})
+	require.NoError(t, err)
+	require.Equal(t, client.Settings{HidePresence: true, Notifications: true}, s)
+	s, err = alice.SetSettings(ctx, client.SettingsChange{Notifications: &no})
+	require.NoError(t, err)
+	require.Equal(t, client.Settings{HidePresence: true}, s)
+	s, err = alice.Settings(ctx)
 	require.NoError(t, err)
 	require.Equal(t, client.Settings{HidePresence: true}, s)
 	waitFor(t, 30*time.Second, "alice offline for bob", func() bool {

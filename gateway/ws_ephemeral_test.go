@@ -286,16 +286,34 @@ func TestSettings(t *testing.T) {
 		r.decode(t, &s)
 		return s
 	}
-	require.Equal(t, protocol.Settings{}, get())
+	require.Equal(t, protocol.Settings{Notifications: true}, get(), "notifications on until changed")
+	require.Equal(t, protocol.DefaultSettings(), get())
 	r := u.do(t, "PATCH", "/v1/settings", `{"hide_receipts":true}`)
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	require.JSONEq(t, `{"hide_receipts":true,"hide_presence":false}`, string(r.body))
+	require.JSONEq(t, `{"hide_receipts":true,"hide_presence":false,"notifications":true}`, string(r.body))
 	r = u.do(t, "PATCH", "/v1/settings", `{"hide_receipts":null,"hide_presence":true}`)
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	require.Equal(t, protocol.Settings{HideReceipts: true, HidePresence: true}, get())
-	require.Equal(t, protocol.Settings{}, tg.user(t, 6).lookupSettings(t), "another user's are their own")
+	require.Equal(t, protocol.Settings{HideReceipts: true, HidePresence: true, Notifications: true}, get())
+	r = u.do(t, "PATCH", "/v1/settings", `{"notifications":false}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.JSONEq(t, `{"hide_receipts":true,"hide_presence":true,"notifications":false}`, string(r.body))
+	require.Equal(t, protocol.Settings{HideReceipts: true, HidePresence: true}, get(), "the others kept")
+	r = u.do(t, "PATCH", "/v1/settings", `{"hide_presence":false,"notifications":null}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.Equal(t, protocol.Settings{HideReceipts: true}, get(), "null keeps notifications off")
+	var off bool
+	require.NoError(t, tg.env.Pool.QueryRow(testenv.Ctx(t, 10*time.Second),
+		`SELECT NOT notifications FROM user_settings WHERE user_id = 5`).Scan(&off))
+	require.True(t, off, "stored where the notifier reads it")
+	require.Equal(t, protocol.DefaultSettings(), tg.user(t, 6).lookupSettings(t), "another user's are their own")
+	// A first PATCH of only notifications keeps the other defaults.
+	u7 := tg.user(t, 7)
+	r = u7.do(t, "PATCH", "/v1/settings", `{"notifications":false}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.JSONEq(t, `{"hide_receipts":false,"hide_presence":false,"notifications":false}`, string(r.body))
 
-	for _, body := range []string{`{}`, `{"hide_receipts":null}`, `{"hide_presence":"yes"}`, `{"hide_typing":true}`,
+	for _, body := range []string{`{}`, `{"hide_receipts":null}`, `{"notifications":null}`, `{"hide_presence":"yes"}`,
+		`{"notifications":1}`, `{"hide_typing":true}`,
 		``, `[]`, `{"hide_receipts":true} {}`, "{\"hide_receipts\":true,\"x\":\"\\u0000\"}"} {
 		r := u.do(t, "PATCH", "/v1/settings", body)
 		require.Equal(t, http.StatusBadRequest, r.status, "%q: %s", body, r)

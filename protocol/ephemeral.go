@@ -69,11 +69,18 @@ type Settings struct {
 	// HidePresence: the user appears offline, without a last seen, to
 	// others.
 	HidePresence bool `json:"hide_presence"`
+	// Notifications: the user gets push notifications of messages while
+	// not connected (docs/notifications.md). On by default.
+	Notifications bool `json:"notifications"`
 }
+
+// DefaultSettings are the settings of a user who never changed them.
+func DefaultSettings() Settings { return Settings{Notifications: true} }
 
 // SettingsPatch is the body of PATCH /v1/settings: absent or null fields
 // stay as they are; at least one must be given.
 type SettingsPatch struct {
-	HideReceipts *bool `json:"hide_receipts"`
-	HidePresence *bool `json:"hide_presence"`
+	HideReceipts  *bool `json:"hide_receipts"`
+	HidePresence  *bool `json:"hide_presence"`
+	Notifications *bool `json:"notifications"`
 }

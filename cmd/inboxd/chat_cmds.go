@@ -15,9 +15,9 @@ import (
 	"github.com/inboxd/inboxd/internal/config"
 )
 
-// The conversation commands (create, members, history, read, pin, mute):
-// one request each through the client package, a line of text or of JSON
-// out. They share the login of inboxd login and its flags.
+// The conversation commands (conversations, create, members, history,
+// read, pin, mute): one request each through the client package, a line of
+// text or of JSON out. They share the login of inboxd login and its flags.
 
 // client returns a client of the saved login (or of --url and --token) with
 // no state file: these commands change the server, not a local inbox.
@@ -337,6 +337,69 @@ func listMembers(ctx context.Context, c *client.Client, jsonOut bool, conv int64
 	fmt.Fprintln(tw, "USER\tJOINED AT")
 	for _, m := range ms {
 		fmt.Fprintf(tw, "%d\t#%d\n", m.UserID, m.JoinedSeq)
+	}
+	return tw.Flush()
+}
+
+func runConversations(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("conversations", flag.ContinueOnError)
+	var f clientFlags
+	f.bind(fs)
+	fs.Usage = config.Usage(fs, "inboxd conversations: list your conversations, pinned first, then by activity")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	c, _, err := f.client()
+	if err != nil {
+		return err
+	}
+	recs, err := c.Conversations(ctx)
+	if err != nil {
+		return err
+	}
+	if f.jsonOut {
+		for _, r := range recs {
+			if err := printJSON(os.Stdout, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTITLE\tLAST\tUNREAD\tFLAGS\tLAST MESSAGE")
+	for _, r := range recs {
+		var flags []string
+		if r.Pinned {
+			flags = append(flags, "pinned")
+		}
+		if r.Muted {
+			flags = append(flags, "muted")
+		}
+		if r.Removed {
+			flags = append(flags, "removed")
+		}
+		last := ""
+		if r.LastMessage != nil {
+			last = r.LastMessage.Text()
+			if r.LastMessage.Deleted {
+				last = "(deleted)"
+			}
+			if r.LastMessage.Kind == "system" {
+				last = describeSystem(r.LastMessage.Body)
+			}
+			if r.LastMessage.Kind == "text" {
+				last = "user " + strconv.FormatInt(r.LastMessage.SenderID, 10) + ": " + last
+			}
+			if len([]rune(last)) > 50 {
+				last = string([]rune(last)[:49]) + "…"
+			}
+		}
+		unread := strconv.FormatInt(r.UnreadCount, 10)
+		if r.MentionCount > 0 {
+			unread += fmt.Sprintf(" (@%d)", r.MentionCount)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", r.ConversationID, r.Title, r.LastSeq, unread,
+			strings.Join(flags, ","), last)
 	}
 	return tw.Flush()
 }

@@ -13,14 +13,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/inboxd/inboxd/client"
 	"github.com/inboxd/inboxd/internal/config"
 )
 
-// The client commands (login, send, tail, conversations): thin wiring of
+// The client commands (login, send, tail): thin wiring of
 // the client package for people and scripts. State lives under --state:
 // login.json (the gateway URL, user and token, 0600) and, per user, the
 // client state files of tail (its cursor) and send (its outbox).
@@ -335,11 +334,16 @@ func runTail(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
 	var f clientFlags
 	f.bind(fs)
-	once := fs.Bool("once", false, "catch up to the head and exit instead of following")
+	once := fs.Bool("once", false, "catch up to the head (with --notifications: print those kept) and exit instead of following")
 	transport := fs.String("transport", "auto", "auto (WebSocket, long-polling fallback), websocket or polling")
-	fs.Usage = config.Usage(fs, "inboxd tail: print the inbox live, resuming from the saved cursor")
+	notifications := fs.Bool("notifications", false, "print instead the push notifications inboxd dev's own webhook receiver got (dev only; no login needed)")
+	notifyUser := fs.Int64("for-user", 0, "with --notifications: only those to this user (default everyone)")
+	fs.Usage = config.Usage(fs, "inboxd tail: print the inbox live, resuming from the saved cursor (--notifications: dev's push notifications)")
 	if err := config.Parse(fs, args); err != nil {
 		return err
+	}
+	if *notifications {
+		return tailNotifications(ctx, &f, *notifyUser, *once)
 	}
 	var tr client.Transport
 	switch *transport {
@@ -531,67 +535,4 @@ func tooLongLine(t client.TooLong) string {
 	}
 	return fmt.Sprintf("-- more than the server keeps happened since the last run: skipped inbox #%d..#%d; %s",
 		t.PreviousCursor+1, t.Head, loads)
-}
-
-func runConversations(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("conversations", flag.ContinueOnError)
-	var f clientFlags
-	f.bind(fs)
-	fs.Usage = config.Usage(fs, "inboxd conversations: list your conversations, pinned first, then by activity")
-	if err := config.Parse(fs, args); err != nil {
-		return err
-	}
-	c, _, err := f.client()
-	if err != nil {
-		return err
-	}
-	recs, err := c.Conversations(ctx)
-	if err != nil {
-		return err
-	}
-	if f.jsonOut {
-		for _, r := range recs {
-			if err := printJSON(os.Stdout, r); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTITLE\tLAST\tUNREAD\tFLAGS\tLAST MESSAGE")
-	for _, r := range recs {
-		var flags []string
-		if r.Pinned {
-			flags = append(flags, "pinned")
-		}
-		if r.Muted {
-			flags = append(flags, "muted")
-		}
-		if r.Removed {
-			flags = append(flags, "removed")
-		}
-		last := ""
-		if r.LastMessage != nil {
-			last = r.LastMessage.Text()
-			if r.LastMessage.Deleted {
-				last = "(deleted)"
-			}
-			if r.LastMessage.Kind == "system" {
-				last = describeSystem(r.LastMessage.Body)
-			}
-			if r.LastMessage.Kind == "text" {
-				last = "user " + strconv.FormatInt(r.LastMessage.SenderID, 10) + ": " + last
-			}
-			if len([]rune(last)) > 50 {
-				last = string([]rune(last)[:49]) + "…"
-			}
-		}
-		unread := strconv.FormatInt(r.UnreadCount, 10)
-		if r.MentionCount > 0 {
-			unread += fmt.Sprintf(" (@%d)", r.MentionCount)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", r.ConversationID, r.Title, r.LastSeq, unread,
-			strings.Join(flags, ","), last)
-	}
-	return tw.Flush()
 }

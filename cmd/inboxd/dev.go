@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/notifier"
 	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/web"
 )
@@ -98,6 +100,11 @@ func serveDev(ctx context.Context, log *slog.Logger, c *common, f *fanoutFlags, 
 	// served by dev only, beside the API.
 	demo := web.Handler()
 	gcfg.Pages = map[string]http.Handler{"GET /{$}": demo, "GET /demo/": demo}
+	// Dev's webhook receiver (POST /dev/notifications, listed at GET
+	// /v1/dev/notifications): dev's notifier delivers to
+	// app.DevWebhookURL(gf.httpAddr), signed with app.DevWebhookSecret.
+	devReceiver := notifier.NewDevReceiver([]byte(app.DevWebhookSecret), notifier.DefaultDevKeep)
+	maps.Copy(gcfg.Pages, app.DevNotificationPages(devReceiver))
 	gcfg.Registerer = reg
 	g, gctx := errgroup.WithContext(ctx)
 	if noFanout {

@@ -21,7 +21,8 @@ func runSettings(ctx context.Context, args []string) error {
 	f.bind(fs)
 	receipts := fs.Bool("hide-receipts", false, "hide your read positions from other members (give =true or =false)")
 	presence := fs.Bool("hide-presence", false, "appear offline, without last seen, to others (give =true or =false)")
-	fs.Usage = config.Usage(fs, "inboxd settings [--hide-receipts=BOOL] [--hide-presence=BOOL]: print your settings, after changing the ones given")
+	notify := fs.Bool("notifications", true, "get push notifications while not connected (give =true or =false)")
+	fs.Usage = config.Usage(fs, "inboxd settings [--hide-receipts=BOOL] [--hide-presence=BOOL] [--notifications=BOOL]: print your settings, after changing the ones given")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
@@ -36,8 +37,11 @@ func runSettings(ctx context.Context, args []string) error {
 	if config.Given(fs, "hide-presence") {
 		ch.HidePresence = presence
 	}
+	if config.Given(fs, "notifications") {
+		ch.Notifications = notify
+	}
 	var s client.Settings
-	if ch.HideReceipts == nil && ch.HidePresence == nil {
+	if ch.HideReceipts == nil && ch.HidePresence == nil && ch.Notifications == nil {
 		s, err = c.Settings(ctx)
 	} else {
 		s, err = c.SetSettings(ctx, ch)
@@ -48,7 +52,7 @@ func runSettings(ctx context.Context, args []string) error {
 	if f.jsonOut {
 		return printJSON(os.Stdout, s)
 	}
-	fmt.Printf("hide_receipts %v\nhide_presence %v\n", s.HideReceipts, s.HidePresence)
+	fmt.Printf("hide_receipts %v\nhide_presence %v\nnotifications %v\n", s.HideReceipts, s.HidePresence, s.Notifications)
 	return nil
 }
 

@@ -40,11 +40,14 @@ func TestSettingsAndPresenceCommands(t *testing.T) {
 	}
 	alice := []string{"settings", "--state", filepath.Join(work, "alice")}
 	run(0, "login", "--state", filepath.Join(work, "alice"), "--user", "1")
-	require.Equal(t, "hide_receipts false\nhide_presence false", run(0, alice...))
-	require.Equal(t, "hide_receipts false\nhide_presence true", run(0, append(alice, "--hide-presence=true")...))
-	require.Equal(t, "hide_receipts true\nhide_presence true", run(0, append(alice, "--hide-receipts")...))
-	require.JSONEq(t, `{"hide_receipts":true,"hide_presence":true}`, run(0, append(alice, "--json")...))
+	require.Equal(t, "hide_receipts false\nhide_presence false\nnotifications true", run(0, alice...))
+	require.Equal(t, "hide_receipts false\nhide_presence true\nnotifications true", run(0, append(alice, "--hide-presence=true")...))
+	require.Equal(t, "hide_receipts true\nhide_presence true\nnotifications true", run(0, append(alice, "--hide-receipts")...))
+	require.Equal(t, "hide_receipts true\nhide_presence true\nnotifications false", run(0, append(alice, "--notifications=false")...))
+	require.JSONEq(t, `{"hide_receipts":true,"hide_presence":true,"notifications":false}`, run(0, append(alice, "--json")...))
+	require.Equal(t, "hide_receipts true\nhide_presence true\nnotifications true", run(0, append(alice, "--notifications")...))
 	run(1, append(alice, "--hide-presence=maybe")...)
+	run(1, append(alice, "--notifications=maybe")...)
 
 	run(0, "create", "--state", filepath.Join(work, "alice"), "--title", "p", "2")
 	presence := []string{"presence", "--state", filepath.Join(work, "alice")}

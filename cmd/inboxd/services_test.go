@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -107,6 +108,13 @@ func TestServicesWaitForDependencies(t *testing.T) {
 		map[string]any{"msg_id": uuid.NewString(), "body": "after the wait"})
 	require.NoError(t, err)
 	require.Equal(t, 201, code, "%v", out)
+	// Dev's notifications list does not exist outside dev; tail says so.
+	code, _, err = a.call("GET", "/v1/dev/notifications", nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, code)
+	tailOut, err := exec.Command(testenv.Binary(t), "tail", "--notifications", "--once", "--url", a.base, "--state", dir).CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(tailOut), "it exists in inboxd dev only")
 	require.NoError(t, gw.Stop(20*time.Second), gw.Output())
 	require.NoError(t, fo.Stop(20*time.Second), fo.Output())
 }

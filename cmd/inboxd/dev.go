@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/fanout"
@@ -42,10 +44,12 @@ func runDev(ctx context.Context, args []string) error {
 	var f fanoutFlags
 	var d devFlags
 	var gf gatewayFlags
+	var nf notifierFlags
 	c.bind(fs, true)
 	f.bind(fs)
 	d.bind(fs)
 	gf.bind(fs)
+	nf.bind(fs)
 	fs.Usage = config.Usage(fs, "inboxd dev: everything in one process on an embedded Kafka (kfake) and PostgreSQL")
 	if err := config.Parse(fs, args); err != nil {
 		return err
@@ -77,21 +81,21 @@ func runDev(ctx context.Context, args []string) error {
 
 	if c.dbMaxConns == 0 {
 		// The apply workers, the advisory lock and retention, and the gateway.
-		c.dbMaxConns = max(4, f.applyWorkers+6)
+		c.dbMaxConns = max(4, f.applyWorkers+6+nf.workers/2)
 	}
 	pool, prod, closeDeps, err := c.connect(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer closeDeps()
-	err = serveDev(ctx, log, &c, &f, &gf, d.noFanout, pool, prod)
+	err = serveDev(ctx, log, &c, &f, &gf, &nf, d.noFanout, pool, prod)
 	log.Info("inboxd dev stopped")
 	return err
 }
 
 // serveDev runs dev's fanout (unless noFanout) and gateway until ctx ends or
 // either fails.
-func serveDev(ctx context.Context, log *slog.Logger, c *common, f *fanoutFlags, gf *gatewayFlags,
+func serveDev(ctx context.Context, log *slog.Logger, c *common, f *fanoutFlags, gf *gatewayFlags, nf *notifierFlags,
 	noFanout bool, pool *pgxpool.Pool, prod *producer.Producer) error {
 	reg := app.NewRegistry()
 	gcfg := gf.config(c, log.With("service", "gateway"))
@@ -123,6 +127,11 @@ func serveDev(ctx context.Context, log *slog.Logger, c *common, f *fanoutFlags, 
 		// One /readyz for the process: a stuck partition shows there too.
 		gcfg.ReadyChecks = map[string]func(context.Context) error{"fanout": func(context.Context) error { return fo.Ready() }}
 		g.Go(func() error { return fo.Run(gctx) })
+		n, err := devNotifier(c, gf, nf, reg, pool, log)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return n.Run(gctx) })
 	}
 	gw, err := gateway.New(gcfg, pool, prod)
 	if err != nil {
@@ -130,4 +139,22 @@ func serveDev(ctx context.Context, log *slog.Logger, c *common, f *fanoutFlags, 
 	}
 	g.Go(func() error { return gw.Run(gctx) })
 	return g.Wait()
+}
+
+// devNotifier is dev's notifier: it delivers to dev's own receiver unless
+// --webhook-url names another.
+func devNotifier(c *common, gf *gatewayFlags, nf *notifierFlags, reg *prometheus.Registry, pool *pgxpool.Pool,
+	log *slog.Logger) (*notifier.Notifier, error) {
+	if nf.webhookURL == "" {
+		nf.webhookURL = app.DevWebhookURL(gf.httpAddr)
+		if nf.webhookSecret == "" {
+			nf.webhookSecret = app.DevWebhookSecret
+		}
+	}
+	if nf.webhookSecret == "" {
+		return nil, errors.New("--webhook-url needs --webhook-secret")
+	}
+	ncfg := nf.config(c, log.With("service", "notifier"))
+	ncfg.Registerer = reg
+	return notifier.New(ncfg, pool)
 }

@@ -24,6 +24,7 @@ const (
 	DefaultMaxPending     = 1_000_000
 	DefaultPresenceExpiry = 30 * time.Second
 	DefaultKeep           = 24 * time.Hour
+	DefaultSessionTimeout = 6 * time.Second
 )
 
 // Config configures a Notifier. Zero values mean the defaults.
@@ -37,6 +38,15 @@ type Config struct {
 	// stored in PostgreSQL (notifier_offsets), never committed to Kafka
 	// for correctness. Default DefaultGroup.
 	Group string
+	// SessionTimeout of the group: how long the partitions of a notifier
+	// that died wait before another takes them. Default
+	// DefaultSessionTimeout (6 s, the brokers' usual minimum).
+	SessionTimeout time.Duration
+	// InstanceID, when set, makes the process a static member of the group:
+	// a restarted process with the same id takes its partitions back at
+	// once instead of after SessionTimeout. Unique per process. Default ""
+	// (dynamic membership).
+	InstanceID string
 
 	// WebhookURL receives one POST per notification. Required.
 	WebhookURL string
@@ -101,6 +111,7 @@ func (c *Config) setDefaults() {
 	set(&c.Timeout, DefaultTimeout)
 	set(&c.PresenceExpiry, DefaultPresenceExpiry)
 	set(&c.Keep, DefaultKeep)
+	set(&c.SessionTimeout, DefaultSessionTimeout)
 	for _, p := range []struct {
 		v *int
 		d int

@@ -19,10 +19,15 @@ import (
 // notifier notifies of what comes next, not of the history.
 
 // sqlStart is where partitions start: the notifier's stored offset, else
-// the fanout's.
-const sqlStart = `SELECT p, COALESCE(
-	(SELECT next_offset FROM notifier_offsets WHERE topic = $1 AND "partition" = p),
-	(SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = p), -1)
+// the fanout's, which is stored at once as the notifier's (a notifier that
+// dies before it queued anything starts there again, and skips nothing
+// that came after it was assigned the partition).
+const sqlStart = `WITH fresh AS (INSERT INTO notifier_offsets (topic, "partition", next_offset)
+	SELECT $1, c."partition", c.next_offset FROM consumer_offsets c
+	WHERE c.topic = $1 AND c."partition" = ANY($2::int[])
+	ON CONFLICT DO NOTHING RETURNING "partition", next_offset)
+SELECT p, COALESCE((SELECT next_offset FROM fresh WHERE "partition" = p),
+	(SELECT next_offset FROM notifier_offsets WHERE topic = $1 AND "partition" = p), -1)
 FROM unnest($2::int[]) AS p`
 
 // sqlProjected is the fanout's next offset of a partition: the records
@@ -30,7 +35,7 @@ FROM unnest($2::int[]) AS p`
 const sqlProjected = `SELECT COALESCE((SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = $2), 0)`
 
 func (n *Notifier) consume(ctx context.Context) error {
-	cl, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(n.cfg.Brokers...),
 		kgo.ClientID("inboxd-notifier"),
 		kgo.ConsumerGroup(n.cfg.Group),
@@ -41,12 +46,17 @@ func (n *Notifier) consume(ctx context.Context) error {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
 		kgo.FetchMaxWait(200*time.Millisecond),
-	)
+		kgo.SessionTimeout(n.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(max(n.cfg.SessionTimeout/6, 100*time.Millisecond)),
+	}
+	if n.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(n.cfg.InstanceID))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("notifier: kafka client: %w", err)
 	}
 	defer cl.CloseAllowingRebalance() // polls block rebalances: a plain Close would wait for one
-	n.ready.Store(true)
 	defer n.ready.Store(false)
 	for {
 		fetches := cl.PollRecords(ctx, 5000)
@@ -101,6 +111,7 @@ func (n *Notifier) startOffsets(ctx context.Context, assigned map[string]map[int
 			return nil, fmt.Errorf("notifier: start offsets of %s: %w", topic, err)
 		}
 	}
+	n.ready.Store(true) // in the group, each partition's start stored
 	return out, nil
 }
 

@@ -48,7 +48,8 @@ func (n *Notifier) Run(ctx context.Context) error {
 	return eg.Wait()
 }
 
-// Ready says whether the consumer is running (for /readyz).
+// Ready says whether the consumer has been assigned partitions and stored
+// where they start (for /readyz).
 func (n *Notifier) Ready() bool { return n.ready.Load() }
 
 // Ping checks PostgreSQL.

@@ -29,6 +29,8 @@ type notifierFlags struct {
 	preview        int
 	maxPending     int
 	presenceExpiry time.Duration
+	sessionTimeout time.Duration
+	instanceID     string
 }
 
 func (f *notifierFlags) bind(fs *flag.FlagSet) {
@@ -43,6 +45,8 @@ func (f *notifierFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "notify-timeout", notifier.DefaultTimeout, "bound of one webhook call")
 	fs.IntVar(&f.preview, "notify-preview", notifier.DefaultPreview, "characters of a message's text in a notification")
 	fs.IntVar(&f.maxPending, "notify-max-pending", notifier.DefaultMaxPending, "notifications waiting at most; beyond, new ones are dropped (counted)")
+	fs.DurationVar(&f.sessionTimeout, "notifier-session-timeout", notifier.DefaultSessionTimeout, "group session timeout: how long the partitions of a notifier that died wait before another takes them")
+	fs.StringVar(&f.instanceID, "notifier-instance-id", "", "static group membership id (unique per process), so that a restarted notifier takes its partitions back at once; empty: dynamic membership")
 	fs.DurationVar(&f.presenceExpiry, "notify-presence-expiry", notifier.DefaultPresenceExpiry, "the gateways' --presence-expiry: a connection of a gateway silent longer does not count")
 }
 
@@ -51,7 +55,9 @@ func (f *notifierFlags) config(c *common, log *slog.Logger) notifier.Config {
 		Brokers: config.SplitList(c.brokers), Topic: c.topic, Group: f.group,
 		WebhookURL: f.webhookURL, WebhookSecret: []byte(f.webhookSecret),
 		Delay: f.delay, Workers: f.workers, MaxAttempts: f.maxAttempts, MaxAge: f.maxAge, Timeout: f.timeout,
-		Preview: f.preview, MaxPending: f.maxPending, PresenceExpiry: f.presenceExpiry, Logger: log,
+		Preview: f.preview, MaxPending: f.maxPending, PresenceExpiry: f.presenceExpiry, SessionTimeout: f.sessionTimeout,
+		InstanceID: f.instanceID,
+		Logger:     log,
 	}
 }
 
@@ -100,6 +106,8 @@ func runNotifier(ctx context.Context, args []string) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return n.Run(gctx) })
-	g.Go(func() error { return app.Serve(gctx, *httpAddr, app.OpsMux(reg, app.Ready(pool, nil, ready)), *drain, log) })
+	g.Go(func() error {
+		return app.Serve(gctx, *httpAddr, app.OpsMux(reg, app.Ready(pool, nil, ready)), *drain, log)
+	})
 	return g.Wait()
 }

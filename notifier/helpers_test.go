@@ -165,11 +165,12 @@ func (w *world) connect(t *testing.T, user int64) {
 // receiver is a webhook receiver that checks every signature, keeps every
 // call and answers as fail says (default 200).
 type receiver struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	calls []notifier.Webhook
-	fail  func(n int) (status int, retryAfter string)
-	bad   int // calls whose signature or key did not verify
+	srv    *httptest.Server
+	mu     sync.Mutex
+	calls  []notifier.Webhook
+	fail   func(n int) (status int, retryAfter string)
+	onTake func(id string) // told of every call taken
+	bad    int             // calls whose signature or key did not verify
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -206,6 +207,9 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	r.calls = append(r.calls, n)
+	if r.onTake != nil {
+		r.onTake(n.ID)
+	}
 	w.WriteHeader(http.StatusOK)
 }
 

@@ -149,6 +149,9 @@ func (p *Proc) WaitOutput(s string, timeout time.Duration) error {
 	return fmt.Errorf("no %q after %v:\n%s", s, timeout, p.Output())
 }
 
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Kill ends the process with SIGKILL and waits for it.
 func (p *Proc) Kill() {
 	_ = p.cmd.Process.Kill()

@@ -4,21 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/client"
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/testworld"
 )
 
 var testSecret = []byte("client-test-secret-0123456789abcdef")
@@ -39,7 +37,13 @@ func newWorld(t testing.TB, tweak func(*gateway.Config), wsTweak func(*gateway.W
 	t.Helper()
 	env := testenv.New(t, testenv.Options{})
 	env.StartFanout(t)
-	reg := prometheus.NewRegistry()
+	return serveWorld(t, env, tweak, wsTweak)
+}
+
+// serveWorld serves a gateway (tests' settings, adjusted by tweak and
+// wsTweak) on env.
+func serveWorld(t testing.TB, env *testenv.Env, tweak func(*gateway.Config), wsTweak func(*gateway.WSConfig)) *world {
+	t.Helper()
 	cfg := gateway.Config{
 		AuthSecret: testSecret,
 		DevMode:    true,
@@ -49,57 +53,16 @@ func newWorld(t testing.TB, tweak func(*gateway.Config), wsTweak func(*gateway.W
 		SendBurst:  1000,
 		SyncBurst:  1000,
 		Logger:     env.Logger,
-		Registerer: reg,
 	}
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	g, err := gateway.New(cfg, env.Pool, env.Producer)
-	require.NoError(t, err)
 	wcfg := gateway.WSConfig{HeartbeatInterval: 500 * time.Millisecond}
 	if wsTweak != nil {
 		wsTweak(&wcfg)
 	}
-	ws, err := g.NewWebSocket(wcfg)
-	require.NoError(t, err)
-
-	mux := http.NewServeMux()
-	mux.Handle("GET /v1/ws", ws)
-	mux.Handle("/", g.Handler())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); _ = g.Listen(ctx) }()
-	go func() { defer wg.Done(); _ = ws.Run(ctx) }()
-	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		cancel() // the WebSocket sessions close with 1012
-		g.Drain()
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		if srv.Shutdown(sctx) != nil {
-			_ = srv.Close()
-		}
-		wg.Wait()
-	})
-	w := &world{env: env, g: g, ws: ws, url: "http://" + ln.Addr().String()}
-	waitFor(t, 30*time.Second, "the gateway's LISTEN connection", func() bool {
-		mfs, err := reg.Gather()
-		if err != nil {
-			return false
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "inboxd_gateway_listener_connected" {
-				return mf.GetMetric()[0].GetGauge().GetValue() == 1
-			}
-		}
-		return false
-	})
-	return w
+	gw := testworld.Serve(t, env, cfg, wcfg)
+	return &world{env: env, g: gw.G, ws: gw.WS, url: gw.URL}
 }
 
 // noClientGoroutines registers a check, run after every other cleanup of

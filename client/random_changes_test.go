@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,11 +18,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/client"
 	"github.com/inboxd/inboxd/events"
@@ -452,48 +448,7 @@ func procFanoutWorld(t *testing.T, tweak func(*gateway.Config)) (*world, *fanout
 		"INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_LOG_LEVEL=warn"}}
 	f.start()
 
-	reg := prometheus.NewRegistry()
-	cfg := gateway.Config{AuthSecret: testSecret, DevMode: true, AckWait: 10 * time.Second,
-		SendRate: rate.Inf, SyncRate: rate.Inf, SendBurst: 1000, SyncBurst: 1000, Logger: env.Logger, Registerer: reg}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	g, err := gateway.New(cfg, env.Pool, env.Producer)
-	require.NoError(t, err)
-	ws, err := g.NewWebSocket(gateway.WSConfig{HeartbeatInterval: 500 * time.Millisecond})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	mux.Handle("GET /v1/ws", ws)
-	mux.Handle("/", g.Handler())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); _ = g.Listen(ctx) }()
-	go func() { defer wg.Done(); _ = ws.Run(ctx) }()
-	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		cancel()
-		g.Drain()
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		if srv.Shutdown(sctx) != nil {
-			_ = srv.Close()
-		}
-		wg.Wait()
-	})
-	waitFor(t, 30*time.Second, "the gateway's LISTEN connection", func() bool {
-		mfs, _ := reg.Gather()
-		for _, mf := range mfs {
-			if mf.GetName() == "inboxd_gateway_listener_connected" {
-				return mf.GetMetric()[0].GetGauge().GetValue() == 1
-			}
-		}
-		return false
-	})
-	return &world{env: env, g: g, ws: ws, url: "http://" + ln.Addr().String()}, f
+	return serveWorld(t, env, tweak, nil), f
 }
 
 // duplicator reads the log from its start and appends again a share of its

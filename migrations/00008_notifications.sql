@@ -49,6 +49,9 @@ CREATE TABLE notifications (
 -- retry (same id) never stands for more than its first attempt did.
 CREATE UNIQUE INDEX notifications_open ON notifications (user_id, conversation_id) WHERE state = 'pending' AND attempts = 0;
 CREATE INDEX notifications_due ON notifications (due_at) WHERE state = 'pending';
+-- The pending notifications of a user and conversation (a later one waits
+-- for an earlier one being retried).
+CREATE INDEX notifications_pending_pair ON notifications (user_id, conversation_id) WHERE state = 'pending';
 CREATE INDEX notifications_done ON notifications (done_at) WHERE state <> 'pending';
 
 -- Which gateway holds a WebSocket of which user right now (no grace, unlike

@@ -89,6 +89,23 @@ func TestNotifyFigures(t *testing.T) {
 		return missing == 0
 	})
 
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go func() {
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(5 * time.Second):
+			}
+			var lag, pending, due int64
+			_ = w.env.Pool.QueryRow(ctx, `SELECT COALESCE((SELECT sum(c.next_offset - n.next_offset) FROM consumer_offsets c
+				JOIN notifier_offsets n USING (topic, "partition")), 0)::bigint,
+				(SELECT count(*) FROM notifications WHERE state = 'pending'),
+				(SELECT count(*) FROM notifications WHERE state = 'pending' AND due_at < now())`).Scan(&lag, &pending, &due)
+			t.Logf("notifier lag %d records, %d pending, %d due", lag, pending, due)
+		}
+	}()
 	sent := load(t, w.env.Producer, cids, rate, 30*time.Second)
 	phase1 := time.Now()
 	down.Store(true)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -23,6 +22,7 @@ import (
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/testworld"
 	"github.com/inboxd/inboxd/notifier"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -46,36 +46,11 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	env := testenv.New(t, testenv.Options{})
 	env.StartFanout(t)
-	g, err := gateway.New(gateway.Config{AuthSecret: testSecret, AckWait: 10 * time.Second,
+	gw := testworld.Serve(t, env, gateway.Config{AuthSecret: testSecret, AckWait: 10 * time.Second,
 		SendRate: rate.Inf, SyncRate: rate.Inf, SendBurst: 1000, SyncBurst: 1000, Logger: env.Logger,
 		Ephemeral: gateway.EphemeralConfig{PresenceGrace: 200 * time.Millisecond, PresenceExpiry: 3 * time.Second}},
-		env.Pool, env.Producer)
-	require.NoError(t, err)
-	ws, err := g.NewWebSocket(gateway.WSConfig{})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	mux.Handle("GET /v1/ws", ws)
-	mux.Handle("/", g.Handler())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); _ = g.Listen(ctx) }()
-	go func() { defer wg.Done(); _ = ws.Run(ctx) }()
-	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		cancel()
-		g.Drain()
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		if srv.Shutdown(sctx) != nil {
-			_ = srv.Close()
-		}
-		wg.Wait()
-	})
-	w := &world{env: env, url: "http://" + ln.Addr().String(), rcv: newReceiver(t)}
+		gateway.WSConfig{})
+	w := &world{env: env, url: gw.URL, rcv: newReceiver(t)}
 	return w
 }
 

@@ -189,65 +189,27 @@ type wsFrame struct {
 	} `json:"entries"`
 }
 
-type wsHello struct {
-	Type  string `json:"type"`
-	After int64  `json:"after"`
-}
-
-// receive keeps one user's WebSocket up (reconnecting with its cursor) and
-// times the pushes of bench messages.
+// receive keeps one user's WebSocket up and times the pushes of bench
+// messages.
 func (w *e2eWorker) receive(ctx context.Context, user int64, tok string, sem chan struct{}, welcomed func()) {
-	hdr := http.Header{"Authorization": {"Bearer " + tok}}
-	var after int64
-	first := true
-	for ctx.Err() == nil {
-		sem <- struct{}{}
-		conn, _, err := w.dialer.DialContext(ctx, "ws://"+w.cfg.Addr+"/v1/ws", hdr)
-		if err == nil {
-			err = conn.WriteJSON(wsHello{Type: "hello", After: after})
+	f := &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, reconns: &w.reconns, frame: func(data []byte, now int64) (string, int64) {
+		var f wsFrame
+		if json.Unmarshal(data, &f) != nil {
+			return "", 0
 		}
-		<-sem
-		if err != nil {
-			if conn != nil {
-				conn.Close()
-			}
-			sleepCtx(ctx, 200*time.Millisecond)
-			continue
-		}
-		stop := context.AfterFunc(ctx, func() { conn.Close() })
-		for {
-			_, data, err := conn.ReadMessage()
-			if err != nil {
-				break
-			}
-			now := time.Now().UnixNano()
-			var f wsFrame
-			if json.Unmarshal(data, &f) != nil {
-				continue
-			}
-			switch f.Type {
-			case "welcome":
-				if first {
-					first = false
-					welcomed()
-				}
-			case "too_long":
-				after = f.Head
-			case "entries":
-				for _, e := range f.Entries {
-					after = max(after, e.InboxSeq)
-					if e.Message != nil {
-						w.recordPush(e.Message.Body, now)
-					}
+		cursor := f.Head
+		if f.Type == "entries" {
+			cursor = 0
+			for _, e := range f.Entries {
+				cursor = max(cursor, e.InboxSeq)
+				if e.Message != nil {
+					w.recordPush(e.Message.Body, now)
 				}
 			}
 		}
-		stop()
-		conn.Close()
-		if ctx.Err() == nil {
-			w.reconns.Add(1)
-		}
-	}
+		return f.Type, cursor
+	}}
+	f.follow(ctx, tok, sem, welcomed)
 }
 
 // recordPush times a push whose body is "bench:<phase>:<send unix ns>".

@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// wsHello is the load generators' hello.
+type wsHello struct {
+	Type  string `json:"type"`
+	After int64  `json:"after"`
+}
+
+// wsFollower keeps one user's WebSocket up, reconnecting with its cursor,
+// and hands every frame to the worker's frame function, which decodes it
+// its own way and returns its type and the highest inbox_seq (or, for a
+// too_long, the head) it carried.
+type wsFollower struct {
+	dialer  *websocket.Dialer
+	addr    string
+	reconns *atomic.Int64
+	frame   func(data []byte, now int64) (typ string, cursor int64)
+}
+
+// follow runs until ctx ends; sem bounds the connects in flight, welcomed
+// is called after the first welcome.
+func (f *wsFollower) follow(ctx context.Context, tok string, sem chan struct{}, welcomed func()) {
+	hdr := http.Header{"Authorization": {"Bearer " + tok}}
+	var after int64
+	first := true
+	for ctx.Err() == nil {
+		sem <- struct{}{}
+		conn, _, err := f.dialer.DialContext(ctx, "ws://"+f.addr+"/v1/ws", hdr)
+		if err == nil {
+			err = conn.WriteJSON(wsHello{Type: "hello", After: after})
+		}
+		<-sem
+		if err != nil {
+			if conn != nil {
+				conn.Close()
+			}
+			sleepCtx(ctx, 200*time.Millisecond)
+			continue
+		}
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		for {
+			_, data, err := conn.ReadMessage()
+			if err != nil {
+				break
+			}
+			switch typ, cursor := f.frame(data, time.Now().UnixNano()); typ {
+			case "welcome":
+				if first {
+					first = false
+					welcomed()
+				}
+			case "too_long":
+				after = cursor
+			case "entries":
+				after = max(after, cursor)
+			}
+		}
+		stop()
+		conn.Close()
+		if ctx.Err() == nil {
+			f.reconns.Add(1)
+		}
+	}
+}

@@ -254,8 +254,12 @@ wait:
 	}
 	srv.close()
 	log := srv.requests()
-	logJSON, _ := json.MarshalIndent(log, "", " ")
-	t.Logf("requests:\n%s", logJSON)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logJSON, _ := json.Marshal(log)
+			t.Logf("requests: %s", logJSON)
+		}
+	})
 	require.NoError(t, ctx.Err(), "the scenario did not end within %s: script consumed %v", scenarioDeadline, srv.consumed())
 	checkScenario(t, sc.Expect, log, store, obs, err)
 }

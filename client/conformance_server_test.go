@@ -35,12 +35,13 @@ type scriptServer struct {
 // loggedRequest is one request as the fake server saw it. Body is the JSON
 // body (for /v1/ws: the hello frame).
 type loggedRequest struct {
-	Method string            `json:"method"`
-	Path   string            `json:"path"`
-	Query  map[string]string `json:"query,omitempty"`
-	Body   json.RawMessage   `json:"body,omitempty"`
-	Step   int               `json:"step"` // index of the step that answered it; -1: held (beyond the script)
-	Early  bool              `json:"early,omitempty"`
+	Method  string            `json:"method"`
+	Path    string            `json:"path"`
+	Query   map[string]string `json:"query,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"` // only those in loggedHeaders
+	Body    json.RawMessage   `json:"body,omitempty"`
+	Step    int               `json:"step"` // index of the step that answered it; -1: held (beyond the script)
+	Early   bool              `json:"early,omitempty"`
 }
 
 func newScriptServer(t testing.TB, steps []step) *scriptServer {
@@ -90,6 +91,11 @@ func (s *scriptServer) serve(w http.ResponseWriter, r *http.Request) {
 	lr := loggedRequest{Method: r.Method, Path: r.URL.Path, Query: map[string]string{}, Step: -1}
 	for k, v := range r.URL.Query() {
 		lr.Query[k] = v[0]
+	}
+	for _, h := range loggedHeaders {
+		if v := r.Header.Get(h); v != "" {
+			lr.Headers = map[string]string{h: v}
+		}
 	}
 	if r.Body != nil {
 		raw, _ := io.ReadAll(r.Body)
@@ -239,16 +245,24 @@ func (s *scriptServer) serveWS(w http.ResponseWriter, r *http.Request, lr logged
 	}
 }
 
+// loggedHeaders are the request headers a scenario can match.
+var loggedHeaders = []string{"If-None-Match"}
+
 // matches reports whether lr satisfies m: the same method and path, each
-// query parameter of m with the same value ("*": present), and m's body a
-// subset of lr's.
+// query parameter of m with the same value ("*": present, "-": absent),
+// each header of m with the same value, and m's body a subset of lr's.
 func (m matcher) matches(lr loggedRequest) bool {
 	if m.Method != "" && m.Method != lr.Method || m.Path != lr.Path {
 		return false
 	}
 	for k, v := range m.Query {
 		got, ok := lr.Query[k]
-		if !ok || (v != "*" && v != got) {
+		if v == "-" && ok || v != "-" && (!ok || v != "*" && v != got) {
+			return false
+		}
+	}
+	for k, v := range m.Headers {
+		if lr.Headers[http.CanonicalHeaderKey(k)] != v {
 			return false
 		}
 	}

@@ -86,10 +86,11 @@ func (s step) min() int {
 }
 
 type matcher struct {
-	Method string            `json:"method"`
-	Path   string            `json:"path"`
-	Query  map[string]string `json:"query"`
-	Body   json.RawMessage   `json:"body"`
+	Method  string            `json:"method"`
+	Path    string            `json:"path"`
+	Query   map[string]string `json:"query"`
+	Headers map[string]string `json:"headers"`
+	Body    json.RawMessage   `json:"body"`
 }
 
 type httpAnswer struct {
@@ -179,6 +180,9 @@ func strictUnmarshal(raw []byte, v any) error {
 	return dec.Decode(v)
 }
 
+// errAppRefused is the error of the app's entry handler (handler.fail_once).
+var errAppRefused = errors.New("conformance: the app failed")
+
 // observed is what the app saw.
 type observed struct {
 	mu            sync.Mutex
@@ -197,7 +201,7 @@ func (o *observed) handler(fail []int64) client.Handler {
 			if slices.Contains(fail, e.InboxSeq) && !o.failed[e.InboxSeq] {
 				o.failed[e.InboxSeq] = true
 				o.handlerErrors++
-				return fmt.Errorf("conformance: the app fails on entry %d", e.InboxSeq)
+				return fmt.Errorf("entry %d: %w", e.InboxSeq, errAppRefused)
 			}
 			o.entries = append(o.entries, e.InboxSeq)
 			return nil
@@ -274,10 +278,7 @@ func runUntilStopped(ctx context.Context, t *testing.T, cfg client.Config, obs *
 			return err
 		}
 		err = c.Run(ctx)
-		obs.mu.Lock()
-		restart := err != nil && obs.handlerErrors > 0 && !errors.As(err, new(*client.PermanentError))
-		obs.mu.Unlock()
-		if !restart || ctx.Err() != nil {
+		if !errors.Is(err, errAppRefused) || ctx.Err() != nil {
 			return err
 		}
 		t.Logf("restarting after the app's error: %v", err)

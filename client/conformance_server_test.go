@@ -128,6 +128,10 @@ func (s *scriptServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.steps[idx]
+	if st.AfterStep != nil && !s.waitForStep(r, *st.AfterStep) {
+		s.record(lr)
+		return
+	}
 	if st.WS != nil {
 		s.serveWS(w, r, lr, st.WS)
 		return
@@ -138,6 +142,28 @@ func (s *scriptServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answer(w, lr.Path, st.Respond)
+}
+
+// waitForStep waits until step i answered a request (false: the scenario
+// or the request ended first).
+func (s *scriptServer) waitForStep(r *http.Request, i int) bool {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		ok := i >= 0 && i < len(s.used) && s.used[i] > 0
+		s.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-s.done:
+			return false
+		case <-r.Context().Done():
+			return false
+		case <-tick.C:
+		}
+	}
 }
 
 func (s *scriptServer) record(lr loggedRequest) {
@@ -232,15 +258,37 @@ func (s *scriptServer) serveWS(w http.ResponseWriter, r *http.Request, lr logged
 			}
 		}
 	}
-	// Open and silent: drain the client's frames until the scenario ends.
+	// Open: log the client's frames (pings aside) and answer those a reply
+	// matches, until the scenario ends.
 	_ = conn.SetReadDeadline(time.Time{})
 	go func() {
 		<-s.done
 		_ = conn.Close()
 	}()
+	used := make([]int, len(ws.Replies))
 	for {
-		if _, _, err := conn.ReadMessage(); err != nil {
+		_, raw, err := conn.ReadMessage()
+		if err != nil {
 			return
+		}
+		var probe struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(raw, &probe) != nil || probe.Type == "ping" {
+			continue
+		}
+		s.record(loggedRequest{Method: "WS", Path: lr.Path, Body: raw, Step: lr.Step})
+		for i, rep := range ws.Replies {
+			if used[i] >= max(rep.Times, 1) || !(matcher{Path: lr.Path, Body: rep.Match}).matches(loggedRequest{Path: lr.Path, Body: raw}) {
+				continue
+			}
+			used[i]++
+			for _, f := range rep.Frames {
+				if err := conn.WriteMessage(websocket.TextMessage, f); err != nil {
+					return
+				}
+			}
+			break
 		}
 	}
 }

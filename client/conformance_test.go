@@ -75,6 +75,9 @@ type step struct {
 	MinTime *int        `json:"min_times"` // how many it must get; default Times
 	Respond *httpAnswer `json:"respond"`   // nil with WS nil: hold the request
 	WS      *wsScript   `json:"ws"`
+	// AfterStep: the answer waits until the step of this index answered
+	// (a long-poll answered when something happens elsewhere).
+	AfterStep *int `json:"after_step"`
 }
 
 func (s step) max() int { return max(s.Times, 1) }
@@ -101,10 +104,20 @@ type httpAnswer struct {
 
 type wsScript struct {
 	Frames []json.RawMessage `json:"frames"`
-	Close  *struct {
+	// Replies answer the client's frames after the hello (sends, changes)
+	// while the connection stays open: the first reply whose match is a
+	// subset of the frame and that has uses left sends its frames.
+	Replies []wsReply `json:"replies"`
+	Close   *struct {
 		Code   int    `json:"code"`
 		Reason string `json:"reason"`
 	} `json:"close"`
+}
+
+type wsReply struct {
+	Match  json.RawMessage   `json:"match"`
+	Times  int               `json:"times"` // default 1
+	Frames []json.RawMessage `json:"frames"`
 }
 
 type expectation struct {
@@ -259,7 +272,7 @@ wait:
 	srv.close()
 	log := srv.requests()
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("CONFORMANCE_LOG") != "" {
 			logJSON, _ := json.Marshal(log)
 			t.Logf("requests: %s", logJSON)
 		}

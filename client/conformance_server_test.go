@@ -343,3 +343,34 @@ func subset(want, got any) bool {
 	}
 	return true
 }
+
+// TestConformanceMatcher pins the matching rules the README states, which
+// every runner must share.
+func TestConformanceMatcher(t *testing.T) {
+	lr := loggedRequest{Method: "GET", Path: "/v1/sync", Query: map[string]string{"after": "3", "limit": "200"},
+		Headers: map[string]string{"If-None-Match": `"h1"`}, Body: json.RawMessage(`{"type":"hello","after":3,"epoch":{"n":1}}`)}
+	for _, tc := range []struct {
+		m    matcher
+		want bool
+	}{
+		{matcher{Path: "/v1/sync"}, true},
+		{matcher{Method: "POST", Path: "/v1/sync"}, false},
+		{matcher{Path: "/v1/ws"}, false},
+		{matcher{Path: "/v1/sync", Query: map[string]string{"after": "3"}}, true},
+		{matcher{Path: "/v1/sync", Query: map[string]string{"after": "4"}}, false},
+		{matcher{Path: "/v1/sync", Query: map[string]string{"after": "*"}}, true},
+		{matcher{Path: "/v1/sync", Query: map[string]string{"wait": "*"}}, false},
+		{matcher{Path: "/v1/sync", Query: map[string]string{"wait": "-"}}, true},
+		{matcher{Path: "/v1/sync", Query: map[string]string{"after": "-"}}, false},
+		{matcher{Path: "/v1/sync", Headers: map[string]string{"if-none-match": `"h1"`}}, true},
+		{matcher{Path: "/v1/sync", Headers: map[string]string{"If-None-Match": `"h2"`}}, false},
+		{matcher{Path: "/v1/sync", Body: json.RawMessage(`{"after":3}`)}, true},
+		{matcher{Path: "/v1/sync", Body: json.RawMessage(`{"epoch":{"n":1}}`)}, true},
+		{matcher{Path: "/v1/sync", Body: json.RawMessage(`{"after":2}`)}, false},
+		{matcher{Path: "/v1/sync", Body: json.RawMessage(`{"missing":1}`)}, false},
+	} {
+		if got := tc.m.matches(lr); got != tc.want {
+			t.Errorf("%+v matches = %v, want %v", tc.m, got, tc.want)
+		}
+	}
+}

@@ -280,6 +280,13 @@ func (s *wsSession) run(ctx context.Context, up func()) error {
 			s.closeNormally()
 			return ctx.Err()
 		case err = <-errc:
+			// The reader queued every frame it read before the one
+			// that ended it: handle them first, so that the entries
+			// sent before a close move the cursor the next hello
+			// carries (select picks among ready cases at random).
+			if ferr := st.drainFrames(ctx, frames, up); ferr != nil {
+				return ferr
+			}
 			return err
 		case f := <-frames:
 			err = st.frame(ctx, f, up)
@@ -295,6 +302,20 @@ func (s *wsSession) run(ctx context.Context, up func()) error {
 }
 
 // hello opens the session from the saved position.
+// drainFrames handles the frames already queued, without waiting.
+func (st *wsStream) drainFrames(ctx context.Context, frames <-chan *protocol.ServerFrame, up func()) error {
+	for {
+		select {
+		case f := <-frames:
+			if err := st.frame(ctx, f, up); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
 func (s *wsSession) hello() error {
 	epoch, cursor := s.c.position()
 	hello := protocol.Hello{Type: protocol.FrameHello, After: cursor}

@@ -1,0 +1,474 @@
+package client_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/client"
+)
+
+// The conformance scenarios shared with the other SDKs
+// (clients/conformance/README.md describes the format).
+const scenarioDir = "../clients/conformance/scenarios"
+
+// scenarioDeadline bounds one scenario: the script consumed and the end
+// state reached. It is a failure bound, never an expectation.
+const scenarioDeadline = 10 * time.Second
+
+type confScenario struct {
+	Name      string          `json:"name"`
+	Checks    string          `json:"checks"`
+	Transport string          `json:"transport"` // websocket, polling or auto
+	Config    scenarioConfig  `json:"config"`
+	Start     startState      `json:"start"`
+	Handler   handlerBehavior `json:"handler"`
+	Script    []step          `json:"script"`
+	Expect    expectation     `json:"expect"`
+}
+
+type scenarioConfig struct {
+	WSFallbackAfter int `json:"ws_fallback_after"`
+}
+
+type startState struct {
+	Epoch         int64                       `json:"epoch"`
+	Cursor        int64                       `json:"cursor"`
+	Conversations map[string]conversationInit `json:"conversations"`
+	Outbox        []outboxInit                `json:"outbox"`
+}
+
+type conversationInit struct {
+	LastSeq int64 `json:"last_seq"`
+}
+
+type outboxInit struct {
+	MsgID          string `json:"msg_id"`
+	ConversationID int64  `json:"conversation_id"`
+	Body           string `json:"body"`
+}
+
+type handlerBehavior struct {
+	// FailOnce: the entry handler returns an error the first time it gets
+	// each of these inbox_seqs; the runner then restarts the client on
+	// the same store, as an app would.
+	FailOnce []int64 `json:"fail_once"`
+}
+
+type step struct {
+	Match   matcher     `json:"match"`
+	Times   int         `json:"times"`     // answers this many matching requests; default 1
+	MinTime *int        `json:"min_times"` // how many it must get; default Times
+	Respond *httpAnswer `json:"respond"`   // nil with WS nil: hold the request
+	WS      *wsScript   `json:"ws"`
+	// AfterStep: the answer waits until the step of this index answered
+	// (a long-poll answered when something happens elsewhere).
+	AfterStep *int `json:"after_step"`
+}
+
+func (s step) max() int { return max(s.Times, 1) }
+func (s step) min() int {
+	if s.MinTime != nil {
+		return *s.MinTime
+	}
+	return s.max()
+}
+
+type matcher struct {
+	Method  string            `json:"method"`
+	Path    string            `json:"path"`
+	Query   map[string]string `json:"query"`
+	Headers map[string]string `json:"headers"`
+	Body    json.RawMessage   `json:"body"`
+}
+
+type httpAnswer struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers"`
+	Body    json.RawMessage   `json:"body"`
+}
+
+type wsScript struct {
+	Frames []json.RawMessage `json:"frames"`
+	// Replies answer the client's frames after the hello (sends, changes)
+	// while the connection stays open: the first reply whose match is a
+	// subset of the frame and that has uses left sends its frames.
+	Replies []wsReply `json:"replies"`
+	Close   *struct {
+		Code   int    `json:"code"`
+		Reason string `json:"reason"`
+	} `json:"close"`
+}
+
+type wsReply struct {
+	Match  json.RawMessage   `json:"match"`
+	Times  int               `json:"times"` // default 1
+	Frames []json.RawMessage `json:"frames"`
+}
+
+type expectation struct {
+	Requests      []expectedRequest     `json:"requests"`
+	Entries       []int64               `json:"entries"`
+	Cursor        int64                 `json:"cursor"`
+	Epoch         int64                 `json:"epoch"`
+	Outbox        []string              `json:"outbox"`
+	Sent          map[string]int64      `json:"sent"`
+	SendErrors    map[string]int        `json:"send_errors"`
+	TooLong       []expectedTooLong     `json:"too_long"`
+	Holes         map[string][][2]int64 `json:"holes"`
+	Permanent     *expectedPermanent    `json:"permanent"`
+	HandlerErrors int                   `json:"handler_errors"`
+}
+
+type expectedRequest struct {
+	matcher
+	Times    *int `json:"times"` // exactly; default 1
+	MinTimes *int `json:"min_times"`
+	MaxTimes *int `json:"max_times"`
+}
+
+func (e expectedRequest) bounds() (lo, hi int) {
+	lo, hi = 1, 1
+	if e.Times != nil {
+		lo, hi = *e.Times, *e.Times
+	}
+	if e.MinTimes != nil {
+		lo = *e.MinTimes
+	}
+	if e.MaxTimes != nil {
+		hi = *e.MaxTimes
+	}
+	return lo, max(lo, hi)
+}
+
+type expectedTooLong struct {
+	Epoch    int64                 `json:"epoch"`
+	Head     int64                 `json:"head"`
+	NewHoles map[string][][2]int64 `json:"new_holes"`
+}
+
+type expectedPermanent struct {
+	Status    int `json:"status"`
+	CloseCode int `json:"close_code"`
+}
+
+// TestConformance runs every scenario of clients/conformance against the
+// SDK: a fake gateway follows the scenario's script, the client runs on a
+// memory store with its waits shrunk, and the requests it made and the
+// state it ended with are compared with the scenario's expectations.
+func TestConformance(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(scenarioDir, "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no scenario in %s", scenarioDir)
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		require.NoError(t, err)
+		var sc confScenario
+		require.NoError(t, strictUnmarshal(raw, &sc), f)
+		require.Equal(t, filepath.Base(f), sc.Name+".json", "a scenario's file is named after it")
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel()
+			runScenario(t, sc)
+		})
+	}
+}
+
+func strictUnmarshal(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// errAppRefused is the error of the app's entry handler (handler.fail_once).
+var errAppRefused = errors.New("conformance: the app failed")
+
+// observed is what the app saw.
+type observed struct {
+	mu            sync.Mutex
+	entries       []int64
+	tooLongs      []client.TooLong
+	results       map[string]client.SendResult
+	handlerErrors int
+	failed        map[int64]bool
+}
+
+func (o *observed) handler(fail []int64) client.Handler {
+	return client.Handler{
+		OnEntry: func(_ context.Context, e client.Entry) error {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			if slices.Contains(fail, e.InboxSeq) && !o.failed[e.InboxSeq] {
+				o.failed[e.InboxSeq] = true
+				o.handlerErrors++
+				return fmt.Errorf("entry %d: %w", e.InboxSeq, errAppRefused)
+			}
+			o.entries = append(o.entries, e.InboxSeq)
+			return nil
+		},
+		OnTooLong: func(_ context.Context, tl client.TooLong) error {
+			o.mu.Lock()
+			o.tooLongs = append(o.tooLongs, tl)
+			o.mu.Unlock()
+			return nil
+		},
+		OnSendResult: func(_ context.Context, r client.SendResult) {
+			o.mu.Lock()
+			o.results[r.MsgID] = r
+			o.mu.Unlock()
+		},
+	}
+}
+
+func runScenario(t *testing.T, sc confScenario) {
+	srv := newScriptServer(t, sc.Script)
+	store := client.NewMemoryStore()
+	require.NoError(t, store.Save(context.Background(), startingState(sc.Start)))
+	obs := &observed{results: map[string]client.SendResult{}, failed: map[int64]bool{}}
+	cfg := conformanceConfig(t, sc, srv.srv.URL, store, obs.handler(sc.Handler.FailOnce))
+
+	ctx, cancel := context.WithTimeout(context.Background(), scenarioDeadline)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() { runErr <- runUntilStopped(runCtx, t, cfg, obs) }()
+
+	var err error
+	finished := false
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case err = <-runErr:
+			finished = true
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-tick.C:
+			if srv.consumed() && reached(store, obs, sc.Expect) {
+				break wait
+			}
+		}
+	}
+	stop()
+	if !finished {
+		err = <-runErr
+	}
+	srv.close()
+	log := srv.requests()
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("CONFORMANCE_LOG") != "" {
+			logJSON, _ := json.Marshal(log)
+			t.Logf("requests: %s", logJSON)
+		}
+	})
+	if ctx.Err() != nil {
+		// The checks below say what differs; this says why it took so long.
+		t.Errorf("the scenario did not end within %s (every step used: %v)", scenarioDeadline, srv.consumed())
+	}
+	checkScenario(t, sc.Expect, log, store, obs, err)
+}
+
+// runUntilStopped runs a client until ctx ends or it stops with an error
+// other than one of the app's handler errors; after those it starts a new
+// client on the same store, as an app restarting would.
+func runUntilStopped(ctx context.Context, t *testing.T, cfg client.Config, obs *observed) error {
+	for {
+		c, err := client.New(cfg)
+		if err != nil {
+			return err
+		}
+		err = c.Run(ctx)
+		if !errors.Is(err, errAppRefused) || ctx.Err() != nil {
+			return err
+		}
+		t.Logf("restarting after the app's error: %v", err)
+	}
+}
+
+func startingState(s startState) *client.State {
+	st := &client.State{Format: client.StateFormat, Epoch: s.Epoch, Cursor: s.Cursor,
+		Conversations: map[int64]*client.ConversationState{}}
+	for id, c := range s.Conversations {
+		cid, _ := strconv.ParseInt(id, 10, 64)
+		st.Conversations[cid] = &client.ConversationState{LastSeq: c.LastSeq}
+	}
+	for _, o := range s.Outbox {
+		st.Outbox = append(st.Outbox, client.OutboxItem{MsgID: o.MsgID, ConversationID: o.ConversationID, Body: o.Body})
+	}
+	return st
+}
+
+// conformanceConfig shrinks every wait of the SDK so that a scenario runs
+// in milliseconds; nothing is asserted about durations.
+func conformanceConfig(t *testing.T, sc confScenario, url string, store client.Store, h client.Handler) client.Config {
+	tr := map[string]client.Transport{"": client.TransportAuto, "auto": client.TransportAuto,
+		"websocket": client.TransportWebSocket, "polling": client.TransportPolling}
+	transport, ok := tr[sc.Transport]
+	require.True(t, ok, "transport %q", sc.Transport)
+	return client.Config{
+		BaseURL: url, Token: "conformance", Store: store, Handler: h, Transport: transport,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		StartupJitter:  -1,
+		BackoffInitial: time.Millisecond, BackoffMax: 10 * time.Millisecond,
+		StablePeriod:     time.Hour, // every session counts as short: WSFallbackAfter is what decides
+		BreakerThreshold: 1000, BreakerCooldown: 10 * time.Millisecond,
+		WSFallbackAfter: cmp.Or(sc.Config.WSFallbackAfter, 1000), // no fallback unless the scenario asks
+		PollingPeriod:   time.Hour,
+		LongPollWait:    time.Second,
+		GapWait:         20 * time.Millisecond, HeadWait: 20 * time.Millisecond,
+		RequestTimeout: 5 * time.Second, SendTimeout: time.Second, PendingRecheck: 10 * time.Millisecond,
+	}
+}
+
+// reached reports whether the client's state got to the expected end.
+func reached(store *client.MemoryStore, obs *observed, e expectation) bool {
+	st, _ := store.Load(context.Background())
+	if st == nil || st.Cursor != e.Cursor || st.Epoch != e.Epoch || len(st.Outbox) != len(e.Outbox) {
+		return false
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	return len(obs.entries) >= len(e.Entries) && len(obs.results) >= len(e.Sent)+len(e.SendErrors) &&
+		len(obs.tooLongs) >= len(e.TooLong) && e.Permanent == nil
+}
+
+func checkScenario(t *testing.T, e expectation, log []loggedRequest, store *client.MemoryStore, obs *observed, runErr error) {
+	for _, r := range log {
+		require.False(t, r.Early, "%s %s came before the Retry-After of the answer before it", r.Method, r.Path)
+	}
+	checkRequests(t, e.Requests, log)
+
+	var pe *client.PermanentError
+	if e.Permanent != nil {
+		require.ErrorAs(t, runErr, &pe, "the client should have stopped for good")
+		require.Equal(t, e.Permanent.Status, pe.Status, "permanent error status")
+		require.Equal(t, e.Permanent.CloseCode, pe.CloseCode, "permanent error close code")
+	} else {
+		require.NoError(t, runErr, "the client stopped")
+	}
+
+	st, err := store.Load(context.Background())
+	require.NoError(t, err)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	require.Equal(t, orEmpty(e.Entries), orEmpty(obs.entries), "inbox_seqs handed to the app, in order, each once")
+	require.Equal(t, e.Cursor, st.Cursor, "cursor")
+	require.Equal(t, e.Epoch, st.Epoch, "epoch")
+	var outbox []string
+	for _, it := range st.Outbox {
+		outbox = append(outbox, it.MsgID)
+	}
+	require.Equal(t, orEmpty(e.Outbox), orEmpty(outbox), "outbox")
+	require.Equal(t, e.HandlerErrors, obs.handlerErrors, "handler errors")
+
+	sent, sendErrs := map[string]int64{}, map[string]int{}
+	for id, r := range obs.results {
+		var ae *client.APIError
+		switch {
+		case r.Message != nil:
+			sent[id] = r.Message.Seq
+		case errors.As(r.Err, &ae):
+			sendErrs[id] = ae.Status
+		default:
+			sendErrs[id] = -1
+		}
+	}
+	require.Equal(t, orEmptyMap(e.Sent), sent, "sends ended with a seq")
+	require.Equal(t, orEmptyMap(e.SendErrors), sendErrs, "sends refused")
+
+	require.Len(t, obs.tooLongs, len(e.TooLong), "too_long handed to the app")
+	for i, want := range e.TooLong {
+		got := obs.tooLongs[i]
+		require.Equal(t, want.Epoch, got.Epoch, "too_long %d epoch", i)
+		require.Equal(t, want.Head, got.Head, "too_long %d head", i)
+		require.Equal(t, orEmptyMap(want.NewHoles), holesJSON(got.NewHoles), "too_long %d new holes", i)
+	}
+	if e.Holes != nil {
+		got := map[int64][]client.Hole{}
+		for id, cs := range st.Conversations {
+			if len(cs.Holes) > 0 {
+				got[id] = cs.Holes
+			}
+		}
+		require.Equal(t, e.Holes, holesJSON(got), "holes in the store")
+	}
+}
+
+// checkRequests compares the log with the expected requests, path by path:
+// the sync loop and the outbox run concurrently, so only the order within
+// one path is part of the contract. Held requests (beyond the script) are
+// not checked.
+func checkRequests(t *testing.T, want []expectedRequest, log []loggedRequest) {
+	paths := map[string]bool{}
+	for _, w := range want {
+		paths[w.Path] = true
+	}
+	for _, r := range log {
+		if r.Step >= 0 {
+			paths[r.Path] = true
+		}
+	}
+	for p := range paths {
+		var got []loggedRequest
+		for _, r := range log {
+			if r.Path == p && r.Step >= 0 {
+				got = append(got, r)
+			}
+		}
+		i := 0
+		for k, w := range want {
+			if w.Path != p {
+				continue
+			}
+			lo, hi := w.bounds()
+			n := 0
+			for n < hi && i < len(got) && w.matcher.matches(got[i]) {
+				n++
+				i++
+			}
+			require.GreaterOrEqual(t, n, lo, "expected request %d (%s %s %v %s): %d matched in a row at position %d of %s",
+				k, w.Method, w.Path, w.Query, w.Body, n, i, p)
+		}
+		require.Equal(t, len(got), i, "requests to %s beyond the expected ones (from position %d)", p, i)
+	}
+}
+
+func holesJSON(m map[int64][]client.Hole) map[string][][2]int64 {
+	out := map[string][][2]int64{}
+	for id, hs := range m {
+		for _, h := range hs {
+			out[strconv.FormatInt(id, 10)] = append(out[strconv.FormatInt(id, 10)], [2]int64{h.From, h.To})
+		}
+	}
+	return out
+}
+
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func orEmptyMap[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil {
+		return map[K]V{}
+	}
+	return m
+}

@@ -140,26 +140,30 @@ export class Inbox {
     }
   }
 
+  /** deliver calls onEntry, then changes the state: a failing handler leaves it as it was, so the entry comes again. */
   private async deliver(e: Entry): Promise<void> {
-    const skip = e.kind === KindMessage && e.message ? this.noteMessage(e.message) : false;
+    const skip = e.kind === KindMessage && e.message ? this.deliveredByBackfill(e.message) : false;
     if (!skip) await callHandler("onEntry", () => this.handlers.onEntry?.(e));
+    if (e.kind === KindMessage && e.message) this.noteMessage(e.message);
     if (e.record) this.noteRecord(e.record);
     if (e.message) this.ownMessage(e.message);
   }
 
-  /** noteMessage records the message's seq (a hole for seqs skipped) and says whether a backfill already delivered it. */
-  private noteMessage(m: Message): boolean {
+  /** deliveredByBackfill: a message at or below the last seq known and in no hole was handed over by Backfill. */
+  private deliveredByBackfill(m: Message): boolean {
+    const c = this.conv(m.conversation_id);
+    return m.seq <= c.lastSeq && !inHoles(c.holes, m.seq);
+  }
+
+  /** noteMessage records the message's seq: a hole for the seqs it skipped, or punched out of a hole. */
+  private noteMessage(m: Message): void {
     const c = this.conv(m.conversation_id);
     if (m.seq > c.lastSeq) {
       if (m.seq > c.lastSeq + 1) addHole(c, { from: c.lastSeq + 1, to: m.seq - 1 });
       c.lastSeq = m.seq;
-      return false;
-    }
-    if (inHoles(c.holes, m.seq)) {
+    } else if (inHoles(c.holes, m.seq)) {
       c.holes = punch(c.holes, m.seq, m.seq);
-      return false;
     }
-    return true; // at or below lastSeq and in no hole: Backfill handed it over already
   }
 
   private noteRecord(r: Record): void {

@@ -6,7 +6,7 @@ import { Backoff, CircuitBreaker, jitterUp, sleep } from "./backoff.js";
 import { ApiError, PermanentError, isFatal } from "./errors.js";
 import { Inbox, Saver, type Handlers } from "./inbox.js";
 import { Outbox, type SendOptions, type SendResult } from "./outbox.js";
-import type { Message, ServerFrame, SyncAnswer, TooLongAnswer } from "./protocol.js";
+import type { Message, SyncAnswer, TooLongAnswer } from "./protocol.js";
 import { emptyState, MemoryStore, type Hole, type Store } from "./store.js";
 import { runWsSession, type WebSocketCtor, type WsEnd } from "./transport_ws.js";
 
@@ -104,7 +104,8 @@ export class Client {
       backoffInitialMs: this.cfg.backoffInitialMs, backoffMaxMs: this.cfg.backoffMaxMs,
       pendingRecheckMs: this.cfg.pendingRecheckMs, onResult: (r) => this.handlers.onSendResult?.(r),
     });
-    this.inbox.ownMessage = (m) => void this.outbox.seen(m);
+    // A failed save here shows up at the next save, which the loop awaits.
+    this.inbox.ownMessage = (m) => void this.outbox.seen(m).catch(() => undefined);
     this.backoff = new Backoff({ initialMs: this.cfg.backoffInitialMs, maxMs: this.cfg.backoffMaxMs });
     this.breaker = new CircuitBreaker({ threshold: this.cfg.breakerThreshold, cooldownMs: this.cfg.breakerCooldownMs });
   }
@@ -182,9 +183,12 @@ export class Client {
     return this.inbox.conv(conversationId).holes.map((h) => ({ ...h }));
   }
 
-  /** backfill fills one page of the newest hole of the conversation; it must not be called from a handler. */
+  /**
+   * backfill fills one page of the newest hole of the conversation. It takes
+   * the delivery lock (an entry and a page racing for one message cannot both
+   * hand it over), so a handler must not await it: it would wait for itself.
+   */
   async backfill(conversationId: number, signal?: AbortSignal): Promise<BackfillResult> {
-    if (this.inbox.lock.locked) throw new Error("inboxd: backfill from a handler would wait for itself");
     return this.inbox.lock.run(async () => {
       const c = this.inbox.conv(conversationId);
       const hole = c.holes[c.holes.length - 1];
@@ -334,12 +338,6 @@ export class Client {
     }
     return a;
   }
-
-  /** fetchDevToken is a helper for dev mode: POST /v1/dev/token. */
-  static async devToken(baseUrl: string, userId: number, fetchFn?: FetchLike): Promise<string> {
-    const { devToken } = await import("./api.js");
-    return devToken(baseUrl, userId, fetchFn);
-  }
 }
 
 /** pollGap is how long to wait before the next poll: the rest of the server's interval (±10%) after an answer. */
@@ -374,4 +372,3 @@ function resolve(c: ClientConfig): Resolved {
   return r;
 }
 
-export type { ServerFrame };

@@ -70,6 +70,7 @@ interface Attempt {
   stable: boolean; // it stayed up for stablePeriodMs (or polled its whole period)
   retryAfterMs?: number;
   fallback?: boolean; // the upgrade was refused: long-poll now
+  periodEnded?: boolean; // the polling period is over: try the WebSocket at once
   fatal?: unknown;
 }
 
@@ -259,7 +260,7 @@ export class Client {
           wsFailures = 0;
           continue; // long-poll at once: the HTTP sync decides what is permanent
         }
-      } else if (a.stable) {
+      } else if (a.periodEnded) {
         continue; // the polling period ended: try the WebSocket now
       }
       await this.pause(a, signal);
@@ -319,6 +320,7 @@ export class Client {
     this.status({ state: "connecting", transport: "polling" });
     const a: Attempt = { gotThrough: false, stable: false };
     let waitSec = 0;
+    let upSince = 0;
     try {
       while (!signal.aborted && Date.now() < until) {
         const started = Date.now();
@@ -326,14 +328,18 @@ export class Client {
         const ans = await this.syncOnce(p, signal);
         if (!a.gotThrough) this.status({ state: "connected", transport: "polling" });
         a.gotThrough = true;
-        this.backoff.reset();
+        upSince ||= Date.now();
+        // As for a WebSocket, only a path that stayed up resets the backoff.
+        if (Date.now() - upSince >= this.cfg.stablePeriodMs) this.backoff.reset();
         if (ans?.has_more || ans?.too_long) continue;
         waitSec = this.cfg.longPollWaitSec;
         await sleep(pollGap(started, ans), signal);
       }
       a.stable = true;
+      a.periodEnded = true;
     } catch (err) {
       if (signal.aborted) return a;
+      a.stable = upSince > 0 && Date.now() - upSince >= this.cfg.stablePeriodMs;
       return { ...a, ...classify(err) };
     }
     return a;

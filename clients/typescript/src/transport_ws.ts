@@ -57,6 +57,7 @@ class WsSession {
   private deadTimer?: ReturnType<typeof setTimeout>;
   private gapTimer?: ReturnType<typeof setTimeout>;
   private headTimer?: ReturnType<typeof setTimeout>;
+  private closeTimer?: ReturnType<typeof setTimeout>;
   private heartbeatMs = 0;
   private done = false;
 
@@ -187,7 +188,7 @@ class WsSession {
     this.end.closeCode ??= code;
     this.end.closeReason ??= reason;
     // Some implementations never report the close of a socket that did not open: finish anyway.
-    setTimeout(() => this.finish(), 1000);
+    this.closeTimer ??= setTimeout(() => this.finish(), 1000);
   }
 
   private finish(): void {
@@ -196,6 +197,7 @@ class WsSession {
     clearTimeout(this.deadTimer);
     clearTimeout(this.gapTimer);
     clearTimeout(this.headTimer);
+    clearTimeout(this.closeTimer);
     this.d.signal.removeEventListener("abort", this.onAbort);
     // Let a frame being handled finish (its handler's cursor save) before reporting the end.
     void this.chain.then(() => this.resolve(this.end));

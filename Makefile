@@ -2,7 +2,7 @@
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: run test test-race test-kafka test-compose test-short fuzz build vet bench clean
+.PHONY: run test test-race test-kafka test-compose test-short test-ts fuzz build vet bench clean
 
 run: ## build bin/inboxd and start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it; exit 0)
 	$(GO) build -o bin/inboxd ./cmd/inboxd
@@ -35,6 +35,9 @@ fuzz: ## schemathesis (pinned in scripts/fuzz/requirements.txt) against /openapi
 
 test-short:
 	$(GO) test -count=1 -short ./...
+
+test-ts: ## the TypeScript SDK (clients/typescript): npm ci, tsc, unit tests, then integration tests against an inboxd dev it builds (needs node 20+, go)
+	cd clients/typescript && npm ci && npm test
 
 bench: ## every figure of docs/benchmarks.md (about 4 minutes on 2 cores); regenerates its tables and charts
 	$(GO) run ./cmd/inboxd-bench all

@@ -1,0 +1,130 @@
+// Backoff and the circuit breaker (docs/client.md, "Failures").
+
+/** BackoffConfig: the cap doubles from initialMs to maxMs; the wait is uniform in [0, cap]. */
+export interface BackoffConfig {
+  initialMs: number;
+  maxMs: number;
+  random?: () => number;
+}
+
+/**
+ * Backoff is exponential with full jitter: after n failures the wait is
+ * uniform in [0, min(max, initial*2^n)]. Full jitter spreads a crowd of
+ * clients that failed together best. reset() is for a connection that stayed
+ * up for the stable period only, so a server that accepts and drops at once
+ * is still backed off from.
+ */
+export class Backoff {
+  private failures = 0;
+  private readonly random: () => number;
+
+  constructor(private readonly cfg: BackoffConfig) {
+    this.random = cfg.random ?? Math.random;
+  }
+
+  /** cap is the upper bound of the next wait. */
+  cap(): number {
+    const exp = Math.min(this.failures, 30);
+    return Math.min(this.cfg.maxMs, this.cfg.initialMs * 2 ** exp);
+  }
+
+  /** next returns the next wait and counts one more failure. */
+  next(): number {
+    const d = this.random() * this.cap();
+    this.failures++;
+    return d;
+  }
+
+  reset(): void {
+    this.failures = 0;
+  }
+
+  get attempts(): number {
+    return this.failures;
+  }
+}
+
+/** jitterUp adds 0..fraction to ms: Retry-After and the breaker's cooldown are spread, never shortened. */
+export function jitterUp(ms: number, fraction: number, random: () => number = Math.random): number {
+  return ms * (1 + fraction * random());
+}
+
+export interface BreakerConfig {
+  threshold: number; // failures in a row that open the circuit
+  cooldownMs: number; // how long it stays open (jittered +0..20%)
+  now?: () => number;
+  random?: () => number;
+}
+
+/**
+ * CircuitBreaker counts attempts in a row that never got through. At
+ * threshold it opens for the cooldown; then one probe is allowed, and a
+ * failed probe opens it again at once.
+ */
+export class CircuitBreaker {
+  private failures = 0;
+  private openUntil = 0;
+  private probing = false;
+  private readonly now: () => number;
+  private readonly random: () => number;
+
+  constructor(private readonly cfg: BreakerConfig) {
+    this.now = cfg.now ?? Date.now;
+    this.random = cfg.random ?? Math.random;
+  }
+
+  /** waitMs is how long to wait before the next attempt (0 when closed or half-open). */
+  waitMs(): number {
+    return Math.max(0, this.openUntil - this.now());
+  }
+
+  /** isOpen reports whether attempts are refused now. */
+  isOpen(): boolean {
+    return this.waitMs() > 0;
+  }
+
+  success(): void {
+    this.failures = 0;
+    this.openUntil = 0;
+    this.probing = false;
+  }
+
+  /** failure counts a failed attempt; it returns true when it opened the circuit. */
+  failure(): boolean {
+    this.failures++;
+    if (this.probing || this.failures >= this.cfg.threshold) {
+      this.openUntil = this.now() + jitterUp(this.cfg.cooldownMs, 0.2, this.random);
+      this.probing = true; // the attempt after the cooldown is a probe
+      return true;
+    }
+    return false;
+  }
+
+  get openUntilMs(): number {
+    return this.openUntil;
+  }
+}
+
+/** parseRetryAfter reads Retry-After (seconds or an HTTP date) in ms, or undefined. */
+export function parseRetryAfter(value: string | null, now: number = Date.now()): number | undefined {
+  if (value == null || value.trim() === "") return undefined;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Number(v) * 1000;
+  const t = Date.parse(v);
+  if (Number.isNaN(t)) return undefined;
+  return Math.max(0, t - now);
+}
+
+/** sleep waits ms, or less when signal aborts (then it resolves, never rejects). */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted || ms <= 0) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

@@ -1,0 +1,380 @@
+// Client: the sync loop of one device of one user (docs/client.md is the
+// contract, shared with the Go SDK). start() runs until stop() or a fatal
+// error: a PermanentError, a handler's error, a store's error.
+import { Api, type FetchLike, type SyncParams, type TokenSource } from "./api.js";
+import { Backoff, CircuitBreaker, jitterUp, sleep } from "./backoff.js";
+import { ApiError, PermanentError, isFatal } from "./errors.js";
+import { Inbox, Saver, type Handlers } from "./inbox.js";
+import { Outbox, type SendOptions, type SendResult } from "./outbox.js";
+import type { Message, SyncAnswer, TooLongAnswer } from "./protocol.js";
+import { emptyState, MemoryStore, type Hole, type Store } from "./store.js";
+import { runWsSession, type WebSocketCtor, type WsEnd } from "./transport_ws.js";
+
+export type Transport = "auto" | "websocket" | "polling";
+
+/** Status is for a UI: what the connection is doing now. */
+export type Status =
+  | { state: "connecting"; transport: "websocket" | "polling" }
+  | { state: "connected"; transport: "websocket" | "polling" }
+  | { state: "waiting"; untilMs: number; reason: string }
+  | { state: "circuit_open"; untilMs: number }
+  | { state: "stopped"; error?: unknown };
+
+export interface ClientHandlers extends Handlers {
+  /** onSendResult: a queued send ended (its seq, or a permanent refusal); once per send. */
+  onSendResult?(r: SendResult): void;
+  onStatus?(s: Status): void;
+}
+
+/** ClientConfig: every duration is in ms unless named otherwise; zero or absent means the default. */
+export interface ClientConfig {
+  baseUrl: string;
+  /** token: a bearer token, or a source asked again (refresh=true) once after a 401. */
+  token: string | TokenSource;
+  store?: Store; // default MemoryStore
+  handlers?: ClientHandlers;
+  /** WebSocket: the constructor (globalThis.WebSocket by default; in Node 20 pass `ws`'s). None: long-polling only. */
+  WebSocket?: WebSocketCtor;
+  fetch?: FetchLike;
+  transport?: Transport; // default "auto"
+  startupJitterMs?: number; // 1000: random wait in [0, it) before the first connection; negative: none
+  backoffInitialMs?: number; // 500
+  backoffMaxMs?: number; // 30000
+  stablePeriodMs?: number; // 30000: a connection up this long resets the backoff
+  breakerThreshold?: number; // 8 failures in a row open the circuit
+  breakerCooldownMs?: number; // 60000
+  wsFallbackAfter?: number; // 3 failed WebSocket sessions in a row before long-polling
+  pollingPeriodMs?: number; // 300000: how long to poll before trying the WebSocket again
+  longPollWaitSec?: number; // 25
+  pageSize?: number; // 200
+  gapWaitMs?: number; // 500
+  headWaitMs?: number; // 1000
+  requestTimeoutMs?: number; // 15000
+  pendingRecheckMs?: number; // 2000
+  commitEvery?: number; // 1
+  backfillPage?: number; // 100
+}
+
+type Resolved = Required<Omit<ClientConfig, "store" | "handlers" | "WebSocket" | "fetch" | "token">>;
+
+const defaults: Resolved = {
+  baseUrl: "", transport: "auto", startupJitterMs: 1000, backoffInitialMs: 500, backoffMaxMs: 30000,
+  stablePeriodMs: 30000, breakerThreshold: 8, breakerCooldownMs: 60000, wsFallbackAfter: 3,
+  pollingPeriodMs: 300000, longPollWaitSec: 25, pageSize: 200, gapWaitMs: 500, headWaitMs: 1000,
+  requestTimeoutMs: 15000, pendingRecheckMs: 2000, commitEvery: 1, backfillPage: 100,
+};
+
+/** Attempt is one connection attempt's outcome, for the backoff, the breaker and the fallback. */
+interface Attempt {
+  gotThrough: boolean; // a welcome or a 2xx came back
+  stable: boolean; // it stayed up for stablePeriodMs (or polled its whole period)
+  retryAfterMs?: number;
+  fallback?: boolean; // the upgrade was refused: long-poll now
+  periodEnded?: boolean; // the polling period is over: try the WebSocket at once
+  fatal?: unknown;
+}
+
+export interface BackfillResult {
+  messages: Message[];
+  remaining: Hole[];
+}
+
+export class Client {
+  private readonly cfg: Resolved;
+  private readonly api: Api;
+  private readonly inbox: Inbox;
+  private readonly outbox: Outbox;
+  private readonly backoff: Backoff;
+  private readonly breaker: CircuitBreaker;
+  private abort?: AbortController;
+  private running?: Promise<void>;
+  private etag?: string;
+
+  private constructor(config: ClientConfig, store: Store, state: ReturnType<typeof emptyState>) {
+    this.cfg = resolve(config);
+    const token = config.token;
+    this.api = new Api({
+      baseUrl: this.cfg.baseUrl, fetch: config.fetch, requestTimeoutMs: this.cfg.requestTimeoutMs,
+      token: typeof token === "string" ? () => token : token,
+    });
+    const saver = new Saver(store, state);
+    this.handlers = config.handlers ?? {};
+    this.WebSocket = config.WebSocket ?? (globalThis as { WebSocket?: WebSocketCtor }).WebSocket;
+    this.inbox = new Inbox(state, saver, this.handlers, this.cfg.commitEvery);
+    this.outbox = new Outbox(state, saver, this.api, {
+      backoffInitialMs: this.cfg.backoffInitialMs, backoffMaxMs: this.cfg.backoffMaxMs,
+      pendingRecheckMs: this.cfg.pendingRecheckMs, onResult: (r) => this.handlers.onSendResult?.(r),
+    });
+    // A failed save here shows up at the next save, which the loop awaits.
+    this.inbox.ownMessage = (m) => void this.outbox.seen(m).catch(() => undefined);
+    this.backoff = new Backoff({ initialMs: this.cfg.backoffInitialMs, maxMs: this.cfg.backoffMaxMs });
+    this.breaker = new CircuitBreaker({ threshold: this.cfg.breakerThreshold, cooldownMs: this.cfg.breakerCooldownMs });
+  }
+
+  private readonly handlers: ClientHandlers;
+  private readonly WebSocket?: WebSocketCtor;
+
+  /** create loads the state from the store (once) and returns a stopped client. */
+  static async create(config: ClientConfig): Promise<Client> {
+    const store = config.store ?? new MemoryStore();
+    const state = (await store.load()) ?? emptyState();
+    return new Client(config, store, state);
+  }
+
+  get cursor(): number {
+    return this.inbox.cursor;
+  }
+
+  get epoch(): number {
+    return this.inbox.epoch;
+  }
+
+  /**
+   * start runs the sync loop and the outbox until stop() (then it resolves
+   * after a last save) or a fatal error (it rejects with it: PermanentError,
+   * HandlerError, StoreError). Temporary failures never end it.
+   */
+  start(): Promise<void> {
+    if (this.running) return this.running;
+    const ac = new AbortController();
+    this.abort = ac;
+    this.running = this.runAll(ac).finally(() => {
+      this.running = undefined;
+    });
+    return this.running;
+  }
+
+  /** stop ends start() and waits for it (a handler running is let finish). */
+  async stop(): Promise<void> {
+    this.abort?.abort();
+    await this.running?.catch(() => undefined);
+  }
+
+  private async runAll(ac: AbortController): Promise<void> {
+    const fatal = (err: unknown) => {
+      if (!ac.signal.aborted) ac.abort(err);
+      throw err;
+    };
+    try {
+      await Promise.all([this.loop(ac.signal).catch(fatal), this.outbox.run(ac.signal).catch(fatal)]);
+      this.status({ state: "stopped" });
+    } catch (err) {
+      this.status({ state: "stopped", error: err });
+      throw err;
+    }
+  }
+
+  /** send queues a message (saved before it returns, works offline) and returns its msg_id. */
+  send(conversationId: number, body: string, opts?: SendOptions): Promise<string> {
+    return this.outbox.enqueue(conversationId, body, opts);
+  }
+
+  /** waitSent resolves when the queued send ended; undefined if msgId is not queued (any more). */
+  waitSent(msgId: string): Promise<SendResult | undefined> {
+    return this.outbox.waitSent(msgId);
+  }
+
+  /** pending lists the sends still queued. */
+  pending(): readonly { msgId: string; conversationId: number; body: string }[] {
+    return this.outbox.items;
+  }
+
+  /** holes lists a conversation's missing history. */
+  holes(conversationId: number): Hole[] {
+    return this.inbox.conv(conversationId).holes.map((h) => ({ ...h }));
+  }
+
+  /**
+   * backfill fills one page of the newest hole of the conversation. It takes
+   * the delivery lock (an entry and a page racing for one message cannot both
+   * hand it over), so a handler must not await it: it would wait for itself.
+   */
+  async backfill(conversationId: number, signal?: AbortSignal): Promise<BackfillResult> {
+    return this.inbox.lock.run(async () => {
+      const c = this.inbox.conv(conversationId);
+      const hole = c.holes[c.holes.length - 1];
+      if (!hole) return { messages: [], remaining: [] };
+      const page = await this.api.history(conversationId, hole.to + 1, this.cfg.backfillPage, signal);
+      const seqs = page.messages.map((m) => m.seq);
+      const from = page.has_more && seqs.length > 0 ? Math.min(...seqs) : hole.from;
+      const messages = await this.inbox.fillHistory(conversationId, page.messages, from, hole.to);
+      return { messages, remaining: this.holes(conversationId) };
+    });
+  }
+
+  /** sync pulls over HTTP until the client is at the head (a repair, or a sync without a loop). */
+  async sync(signal?: AbortSignal): Promise<void> {
+    for (;;) {
+      const r = await this.syncOnce({ after: this.inbox.cursor, epoch: this.inbox.epoch || undefined, limit: this.cfg.pageSize }, signal);
+      if (!r?.has_more) return;
+    }
+  }
+
+  /** syncOnce makes one GET /v1/sync and applies it; an answer that does not continue the cursor is an error (retried, never skipped). */
+  private async syncOnce(p: SyncParams, signal?: AbortSignal): Promise<SyncAnswer | undefined> {
+    const { answer, etag } = await this.api.sync({ ...p, etag: this.etag }, signal);
+    this.etag = etag;
+    if (!answer) return undefined;
+    this.inbox.setCounts(answer);
+    if (answer.too_long) {
+      await this.inbox.tooLong(answer as TooLongAnswer, (page) => this.api.conversations(page, signal));
+      return answer;
+    }
+    await this.inbox.adoptEpoch(answer.epoch);
+    if ((await this.inbox.apply(answer.entries ?? [])) === "gap") {
+      throw new ApiError(0, "gap", `sync page after ${p.after} does not continue the cursor`, true);
+    }
+    return answer;
+  }
+
+  private status(s: Status): void {
+    try {
+      this.handlers.onStatus?.(s);
+    } catch {
+      // a status callback must not break the loop
+    }
+  }
+
+  private async loop(signal: AbortSignal): Promise<void> {
+    if (this.cfg.startupJitterMs > 0) await sleep(Math.random() * this.cfg.startupJitterMs, signal);
+    let wsFailures = 0;
+    let pollUntil = this.cfg.transport === "polling" || !this.WebSocket ? Infinity : 0;
+    while (!signal.aborted) {
+      const open = this.breaker.waitMs();
+      if (open > 0) {
+        this.status({ state: "circuit_open", untilMs: Date.now() + open });
+        await sleep(open, signal);
+        continue;
+      }
+      const useWs = Date.now() >= pollUntil;
+      const a = useWs ? await this.wsAttempt(signal) : await this.pollAttempt(signal, pollUntil);
+      if (a.fatal) throw a.fatal;
+      if (signal.aborted) return;
+      if (a.gotThrough) this.breaker.success();
+      else this.breaker.failure();
+      if (a.stable) this.backoff.reset();
+      if (useWs) {
+        wsFailures = a.stable ? 0 : wsFailures + 1;
+        if (this.cfg.transport === "auto" && (a.fallback || wsFailures >= this.cfg.wsFallbackAfter)) {
+          pollUntil = Date.now() + this.cfg.pollingPeriodMs;
+          wsFailures = 0;
+          continue; // long-poll at once: the HTTP sync decides what is permanent
+        }
+      } else if (a.periodEnded) {
+        continue; // the polling period ended: try the WebSocket now
+      }
+      await this.pause(a, signal);
+    }
+  }
+
+  private async pause(a: Attempt, signal: AbortSignal): Promise<void> {
+    const wait = a.retryAfterMs !== undefined ? jitterUp(a.retryAfterMs, 0.2) : this.backoff.next();
+    this.status({ state: "waiting", untilMs: Date.now() + wait, reason: a.retryAfterMs !== undefined ? "retry-after" : "backoff" });
+    await sleep(wait, signal);
+  }
+
+  private async wsAttempt(signal: AbortSignal): Promise<Attempt> {
+    this.status({ state: "connecting", transport: "websocket" });
+    const url = new URL(this.api.baseUrl + "/v1/ws");
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    url.searchParams.set("access_token", await this.api.bearer());
+    const end = await runWsSession({
+      url: url.toString(), WebSocket: this.WebSocket!, signal,
+      cursor: () => this.inbox.cursor, epoch: () => this.inbox.epoch,
+      apply: (e) => this.inbox.apply(e),
+      tooLong: (t) => this.inbox.tooLong(t, (page) => this.api.conversations(page, signal)),
+      pull: () => this.sync(signal),
+      onWelcome: (f) => {
+        this.status({ state: "connected", transport: "websocket" });
+        void this.inbox.adoptEpoch(f.epoch ?? 0);
+      },
+      counts: (f) => this.inbox.setCounts(f),
+      gapWaitMs: this.cfg.gapWaitMs, headWaitMs: this.cfg.headWaitMs, helloTimeoutMs: this.cfg.requestTimeoutMs,
+    });
+    return this.wsOutcome(end);
+  }
+
+  private wsOutcome(end: WsEnd): Attempt {
+    const stable = end.welcomedAt !== undefined && Date.now() - end.welcomedAt >= this.cfg.stablePeriodMs;
+    const a: Attempt = { gotThrough: end.welcomed, stable, fatal: end.fatal };
+    if (end.closeCode === 4001 || end.closeCode === 4003) {
+      a.fatal = new PermanentError(undefined, end.closeCode, end.lastError?.code ?? "closed", `websocket closed ${end.closeCode}: ${end.closeReason ?? ""}`);
+    } else if (end.closeCode === 4029 && end.lastError?.retry_after_ms) {
+      a.retryAfterMs = end.lastError.retry_after_ms;
+    }
+    const st = end.upgradeStatus;
+    if (st !== undefined && st >= 400 && st < 500 && st !== 408 && st !== 429) {
+      if (this.cfg.transport === "websocket") {
+        a.fatal = new PermanentError(st, undefined, "upgrade_refused", `websocket upgrade refused with ${st}`);
+      } else a.fallback = true;
+    }
+    return a;
+  }
+
+  /**
+   * pollAttempt long-polls until `until`: the first request does not wait
+   * (it catches up and proves the path); requests start at least the
+   * server's next_interval_ms apart (±10%).
+   */
+  private async pollAttempt(signal: AbortSignal, until: number): Promise<Attempt> {
+    this.status({ state: "connecting", transport: "polling" });
+    const a: Attempt = { gotThrough: false, stable: false };
+    let waitSec = 0;
+    let upSince = 0;
+    try {
+      while (!signal.aborted && Date.now() < until) {
+        const started = Date.now();
+        const p: SyncParams = { after: this.inbox.cursor, epoch: this.inbox.epoch || undefined, limit: this.cfg.pageSize, waitSec };
+        const ans = await this.syncOnce(p, signal);
+        if (!a.gotThrough) this.status({ state: "connected", transport: "polling" });
+        a.gotThrough = true;
+        upSince ||= Date.now();
+        // As for a WebSocket, only a path that stayed up resets the backoff.
+        if (Date.now() - upSince >= this.cfg.stablePeriodMs) this.backoff.reset();
+        if (ans?.has_more || ans?.too_long) continue;
+        waitSec = this.cfg.longPollWaitSec;
+        await sleep(pollGap(started, ans), signal);
+      }
+      a.stable = true;
+      a.periodEnded = true;
+    } catch (err) {
+      if (signal.aborted) return a;
+      a.stable = upSince > 0 && Date.now() - upSince >= this.cfg.stablePeriodMs;
+      return { ...a, ...classify(err) };
+    }
+    return a;
+  }
+}
+
+/** pollGap is how long to wait before the next poll: the rest of the server's interval (±10%) after an answer. */
+function pollGap(started: number, ans: SyncAnswer | undefined): number {
+  const interval = ans?._polling?.next_interval_ms ?? 0;
+  if (interval <= 0) return 0;
+  const jittered = interval * (0.9 + 0.2 * Math.random());
+  return Math.max(0, started + jittered - Date.now());
+}
+
+/** classify turns a sync failure into the loop's outcome: permanent statuses stop, the rest are retried. */
+function classify(err: unknown): Partial<Attempt> {
+  if (isFatal(err)) return { fatal: err };
+  if (err instanceof ApiError) {
+    if (err.status >= 400 && err.status < 500 && !err.retryable) {
+      return { fatal: new PermanentError(err.status, undefined, err.code, err.message) };
+    }
+    return { retryAfterMs: err.retryAfterMs };
+  }
+  return {}; // a network error, an undecodable answer: backoff
+}
+
+function resolve(c: ClientConfig): Resolved {
+  const r = { ...defaults } as Resolved & { [k: string]: unknown };
+  for (const [k, v] of Object.entries(c)) {
+    if (k in defaults && v !== undefined && v !== 0) (r as { [k: string]: unknown })[k] = v;
+  }
+  if (!r.baseUrl) throw new Error("inboxd: baseUrl is required");
+  if (!c.token) throw new Error("inboxd: token is required");
+  if (r.longPollWaitSec < 1 || r.longPollWaitSec > 30) throw new Error("inboxd: longPollWaitSec must be 1..30");
+  if (r.pageSize < 1 || r.pageSize > 200) throw new Error("inboxd: pageSize must be 1..200");
+  return r;
+}
+

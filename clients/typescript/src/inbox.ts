@@ -1,0 +1,261 @@
+// Inbox is the delivery core: entries in, handlers called in inbox order,
+// each once, the cursor moved and saved only after the handler resolved. It
+// knows nothing of transports: the WebSocket and the long-poll both feed it.
+import { HandlerError, StoreError } from "./errors.js";
+import type { Counts, Entry, Message, Record, TooLongAnswer } from "./protocol.js";
+import { KindMessage } from "./protocol.js";
+import { cloneState, type ConversationState, type Hole, type State, type Store } from "./store.js";
+
+/** TooLong is what OnTooLong learns: the jump to head and, per conversation, the history it now lacks. */
+export interface TooLong {
+  epoch: number;
+  head: number;
+  previousEpoch: number;
+  previousCursor: number;
+  newHoles: { conversationId: number; hole: Hole }[];
+}
+
+/** Handlers are the app's callbacks. The delivery ones (onEntry, onTooLong, onConversations, onHistory) never run concurrently. */
+export interface Handlers {
+  /** onEntry gets each entry once in inbox_seq order; a rejection stops the client and the entry comes again on the next start. */
+  onEntry?(e: Entry): void | Promise<void>;
+  /** onTooLong: the inbox jumped to the head; older history is in holes (load it with backfill). The jump is saved after it resolved. */
+  onTooLong?(t: TooLong): void | Promise<void>;
+  /** onConversations: the whole conversation list, after a too-long. */
+  onConversations?(records: Record[]): void | Promise<void>;
+  /** onHistory: what a backfill filled in, ascending; the hole is marked filled after it resolved. */
+  onHistory?(conversationId: number, messages: Message[]): void | Promise<void>;
+  /** onCounts: the server's unread and mention totals changed. */
+  onCounts?(c: Counts): void;
+}
+
+/** Mutex serializes the delivery handlers and the state changes that go with them. */
+export class Mutex {
+  private tail: Promise<void> = Promise.resolve();
+  private held = false;
+
+  get locked(): boolean {
+    return this.held;
+  }
+
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(async () => {
+      this.held = true;
+      try {
+        return await fn();
+      } finally {
+        this.held = false;
+      }
+    });
+    this.tail = result.then(() => undefined, () => undefined);
+    return result;
+  }
+}
+
+/** Saver writes the state through the store one save at a time, each the state as it is then. */
+export class Saver {
+  private chain: Promise<void> = Promise.resolve();
+
+  constructor(private readonly store: Store, private readonly state: State) {}
+
+  save(): Promise<void> {
+    const next = this.chain.then(() => this.store.save(cloneState(this.state)));
+    this.chain = next.catch(() => undefined);
+    return next.catch((err) => {
+      throw new StoreError("save", err);
+    });
+  }
+}
+
+export type ApplyResult = "ok" | "gap";
+
+/** Inbox applies pages of entries and too-long answers to the state. */
+export class Inbox {
+  readonly lock = new Mutex();
+  private counts: Counts = { unread_total: 0, mention_total: 0 };
+  /** ownMessage is told of every message entry (the outbox matches pending sends by msg_id). */
+  ownMessage: (m: Message) => void = () => undefined;
+
+  constructor(
+    readonly state: State,
+    private readonly saver: Saver,
+    private readonly handlers: Handlers,
+    private readonly commitEvery = 1,
+  ) {}
+
+  get cursor(): number {
+    return this.state.cursor;
+  }
+
+  get epoch(): number {
+    return this.state.epoch;
+  }
+
+  /** adoptEpoch takes the server's epoch when the client has none yet (a first sync). */
+  async adoptEpoch(epoch: number): Promise<void> {
+    if (this.state.epoch === 0 && epoch > 0 && this.state.cursor === 0) {
+      this.state.epoch = epoch;
+      await this.saver.save();
+    }
+  }
+
+  setCounts(c: Partial<Counts>): void {
+    if (c.unread_total === undefined || c.mention_total === undefined) return;
+    if (c.unread_total === this.counts.unread_total && c.mention_total === this.counts.mention_total) return;
+    this.counts = { unread_total: c.unread_total, mention_total: c.mention_total };
+    this.handlers.onCounts?.({ ...this.counts });
+  }
+
+  getCounts(): Counts {
+    return { ...this.counts };
+  }
+
+  /**
+   * apply delivers the entries that continue the cursor. Entries at or below
+   * the cursor are dropped (duplicates, overlapping pulls); an entry beyond
+   * cursor+1 is a gap: apply stops there and answers "gap" so the caller
+   * pulls the missing entries over HTTP.
+   */
+  apply(entries: Entry[]): Promise<ApplyResult> {
+    return this.lock.run(() => this.applyLocked(entries));
+  }
+
+  private async applyLocked(entries: Entry[]): Promise<ApplyResult> {
+    const sorted = [...entries].sort((a, b) => a.inbox_seq - b.inbox_seq);
+    let unsaved = 0;
+    try {
+      for (const e of sorted) {
+        if (e.inbox_seq <= this.state.cursor) continue;
+        if (e.inbox_seq !== this.state.cursor + 1) return "gap";
+        await this.deliver(e);
+        this.state.cursor = e.inbox_seq;
+        if (++unsaved >= this.commitEvery) {
+          unsaved = 0;
+          await this.saver.save();
+        }
+      }
+      return "ok";
+    } finally {
+      if (unsaved > 0) await this.saver.save();
+    }
+  }
+
+  /** deliver calls onEntry, then changes the state: a failing handler leaves it as it was, so the entry comes again. */
+  private async deliver(e: Entry): Promise<void> {
+    const skip = e.kind === KindMessage && e.message ? this.deliveredByBackfill(e.message) : false;
+    if (!skip) await callHandler("onEntry", () => this.handlers.onEntry?.(e));
+    if (e.kind === KindMessage && e.message) this.noteMessage(e.message);
+    if (e.record) this.noteRecord(e.record);
+    if (e.message) this.ownMessage(e.message);
+  }
+
+  /** deliveredByBackfill: a message at or below the last seq known and in no hole was handed over by Backfill. */
+  private deliveredByBackfill(m: Message): boolean {
+    const c = this.conv(m.conversation_id);
+    return m.seq <= c.lastSeq && !inHoles(c.holes, m.seq);
+  }
+
+  /** noteMessage records the message's seq: a hole for the seqs it skipped, or punched out of a hole. */
+  private noteMessage(m: Message): void {
+    const c = this.conv(m.conversation_id);
+    if (m.seq > c.lastSeq) {
+      if (m.seq > c.lastSeq + 1) addHole(c, { from: c.lastSeq + 1, to: m.seq - 1 });
+      c.lastSeq = m.seq;
+    } else if (inHoles(c.holes, m.seq)) {
+      c.holes = punch(c.holes, m.seq, m.seq);
+    }
+  }
+
+  private noteRecord(r: Record): void {
+    const c = this.conv(r.conversation_id);
+    c.recordVersion = Math.max(c.recordVersion, r.version);
+    this.state.recordVersion = Math.max(this.state.recordVersion, r.version);
+  }
+
+  conv(cid: number): ConversationState {
+    const key = String(cid);
+    return (this.state.conversations[key] ??= { lastSeq: 0, recordVersion: 0, holes: [] });
+  }
+
+  /**
+   * tooLong handles a too-long answer: reads the rest of the list, records a
+   * hole per conversation from the last seq known to its last_seq, calls
+   * onTooLong, saves the jump to the head, then hands the list over.
+   */
+  tooLong(t: TooLongAnswer, nextPage: (page: string) => Promise<{ conversations: Record[]; next_page: string | null }>): Promise<void> {
+    return this.lock.run(async () => {
+      const records = [...t.conversations];
+      for (let page = t.next_page; page; ) {
+        const l = await nextPage(page);
+        records.push(...l.conversations);
+        page = l.next_page;
+      }
+      const info: TooLong = { epoch: t.epoch, head: t.head, previousEpoch: this.state.epoch, previousCursor: this.state.cursor, newHoles: [] };
+      for (const r of records) {
+        const c = this.conv(r.conversation_id);
+        if (r.last_seq > c.lastSeq) {
+          const hole = { from: c.lastSeq + 1, to: r.last_seq };
+          addHole(c, hole);
+          info.newHoles.push({ conversationId: r.conversation_id, hole });
+          c.lastSeq = r.last_seq;
+        }
+        c.recordVersion = Math.max(c.recordVersion, r.version);
+      }
+      await callHandler("onTooLong", () => this.handlers.onTooLong?.(info));
+      this.state.epoch = t.epoch;
+      this.state.cursor = t.head;
+      this.state.recordVersion = Math.max(this.state.recordVersion, t.record_version ?? 0);
+      await this.saver.save();
+      await callHandler("onConversations", () => this.handlers.onConversations?.(records));
+    });
+  }
+
+  /** fillHistory hands the messages of a history page that fall in holes to onHistory, then closes [from, to]. */
+  async fillHistory(cid: number, messages: Message[], from: number, to: number): Promise<Message[]> {
+    const c = this.conv(cid);
+    const fresh = messages.filter((m) => inHoles(c.holes, m.seq)).sort((a, b) => a.seq - b.seq);
+    if (fresh.length > 0) await callHandler("onHistory", () => this.handlers.onHistory?.(cid, fresh));
+    c.holes = punch(c.holes, from, to);
+    await this.saver.save();
+    return fresh;
+  }
+}
+
+async function callHandler(name: string, fn: () => unknown): Promise<void> {
+  try {
+    await fn();
+  } catch (err) {
+    throw new HandlerError(name, err);
+  }
+}
+
+export function inHoles(holes: Hole[], seq: number): boolean {
+  return holes.some((h) => h.from <= seq && seq <= h.to);
+}
+
+/** addHole merges h into the conversation's holes, kept ascending and disjoint. */
+export function addHole(c: ConversationState, h: Hole): void {
+  if (h.from > h.to) return;
+  const all = [...c.holes, h].sort((a, b) => a.from - b.from);
+  const out: Hole[] = [];
+  for (const x of all) {
+    const last = out[out.length - 1];
+    if (last && x.from <= last.to + 1) last.to = Math.max(last.to, x.to);
+    else out.push({ ...x });
+  }
+  c.holes = out;
+}
+
+/** punch removes [from, to] from the holes. */
+export function punch(holes: Hole[], from: number, to: number): Hole[] {
+  const out: Hole[] = [];
+  for (const h of holes) {
+    if (h.to < from || h.from > to) {
+      out.push(h);
+      continue;
+    }
+    if (h.from < from) out.push({ from: h.from, to: from - 1 });
+    if (h.to > to) out.push({ from: to + 1, to: h.to });
+  }
+  return out;
+}

@@ -1,0 +1,92 @@
+// The client's persisted state and the Store interface.
+
+/** Hole is a range of conversation seqs [from, to] the device has not got. */
+export interface Hole {
+  from: number;
+  to: number;
+}
+
+export interface ConversationState {
+  lastSeq: number; // the highest seq delivered or known from the list
+  recordVersion: number;
+  holes: Hole[]; // ascending, disjoint
+}
+
+/** OutboxItem is one queued send; msgId is fixed before the first attempt and never changes. */
+export interface OutboxItem {
+  msgId: string;
+  conversationId: number;
+  body: string;
+  replyTo?: number;
+  mentions?: number[];
+  mentionAll?: boolean;
+  pending?: boolean; // answered 202: in the log, seq later
+  queuedAt: number;
+}
+
+/** State is everything the client persists: (epoch, cursor), per-conversation positions and holes, the outbox. */
+export interface State {
+  version: 1;
+  epoch: number;
+  cursor: number;
+  recordVersion: number;
+  conversations: { [cid: string]: ConversationState };
+  outbox: OutboxItem[];
+}
+
+export function emptyState(): State {
+  return { version: 1, epoch: 0, cursor: 0, recordVersion: 0, conversations: {}, outbox: [] };
+}
+
+/**
+ * Store persists the client state. load is called once at start; save gets
+ * the whole state after every change that must not be lost (the cursor after
+ * a handler succeeded, an outbox change). save must be atomic: a crash leaves
+ * the old state or the new one. Implement it on your own database to commit
+ * the state with the effects of the entries (exactly once across crashes).
+ * The client never calls save concurrently with itself.
+ */
+export interface Store {
+  load(): Promise<State | undefined>;
+  save(state: State): Promise<void>;
+  close?(): Promise<void>;
+}
+
+/** cloneState deep-copies a state (stores keep their own copy). */
+export function cloneState(s: State): State {
+  return JSON.parse(JSON.stringify(s)) as State;
+}
+
+/** validState checks the shape of a loaded state; a store holding something else is an error, not a reset. */
+export function checkState(v: unknown): State {
+  const s = v as State;
+  if (typeof s !== "object" || s === null || s.version !== 1 || typeof s.cursor !== "number" ||
+      typeof s.epoch !== "number" || !Array.isArray(s.outbox) || typeof s.conversations !== "object") {
+    throw new Error("inboxd: stored state has an unknown shape");
+  }
+  return s;
+}
+
+/** MemoryStore keeps the state in memory: nothing survives the process. For tests and short-lived tools. */
+export class MemoryStore implements Store {
+  private state: State | undefined;
+  saves = 0;
+
+  constructor(initial?: State) {
+    this.state = initial ? cloneState(initial) : undefined;
+  }
+
+  async load(): Promise<State | undefined> {
+    return this.state ? cloneState(this.state) : undefined;
+  }
+
+  async save(state: State): Promise<void> {
+    this.state = cloneState(state);
+    this.saves++;
+  }
+
+  /** snapshot returns a copy of what was saved last. */
+  snapshot(): State | undefined {
+    return this.state ? cloneState(this.state) : undefined;
+  }
+}

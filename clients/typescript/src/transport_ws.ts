@@ -1,0 +1,205 @@
+// One WebSocket session: hello with the cursor and epoch, the welcome, then
+// entries, too_long and heartbeats until the connection ends. The session
+// feeds the Inbox; gaps and heads beyond the cursor are repaired over HTTP by
+// the pull the client passes in.
+import type { ApplyResult } from "./inbox.js";
+import type { Entry, ServerFrame, TooLongAnswer } from "./protocol.js";
+
+/** WebSocketLike is the part of the WHATWG WebSocket the client uses (browsers' WebSocket, Node's `ws`). */
+export interface WebSocketLike {
+  readonly readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((ev: unknown) => void) | null;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+  onclose: ((ev: { code: number; reason: string }) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+}
+
+export type WebSocketCtor = new (url: string) => WebSocketLike;
+
+export interface WsSessionDeps {
+  url: string;
+  WebSocket: WebSocketCtor;
+  cursor(): number;
+  epoch(): number;
+  apply(entries: Entry[]): Promise<ApplyResult>;
+  tooLong(t: TooLongAnswer): Promise<void>;
+  pull(): Promise<void>;
+  onWelcome(f: ServerFrame): void;
+  counts(f: ServerFrame): void;
+  gapWaitMs: number;
+  headWaitMs: number;
+  helloTimeoutMs: number; // the welcome must come within this
+  signal: AbortSignal;
+}
+
+/** WsEnd says how a session ended. */
+export interface WsEnd {
+  welcomed: boolean;
+  welcomedAt?: number;
+  closeCode?: number;
+  closeReason?: string;
+  lastError?: ServerFrame; // the error frame before the close (4029 carries retry_after_ms)
+  upgradeStatus?: number; // the HTTP status of a refused upgrade, when the implementation tells it
+  fatal?: unknown; // a handler or store error: the client stops
+}
+
+/** runWsSession runs one session to its end; it never rejects. */
+export function runWsSession(d: WsSessionDeps): Promise<WsEnd> {
+  return new Promise((resolve) => new WsSession(d, resolve).start());
+}
+
+class WsSession {
+  private ws!: WebSocketLike;
+  private readonly end: WsEnd = { welcomed: false };
+  private chain: Promise<void> = Promise.resolve();
+  private deadTimer?: ReturnType<typeof setTimeout>;
+  private gapTimer?: ReturnType<typeof setTimeout>;
+  private headTimer?: ReturnType<typeof setTimeout>;
+  private closeTimer?: ReturnType<typeof setTimeout>;
+  private heartbeatMs = 0;
+  private done = false;
+
+  constructor(private readonly d: WsSessionDeps, private readonly resolve: (e: WsEnd) => void) {}
+
+  start(): void {
+    try {
+      this.ws = new this.d.WebSocket(this.d.url);
+    } catch (err) {
+      this.end.fatal = undefined;
+      this.end.closeReason = String(err);
+      return this.finish();
+    }
+    this.ws.onopen = () => this.ws.send(JSON.stringify(this.hello()));
+    this.ws.onmessage = (ev) => this.onMessage(ev.data);
+    this.ws.onerror = (ev) => this.onError(ev);
+    this.ws.onclose = (ev) => {
+      this.end.closeCode = ev.code;
+      this.end.closeReason = ev.reason;
+      this.finish();
+    };
+    this.armDead(this.d.helloTimeoutMs);
+    this.d.signal.addEventListener("abort", this.onAbort, { once: true });
+  }
+
+  private hello(): { type: "hello"; after: number; epoch?: number } {
+    const h: { type: "hello"; after: number; epoch?: number } = { type: "hello", after: this.d.cursor() };
+    if (this.d.epoch() > 0) h.epoch = this.d.epoch();
+    return h;
+  }
+
+  private readonly onAbort = () => this.close(1000, "client stopped");
+
+  private onError(ev: unknown): void {
+    const m = /Unexpected server response: (\d{3})/.exec(String((ev as { message?: string })?.message ?? ""));
+    if (m) this.end.upgradeStatus = Number(m[1]);
+  }
+
+  private onMessage(data: unknown): void {
+    this.armDead(this.heartbeatMs > 0 ? this.heartbeatMs * 2.5 : this.d.helloTimeoutMs);
+    let f: ServerFrame;
+    try {
+      f = JSON.parse(String(data)) as ServerFrame;
+    } catch {
+      return this.close(1007, "undecodable frame");
+    }
+    this.enqueue(() => this.handle(f));
+  }
+
+  /** enqueue runs frame handling one at a time, in arrival order. */
+  private enqueue(fn: () => Promise<void>): void {
+    this.chain = this.chain.then(async () => {
+      if (this.done) return;
+      try {
+        await fn();
+      } catch (err) {
+        this.fail(err);
+      }
+    });
+  }
+
+  private async handle(f: ServerFrame): Promise<void> {
+    this.d.counts(f);
+    switch (f.type) {
+      case "welcome":
+        this.end.welcomed = true;
+        this.end.welcomedAt = Date.now();
+        this.heartbeatMs = f.heartbeat_ms ?? 0;
+        this.d.onWelcome(f);
+        this.checkHead(f.head ?? 0);
+        return;
+      case "entries":
+        if ((await this.d.apply(f.entries ?? [])) === "gap") this.armGap();
+        else this.checkHead(f.head ?? 0);
+        return;
+      case "too_long":
+        await this.d.tooLong(f as unknown as TooLongAnswer);
+        return;
+      case "heartbeat":
+        this.checkHead(f.head ?? 0);
+        return;
+      case "error":
+        this.end.lastError = f;
+        return;
+      default:
+        return; // send_ack, receipts, typing, presence, kinds to come: not used by this client yet
+    }
+  }
+
+  /** armGap waits gapWaitMs for the missing entries (pushes can arrive out of order across reconnects), then pulls. */
+  private armGap(): void {
+    if (this.gapTimer) return;
+    const at = this.d.cursor();
+    this.gapTimer = setTimeout(() => {
+      this.gapTimer = undefined;
+      if (this.d.cursor() === at) this.enqueue(() => this.d.pull());
+    }, this.d.gapWaitMs);
+  }
+
+  /** checkHead arms headWaitMs when the server's head is beyond the cursor: no push by then means a pull. */
+  private checkHead(head: number): void {
+    if (head <= this.d.cursor() || this.headTimer) return;
+    const at = this.d.cursor();
+    this.headTimer = setTimeout(() => {
+      this.headTimer = undefined;
+      if (this.d.cursor() === at && head > at) this.enqueue(() => this.d.pull());
+    }, this.d.headWaitMs);
+  }
+
+  private armDead(ms: number): void {
+    clearTimeout(this.deadTimer);
+    this.deadTimer = setTimeout(() => this.close(4000, "no frame in time"), ms);
+  }
+
+  private fail(err: unknown): void {
+    const name = (err as Error)?.name;
+    if (name === "HandlerError" || name === "StoreError" || name === "PermanentError") this.end.fatal = err;
+    else this.end.closeReason = `repair failed: ${String(err)}`;
+    this.close(1000, "client error");
+  }
+
+  private close(code: number, reason: string): void {
+    try {
+      this.ws.close(code >= 4000 || code === 1000 ? code : 1000, reason);
+    } catch {
+      // already closing
+    }
+    this.end.closeCode ??= code;
+    this.end.closeReason ??= reason;
+    // Some implementations never report the close of a socket that did not open: finish anyway.
+    this.closeTimer ??= setTimeout(() => this.finish(), 1000);
+  }
+
+  private finish(): void {
+    if (this.done) return;
+    this.done = true;
+    clearTimeout(this.deadTimer);
+    clearTimeout(this.gapTimer);
+    clearTimeout(this.headTimer);
+    clearTimeout(this.closeTimer);
+    this.d.signal.removeEventListener("abort", this.onAbort);
+    // Let a frame being handled finish (its handler's cursor save) before reporting the end.
+    void this.chain.then(() => this.resolve(this.end));
+  }
+}

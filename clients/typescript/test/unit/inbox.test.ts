@@ -1,0 +1,99 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Inbox, Saver, addHole, punch } from "../../src/inbox.js";
+import { MemoryStore, emptyState } from "../../src/store.js";
+import { HandlerError } from "../../src/errors.js";
+import type { Entry } from "../../src/protocol.js";
+
+function entry(seq: number, cid = 1, mseq = seq): Entry {
+  return { inbox_seq: seq, conversation_id: cid, kind: "message",
+    message: { conversation_id: cid, seq: mseq, msg_id: `m${seq}`, sender_id: 2, kind: "text", body: "x", created_at: "" } };
+}
+
+function setup(onEntry: (e: Entry) => void | Promise<void>) {
+  const store = new MemoryStore();
+  const state = emptyState();
+  const inbox = new Inbox(state, new Saver(store, state), { onEntry });
+  return { store, state, inbox };
+}
+
+test("inbox: entries in inbox order, each once; duplicates and entries at or below the cursor are dropped", async () => {
+  const got: number[] = [];
+  const { inbox, store } = setup((e) => { got.push(e.inbox_seq); });
+  assert.equal(await inbox.apply([entry(2), entry(1), entry(3), entry(2)]), "ok");
+  assert.equal(await inbox.apply([entry(1), entry(3), entry(4)]), "ok");
+  assert.deepEqual(got, [1, 2, 3, 4]);
+  assert.equal(store.snapshot()?.cursor, 4);
+});
+
+test("inbox: an entry beyond cursor+1 is a gap: nothing past it is delivered", async () => {
+  const got: number[] = [];
+  const { inbox } = setup((e) => { got.push(e.inbox_seq); });
+  assert.equal(await inbox.apply([entry(1), entry(3), entry(4)]), "gap");
+  assert.deepEqual(got, [1]);
+  assert.equal(inbox.cursor, 1);
+  assert.equal(await inbox.apply([entry(2), entry(3), entry(4)]), "ok");
+  assert.deepEqual(got, [1, 2, 3, 4]);
+});
+
+test("inbox: the cursor moves and is saved only after the handler resolved; a failing handler gets the entry again", async () => {
+  let fail = true;
+  const got: number[] = [];
+  const { inbox, store } = setup(async (e) => {
+    await new Promise((r) => setTimeout(r, 1));
+    if (e.inbox_seq === 3 && fail) throw new Error("disk full");
+    got.push(e.inbox_seq);
+  });
+  await assert.rejects(inbox.apply([entry(1), entry(2), entry(3), entry(4)]), HandlerError);
+  assert.equal(inbox.cursor, 2);
+  assert.equal(store.snapshot()?.cursor, 2);
+  fail = false;
+  await inbox.apply([entry(1), entry(2), entry(3), entry(4)]);
+  assert.deepEqual(got, [1, 2, 3, 4]);
+});
+
+test("inbox: handlers never run concurrently, even when pages are applied at once", async () => {
+  let inside = 0;
+  let maxInside = 0;
+  const got: number[] = [];
+  const { inbox } = setup(async (e) => {
+    inside++;
+    maxInside = Math.max(maxInside, inside);
+    await new Promise((r) => setTimeout(r, 2));
+    got.push(e.inbox_seq);
+    inside--;
+  });
+  await Promise.all([inbox.apply([entry(1), entry(2)]), inbox.apply([entry(2), entry(3)]), inbox.apply([entry(1), entry(3), entry(4)])]);
+  assert.equal(maxInside, 1);
+  assert.deepEqual(got, [1, 2, 3, 4]);
+});
+
+test("inbox: too_long records holes, jumps to the head after onTooLong, then hands over the list", async () => {
+  const store = new MemoryStore();
+  const state = emptyState();
+  const calls: string[] = [];
+  const inbox = new Inbox(state, new Saver(store, state), {
+    onEntry: () => { calls.push("entry"); },
+    onTooLong: (t) => { calls.push(`toolong ${t.head} ${JSON.stringify(t.newHoles)}`); assert.equal(store.snapshot()?.cursor ?? 0, 1); },
+    onConversations: (rs) => { calls.push(`list ${rs.length}`); },
+  });
+  await inbox.apply([entry(1, 7, 1)]);
+  const rec = (cid: number, last: number) => ({ conversation_id: cid, title: "", pinned: false, muted: false, read_seq: 0, last_seq: last,
+    last_message: null, version: 3, removed: false, unread_count: 0, mention_count: 0 });
+  await inbox.tooLong({ too_long: true, epoch: 2, head: 900, record_version: 3, conversations: [rec(7, 40)], next_page: "p2" },
+    async () => ({ conversations: [rec(8, 5)], next_page: null }));
+  assert.deepEqual(calls, ["entry", 'toolong 900 [{"conversationId":7,"hole":{"from":2,"to":40}},{"conversationId":8,"hole":{"from":1,"to":5}}]', "list 2"]);
+  assert.equal(store.snapshot()?.cursor, 900);
+  assert.equal(store.snapshot()?.epoch, 2);
+  // a message in a hole is delivered and punched out; one skipping ahead records a hole
+  await inbox.apply([entry(901, 7, 45)]);
+  assert.deepEqual(inbox.conv(7).holes, [{ from: 2, to: 44 }]);
+});
+
+test("holes: merge and punch", () => {
+  const c = { lastSeq: 0, recordVersion: 0, holes: [{ from: 1, to: 3 }] };
+  addHole(c, { from: 4, to: 6 });
+  addHole(c, { from: 10, to: 12 });
+  assert.deepEqual(c.holes, [{ from: 1, to: 6 }, { from: 10, to: 12 }]);
+  assert.deepEqual(punch(c.holes, 3, 11), [{ from: 1, to: 2 }, { from: 12, to: 12 }]);
+});

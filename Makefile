@@ -16,9 +16,10 @@ build:
 	$(GO) build -o bin/inboxd-bench ./cmd/inboxd-bench
 
 # make test and make test-race leave the compose topology to make test-compose.
-test: ## every test, against a real PostgreSQL and kfake started by the tests
+test: ## every test, against a real PostgreSQL and kfake started by the tests; then the TypeScript SDK's (test-ts)
 	$(GO) vet ./...
 	INBOXD_COMPOSE_TEST=skip $(GO) test -count=1 -timeout 40m $(GOTESTFLAGS) ./...
+	$(MAKE) test-ts
 
 test-race: ## every test under the race detector (the inboxd binaries the tests start too)
 	INBOXD_COMPOSE_TEST=skip $(GO) test -race -count=1 -timeout 40m $(GOTESTFLAGS) ./...

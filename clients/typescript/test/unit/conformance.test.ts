@@ -1,0 +1,298 @@
+// The conformance scenarios shared with the Go SDK (clients/conformance/README.md):
+// the twin of client/conformance_test.go. Each scenario file is one subtest: a
+// fake gateway follows its script, the client runs on a MemoryStore seeded from
+// `start` with its waits shrunk, and the requests it made and the state it ended
+// with are compared with `expect`. CONFORMANCE_LOG=1 prints every request log.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { WebSocket as NodeWebSocket } from "ws";
+import { Client, type ClientConfig, type Transport } from "../../src/client.js";
+import { ApiError, HandlerError, PermanentError } from "../../src/errors.js";
+import type { TooLong } from "../../src/inbox.js";
+import type { SendResult } from "../../src/outbox.js";
+import { emptyState, MemoryStore, type Hole, type State } from "../../src/store.js";
+import type { WebSocketCtor } from "../../src/transport_ws.js";
+import { matches, ScriptServer, type LoggedRequest, type Matcher, type Step } from "./conformance_server.js";
+
+// dist/test/unit → the repository's clients/conformance/scenarios.
+const scenarioDir = join(dirname(fileURLToPath(import.meta.url)), "../../../../conformance/scenarios");
+
+/** scenarioDeadlineMs bounds one scenario; a failure bound, never an expectation. */
+const scenarioDeadlineMs = 10_000;
+
+/**
+ * Divergences of the TypeScript SDK from a scenario (the scenario being right
+ * per docs/client.md and docs/protocol.md): the subtest runs as a todo.
+ */
+const divergences: { [name: string]: string } = {};
+
+interface Scenario {
+  name: string;
+  checks: string;
+  transport?: string;
+  config?: { ws_fallback_after?: number };
+  start: { epoch: number; cursor: number; conversations?: { [cid: string]: { last_seq: number } };
+    outbox?: { msg_id: string; conversation_id: number; body: string }[] };
+  handler?: { fail_once?: number[] };
+  script: Step[];
+  expect: Expectation;
+}
+
+interface ExpectedRequest extends Matcher {
+  times?: number;
+  min_times?: number;
+  max_times?: number;
+}
+
+type Holes = { [cid: string]: [number, number][] };
+
+interface Expectation {
+  requests?: ExpectedRequest[];
+  entries?: number[];
+  cursor: number;
+  epoch: number;
+  outbox?: string[];
+  sent?: { [msgId: string]: number };
+  send_errors?: { [msgId: string]: number };
+  too_long?: { epoch: number; head: number; new_holes?: Holes }[];
+  holes?: Holes;
+  permanent?: { status?: number; close_code?: number };
+  handler_errors?: number;
+}
+
+class AppRefused extends Error {}
+
+/** Observed is what the app saw. */
+class Observed {
+  entries: number[] = [];
+  tooLongs: TooLong[] = [];
+  results = new Map<string, SendResult>();
+  handlerErrors = 0;
+  private readonly failed = new Set<number>();
+  constructor(private readonly failOnce: number[]) {}
+
+  handlers() {
+    return {
+      onEntry: (e: { inbox_seq: number }) => {
+        if (this.failOnce.includes(e.inbox_seq) && !this.failed.has(e.inbox_seq)) {
+          this.failed.add(e.inbox_seq);
+          this.handlerErrors++;
+          throw new AppRefused(`entry ${e.inbox_seq}: conformance: the app failed`);
+        }
+        this.entries.push(e.inbox_seq);
+      },
+      onTooLong: (t: TooLong) => {
+        this.tooLongs.push(t);
+      },
+      onSendResult: (r: SendResult) => {
+        this.results.set(r.msgId, r);
+      },
+    };
+  }
+}
+
+function startingState(s: Scenario["start"]): State {
+  const st = emptyState();
+  st.epoch = s.epoch;
+  st.cursor = s.cursor;
+  for (const [cid, c] of Object.entries(s.conversations ?? {})) {
+    st.conversations[cid] = { lastSeq: c.last_seq, recordVersion: 0, holes: [] };
+  }
+  for (const o of s.outbox ?? []) {
+    st.outbox.push({ msgId: o.msg_id, conversationId: o.conversation_id, body: o.body, queuedAt: Date.now() });
+  }
+  return st;
+}
+
+/** conformanceConfig shrinks every wait of the SDK (the README's table, under the TypeScript names). */
+function conformanceConfig(sc: Scenario, url: string, store: MemoryStore, obs: Observed): ClientConfig {
+  const transports: { [k: string]: Transport } = { "": "auto", auto: "auto", websocket: "websocket", polling: "polling" };
+  const transport = transports[sc.transport ?? ""];
+  assert.ok(transport, `transport ${sc.transport}`);
+  return {
+    baseUrl: url, token: "conformance", store, handlers: obs.handlers(), transport,
+    WebSocket: NodeWebSocket as unknown as WebSocketCtor,
+    startupJitterMs: -1,
+    backoffInitialMs: 1, backoffMaxMs: 10,
+    stablePeriodMs: 3_600_000, // every session counts as short: wsFallbackAfter is what decides
+    breakerThreshold: 1000, breakerCooldownMs: 10,
+    wsFallbackAfter: sc.config?.ws_fallback_after || 1000, // no fallback unless the scenario asks
+    pollingPeriodMs: 3_600_000,
+    longPollWaitSec: 1,
+    gapWaitMs: 20, headWaitMs: 20,
+    requestTimeoutMs: 5000, pendingRecheckMs: 10,
+    // The Go runner's SendTimeout (1s) has no TypeScript twin: sends use requestTimeoutMs.
+  };
+}
+
+/** Runner runs a client until stopped or it ends with an error other than the app's; after those it restarts on the same store. */
+class Runner {
+  private current?: Client;
+  private stopped = false;
+  done = false;
+  error: unknown;
+  readonly finished: Promise<void>;
+
+  constructor(private readonly cfg: ClientConfig) {
+    this.finished = this.loop().then(
+      () => void (this.done = true),
+      (err) => {
+        this.error = err;
+        this.done = true;
+      },
+    );
+  }
+
+  private async loop(): Promise<void> {
+    for (;;) {
+      const c = await Client.create(this.cfg);
+      this.current = c;
+      if (this.stopped) return;
+      try {
+        await c.start();
+        return;
+      } catch (err) {
+        if (this.stopped || !(err instanceof HandlerError && err.cause instanceof AppRefused)) throw err;
+      }
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.current?.stop();
+    await this.finished;
+  }
+}
+
+/** reached reports whether the client's state got to the expected end. */
+function reached(store: MemoryStore, obs: Observed, e: Expectation): boolean {
+  const st = store.snapshot();
+  if (!st || st.cursor !== e.cursor || st.epoch !== e.epoch || st.outbox.length !== (e.outbox ?? []).length) return false;
+  return obs.entries.length >= (e.entries ?? []).length &&
+    obs.results.size >= Object.keys(e.sent ?? {}).length + Object.keys(e.send_errors ?? {}).length &&
+    obs.tooLongs.length >= (e.too_long ?? []).length && e.permanent === undefined;
+}
+
+async function runScenario(sc: Scenario): Promise<void> {
+  const srv = new ScriptServer(sc.script);
+  await srv.listen();
+  const store = new MemoryStore(startingState(sc.start));
+  const obs = new Observed(sc.handler?.fail_once ?? []);
+  const runner = new Runner(conformanceConfig(sc, srv.url, store, obs));
+  const deadline = Date.now() + scenarioDeadlineMs;
+  let timedOut = false;
+  for (;;) {
+    if (runner.done) break;
+    if (srv.consumed() && reached(store, obs, sc.expect)) break;
+    if (Date.now() > deadline) {
+      timedOut = true;
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  await runner.stop();
+  await srv.close();
+  const log = srv.log;
+  try {
+    assert.ok(!timedOut, `the scenario did not end within ${scenarioDeadlineMs} ms (every step used: ${srv.consumed()})`);
+    checkScenario(sc.expect, log, store, obs, runner.error);
+  } catch (err) {
+    (err as Error).message += `\nrequests: ${JSON.stringify(log)}`;
+    throw err;
+  } finally {
+    if (process.env.CONFORMANCE_LOG) console.log(`${sc.name} requests: ${JSON.stringify(log)}`);
+  }
+}
+
+function checkScenario(e: Expectation, log: LoggedRequest[], store: MemoryStore, obs: Observed, runErr: unknown): void {
+  for (const r of log) assert.ok(!r.early, `${r.method} ${r.path} came before the Retry-After of the answer before it`);
+  checkRequests(e.requests ?? [], log);
+
+  if (e.permanent) {
+    assert.ok(runErr instanceof PermanentError, `the client should have stopped for good; it ended with ${String(runErr)}`);
+    assert.equal(runErr.status ?? 0, e.permanent.status ?? 0, "permanent error status");
+    assert.equal(runErr.closeCode ?? 0, e.permanent.close_code ?? 0, "permanent error close code");
+  } else {
+    assert.equal(runErr, undefined, `the client stopped: ${String(runErr)}`);
+  }
+
+  const st = store.snapshot()!;
+  assert.deepEqual(obs.entries, e.entries ?? [], "inbox_seqs handed to the app, in order, each once");
+  assert.equal(st.cursor, e.cursor, "cursor");
+  assert.equal(st.epoch, e.epoch, "epoch");
+  assert.deepEqual(st.outbox.map((o) => o.msgId), e.outbox ?? [], "outbox");
+  assert.equal(obs.handlerErrors, e.handler_errors ?? 0, "handler errors");
+
+  const sent: { [id: string]: number } = {};
+  const sendErrs: { [id: string]: number } = {};
+  for (const [id, r] of obs.results) {
+    if (r.message) sent[id] = r.message.seq;
+    else sendErrs[id] = r.error instanceof ApiError ? r.error.status : -1;
+  }
+  assert.deepEqual(sent, e.sent ?? {}, "sends ended with a seq");
+  assert.deepEqual(sendErrs, e.send_errors ?? {}, "sends refused");
+
+  const wantTL = e.too_long ?? [];
+  assert.equal(obs.tooLongs.length, wantTL.length, "too_long handed to the app");
+  wantTL.forEach((want, i) => {
+    const got = obs.tooLongs[i];
+    assert.equal(got.epoch, want.epoch, `too_long ${i} epoch`);
+    assert.equal(got.head, want.head, `too_long ${i} head`);
+    assert.deepEqual(holesJSON(got.newHoles), want.new_holes ?? {}, `too_long ${i} new holes`);
+  });
+  if (e.holes) {
+    const got: { conversationId: number; hole: Hole }[] = [];
+    for (const [cid, cs] of Object.entries(st.conversations)) for (const h of cs.holes) got.push({ conversationId: Number(cid), hole: h });
+    assert.deepEqual(holesJSON(got), e.holes, "holes in the store");
+  }
+}
+
+/**
+ * checkRequests compares the log with the expected requests, path by path:
+ * only the order within one path is part of the contract. Held requests
+ * (beyond the script) are not checked.
+ */
+function checkRequests(want: ExpectedRequest[], log: LoggedRequest[]): void {
+  const paths = new Set<string>(want.map((w) => w.path));
+  for (const r of log) if (r.step >= 0) paths.add(r.path);
+  for (const p of paths) {
+    const got = log.filter((r) => r.path === p && r.step >= 0);
+    let i = 0;
+    want.forEach((w, k) => {
+      if (w.path !== p) return;
+      let lo = 1;
+      let hi = 1;
+      if (w.times !== undefined) lo = hi = w.times;
+      if (w.min_times !== undefined) lo = w.min_times;
+      if (w.max_times !== undefined) hi = w.max_times;
+      hi = Math.max(lo, hi);
+      let n = 0;
+      while (n < hi && i < got.length && matches(w, got[i])) {
+        n++;
+        i++;
+      }
+      assert.ok(n >= lo, `expected request ${k} (${w.method} ${w.path} ${JSON.stringify(w.query ?? {})} ${JSON.stringify(w.body ?? null)}): ` +
+        `${n} matched in a row at position ${i} of ${p}`);
+    });
+    assert.equal(i, got.length, `requests to ${p} beyond the expected ones (from position ${i})`);
+  }
+}
+
+function holesJSON(hs: { conversationId: number; hole: Hole }[]): Holes {
+  const out: Holes = {};
+  for (const { conversationId, hole } of hs) (out[String(conversationId)] ??= []).push([hole.from, hole.to]);
+  return out;
+}
+
+test("conformance", { concurrency: true }, async (t) => {
+  const files = readdirSync(scenarioDir).filter((f) => f.endsWith(".json")).sort();
+  assert.ok(files.length > 0, `no scenario in ${scenarioDir}`);
+  await Promise.all(files.map((f) => {
+    const sc = JSON.parse(readFileSync(join(scenarioDir, f), "utf8")) as Scenario;
+    assert.equal(f, `${sc.name}.json`, "a scenario's file is named after it");
+    return t.test(sc.name, { todo: divergences[sc.name] }, () => runScenario(sc));
+  }));
+});

@@ -12,6 +12,8 @@ export type TokenSource = (refresh: boolean) => Promise<string> | string;
 export interface ApiConfig {
   baseUrl: string;
   token: TokenSource;
+  /** staticToken: the token is a fixed string (no source to ask again): a 401 is final at once (docs/client.md). */
+  staticToken?: boolean;
   fetch?: FetchLike;
   requestTimeoutMs?: number; // default 15000; a long-poll adds its wait
 }
@@ -33,7 +35,7 @@ export type SendOutcome = { message: Message } | { pending: true };
 
 /**
  * Api makes the client's HTTP requests. A 401 asks the token source again
- * once (refresh) and repeats the request; a second 401 is an ApiError for
+ * once (refresh; not for a static token) and repeats the request; a second 401 is an ApiError for
  * the caller to classify. Network failures reject with the fetch error.
  */
 export class Api {
@@ -96,7 +98,7 @@ export class Api {
     headers: Record<string, string> = {}): Promise<Response> {
     for (let refreshed = false; ; refreshed = true) {
       const res = await this.once(method, path, body, signal, extraMs, headers);
-      if (res.status === 401 && !refreshed) {
+      if (res.status === 401 && !refreshed && !this.cfg.staticToken) {
         await res.body?.cancel();
         this.token = await this.cfg.token(true);
         continue;

@@ -95,7 +95,7 @@ export class Client {
     const token = config.token;
     this.api = new Api({
       baseUrl: this.cfg.baseUrl, fetch: config.fetch, requestTimeoutMs: this.cfg.requestTimeoutMs,
-      token: typeof token === "string" ? () => token : token,
+      token: typeof token === "string" ? () => token : token, staticToken: typeof token === "string",
     });
     const saver = new Saver(store, state);
     this.handlers = config.handlers ?? {};

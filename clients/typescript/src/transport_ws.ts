@@ -126,6 +126,8 @@ class WsSession {
         this.end.welcomed = true;
         this.end.welcomedAt = Date.now();
         this.heartbeatMs = f.heartbeat_ms ?? 0;
+        // Frames read before this one armed the hello's deadline: the liveness one applies from now.
+        if (this.heartbeatMs > 0) this.armDead(this.heartbeatMs * 2.5);
         this.d.onWelcome(f);
         this.checkHead(f.head ?? 0);
         return;
@@ -135,6 +137,7 @@ class WsSession {
         return;
       case "too_long":
         await this.d.tooLong(f as unknown as TooLongAnswer);
+        this.maxHead = 0; // heads of the old epoch no longer count
         return;
       case "heartbeat":
         this.checkHead(f.head ?? 0);
@@ -154,16 +157,29 @@ class WsSession {
     this.gapTimer = setTimeout(() => {
       this.gapTimer = undefined;
       if (this.d.cursor() === at) this.enqueue(() => this.d.pull());
+      else this.checkHead(0); // it moved, but what is still missing gets the head's wait
     }, this.d.gapWaitMs);
   }
 
   /** checkHead arms headWaitMs when the server's head is beyond the cursor: no push by then means a pull. */
+  // The highest head seen: a timer armed for a lower head still covers it
+  // (the cursor moving but staying below it re-arms the wait, it does not end it).
+  private maxHead = 0;
+
   private checkHead(head: number): void {
-    if (head <= this.d.cursor() || this.headTimer) return;
+    this.maxHead = Math.max(this.maxHead, head);
+    if (this.maxHead <= this.d.cursor() || this.headTimer) return;
     const at = this.d.cursor();
     this.headTimer = setTimeout(() => {
       this.headTimer = undefined;
-      if (this.d.cursor() === at && head > at) this.enqueue(() => this.d.pull());
+      const c = this.d.cursor();
+      if (c >= this.maxHead) return;
+      if (c === at) {
+        this.enqueue(async () => {
+          await this.d.pull();
+          this.maxHead = this.d.cursor(); // the pull read to the head: what it left is the head now
+        });
+      } else this.checkHead(0);
     }, this.d.headWaitMs);
   }
 

@@ -90,6 +90,7 @@ class Observed {
       onSendResult: (r: SendResult) => {
         this.results.set(r.msgId, r);
       },
+      onStatus: process.env.CONFORMANCE_DEBUG ? (st: unknown) => console.log("status", JSON.stringify(st)) : undefined,
     };
   }
 }
@@ -288,7 +289,9 @@ function holesJSON(hs: { conversationId: number; hole: Hole }[]): Holes {
 }
 
 test("conformance", { concurrency: true }, async (t) => {
-  const files = readdirSync(scenarioDir).filter((f) => f.endsWith(".json")).sort();
+  // CONFORMANCE_ONLY=name runs one scenario.
+  const only = process.env.CONFORMANCE_ONLY;
+  const files = readdirSync(scenarioDir).filter((f) => f.endsWith(".json") && (!only || f === `${only}.json`)).sort();
   assert.ok(files.length > 0, `no scenario in ${scenarioDir}`);
   await Promise.all(files.map((f) => {
     const sc = JSON.parse(readFileSync(join(scenarioDir, f), "utf8")) as Scenario;

@@ -302,6 +302,7 @@ export class Client {
     } else if (end.closeCode === 4029 && end.lastError?.retry_after_ms) {
       a.retryAfterMs = end.lastError.retry_after_ms;
     }
+    if (end.upgradeRetryAfterMs !== undefined) a.retryAfterMs = end.upgradeRetryAfterMs;
     const st = end.upgradeStatus;
     if (st !== undefined && st >= 400 && st < 500 && st !== 408 && st !== 429) {
       if (this.cfg.transport === "websocket") {

@@ -42,6 +42,7 @@ export interface WsEnd {
   closeReason?: string;
   lastError?: ServerFrame; // the error frame before the close (4029 carries retry_after_ms)
   upgradeStatus?: number; // the HTTP status of a refused upgrade, when the implementation tells it
+  upgradeRetryAfterMs?: number; // its Retry-After, when the implementation shows the answer (Node's `ws`)
   fatal?: unknown; // a handler or store error: the client stops
 }
 
@@ -72,6 +73,7 @@ class WsSession {
       return this.finish();
     }
     this.ws.onopen = () => this.ws.send(JSON.stringify(this.hello()));
+    this.watchRefusal();
     this.ws.onmessage = (ev) => this.onMessage(ev.data);
     this.ws.onerror = (ev) => this.onError(ev);
     this.ws.onclose = (ev) => {
@@ -90,6 +92,25 @@ class WsSession {
   }
 
   private readonly onAbort = () => this.close(1000, "client stopped");
+
+  /**
+   * watchRefusal reads a refused upgrade's status and Retry-After where the
+   * implementation shows the answer: Node's `ws` ("unexpected-response"; with
+   * a listener, aborting is ours). A browser's WebSocket shows neither.
+   */
+  private watchRefusal(): void {
+    type Res = { statusCode?: number; headers?: { [k: string]: string | string[] | undefined }; resume?(): void };
+    const ws = this.ws as unknown as { on?(ev: string, fn: (req: unknown, res: Res) => void): void; terminate?(): void };
+    if (typeof ws.on !== "function" || typeof ws.terminate !== "function") return;
+    ws.on("unexpected-response", (_req, res) => {
+      this.end.upgradeStatus = res.statusCode;
+      const ra = res.headers?.["retry-after"];
+      const secs = typeof ra === "string" && /^\d+$/.test(ra.trim()) ? Number(ra) : undefined;
+      if (secs !== undefined) this.end.upgradeRetryAfterMs = secs * 1000;
+      res.resume?.();
+      ws.terminate!();
+    });
+  }
 
   private onError(ev: unknown): void {
     const m = /Unexpected server response: (\d{3})/.exec(String((ev as { message?: string })?.message ?? ""));

@@ -31,9 +31,6 @@ const divergences: { [name: string]: string } = {
   ws_send_unavailable_then_ack:
     "the TypeScript outbox sends over HTTP only: no `send` frame over an open WebSocket, no send_ack, no " +
     "`unavailable` retry_after_ms (docs/client.md \"Sends: the outbox\", SendOverHTTP defaults to false)",
-  ws_upgrade_429_retry_after:
-    "a refused upgrade's Retry-After is not seen: the WebSocketLike surface (browser WebSocket; `ws` through its " +
-    "error message) gives at most the status, so the SDK reconnects after its backoff, before Retry-After",
 };
 
 interface Scenario {

@@ -52,6 +52,8 @@ export interface ClientConfig {
   requestTimeoutMs?: number; // 15000
   pendingRecheckMs?: number; // 2000
   commitEvery?: number; // 1
+  sendTimeoutMs?: number; // 10000: wait for a send_ack before the send is retried
+  sendOverHttp?: boolean; // false: send over HTTP even while a WebSocket is up
   backfillPage?: number; // 100
 }
 
@@ -62,6 +64,7 @@ const defaults: Resolved = {
   stablePeriodMs: 30000, breakerThreshold: 8, breakerCooldownMs: 60000, wsFallbackAfter: 3,
   pollingPeriodMs: 300000, longPollWaitSec: 25, pageSize: 200, gapWaitMs: 500, headWaitMs: 1000,
   requestTimeoutMs: 15000, pendingRecheckMs: 2000, commitEvery: 1, backfillPage: 100,
+  sendTimeoutMs: 10000, sendOverHttp: false,
 };
 
 /** Attempt is one connection attempt's outcome, for the backoff, the breaker and the fallback. */
@@ -104,6 +107,7 @@ export class Client {
     this.outbox = new Outbox(state, saver, this.api, {
       backoffInitialMs: this.cfg.backoffInitialMs, backoffMaxMs: this.cfg.backoffMaxMs,
       pendingRecheckMs: this.cfg.pendingRecheckMs, onResult: (r) => this.handlers.onSendResult?.(r),
+      sendTimeoutMs: this.cfg.sendTimeoutMs,
     });
     // A failed save here shows up at the next save, which the loop awaits.
     this.inbox.ownMessage = (m) => void this.outbox.seen(m).catch(() => undefined);
@@ -289,6 +293,10 @@ export class Client {
         void this.inbox.adoptEpoch(f.epoch ?? 0);
       },
       counts: (f) => this.inbox.setCounts(f),
+      channel: (ch) => {
+        if (!this.cfg.sendOverHttp) this.outbox.setChannel(ch);
+      },
+      sendAnswer: (f) => this.outbox.frame(f),
       gapWaitMs: this.cfg.gapWaitMs, headWaitMs: this.cfg.headWaitMs, helloTimeoutMs: this.cfg.requestTimeoutMs,
     });
     return this.wsOutcome(end);

@@ -4,7 +4,7 @@
 import type { Api } from "./api.js";
 import { Backoff, jitterUp, sleep } from "./backoff.js";
 import { ApiError, PermanentError } from "./errors.js";
-import type { Message } from "./protocol.js";
+import type { Message, ServerFrame } from "./protocol.js";
 import type { Saver } from "./inbox.js";
 import type { OutboxItem, State } from "./store.js";
 
@@ -28,6 +28,12 @@ export interface OutboxConfig {
   pendingRecheckMs: number; // after 202 pending, post the same msg_id again after this (doubling to backoffMaxMs)
   newId?: () => string;
   onResult?: (r: SendResult) => void;
+  sendTimeoutMs?: number; // wait for a send_ack before the send is retried (default 10000)
+}
+
+/** WsChannel is a welcomed WebSocket session the outbox sends over (docs/client.md "Sends: the outbox"). */
+export interface WsChannel {
+  send(frame: object): void;
 }
 
 const maxBody = 4096;
@@ -43,6 +49,9 @@ export class Outbox {
   private readonly recheckAt = new Map<string, { at: number; delay: number }>();
   private wake: () => void = () => undefined;
   private readonly backoff: Backoff;
+  private channel?: WsChannel;
+  // The send waiting for its send_ack or error frame (one at a time: the oldest holds back the others).
+  private answer?: { msgId: string; resolve: (f: ServerFrame | undefined) => void };
 
   constructor(private readonly state: State, private readonly saver: Saver, private readonly api: Api,
     private readonly cfg: OutboxConfig) {
@@ -82,6 +91,59 @@ export class Outbox {
   async seen(m: Message): Promise<void> {
     const item = this.state.outbox.find((i) => i.msgId === m.msg_id);
     if (item) await this.finish(item, { msgId: item.msgId, conversationId: item.conversationId, message: m });
+  }
+
+  /** setChannel: a WebSocket session was welcomed (sends go over it) or ended (undefined: over HTTP). */
+  setChannel(ch: WsChannel | undefined): void {
+    this.channel = ch;
+    if (!ch) this.answer?.resolve(undefined);
+    this.wake();
+  }
+
+  /** frame is told of a send_ack or an error frame carrying a msg_id. */
+  frame(f: ServerFrame): void {
+    if (this.answer && f.msg_id === this.answer.msgId) this.answer.resolve(f);
+  }
+
+  /**
+   * attemptWs sends over the WebSocket and waits for the answer: send_ack ends
+   * the send; `unavailable` (the gateway's pending) is retried after its
+   * retry_after_ms; a timeout or the session's end is retried; another error
+   * is left to HTTP, whose status says whether it is final (false).
+   */
+  private async attemptWs(ch: WsChannel, item: OutboxItem, signal: AbortSignal): Promise<boolean> {
+    const got = new Promise<ServerFrame | undefined>((resolve) => {
+      const done = (f: ServerFrame | undefined) => {
+        clearTimeout(t);
+        signal.removeEventListener("abort", onAbort);
+        resolve(f);
+      };
+      const onAbort = () => done(undefined);
+      const t = setTimeout(onAbort, this.cfg.sendTimeoutMs ?? 10000);
+      this.answer = { msgId: item.msgId, resolve: done };
+      signal.addEventListener("abort", onAbort, { once: true });
+    });
+    ch.send({ type: "send", msg_id: item.msgId, conversation_id: item.conversationId, body: item.body,
+      reply_to: item.replyTo, mentions: item.mentions, mention_all: item.mentionAll });
+    const f = await got;
+    this.answer = undefined;
+    if (signal.aborted) return true;
+    if (f?.type === "send_ack" && typeof f.seq === "number") {
+      this.backoff.reset();
+      const message = { conversation_id: f.conversation_id ?? item.conversationId, seq: f.seq, msg_id: item.msgId, body: item.body } as Message;
+      await this.finish(item, { msgId: item.msgId, conversationId: item.conversationId, message });
+      return true;
+    }
+    const ra = (f as { retry_after_ms?: number } | undefined)?.retry_after_ms;
+    if (f?.type === "error" && f.code === "unavailable" && ra !== undefined) {
+      await sleep(jitterUp(ra, 0.2), signal);
+      return true;
+    }
+    if (f === undefined) {
+      await sleep(this.backoff.next(), signal);
+      return true;
+    }
+    return false;
   }
 
   /** run posts the queued sends until signal aborts; it rejects with a PermanentError on a 401. */
@@ -124,6 +186,7 @@ export class Outbox {
   }
 
   private async attempt(item: OutboxItem, signal: AbortSignal): Promise<void> {
+    if (this.channel && (await this.attemptWs(this.channel, item, signal))) return;
     const req = { msg_id: item.msgId, body: item.body, reply_to: item.replyTo, mentions: item.mentions, mention_all: item.mentionAll };
     try {
       const out = await this.api.send(item.conversationId, req, signal);

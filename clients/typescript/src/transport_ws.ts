@@ -28,6 +28,10 @@ export interface WsSessionDeps {
   pull(): Promise<void>;
   onWelcome(f: ServerFrame): void;
   counts(f: ServerFrame): void;
+  /** channel: the session was welcomed (sends may go over it) or ended (undefined). */
+  channel?(ch: { send(frame: object): void } | undefined): void;
+  /** sendAnswer: a send_ack, or an error frame about one send (it carries a msg_id). */
+  sendAnswer?(f: ServerFrame): void;
   gapWaitMs: number;
   headWaitMs: number;
   helloTimeoutMs: number; // the welcome must come within this
@@ -150,6 +154,7 @@ class WsSession {
         // Frames read before this one armed the hello's deadline: the liveness one applies from now.
         if (this.heartbeatMs > 0) this.armDead(this.heartbeatMs * 2.5);
         this.d.onWelcome(f);
+        this.d.channel?.({ send: (frame) => this.ws.send(JSON.stringify(frame)) });
         this.checkHead(f.head ?? 0);
         return;
       case "entries":
@@ -164,8 +169,11 @@ class WsSession {
         this.checkHead(f.head ?? 0);
         return;
       case "error":
+        if (f.msg_id) return this.d.sendAnswer?.(f);
         this.end.lastError = f;
         return;
+      case "send_ack":
+        return this.d.sendAnswer?.(f);
       default:
         return; // send_ack, receipts, typing, presence, kinds to come: not used by this client yet
     }
@@ -231,6 +239,7 @@ class WsSession {
   private finish(): void {
     if (this.done) return;
     this.done = true;
+    if (this.end.welcomed) this.d.channel?.(undefined);
     clearTimeout(this.deadTimer);
     clearTimeout(this.gapTimer);
     clearTimeout(this.headTimer);

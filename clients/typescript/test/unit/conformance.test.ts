@@ -28,9 +28,6 @@ const scenarioDeadlineMs = 10_000;
  * per docs/client.md and docs/protocol.md): the subtest runs as a todo.
  */
 const divergences: { [name: string]: string } = {
-  ws_send_unavailable_then_ack:
-    "the TypeScript outbox sends over HTTP only: no `send` frame over an open WebSocket, no send_ack, no " +
-    "`unavailable` retry_after_ms (docs/client.md \"Sends: the outbox\", SendOverHTTP defaults to false)",
 };
 
 interface Scenario {
@@ -128,8 +125,7 @@ function conformanceConfig(sc: Scenario, url: string, store: MemoryStore, obs: O
     pollingPeriodMs: 3_600_000,
     longPollWaitSec: 1,
     gapWaitMs: 20, headWaitMs: 20,
-    requestTimeoutMs: 5000, pendingRecheckMs: 10,
-    // The Go runner's SendTimeout (1s) has no TypeScript twin: sends use requestTimeoutMs.
+    requestTimeoutMs: 5000, sendTimeoutMs: 1000, pendingRecheckMs: 10,
   };
 }
 

@@ -192,18 +192,10 @@ func TestDocumentedReceiverForwardsToFCM(t *testing.T) {
 	t.Cleanup(fs.Close)
 	tokens := filepath.Join(dir, "tokens.json")
 	require.NoError(t, os.WriteFile(tokens, []byte(`{"2":["tok-a","tok-b"]}`), 0o644))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	secret := "whsec-example"
-	cmd := exec.Command(py, script)
-	cmd.Env = append(os.Environ(), "INBOXD_WEBHOOK_SECRET="+secret, "FCM_PROJECT=demo-project", "FCM_ACCESS_TOKEN=ya29.test",
-		"FCM_ENDPOINT="+fs.URL, "DEVICE_TOKENS="+tokens, fmt.Sprintf("PORT=%d", port))
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	env := append(os.Environ(), "INBOXD_WEBHOOK_SECRET="+secret, "FCM_PROJECT=demo-project", "FCM_ACCESS_TOKEN=ya29.test",
+		"FCM_ENDPOINT="+fs.URL, "DEVICE_TOKENS="+tokens)
+	port, logs := startDocReceiver(t, py, script, env)
 	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
 
 	n := Webhook{ID: "6d1c0f43-5f0e-4a53-8d8f-0f5b8f7e2a10", UserID: 2, ConversationID: 4, Seq: 17, FirstSeq: 15, Count: 3,
@@ -221,13 +213,6 @@ func TestDocumentedReceiverForwardsToFCM(t *testing.T) {
 		res.Body.Close()
 		return res
 	}
-	require.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, 20*time.Second, 50*time.Millisecond, "the receiver listens: %s", &logs)
 
 	require.Equal(t, http.StatusUnauthorized, post(Sign([]byte("wrong"), time.Now(), body)).StatusCode)
 	require.Empty(t, fcm.sent())
@@ -236,11 +221,11 @@ func TestDocumentedReceiverForwardsToFCM(t *testing.T) {
 	fcm.fail = []int{http.StatusServiceUnavailable}
 	fcm.mu.Unlock()
 	res := post(Sign([]byte(secret), time.Now(), body))
-	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "%s", &logs)
+	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "%s", logs)
 	require.Equal(t, "7", res.Header.Get("Retry-After"))
 	require.Empty(t, fcm.sent())
 
-	require.Equal(t, http.StatusOK, post(Sign([]byte(secret), time.Now(), body)).StatusCode, "%s", &logs)
+	require.Equal(t, http.StatusOK, post(Sign([]byte(secret), time.Now(), body)).StatusCode, "%s", logs)
 	require.Equal(t, http.StatusOK, post(Sign([]byte(secret), time.Now(), body)).StatusCode, "a retry of a delivered id")
 	sent := fcm.sent()
 	require.Len(t, sent, 2, "one message per token, once: %v", sent)
@@ -252,4 +237,44 @@ func TestDocumentedReceiverForwardsToFCM(t *testing.T) {
 		require.Equal(t, map[string]any{"id": n.ID, "conversation_id": "4", "seq": "17", "inbox_seq": "230", "reason": "mention"}, msg["data"])
 	}
 	require.Equal(t, []string{"Bearer ya29.test", "Bearer ya29.test"}, fcm.auth)
+}
+
+// startDocReceiver runs the documented receiver on a free port until the
+// test ends and returns the port once it listens. A port picked free can be
+// taken before the receiver binds it (the machine runs other tests): then
+// it tries another.
+func startDocReceiver(t *testing.T, py, script string, env []string) (int, *bytes.Buffer) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		cmd := exec.Command(py, script)
+		cmd.Env = append(env, fmt.Sprintf("PORT=%d", port))
+		var logs bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &logs, &logs
+		require.NoError(t, cmd.Start())
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-exited:
+				if attempt < 5 && strings.Contains(logs.String(), "Address already in use") {
+					goto again
+				}
+				t.Fatalf("the receiver exited: %s", &logs)
+			default:
+			}
+			if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+				c.Close()
+				return port, &logs
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("the receiver does not listen after 20 s: %s", &logs)
+	again:
+	}
 }

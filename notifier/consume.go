@@ -45,7 +45,7 @@ func (n *Notifier) consume(ctx context.Context) error {
 		kgo.AdjustFetchOffsetsFn(n.startOffsets),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
-		kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.FetchMaxWait(200 * time.Millisecond),
 		kgo.SessionTimeout(n.cfg.SessionTimeout),
 		kgo.HeartbeatInterval(max(n.cfg.SessionTimeout/6, 100*time.Millisecond)),
 	}

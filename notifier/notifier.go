@@ -59,7 +59,7 @@ const (
 	sqlCountPending = `SELECT (SELECT count(*) FROM notifications WHERE state = 'pending'),
 	COALESCE((SELECT sum(greatest(c.next_offset - o.next_offset, 0)) FROM consumer_offsets c
 		JOIN notifier_offsets o ON o.topic = c.topic AND o."partition" = c."partition" WHERE c.topic = $1), 0)::bigint`
-	sqlForget       = `DELETE FROM notifications WHERE state <> 'pending' AND done_at < now() - $1 * interval '1 millisecond'`
+	sqlForget = `DELETE FROM notifications WHERE state <> 'pending' AND done_at < now() - $1 * interval '1 millisecond'`
 )
 
 // janitor refreshes the pending count (MaxPending, the gauge) and the lag

@@ -6,9 +6,11 @@ import { Backoff, CircuitBreaker, jitterUp, sleep } from "./backoff.js";
 import { ApiError, PermanentError, isFatal } from "./errors.js";
 import { Inbox, Saver, type Handlers } from "./inbox.js";
 import { Outbox, type SendOptions, type SendResult } from "./outbox.js";
-import type { Message, SyncAnswer, TooLongAnswer } from "./protocol.js";
 import { emptyState, MemoryStore, type Hole, type Store } from "./store.js";
 import { runWsSession, type WebSocketCtor, type WsEnd } from "./transport_ws.js";
+import * as app from "./app.js";
+import type { Change, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, Settings, SettingsPatch, TypingEvent } from "./app.js";
+import type { Counts, History, Message, Record, ServerFrame, SyncAnswer, TooLongAnswer } from "./protocol.js";
 
 export type Transport = "auto" | "websocket" | "polling";
 
@@ -24,6 +26,12 @@ export interface ClientHandlers extends Handlers {
   /** onSendResult: a queued send ended (its seq, or a permanent refusal); once per send. */
   onSendResult?(r: SendResult): void;
   onStatus?(s: Status): void;
+  /** onReceipt: another member read up to a seq (live, WebSocket only). */
+  onReceipt?(r: ReceiptEvent): void;
+  /** onTyping: another member types or stopped (WebSocket only). */
+  onTyping?(t: TypingEvent): void;
+  /** onPresence: a user who shares a conversation came online or went offline (WebSocket only). */
+  onPresence?(p: Presence): void;
 }
 
 /** ClientConfig: every duration is in ms unless named otherwise; zero or absent means the default. */
@@ -152,6 +160,116 @@ export class Client {
   async stop(): Promise<void> {
     this.abort?.abort();
     await this.running?.catch(() => undefined);
+  }
+
+  /** counts: the user's unread and mention totals as the server last sent them. */
+  get counts(): Counts {
+    return this.inbox.getCounts();
+  }
+
+  // The app's calls (app.ts): one HTTP call each, rejecting with an
+  // ApiError (or the network's error); none touches the sync state.
+
+  /** conversations reads the whole conversation list (every page). */
+  conversations(signal?: AbortSignal): Promise<Record[]> {
+    return app.conversations(this.api, signal);
+  }
+
+  /** history reads up to limit messages with seq < before (0: the newest), ascending. It does not fill holes (see backfill). */
+  history(conversationId: number, before: number, limit: number, signal?: AbortSignal): Promise<History> {
+    return app.history(this.api, conversationId, before, limit, signal);
+  }
+
+  createConversation(title: string, memberIds: number[], signal?: AbortSignal): Promise<number> {
+    return this.api.createConversation(title, memberIds, signal);
+  }
+
+  members(conversationId: number, signal?: AbortSignal): Promise<Member[]> {
+    return app.members(this.api, conversationId, signal);
+  }
+
+  addMember(conversationId: number, userId: number, signal?: AbortSignal): Promise<void> {
+    return app.addMember(this.api, conversationId, userId, signal);
+  }
+
+  removeMember(conversationId: number, userId: number, signal?: AbortSignal): Promise<void> {
+    return app.removeMember(this.api, conversationId, userId, signal);
+  }
+
+  /** markRead moves the user's read position (never backwards); its record entry follows. */
+  markRead(conversationId: number, seq: number, signal?: AbortSignal): Promise<void> {
+    return app.markRead(this.api, conversationId, seq, signal);
+  }
+
+  setRecord(conversationId: number, p: { pinned?: boolean; muted?: boolean }, signal?: AbortSignal): Promise<void> {
+    return app.setRecord(this.api, conversationId, p, signal);
+  }
+
+  receipts(conversationId: number, signal?: AbortSignal): Promise<Receipt[]> {
+    return app.receipts(this.api, conversationId, signal);
+  }
+
+  presence(userIds: number[], signal?: AbortSignal): Promise<Presence[]> {
+    return app.presence(this.api, userIds, signal);
+  }
+
+  settings(signal?: AbortSignal): Promise<Settings> {
+    return app.settings(this.api, undefined, signal);
+  }
+
+  setSettings(patch: SettingsPatch, signal?: AbortSignal): Promise<Settings> {
+    return app.settings(this.api, patch, signal);
+  }
+
+  /** applyChange changes a message (over HTTP, retried with its change_id while temporary); its update entry reaches onEntry too. */
+  applyChange(change: Change, opts?: ChangeOptions): Promise<ChangeResult> {
+    return app.applyChange(this.api, change, { initialMs: this.cfg.backoffInitialMs, maxMs: this.cfg.backoffMaxMs }, opts);
+  }
+
+  edit(conversationId: number, seq: number, body: string, opts?: ChangeOptions): Promise<ChangeResult> {
+    return this.applyChange({ kind: "edit", conversationId, seq, body }, opts);
+  }
+
+  delete(conversationId: number, seq: number, opts?: ChangeOptions): Promise<ChangeResult> {
+    return this.applyChange({ kind: "delete", conversationId, seq }, opts);
+  }
+
+  react(conversationId: number, seq: number, emoji: string, opts?: ChangeOptions): Promise<ChangeResult> {
+    return this.applyChange({ kind: "react", conversationId, seq, emoji }, opts);
+  }
+
+  unreact(conversationId: number, seq: number, opts?: ChangeOptions): Promise<ChangeResult> {
+    return this.applyChange({ kind: "unreact", conversationId, seq }, opts);
+  }
+
+  /**
+   * sendTyping tells the other members that the user types (or stopped),
+   * over the WebSocket only: false when no session is up (typing is worth
+   * nothing later, so it is not queued). The server passes one start per
+   * user and conversation every 2 s.
+   */
+  sendTyping(conversationId: number, stop = false): boolean {
+    if (!this.wsChannel || !(conversationId > 0)) return false;
+    this.wsChannel.send(stop ? { type: "typing", conversation_id: conversationId, state: "stop" } : { type: "typing", conversation_id: conversationId });
+    return true;
+  }
+
+  private wsChannel?: { send(frame: object): void };
+
+  /** ephemeral hands a typing, presence or receipt frame to its handler. */
+  private ephemeral(f: ServerFrame): void {
+    const h = this.handlers;
+    try {
+      if (f.type === "typing" && f.conversation_id && f.user_id) {
+        h.onTyping?.({ conversation_id: f.conversation_id, user_id: f.user_id, stop: f.state === "stop", expires_in_ms: f.expires_in_ms ?? 0 });
+      } else if (f.type === "presence" && f.user_id) {
+        h.onPresence?.({ user_id: f.user_id, online: f.online === true, ...(f.last_seen ? { last_seen: f.last_seen } : {}) });
+      } else if (f.type === "receipt" && f.conversation_id && f.user_id && f.read_seq !== undefined) {
+        h.onReceipt?.({ conversation_id: f.conversation_id, user_id: f.user_id, read_seq: f.read_seq });
+      }
+    } catch {
+      // an ephemeral callback's error is the app's: it must not end the session
+    }
   }
 
   private async runAll(ac: AbortController): Promise<void> {
@@ -294,8 +412,10 @@ export class Client {
       },
       counts: (f) => this.inbox.setCounts(f),
       channel: (ch) => {
+        this.wsChannel = ch;
         if (!this.cfg.sendOverHttp) this.outbox.setChannel(ch);
       },
+      ephemeral: (f) => this.ephemeral(f),
       sendAnswer: (f) => this.outbox.frame(f),
       gapWaitMs: this.cfg.gapWaitMs, headWaitMs: this.cfg.headWaitMs, helloTimeoutMs: this.cfg.requestTimeoutMs,
     });

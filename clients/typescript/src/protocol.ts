@@ -146,6 +146,12 @@ export interface ServerFrame extends Partial<Counts> {
   message?: string;
   retryable?: boolean;
   retry_after_ms?: number;
+  user_id?: number; // typing, presence, receipt
+  state?: string; // typing: "start" or "stop"
+  expires_in_ms?: number; // typing
+  online?: boolean; // presence
+  last_seen?: string; // presence
+  read_seq?: number; // receipt
 }
 
 export const FrameWelcome = "welcome";

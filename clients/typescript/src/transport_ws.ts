@@ -32,6 +32,8 @@ export interface WsSessionDeps {
   channel?(ch: { send(frame: object): void } | undefined): void;
   /** sendAnswer: a send_ack, or an error frame about one send (it carries a msg_id). */
   sendAnswer?(f: ServerFrame): void;
+  /** ephemeral: a typing, presence or receipt frame (never in the inbox). */
+  ephemeral?(f: ServerFrame): void;
   gapWaitMs: number;
   headWaitMs: number;
   helloTimeoutMs: number; // the welcome must come within this
@@ -174,8 +176,12 @@ class WsSession {
         return;
       case "send_ack":
         return this.d.sendAnswer?.(f);
+      case "typing":
+      case "presence":
+      case "receipt":
+        return this.d.ephemeral?.(f);
       default:
-        return; // send_ack, receipts, typing, presence, kinds to come: not used by this client yet
+        return; // change_ack (changes go over HTTP), kinds to come
     }
   }
 

@@ -1,0 +1,199 @@
+// The app's calls beside the sync loop (docs/client.md, "Conversations",
+// "Changing a message", "Typing and presence"): the conversation list,
+// history, members, read positions, receipts, presence, settings and the
+// changes of a message. Each is one HTTP call (or a page loop) through Api;
+// changes are retried with their change_id while the failure is temporary.
+import type { Api } from "./api.js";
+import { Backoff, jitterUp, sleep } from "./backoff.js";
+import { ApiError } from "./errors.js";
+import type { History, Message, Record } from "./protocol.js";
+
+export interface Member {
+  user_id: number;
+  joined_seq: number;
+}
+
+export interface Receipt {
+  user_id: number;
+  read_seq: number;
+}
+
+/** ReceiptEvent: another current member of a conversation read up to read_seq (the `receipt` frame). */
+export interface ReceiptEvent {
+  conversation_id: number;
+  user_id: number;
+  read_seq: number;
+}
+
+/** TypingEvent: another member types (show it for expires_in_ms unless a newer one comes), or stopped. */
+export interface TypingEvent {
+  conversation_id: number;
+  user_id: number;
+  stop: boolean;
+  expires_in_ms: number;
+}
+
+/** Presence: a user's presence as the caller may see it; last_seen absent when unknown or hidden. */
+export interface Presence {
+  user_id: number;
+  online: boolean;
+  last_seen?: string;
+}
+
+export interface Settings {
+  hide_receipts: boolean;
+  hide_presence: boolean;
+  notifications: boolean;
+}
+
+export type SettingsPatch = Partial<Settings>;
+
+export type ChangeKind = "edit" | "delete" | "react" | "unreact";
+
+/** Change is one change of a message; changeId is its idempotency key (made when absent). */
+export interface Change {
+  kind: ChangeKind;
+  conversationId: number;
+  seq: number;
+  changeId?: string;
+  body?: string; // edit
+  emoji?: string; // react
+}
+
+/**
+ * ChangeResult: the message after the change as the user sees it, or
+ * pending (in the log, not yet projected: its update entry will come, or
+ * apply the same change, with its changeId, again).
+ */
+export interface ChangeResult {
+  change: Change & { changeId: string };
+  message?: Message;
+  pending: boolean;
+}
+
+export interface ChangeOptions {
+  signal?: AbortSignal;
+  /** timeoutMs bounds the retries (default 30000); then the last error rejects. */
+  timeoutMs?: number;
+}
+
+const seg = (n: number) => String(Math.trunc(n));
+
+/** listAll reads every page of a paged list. */
+async function listAll<T>(api: Api, path: string, key: string, signal?: AbortSignal): Promise<T[]> {
+  const out: T[] = [];
+  let page: string | null = "";
+  while (page !== null) {
+    const sep = path.includes("?") ? "&" : "?";
+    const q: string = page ? `${path}${sep}page=${encodeURIComponent(page)}` : path;
+    const res = await api.request("GET", q, undefined, signal);
+    const body = (await res.json()) as { next_page: string | null } & { [k: string]: unknown };
+    out.push(...((body[key] as T[] | undefined) ?? []));
+    page = body.next_page ?? null;
+  }
+  return out;
+}
+
+/** conversations reads the whole list; a conversation seen on two pages (it moved meanwhile) keeps its newest record. */
+export async function conversations(api: Api, signal?: AbortSignal): Promise<Record[]> {
+  const all = await listAll<Record>(api, "/v1/conversations", "conversations", signal);
+  const latest = new Map<number, Record>();
+  for (const r of all) {
+    const had = latest.get(r.conversation_id);
+    if (!had || r.version > had.version) latest.set(r.conversation_id, r);
+  }
+  return [...latest.values()];
+}
+
+export function history(api: Api, cid: number, before: number, limit: number, signal?: AbortSignal): Promise<History> {
+  return api.history(cid, before, limit, signal);
+}
+
+export function members(api: Api, cid: number, signal?: AbortSignal): Promise<Member[]> {
+  return listAll<Member>(api, `/v1/conversations/${seg(cid)}/members`, "members", signal);
+}
+
+export function receipts(api: Api, cid: number, signal?: AbortSignal): Promise<Receipt[]> {
+  return listAll<Receipt>(api, `/v1/conversations/${seg(cid)}/receipts`, "receipts", signal);
+}
+
+export async function addMember(api: Api, cid: number, userId: number, signal?: AbortSignal): Promise<void> {
+  await drain(api.request("POST", `/v1/conversations/${seg(cid)}/members`, { user_id: userId }, signal));
+}
+
+export async function removeMember(api: Api, cid: number, userId: number, signal?: AbortSignal): Promise<void> {
+  await drain(api.request("DELETE", `/v1/conversations/${seg(cid)}/members/${seg(userId)}`, undefined, signal));
+}
+
+export async function markRead(api: Api, cid: number, seq: number, signal?: AbortSignal): Promise<void> {
+  await drain(api.request("POST", `/v1/conversations/${seg(cid)}/read`, { seq }, signal));
+}
+
+export async function setRecord(api: Api, cid: number, p: { pinned?: boolean; muted?: boolean }, signal?: AbortSignal): Promise<void> {
+  await drain(api.request("PATCH", `/v1/conversations/${seg(cid)}/record`, p, signal));
+}
+
+export async function presence(api: Api, userIds: number[], signal?: AbortSignal): Promise<Presence[]> {
+  const q = new URLSearchParams();
+  for (const id of userIds) q.append("user_id", seg(id));
+  const res = await api.request("GET", `/v1/presence?${q}`, undefined, signal);
+  return ((await res.json()) as { presence: Presence[] }).presence;
+}
+
+export async function settings(api: Api, patch?: SettingsPatch, signal?: AbortSignal): Promise<Settings> {
+  const res = await api.request(patch ? "PATCH" : "GET", "/v1/settings", patch, signal);
+  return (await res.json()) as Settings;
+}
+
+async function drain(p: Promise<Response>): Promise<void> {
+  await (await p).body?.cancel();
+}
+
+function changeRequest(ch: Change & { changeId: string }): [string, string, object] {
+  const path = `/v1/conversations/${seg(ch.conversationId)}/messages/${seg(ch.seq)}`;
+  switch (ch.kind) {
+    case "edit":
+      return ["PATCH", path, { change_id: ch.changeId, body: ch.body }];
+    case "delete":
+      return ["DELETE", path, { change_id: ch.changeId }];
+    case "react":
+      return ["PUT", path + "/reaction", { change_id: ch.changeId, emoji: ch.emoji }];
+    case "unreact":
+      return ["DELETE", path + "/reaction", { change_id: ch.changeId }];
+  }
+}
+
+function checkChange(ch: Change): void {
+  if (!(ch.conversationId > 0) || !(ch.seq > 0)) throw new TypeError(`inboxd: bad message ${ch.conversationId}/${ch.seq}`);
+  if (!["edit", "delete", "react", "unreact"].includes(ch.kind)) throw new TypeError(`inboxd: unknown change ${ch.kind}`);
+  if (ch.kind === "edit" && !ch.body) throw new TypeError("inboxd: empty message body");
+  if (ch.kind === "react" && !ch.emoji) throw new TypeError("inboxd: empty emoji");
+}
+
+/**
+ * applyChange makes a change and returns the message after it, or pending.
+ * A network error, a timeout, 408, 429 and 5xx are retried with the same
+ * change_id (Retry-After, else full-jitter backoff) until the timeout or
+ * the signal; a refusal (403, 404, 400, 413) rejects with its ApiError.
+ */
+export async function applyChange(api: Api, change: Change, backoff: { initialMs: number; maxMs: number },
+  opts: ChangeOptions = {}): Promise<ChangeResult> {
+  checkChange(change);
+  const ch = { ...change, changeId: change.changeId || crypto.randomUUID() };
+  const [method, path, body] = changeRequest(ch);
+  const deadline = Date.now() + (opts.timeoutMs ?? 30000);
+  const b = new Backoff(backoff);
+  for (;;) {
+    try {
+      const res = await api.request(method, path, body, opts.signal);
+      const m = (await res.json()) as Message;
+      const pending = res.status === 202 || !m.seq;
+      return { change: ch, message: pending ? undefined : m, pending };
+    } catch (err) {
+      const temporary = !(err instanceof ApiError) || err.retryable;
+      const wait = err instanceof ApiError && err.retryAfterMs !== undefined ? jitterUp(err.retryAfterMs, 0.2) : b.next();
+      if (!temporary || opts.signal?.aborted || Date.now() + wait > deadline) throw err;
+      await sleep(wait, opts.signal);
+    }
+  }
+}

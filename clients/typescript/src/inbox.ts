@@ -3,7 +3,7 @@
 // knows nothing of transports: the WebSocket and the long-poll both feed it.
 import { HandlerError, StoreError } from "./errors.js";
 import type { Counts, Entry, Message, Record, TooLongAnswer } from "./protocol.js";
-import { KindMessage } from "./protocol.js";
+import { KindMessage, KindUpdate } from "./protocol.js";
 import { cloneState, type ConversationState, type Hole, type State, type Store } from "./store.js";
 
 /** TooLong is what OnTooLong learns: the jump to head and, per conversation, the history it now lacks. */
@@ -25,6 +25,13 @@ export interface Handlers {
   onConversations?(records: Record[]): void | Promise<void>;
   /** onHistory: what a backfill filled in, ascending; the hole is marked filled after it resolved. */
   onHistory?(conversationId: number, messages: Message[]): void | Promise<void>;
+  /**
+   * onUpdate: a message's new state (edited, deleted, reactions) from an
+   * update entry, right after onEntry; only a version higher than any the app
+   * was handed for that message (a message entry read after the change
+   * already carried it). Same cursor rule as onEntry.
+   */
+  onUpdate?(m: Message): void | Promise<void>;
   /** onCounts: the server's unread and mention totals changed. */
   onCounts?(c: Counts): void;
 }
@@ -144,6 +151,11 @@ export class Inbox {
   private async deliver(e: Entry): Promise<void> {
     const skip = e.kind === KindMessage && e.message ? this.deliveredByBackfill(e.message) : false;
     if (!skip) await callHandler("onEntry", () => this.handlers.onEntry?.(e));
+    const m = e.message;
+    if (e.kind === KindUpdate && m && (m.version ?? 0) > this.version(m)) {
+      await callHandler("onUpdate", () => this.handlers.onUpdate?.(m));
+    }
+    if ((e.kind === KindMessage || e.kind === KindUpdate) && m) this.noteVersion(m);
     if (e.kind === KindMessage && e.message) this.noteMessage(e.message);
     if (e.record) this.noteRecord(e.record);
     if (e.message) this.ownMessage(e.message);
@@ -164,6 +176,18 @@ export class Inbox {
     } else if (inHoles(c.holes, m.seq)) {
       c.holes = punch(c.holes, m.seq, m.seq);
     }
+  }
+
+  /** version: the highest version of the message handed to the app (1 when none was recorded). */
+  private version(m: Message): number {
+    return this.conv(m.conversation_id).versions?.[String(m.seq)] ?? 1;
+  }
+
+  private noteVersion(m: Message): void {
+    const v = m.version ?? 0;
+    if (v <= this.version(m)) return;
+    const c = this.conv(m.conversation_id);
+    (c.versions ??= {})[String(m.seq)] = v;
   }
 
   private noteRecord(r: Record): void {
@@ -215,6 +239,7 @@ export class Inbox {
     const c = this.conv(cid);
     const fresh = messages.filter((m) => inHoles(c.holes, m.seq)).sort((a, b) => a.seq - b.seq);
     if (fresh.length > 0) await callHandler("onHistory", () => this.handlers.onHistory?.(cid, fresh));
+    for (const m of fresh) this.noteVersion(m);
     c.holes = punch(c.holes, from, to);
     await this.saver.save();
     return fresh;

@@ -10,6 +10,8 @@ export interface ConversationState {
   lastSeq: number; // the highest seq delivered or known from the list
   recordVersion: number;
   holes: Hole[]; // ascending, disjoint
+  /** versions: per changed message (seq), the highest version handed to the app, only above 1. */
+  versions?: { [seq: string]: number };
 }
 
 /** OutboxItem is one queued send; msgId is fixed before the first attempt and never changes. */

@@ -97,3 +97,45 @@ test("holes: merge and punch", () => {
   assert.deepEqual(c.holes, [{ from: 1, to: 6 }, { from: 10, to: 12 }]);
   assert.deepEqual(punch(c.holes, 3, 11), [{ from: 1, to: 2 }, { from: 12, to: 12 }]);
 });
+
+// The Go SDK's TestUpdateDelivery: onEntry gets every entry; onUpdate only a
+// version higher than any handed over (by a message entry read after the
+// change, an update entry or a replay of both); an unknown kind moves the
+// cursor; the versions survive a save and a load.
+test("inbox: onUpdate only with a higher version, once across replays and restarts", async () => {
+  const msg = (seq: number, version: number, text: string) =>
+    ({ conversation_id: 7, seq, msg_id: `m${seq}`, sender_id: 2, kind: "text", body: text, created_at: "", version });
+  const input: Entry[] = [
+    { inbox_seq: 1, conversation_id: 7, kind: "message", message: msg(1, 0, "a") },
+    { inbox_seq: 2, conversation_id: 7, kind: "message", message: msg(2, 2, "b edited") }, // read after its edit
+    { inbox_seq: 3, conversation_id: 7, kind: "update", message: msg(1, 2, "a edited") },
+    { inbox_seq: 4, conversation_id: 7, kind: "update", message: msg(2, 2, "b edited") }, // had it
+    { inbox_seq: 5, conversation_id: 7, kind: "poll", message: msg(2, 9, "a kind of the future") },
+    { inbox_seq: 6, conversation_id: 7, kind: "update", message: msg(1, 3, "a deleted") },
+    { inbox_seq: 7, conversation_id: 7, kind: "update", message: msg(1, 2, "a edited") }, // older
+  ];
+  const store = new MemoryStore();
+  const run = async (state: ReturnType<typeof emptyState>) => {
+    const entries: number[] = [];
+    const updates: unknown[] = [];
+    const inbox = new Inbox(state, new Saver(store, state), {
+      onEntry: (e) => { entries.push(e.inbox_seq); },
+      onUpdate: (m) => { updates.push(m.body); },
+    });
+    await inbox.apply(input);
+    await inbox.apply(input); // a replay: below the cursor, dropped
+    return { entries, updates, inbox };
+  };
+  const first = await run(emptyState());
+  assert.deepEqual(first.entries, [1, 2, 3, 4, 5, 6, 7]);
+  assert.deepEqual(first.updates, ["a edited", "a deleted"]);
+  assert.equal(first.inbox.cursor, 7);
+  assert.deepEqual(store.snapshot()!.conversations["7"]!.versions, { "1": 3, "2": 2 });
+
+  // Restarted from an older cursor (a crash before the save): no update twice.
+  const saved = store.snapshot()!;
+  saved.cursor = 2;
+  const again = await run(saved);
+  assert.deepEqual(again.entries, [3, 4, 5, 6, 7]);
+  assert.deepEqual(again.updates, []);
+});

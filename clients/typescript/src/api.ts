@@ -76,7 +76,9 @@ export class Api {
   }
 
   async history(cid: number, before: number, limit: number, signal?: AbortSignal): Promise<History> {
-    const res = await this.request("GET", `/v1/conversations/${cid}/messages?before=${before}&limit=${limit}`, undefined, signal);
+    const q = new URLSearchParams({ limit: String(limit) });
+    if (before > 0) q.set("before", String(before)); // 0: the newest
+    const res = await this.request("GET", `/v1/conversations/${cid}/messages?${q}`, undefined, signal);
     return (await res.json()) as History;
   }
 

@@ -55,6 +55,9 @@ test("the app's calls: list, members, changes, receipts, typing, presence, setti
     const seq = sent!.message!.seq;
     await waitFor(() => b.seen.entries.some((e) => e.kind === "message" && e.message?.seq === seq && e.conversation_id === cid), 30_000, "b gets it");
     assert.equal((await b.c.conversations()).find((r) => r.conversation_id === cid)!.unread_count, 1);
+    const newest = await b.c.history(cid, 0, 10); // 0: the newest page
+    assert.deepEqual(newest.messages.map((m) => m.seq).slice(-1), [seq]);
+    assert.deepEqual((await b.c.history(cid, seq, 10)).messages.map((m) => m.seq), newest.messages.map((m) => m.seq).filter((s) => s < seq));
     const edited = await a.c.edit(cid, seq, "hello!");
     assert.equal(edited.pending, false);
     assert.equal(edited.message!.version, 2);

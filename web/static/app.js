@@ -206,6 +206,7 @@ async function open(cid) {
     S.replyTo = 0;
   }
   S.current = cid;
+  sessionStorage.setItem('inboxd.current', String(cid)); // a reload opens it again
   const c = S.convs.get(cid);
   $('#view-title').textContent = c ? c.title || `#${cid}` : `#${cid}`;
   $('#compose-form').hidden = false;
@@ -711,7 +712,9 @@ async function start() {
   S.store = await IndexedDBStore.open(`inboxd-user-${S.user}`);
   S.client = await Client.create({
     baseUrl: location.origin, token: S.token, store: S.store,
-    startupJitterMs: 300, backoffMaxMs: 5000, breakerCooldownMs: 5000,
+    // A demo comes back quickly: short waits after failures, and the
+    // WebSocket tried again 30 s after a fallback to long-polling.
+    startupJitterMs: 300, backoffMaxMs: 5000, breakerCooldownMs: 5000, pollingPeriodMs: 30000,
     handlers: {
       onEntry, onTooLong, onConversations, onSendResult, onStatus,
       onHistory: (cid, ms) => ms.forEach((m) => put(cid, m)),
@@ -720,6 +723,8 @@ async function start() {
       onPresence: (f) => live.onPresence(f),
     },
   });
+  const current = Number(sessionStorage.getItem('inboxd.current'));
+  if (S.convs.has(current)) open(current);
   renderSoon();
   if (wantOnline()) goOnline();
   else setStatus('offline');
@@ -729,6 +734,7 @@ async function start() {
 async function logout(why) {
   sessionStorage.removeItem('inboxd.user');
   sessionStorage.removeItem('inboxd.offline');
+  sessionStorage.removeItem('inboxd.current');
   if (S.user) localStorage.removeItem(`inboxd.${S.user}.token`);
   const { client, store, cache } = S;
   Object.assign(S, { user: 0, token: '', client: null, store: null, cache: null, current: 0, editing: null, replyTo: 0, failed: [] });

@@ -132,6 +132,7 @@ type expectation struct {
 	Holes         map[string][][2]int64 `json:"holes"`
 	Permanent     *expectedPermanent    `json:"permanent"`
 	HandlerErrors int                   `json:"handler_errors"`
+	Updates       [][3]int64            `json:"updates"`
 }
 
 type expectedRequest struct {
@@ -203,6 +204,7 @@ type observed struct {
 	tooLongs      []client.TooLong
 	results       map[string]client.SendResult
 	handlerErrors int
+	updates       [][3]int64 // (conversation, seq, version) handed to OnUpdate
 	failed        map[int64]bool
 }
 
@@ -217,6 +219,12 @@ func (o *observed) handler(fail []int64) client.Handler {
 				return fmt.Errorf("entry %d: %w", e.InboxSeq, errAppRefused)
 			}
 			o.entries = append(o.entries, e.InboxSeq)
+			return nil
+		},
+		OnUpdate: func(_ context.Context, m client.Message) error {
+			o.mu.Lock()
+			o.updates = append(o.updates, [3]int64{m.ConversationID, m.Seq, m.Version})
+			o.mu.Unlock()
 			return nil
 		},
 		OnTooLong: func(_ context.Context, tl client.TooLong) error {
@@ -344,7 +352,7 @@ func reached(store *client.MemoryStore, obs *observed, e expectation) bool {
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	return len(obs.entries) >= len(e.Entries) && len(obs.results) >= len(e.Sent)+len(e.SendErrors) &&
+	return len(obs.entries) >= len(e.Entries) && len(obs.updates) >= len(e.Updates) && len(obs.results) >= len(e.Sent)+len(e.SendErrors) &&
 		len(obs.tooLongs) >= len(e.TooLong) && e.Permanent == nil
 }
 
@@ -376,6 +384,7 @@ func checkScenario(t *testing.T, e expectation, log []loggedRequest, store *clie
 	}
 	require.Equal(t, orEmpty(e.Outbox), orEmpty(outbox), "outbox")
 	require.Equal(t, e.HandlerErrors, obs.handlerErrors, "handler errors")
+	require.Equal(t, orEmpty(e.Updates), orEmpty(obs.updates), "(conversation, seq, version) handed to OnUpdate, in order, each once")
 
 	sent, sendErrs := map[string]int64{}, map[string]int{}
 	for id, r := range obs.results {

@@ -87,7 +87,11 @@ interface Attempt {
 }
 
 export interface BackfillResult {
+  /** messages: the page's messages that were in a hole (also given to onHistory), ascending. */
   messages: Message[];
+  /** updates: messages delivered before a too_long whose state changed since (also given to onUpdate). */
+  updates: Message[];
+  /** remaining: the holes and stale ranges still to read. */
   remaining: Hole[];
 }
 
@@ -308,20 +312,33 @@ export class Client {
   }
 
   /**
-   * backfill fills one page of the newest hole of the conversation. It takes
-   * the delivery lock (an entry and a page racing for one message cannot both
-   * hand it over), so a handler must not await it: it would wait for itself.
+   * backfill reads one page (backfillPage messages) of the newest range of
+   * the conversation still to read, newest first: a history hole (its
+   * messages go to onHistory and come back in messages) or, after a
+   * too_long, messages delivered before it whose changes the jump skipped
+   * (the changed ones go to onUpdate and come back in updates). Call it until
+   * remaining is empty. A conversation the user can no longer read (403,
+   * 404) has its ranges dropped and the error rejects. It takes the delivery
+   * lock (an entry and a page racing for one message cannot both hand it
+   * over), so a handler must not await it: it would wait for itself.
    */
   async backfill(conversationId: number, signal?: AbortSignal): Promise<BackfillResult> {
     return this.inbox.lock.run(async () => {
-      const c = this.inbox.conv(conversationId);
-      const hole = c.holes[c.holes.length - 1];
-      if (!hole) return { messages: [], remaining: [] };
-      const page = await this.api.history(conversationId, hole.to + 1, this.cfg.backfillPage, signal);
-      const seqs = page.messages.map((m) => m.seq);
-      const from = page.has_more && seqs.length > 0 ? Math.min(...seqs) : hole.from;
-      const messages = await this.inbox.fillHistory(conversationId, page.messages, from, hole.to);
-      return { messages, remaining: this.holes(conversationId) };
+      const ranges = this.inbox.toRead(conversationId);
+      const hole = ranges[ranges.length - 1];
+      if (!hole) return { messages: [], updates: [], remaining: [] };
+      const limit = Math.min(this.cfg.backfillPage, hole.to - hole.from + 1);
+      let page: History;
+      try {
+        page = await this.api.history(conversationId, hole.to + 1, limit, signal);
+      } catch (err) {
+        if (err instanceof ApiError && (err.status === 403 || err.status === 404)) await this.inbox.forget(conversationId);
+        throw err;
+      }
+      // The page covers (lowest seq returned .. hole.to]; with nothing older visible, everything down to seq 1.
+      const from = page.has_more && page.messages.length > 0 ? Math.min(...page.messages.map((m) => m.seq)) : 1;
+      const got = await this.inbox.fillPage(conversationId, page.messages, from, hole.to);
+      return { ...got, remaining: this.inbox.toRead(conversationId) };
     });
   }
 

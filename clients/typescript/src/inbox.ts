@@ -13,6 +13,8 @@ export interface TooLong {
   previousEpoch: number;
   previousCursor: number;
   newHoles: { conversationId: number; hole: Hole }[];
+  /** stale: per conversation, the messages delivered before the jump; backfill reads them again for changes (onUpdate). */
+  stale: { conversationId: number; ranges: Hole[] }[];
 }
 
 /** Handlers are the app's callbacks. The delivery ones (onEntry, onTooLong, onConversations, onHistory) never run concurrently. */
@@ -214,9 +216,19 @@ export class Inbox {
         records.push(...l.conversations);
         page = l.next_page;
       }
-      const info: TooLong = { epoch: t.epoch, head: t.head, previousEpoch: this.state.epoch, previousCursor: this.state.cursor, newHoles: [] };
+      const info: TooLong = { epoch: t.epoch, head: t.head, previousEpoch: this.state.epoch, previousCursor: this.state.cursor, newHoles: [], stale: [] };
       for (const r of records) {
         const c = this.conv(r.conversation_id);
+        if (c.lastSeq > 0) {
+          // What was delivered may have changed in the skipped range: read it again later.
+          const stale: ConversationState = { lastSeq: 0, recordVersion: 0, holes: [...(c.stale ?? [])] };
+          addHole(stale, { from: 1, to: c.lastSeq });
+          for (const h of c.holes) stale.holes = punch(stale.holes, h.from, h.to);
+          if (stale.holes.length > 0) {
+            c.stale = stale.holes;
+            info.stale.push({ conversationId: r.conversation_id, ranges: stale.holes.map((h) => ({ ...h })) });
+          }
+        }
         if (r.last_seq > c.lastSeq) {
           const hole = { from: c.lastSeq + 1, to: r.last_seq };
           addHole(c, hole);
@@ -234,15 +246,40 @@ export class Inbox {
     });
   }
 
-  /** fillHistory hands the messages of a history page that fall in holes to onHistory, then closes [from, to]. */
-  async fillHistory(cid: number, messages: Message[], from: number, to: number): Promise<Message[]> {
+  /** toRead: the conversation's holes and stale ranges, merged (what backfill still has to read). */
+  toRead(cid: number): Hole[] {
     const c = this.conv(cid);
-    const fresh = messages.filter((m) => inHoles(c.holes, m.seq)).sort((a, b) => a.seq - b.seq);
+    const out: ConversationState = { lastSeq: 0, recordVersion: 0, holes: c.holes.map((h) => ({ ...h })) };
+    for (const h of c.stale ?? []) addHole(out, h);
+    return out.holes;
+  }
+
+  /**
+   * fillPage hands a history page covering [from, to] over: the messages in
+   * holes to onHistory, those in stale ranges with a version higher than the
+   * app has to onUpdate; then [from, to] is read (holes and stale ranges
+   * closed) and saved.
+   */
+  async fillPage(cid: number, messages: Message[], from: number, to: number): Promise<{ messages: Message[]; updates: Message[] }> {
+    const c = this.conv(cid);
+    const within = messages.filter((m) => m.seq >= from && m.seq <= to).sort((a, b) => a.seq - b.seq);
+    const fresh = within.filter((m) => inHoles(c.holes, m.seq));
+    const updates = within.filter((m) => !inHoles(c.holes, m.seq) && inHoles(c.stale ?? [], m.seq) && (m.version ?? 1) > this.version(m));
     if (fresh.length > 0) await callHandler("onHistory", () => this.handlers.onHistory?.(cid, fresh));
-    for (const m of fresh) this.noteVersion(m);
+    for (const m of updates) await callHandler("onUpdate", () => this.handlers.onUpdate?.(m));
+    for (const m of [...fresh, ...updates]) this.noteVersion(m);
     c.holes = punch(c.holes, from, to);
+    if (c.stale) c.stale = punch(c.stale, from, to);
     await this.saver.save();
-    return fresh;
+    return { messages: fresh, updates };
+  }
+
+  /** forget drops what is left to read of a conversation the user can no longer read (403, 404). */
+  async forget(cid: number): Promise<void> {
+    const c = this.conv(cid);
+    c.holes = [];
+    c.stale = [];
+    await this.saver.save();
   }
 }
 

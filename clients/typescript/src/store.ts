@@ -12,6 +12,8 @@ export interface ConversationState {
   holes: Hole[]; // ascending, disjoint
   /** versions: per changed message (seq), the highest version handed to the app, only above 1. */
   versions?: { [seq: string]: number };
+  /** stale: seqs delivered before a too_long whose update entries the jump skipped; backfill reads them again. */
+  stale?: Hole[];
 }
 
 /** OutboxItem is one queued send; msgId is fixed before the first attempt and never changes. */

@@ -12,6 +12,7 @@ import { WebSocket as NodeWebSocket } from "ws";
 import { Client, type ClientConfig, type Transport } from "../../src/client.js";
 import { ApiError, HandlerError, PermanentError } from "../../src/errors.js";
 import type { TooLong } from "../../src/inbox.js";
+import type { Message } from "../../src/protocol.js";
 import type { SendResult } from "../../src/outbox.js";
 import { emptyState, MemoryStore, type Hole, type State } from "../../src/store.js";
 import type { WebSocketCtor } from "../../src/transport_ws.js";
@@ -62,6 +63,7 @@ interface Expectation {
   holes?: Holes;
   permanent?: { status?: number; close_code?: number };
   handler_errors?: number;
+  updates?: [number, number, number][];
 }
 
 class AppRefused extends Error {}
@@ -72,6 +74,7 @@ class Observed {
   tooLongs: TooLong[] = [];
   results = new Map<string, SendResult>();
   handlerErrors = 0;
+  updates: [number, number, number][] = [];
   private readonly failed = new Set<number>();
   constructor(private readonly failOnce: number[]) {}
 
@@ -84,6 +87,9 @@ class Observed {
           throw new AppRefused(`entry ${e.inbox_seq}: conformance: the app failed`);
         }
         this.entries.push(e.inbox_seq);
+      },
+      onUpdate: (m: Message) => {
+        this.updates.push([m.conversation_id, m.seq, m.version ?? 0]);
       },
       onTooLong: (t: TooLong) => {
         this.tooLongs.push(t);
@@ -172,7 +178,7 @@ class Runner {
 function reached(store: MemoryStore, obs: Observed, e: Expectation): boolean {
   const st = store.snapshot();
   if (!st || st.cursor !== e.cursor || st.epoch !== e.epoch || st.outbox.length !== (e.outbox ?? []).length) return false;
-  return obs.entries.length >= (e.entries ?? []).length &&
+  return obs.entries.length >= (e.entries ?? []).length && obs.updates.length >= (e.updates ?? []).length &&
     obs.results.size >= Object.keys(e.sent ?? {}).length + Object.keys(e.send_errors ?? {}).length &&
     obs.tooLongs.length >= (e.too_long ?? []).length && e.permanent === undefined;
 }
@@ -228,6 +234,7 @@ function checkScenario(e: Expectation, log: LoggedRequest[], store: MemoryStore,
   assert.equal(st.epoch, e.epoch, "epoch");
   assert.deepEqual(st.outbox.map((o) => o.msgId), e.outbox ?? [], "outbox");
   assert.equal(obs.handlerErrors, e.handler_errors ?? 0, "handler errors");
+  assert.deepEqual(obs.updates, e.updates ?? [], "(conversation, seq, version) handed to onUpdate, in order, each once");
 
   const sent: { [id: string]: number } = {};
   const sendErrs: { [id: string]: number } = {};

@@ -139,3 +139,35 @@ test("inbox: onUpdate only with a higher version, once across replays and restar
   assert.deepEqual(again.entries, [3, 4, 5, 6, 7]);
   assert.deepEqual(again.updates, []);
 });
+
+// After a too_long, the messages delivered before the jump are stale: their
+// update entries were skipped. Backfill's pages hand those with a higher
+// version to onUpdate, fresh ones (in holes) to onHistory, and close both.
+test("inbox: too_long marks delivered messages stale; a page hands changed ones to onUpdate", async () => {
+  const history: number[] = [];
+  const updates: number[] = [];
+  let info: unknown;
+  const store = new MemoryStore();
+  const state = emptyState();
+  const inbox = new Inbox(state, new Saver(store, state), {
+    onTooLong: (t) => { info = t; },
+    onHistory: (_cid, ms) => { history.push(...ms.map((m) => m.seq)); },
+    onUpdate: (m) => { updates.push(m.seq); },
+  });
+  await inbox.apply([entry(1, 1, 1), entry(2, 1, 2), entry(3, 1, 3)]);
+  const rec = { conversation_id: 1, title: "", pinned: false, muted: false, read_seq: 0, last_seq: 6, last_message: null, version: 2, removed: false, unread_count: 0, mention_count: 0 };
+  await inbox.tooLong({ too_long: true, epoch: 0, head: 20, record_version: 2, conversations: [rec], next_page: null } as never, async () => ({ conversations: [], next_page: null }));
+  assert.deepEqual((info as { stale: unknown }).stale, [{ conversationId: 1, ranges: [{ from: 1, to: 3 }] }]);
+  assert.deepEqual((info as { newHoles: unknown }).newHoles, [{ conversationId: 1, hole: { from: 4, to: 6 } }]);
+  assert.deepEqual(inbox.toRead(1), [{ from: 1, to: 6 }]);
+
+  const m = (seq: number, version?: number) => ({ ...entry(seq, 1, seq).message!, version });
+  const got = await inbox.fillPage(1, [m(2, 3), m(3, 1), m(4), m(5), m(6)], 2, 6);
+  assert.deepEqual(got.messages.map((x) => x.seq), [4, 5, 6]);
+  assert.deepEqual(got.updates.map((x) => x.seq), [2]);
+  assert.deepEqual(history, [4, 5, 6]);
+  assert.deepEqual(updates, [2]);
+  assert.deepEqual(inbox.toRead(1), [{ from: 1, to: 1 }]);
+  assert.deepEqual(store.snapshot()!.conversations["1"]!.stale, [{ from: 1, to: 1 }]);
+  assert.deepEqual(store.snapshot()!.conversations["1"]!.versions, { "2": 3 });
+});

@@ -113,6 +113,11 @@ async function loadList() {
 function setList(records) {
   const old = S.convs;
   S.convs = new Map(records.map((r) => [r.conversation_id, counts.fresh({ ...r })]));
+  // Messages that arrived while the list was read count on top of it.
+  for (const c of S.convs.values()) {
+    const past = [...msgsOf(c.conversation_id).values()].filter((m) => m.seq > c.counted_seq);
+    for (const m of past.sort((a, b) => a.seq - b.seq)) counts.message(c, m);
+  }
   // A conversation open while its counts were read is read up to its end.
   if (S.current && S.convs.has(S.current)) markRead(S.current);
   if (old.size !== S.convs.size) log(`${S.convs.size} conversations`);

@@ -1,15 +1,17 @@
-// Package web is the demo page of inboxd: plain HTML and JavaScript, embedded
-// in the binary, that logs in as any user id (dev mode's token endpoint),
-// lists the conversations, shows one with its history, sends, edits,
-// deletes, reacts to and replies to messages, shows unread and mention
-// badges, "seen by" receipts, who is typing and the members' online dots,
-// and follows the inbox live over the WebSocket (update entries, typing,
-// presence and receipt frames included) with docs/protocol.md's
-// client rules: the
-// cursor persisted in localStorage, jittered reconnect backoff, catch-up on
-// reconnect, too_long handled by refreshing the list, an outbox retried with
-// the same msg_id, and long-polling when the WebSocket keeps failing. It has
-// an offline switch to show the catch-up.
+// Package web is the demo page of inboxd: plain HTML and ES modules,
+// embedded in the binary, that log in as any user id (dev mode's token
+// endpoint), list the conversations, show one with its history, send, edit,
+// delete, react to and reply to messages, show unread and mention badges,
+// "seen by" receipts, who is typing and the members' online dots.
+//
+// The protocol is the TypeScript SDK's (@inboxd/client), committed as the
+// browser bundle static/inboxd-client.js (built in clients/typescript; no
+// Node is needed to serve it): it follows the inbox over the WebSocket or
+// long-polling, keeps the cursor, epoch, holes and outbox in IndexedDB (one
+// database per user) and makes every request. The page's own scripts only
+// render, and keep a copy of what they drew in an IndexedDB database of
+// their own, so that a reload while offline still shows the conversations
+// and the unsent messages. It has an offline switch to show the catch-up.
 //
 // It owns no API: it only calls the gateway's, on the same origin. It must
 // not be served where dev mode is off (it logs in through /v1/dev/token):

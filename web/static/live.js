@@ -5,9 +5,10 @@
 // frames; typing exists only in frames, each shown until its expires_in_ms.
 // The open conversation shows its members with an online dot, who types,
 // and "seen by" under the newest of the user's own messages others read.
-'use strict';
+// The SDK (S.client) makes the requests and hands over the frames: the
+// app's onReceipt, onTyping and onPresence handlers call this module's.
 
-window.inboxdLive = ({ S, $, api, log, renderView, wsSend }) => {
+export function makeLive({ S, $, log, renderView }) {
   const TYPING_EVERY_MS = 2000; // the server's TypingInterval
   const L = {
     members: new Map(), // conversation_id -> [user ids]
@@ -18,22 +19,13 @@ window.inboxdLive = ({ S, $, api, log, renderView, wsSend }) => {
     sentCid: 0, // and in which conversation
   };
 
-  // pages reads every page of a paged list (members, receipts).
-  async function pages(path, field) {
-    const out = [];
-    let page = null;
-    for (;;) {
-      const res = await api('GET', `${path}?limit=1000${page ? `&page=${encodeURIComponent(page)}` : ''}`);
-      out.push(...res[field]);
-      if (!res.next_page) return out;
-      page = res.next_page;
-    }
-  }
+  // listOf reads a list out of an answer: the list itself or its field.
+  const listOf = (res, field) => (Array.isArray(res) ? res : (res && res[field]) || []);
 
   // ---- members and presence ----
 
   async function loadMembers(cid) {
-    const ms = await pages(`/v1/conversations/${cid}/members`, 'members');
+    const ms = listOf(await S.client.members(cid), 'members');
     L.members.set(cid, ms.map((m) => m.user_id));
   }
 
@@ -42,12 +34,11 @@ window.inboxdLive = ({ S, $, api, log, renderView, wsSend }) => {
   async function loadPresence(users) {
     const ids = users.filter((u) => u !== S.user).slice(0, 100);
     if (!ids.length) return;
-    const res = await api('GET', `/v1/presence?${ids.map((u) => `user_id=${u}`).join('&')}`);
-    for (const p of res.presence) L.presence.set(p.user_id, p);
+    for (const p of listOf(await S.client.presence(ids), 'presence')) L.presence.set(p.user_id, p);
   }
 
   async function loadReceipts(cid) {
-    const rs = await pages(`/v1/conversations/${cid}/receipts`, 'receipts');
+    const rs = listOf(await S.client.receipts(cid), 'receipts');
     L.receipts.set(cid, new Map(rs.map((r) => [r.user_id, r.read_seq])));
   }
 
@@ -121,7 +112,7 @@ window.inboxdLive = ({ S, $, api, log, renderView, wsSend }) => {
     }
     if (L.sentCid !== cid) stopTyping();
     if (Date.now() - L.sentAt < TYPING_EVERY_MS) return;
-    if (wsSend({ type: 'typing', conversation_id: cid })) {
+    if (S.client && S.client.sendTyping(cid)) {
       L.sentAt = Date.now();
       L.sentCid = cid;
     }
@@ -130,7 +121,7 @@ window.inboxdLive = ({ S, $, api, log, renderView, wsSend }) => {
   // stopTyping: sent, cleared or left the composer.
   function stopTyping() {
     if (!L.sentCid) return;
-    wsSend({ type: 'typing', conversation_id: L.sentCid, state: 'stop' });
+    if (S.client) S.client.sendTyping(L.sentCid, true);
     L.sentAt = 0;
     L.sentCid = 0;
   }
@@ -153,7 +144,7 @@ window.inboxdLive = ({ S, $, api, log, renderView, wsSend }) => {
   function onTyping(f) {
     if (f.user_id === S.user) return;
     notTyping(f.conversation_id, f.user_id);
-    if (f.state === 'stop' || !(f.expires_in_ms > 0)) return;
+    if (f.stop || f.state === 'stop' || !(f.expires_in_ms > 0)) return;
     typingIn(f.conversation_id).set(f.user_id, setTimeout(() => notTyping(f.conversation_id, f.user_id), f.expires_in_ms));
     if (f.conversation_id === S.current) renderTyping();
   }
@@ -195,15 +186,6 @@ window.inboxdLive = ({ S, $, api, log, renderView, wsSend }) => {
     if (S.current) refresh(S.current);
   }
 
-  function onFrame(f) {
-    switch (f.type) {
-      case 'receipt': onReceipt(f); return true;
-      case 'typing': onTyping(f); return true;
-      case 'presence': onPresence(f); return true;
-      default: return false;
-    }
-  }
-
   function reset() {
     for (const t of L.typing.values()) for (const timer of t.values()) clearTimeout(timer);
     L.members.clear();
@@ -216,5 +198,5 @@ window.inboxdLive = ({ S, $, api, log, renderView, wsSend }) => {
     renderTyping();
   }
 
-  return { seen, typed, stopTyping, message, opened, connected, onFrame, reset, renderMembers };
-};
+  return { seen, typed, stopTyping, message, opened, connected, onReceipt, onTyping, onPresence, reset, renderMembers };
+}

@@ -17,7 +17,8 @@ export type Transport = "auto" | "websocket" | "polling";
 /** Status is for a UI: what the connection is doing now. */
 export type Status =
   | { state: "connecting"; transport: "websocket" | "polling" }
-  | { state: "connected"; transport: "websocket" | "polling" }
+  /** head: the server's inbox head when it let the client in (the welcome's, or the first poll answer's): what a catch-up reaches. */
+  | { state: "connected"; transport: "websocket" | "polling"; head?: number }
   | { state: "waiting"; untilMs: number; reason: string }
   | { state: "circuit_open"; untilMs: number }
   | { state: "stopped"; error?: unknown };
@@ -424,7 +425,7 @@ export class Client {
       tooLong: (t) => this.inbox.tooLong(t, (page) => this.api.conversations(page, signal)),
       pull: () => this.sync(signal),
       onWelcome: (f) => {
-        this.status({ state: "connected", transport: "websocket" });
+        this.status({ state: "connected", transport: "websocket", head: f.head });
         void this.inbox.adoptEpoch(f.epoch ?? 0);
       },
       counts: (f) => this.inbox.setCounts(f),
@@ -472,7 +473,7 @@ export class Client {
         const started = Date.now();
         const p: SyncParams = { after: this.inbox.cursor, epoch: this.inbox.epoch || undefined, limit: this.cfg.pageSize, waitSec };
         const ans = await this.syncOnce(p, signal);
-        if (!a.gotThrough) this.status({ state: "connected", transport: "polling" });
+        if (!a.gotThrough) this.status({ state: "connected", transport: "polling", head: ans?.head });
         a.gotThrough = true;
         upSince ||= Date.now();
         // As for a WebSocket, only a path that stayed up resets the backoff.

@@ -17,7 +17,6 @@ import { makeLive } from './live.js';
 
 const $ = (sel) => document.querySelector(sel);
 const EMOJI = ['👍', '❤️', '😂', '🎉', '👀'];
-const NEWEST = Number.MAX_SAFE_INTEGER; // "before" of the newest history page
 
 const S = {
   user: 0,
@@ -226,7 +225,7 @@ async function open(cid) {
 // held is shown instead).
 async function loadHistory(cid) {
   try {
-    const res = await S.client.history(cid, NEWEST, 50);
+    const res = await S.client.history(cid, 0, 50);
     for (const m of res.messages) put(cid, m);
     S.loaded.add(cid);
     cacheSoon(cid);

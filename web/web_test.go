@@ -18,10 +18,12 @@ func TestHandler(t *testing.T) {
 		path, ctype, contains string
 		status                int
 	}{
-		{"/", "text/html", `<script src="/demo/app.js">`, 200},
-		{"/demo/app.js", "javascript", "docs/protocol.md", 200},
+		{"/", "text/html", `<script type="module" src="/demo/app.js">`, 200},
+		{"/demo/app.js", "javascript", "from './inboxd-client.js'", 200},
+		{"/demo/inboxd-client.js", "javascript", "IndexedDBStore", 200},
+		{"/demo/cache.js", "javascript", "indexedDB", 200},
 		{"/demo/style.css", "text/css", "#messages", 200},
-		{"/demo/counts.js", "javascript", "unread_total", 200},
+		{"/demo/counts.js", "javascript", "unread_count", 200},
 		{"/demo/live.js", "javascript", "expires_in_ms", 200},
 		{"/demo/missing.js", "", "", 404},
 		{"/demo/", "", "", 404},

@@ -33,7 +33,7 @@ func TestDevRestartKeepsEverything(t *testing.T) {
 	res.Body.Close()
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Contains(t, string(page), `<script src="/demo/app.js">`)
+	require.Contains(t, string(page), `<script type="module" src="/demo/app.js">`)
 	require.Contains(t, p.Output(), d.dbURL())
 
 	g := workload.New(workload.Config{Seed: 9, Users: 100, Conversations: 20})

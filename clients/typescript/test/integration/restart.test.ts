@@ -1,0 +1,142 @@
+// A real `inboxd dev` stopped and started again under a running client: a
+// gateway restart, and a replay (`inboxd replay`, a new epoch) in between.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import WebSocket from "ws";
+import { Client, devToken, type Record as ConvRecord, type Status, type TooLong, type WebSocketCtor } from "../../src/index.js";
+import { FileStore } from "../../src/node.js";
+import { startDev, run, type Dev } from "./dev.js";
+import { Recorder, assertAscending, assertOnceInOrder, range, sendAll, settle, userApi, waitFor } from "./delivery.js";
+
+let dev: Dev;
+
+before(async () => { dev = await startDev(); }, { timeout: 300_000 });
+after(async () => { await dev?.stop(); });
+
+const WS = WebSocket as unknown as WebSocketCtor;
+// Short waits so that a restart of a few seconds is crossed quickly; the
+// breaker's cooldown is short too, since a restart takes more than its
+// threshold of failed attempts.
+const quick = { startupJitterMs: -1, backoffInitialMs: 50, backoffMaxMs: 300, breakerCooldownMs: 300, requestTimeoutMs: 5000 };
+
+test("a gateway restart (SIGTERM, same data dir and ports): the client reconnects by itself, every message once, in order", { timeout: 120_000 }, async () => {
+  const alice = await userApi(dev.url, 1);
+  const cid = await alice.createConversation("restart", [2]);
+  const rec = new Recorder(() => cid);
+  const connected: string[] = [];
+  const bob = await Client.create({
+    baseUrl: dev.url, token: await devToken(dev.url, 2), WebSocket: WS, transport: "websocket", ...quick,
+    handlers: { onEntry: rec.onEntry, onStatus: (s: Status) => { if (s.state === "connected") connected.push(s.transport); } },
+  });
+  const running = bob.start();
+  try {
+    await sendAll(alice, cid, range("m", 1, 5));
+    await waitFor(() => rec.got.length >= 5, 30_000, "the 5 messages sent before the restart");
+    const sessionsBefore = connected.length;
+    await dev.restart();
+    await sendAll(alice, cid, range("m", 6, 10));
+    await waitFor(() => rec.got.length >= 10, 60_000, "the 5 messages sent after the restart");
+    await settle();
+    assert.ok(connected.length > sessionsBefore, "the client connected again");
+    assert.ok(connected.every((t) => t === "websocket"), `transports: ${connected}`);
+  } finally {
+    await bob.stop();
+    await running;
+  }
+  assertOnceInOrder(rec.got, range("m", 1, 10));
+  assertAscending(rec.inboxSeqs(), "inbox_seq of every entry");
+});
+
+test("inboxd replay (a new epoch): too_long with the new epoch and the conversation list, then every later message once", { timeout: 180_000 }, async () => {
+  const alice = await userApi(dev.url, 3);
+  const cid = await alice.createConversation("replay", [4]);
+  const dir = await mkdtemp(join(tmpdir(), "inboxd-ts-epoch-"));
+  const path = join(dir, "state.json");
+  const token = await devToken(dev.url, 4);
+
+  // Two devices of user 4: `live` keeps running across the stops and the
+  // replay (MemoryStore); `saved` is stopped before and started again after
+  // on the same FileStore.
+  type Device = { rec: Recorder; tooLongs: TooLong[]; lists: ConvRecord[][]; client?: Client; running?: Promise<void> };
+  const device = (): Device => {
+    const d: Device = { rec: new Recorder(() => cid, () => d.client!.epoch), tooLongs: [], lists: [] };
+    return d;
+  };
+  const live = device();
+  const saved = device();
+  const handlers = (d: Device) => ({
+    onEntry: d.rec.onEntry,
+    onTooLong: (t: TooLong) => { d.tooLongs.push(t); },
+    onConversations: (rs: ConvRecord[]) => { d.lists.push(rs); },
+  });
+  const startDevice = async (d: Device, store?: FileStore) => {
+    d.client = await Client.create({ baseUrl: dev.url, token, store, WebSocket: WS, transport: "websocket", ...quick, handlers: handlers(d) });
+    d.running = d.client.start();
+  };
+  const stopDevice = async (d: Device) => {
+    await d.client?.stop();
+    await d.running;
+  };
+  let store: FileStore | undefined;
+  try {
+    await startDevice(live);
+    store = await FileStore.open(path);
+    await startDevice(saved, store);
+    await sendAll(alice, cid, range("r", 1, 5));
+    await waitFor(() => live.rec.got.length >= 5 && saved.rec.got.length >= 5, 30_000, "the 5 messages before the replay");
+    const oldEpoch = live.client!.epoch;
+    assert.ok(oldEpoch > 0);
+    assert.equal(saved.client!.epoch, oldEpoch);
+    const savedCursor = saved.client!.cursor;
+    await stopDevice(saved);
+    await store.close();
+    store = undefined;
+
+    await dev.restart(["--no-fanout"]);
+    assert.match(dev.output(), /fanout off/);
+    const replayed = await run(dev.bin, ["replay", "--database-url", dev.databaseUrl, "--kafka-brokers", dev.brokers], 120_000);
+    const newEpoch = Number(/new epoch (\d+)/.exec(replayed)?.[1]);
+    assert.ok(newEpoch > oldEpoch, `replay printed a new epoch: ${replayed}`);
+    await dev.restart();
+
+    store = await FileStore.open(path);
+    const reopened = await store.load();
+    assert.equal(reopened?.epoch, oldEpoch);
+    assert.equal(reopened?.cursor, savedCursor);
+    await startDevice(saved, store);
+    for (const d of [live, saved]) {
+      await waitFor(() => d.tooLongs.length >= 1 && d.lists.length >= 1, 60_000, "the too_long of the new epoch");
+    }
+    await sendAll(alice, cid, range("r", 6, 10));
+    for (const d of [live, saved]) await waitFor(() => d.rec.got.length >= 10, 60_000, "the 5 messages after the replay");
+    await settle();
+
+    for (const [name, d] of [["live", live], ["saved", saved]] as const) {
+      assert.equal(d.tooLongs.length, 1, `${name}: one too_long`);
+      const t = d.tooLongs[0]!;
+      assert.equal(t.previousEpoch, oldEpoch, `${name}: previousEpoch`);
+      assert.equal(t.epoch, newEpoch, `${name}: the new epoch`);
+      assert.notEqual(t.previousEpoch, t.epoch);
+      assert.equal(d.client!.epoch, newEpoch);
+      // Seqs are stable across a replay: the client had everything, so no history is missing.
+      assert.deepEqual(t.newHoles, [], `${name}: no holes`);
+      assert.deepEqual(d.client!.holes(cid), []);
+      assert.equal(d.lists.length, 1, `${name}: one conversation list`);
+      const r = d.lists[0]!.find((x) => x.conversation_id === cid);
+      assert.ok(r, `${name}: the conversation is listed`);
+      assertOnceInOrder(d.rec.got, range("r", 1, 10));
+      // inbox_seqs ascend within each epoch (the new one numbers the inbox afresh).
+      for (const e of [oldEpoch, newEpoch]) assertAscending(d.rec.inboxSeqs(e), `${name}: inbox_seq in epoch ${e}`);
+      assert.deepEqual(d.rec.got.map((g) => g.epoch), [...Array(5).fill(oldEpoch), ...Array(5).fill(newEpoch)], `${name}: epochs`);
+    }
+    assert.equal(saved.tooLongs[0]!.previousCursor, savedCursor);
+  } finally {
+    await stopDevice(live);
+    await stopDevice(saved);
+    await store?.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+});

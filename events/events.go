@@ -59,7 +59,7 @@ const MaxMembers = 10000
 const MaxMentions = 50
 
 // Event is one change. Fields beyond the envelope are set per type:
-// conversation.created: Title, Members; member.added/removed: UserID;
+// conversation.created: Title, Members, Channel; member.added/removed: UserID;
 // message.sent: MsgID, Body, optionally ReplyTo; record.updated: Pinned
 // and/or Muted; read.updated: ReadSeq. The changes of a message
 // (message.edited: Body; message.deleted; reaction.added: Emoji;
@@ -75,6 +75,9 @@ type Event struct {
 
 	Title   string  `json:"title,omitempty"`
 	Members []int64 `json:"members,omitempty"`
+	// Channel (conversation.created): the conversation is in read fan-out
+	// from its first seq, whatever its size (docs/large-conversations.md).
+	Channel bool `json:"channel,omitempty"`
 	UserID  int64   `json:"user_id,omitempty"`
 	MsgID   string  `json:"msg_id,omitempty"`
 	Body    *string `json:"body,omitempty"`

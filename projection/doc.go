@@ -26,6 +26,13 @@
 //	r<msg_id>                       a message.sent (or a change: its change_id)
 //	                                was rejected
 //	u<conv>.<seq>:<version>         the message changed; its version is now version
+//	c<conv>.<user>:<seq>            user's read position in conv moved to seq
+//	L<conv>:<last_seq>:<changes>    a read-mode conversation moved (its head and
+//	                                change count; docs/large-conversations.md)
+//	M<conv>:<user>:<1|0>            user joined (1) or left (0) a read-mode
+//	                                conversation
+//	S<conv>:<from_seq>:<1|0>        conv is in read (1) or write (0) fan-out
+//	                                from from_seq
 //	e<epoch>                        a replay swapped in projections of a new epoch
 //
 // Readers skip tokens they do not know, and tokens they cannot parse, so

@@ -48,6 +48,29 @@ type Notification struct {
 	Updated []Updated
 	// Reads are the read positions the batch moved (read receipts).
 	Reads []Read
+	// Large are the read-mode conversations the batch moved
+	// (docs/large-conversations.md), Members the changes of their
+	// membership, Modes their switches.
+	Large   []Large
+	Members []Membership
+	Modes   []Mode
+}
+
+// Large is a read-mode conversation's head and change count after a batch.
+type Large struct{ Conv, LastSeq, Changes int64 }
+
+// Membership is a user joining (Joined) or leaving a read-mode
+// conversation.
+type Membership struct {
+	Conv, User int64
+	Joined     bool
+}
+
+// Mode is a conversation switching to read fan-out (Read) or back, from
+// seq From.
+type Mode struct {
+	Conv, From int64
+	Read       bool
 }
 
 // Read is a member's new read position in a conversation.
@@ -162,6 +185,45 @@ func (e *Encoder) Read(conv, user, seq int64) {
 	e.add(e.buf)
 }
 
+// Large adds L<conv>:<last_seq>:<change_count>: the read-mode conversation
+// conv is at last_seq with change_count changes.
+func (e *Encoder) Large(l Large) {
+	e.buf = append(e.buf[:0], 'L')
+	e.buf = appendInts(e.buf, l.Conv, l.LastSeq, l.Changes)
+	e.add(e.buf)
+}
+
+// Member adds M<conv>:<user>:<1|0>: user joined (1) or left (0) the
+// read-mode conversation conv.
+func (e *Encoder) Member(m Membership) {
+	e.buf = append(e.buf[:0], 'M')
+	e.buf = appendInts(e.buf, m.Conv, m.User, boolInt(m.Joined))
+	e.add(e.buf)
+}
+
+// Mode adds S<conv>:<from>:<1|0>: conv is in read fan-out (1) or write
+// fan-out (0) from seq from.
+func (e *Encoder) Mode(m Mode) {
+	e.buf = append(e.buf[:0], 'S')
+	e.buf = appendInts(e.buf, m.Conv, m.From, boolInt(m.Read))
+	e.add(e.buf)
+}
+
+func appendInts(b []byte, a, c, d int64) []byte {
+	b = strconv.AppendInt(b, a, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, c, 10)
+	b = append(b, ':')
+	return strconv.AppendInt(b, d, 10)
+}
+
+func boolInt(v bool) int64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
 // Epoch adds e<epoch>: a replay swapped in the projections of epoch.
 func (e *Encoder) Epoch(epoch int64) {
 	e.buf = append(e.buf[:0], 'e')
@@ -219,6 +281,8 @@ func ParseNotification(payload string) Notification {
 			if u, ok := parseUpdated(tok[1:]); ok {
 				n.Reads = append(n.Reads, Read{Conv: u.Conv, User: u.Seq, Seq: u.Version})
 			}
+		case 'L', 'M', 'S':
+			n.addLarge(tok)
 		case 'i':
 			if u, r, ok := parseRun(tok[1:]); ok {
 				if n.Runs == nil {
@@ -229,6 +293,30 @@ func ParseNotification(payload string) Notification {
 		}
 	}
 	return n
+}
+
+// addLarge decodes the read-mode tokens L, M and S (three integers).
+func (n *Notification) addLarge(tok string) {
+	parts := strings.Split(tok[1:], ":")
+	if len(parts) != 3 {
+		return
+	}
+	var v [3]int64
+	for i, p := range parts {
+		x, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return
+		}
+		v[i] = x
+	}
+	switch tok[0] {
+	case 'L':
+		n.Large = append(n.Large, Large{Conv: v[0], LastSeq: v[1], Changes: v[2]})
+	case 'M':
+		n.Members = append(n.Members, Membership{Conv: v[0], User: v[1], Joined: v[2] == 1})
+	case 'S':
+		n.Modes = append(n.Modes, Mode{Conv: v[0], From: v[1], Read: v[2] == 1})
+	}
 }
 
 // parseUpdated reads <conv>.<seq>:<version>.

@@ -286,3 +286,21 @@ func FuzzParseNotification(f *testing.F) {
 		require.Equal(t, n, parseAll(encode(n)))
 	})
 }
+
+// The read-mode tokens (L, M, S) round-trip, and malformed ones are
+// skipped without touching the rest.
+func TestLargeTokens(t *testing.T) {
+	var e Encoder
+	e.Head(7, 3)
+	e.Large(Large{Conv: 9, LastSeq: 120, Changes: 4})
+	e.Member(Membership{Conv: 9, User: 7, Joined: true})
+	e.Member(Membership{Conv: 9, User: 8})
+	e.Mode(Mode{Conv: 9, From: 101, Read: true})
+	p := e.Payloads()
+	require.Equal(t, []string{"h7:3 L9:120:4 M9:7:1 M9:8:0 S9:101:1"}, p)
+	n := ParseNotification(p[0] + " L9:1 Mx:1:1 S1:2:3:4 L")
+	require.Equal(t, map[int64]int64{7: 3}, n.Heads)
+	require.Equal(t, []Large{{Conv: 9, LastSeq: 120, Changes: 4}}, n.Large)
+	require.Equal(t, []Membership{{Conv: 9, User: 7, Joined: true}, {Conv: 9, User: 8}}, n.Members)
+	require.Equal(t, []Mode{{Conv: 9, From: 101, Read: true}}, n.Modes)
+}

@@ -77,7 +77,7 @@ type Event struct {
 	Members []int64 `json:"members,omitempty"`
 	// Channel (conversation.created): the conversation is in read fan-out
 	// from its first seq, whatever its size (docs/large-conversations.md).
-	Channel bool `json:"channel,omitempty"`
+	Channel bool    `json:"channel,omitempty"`
 	UserID  int64   `json:"user_id,omitempty"`
 	MsgID   string  `json:"msg_id,omitempty"`
 	Body    *string `json:"body,omitempty"`

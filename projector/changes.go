@@ -43,6 +43,7 @@ type msgState struct {
 	cleared     bool // deleted in this batch: its reaction rows go
 	changed     bool // version moved in this batch: an UPDATE (unless fresh)
 	fanned      bool // its update entries of this batch are added
+	changedOrd  int64 // read mode: the conversation's change count at its last change
 }
 
 // change is a change_id the batch applied (or found applied), for the
@@ -234,12 +235,18 @@ func (b *batch) changed(e *events.Event, c *convState, m *msgState) {
 	m.version++
 	m.changed = true
 	b.applied(e, m)
+	if c.read {
+		c.changedRead(m) // every change counts, however the log is batched
+	}
 	if m.fanned {
 		return
 	}
 	m.fanned = true
 	if !m.fresh {
 		b.changedMsgs = append(b.changedMsgs, m)
+	}
+	if c.read {
+		return // read mode: no update entries; ?changed_after= reads it
 	}
 	for u, joined := range c.joined {
 		if joined <= m.key.seq {
@@ -270,9 +277,9 @@ func (m *msgState) row() (string, int64, *time.Time, bool, *int64, map[string]in
 
 const (
 	sqlUpdateMessages = `UPDATE messages m SET body = u.b, version = u.v, edited_at = coalesce(u.e, m.edited_at),
-  deleted = u.d, reactions = u.r
-FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::timestamptz[], $6::bool[], $7::jsonb[])
-  AS u(c, s, b, v, e, d, r)
+  deleted = u.d, reactions = u.r, changed_ord = greatest(m.changed_ord, u.co)
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::timestamptz[], $6::bool[], $7::jsonb[], $8::bigint[])
+  AS u(c, s, b, v, e, d, r, co)
 WHERE m.conversation_id = u.c AND m.seq = u.s`
 	sqlClearReactions = `DELETE FROM reactions r USING unnest($1::bigint[], $2::bigint[]) AS u(c, s)
 WHERE r.conversation_id = u.c AND r.seq = u.s`
@@ -293,18 +300,18 @@ func (b *batch) queueChanges(bt *pgx.Batch) {
 	if len(b.changes) == 0 {
 		return
 	}
-	var cs, ss, vs []int64
+	var cs, ss, vs, cos []int64
 	var bodies []string
 	var edits []*time.Time
 	var dels []bool
 	var reacts []map[string]int64
 	for _, m := range b.changedMsgs {
 		body, v, edited, deleted, _, reactions := m.row()
-		cs, ss, vs = append(cs, m.key.conv), append(ss, m.key.seq), append(vs, v)
+		cs, ss, vs, cos = append(cs, m.key.conv), append(ss, m.key.seq), append(vs, v), append(cos, m.changedOrd)
 		bodies, edits, dels, reacts = append(bodies, body), append(edits, edited), append(dels, deleted), append(reacts, reactions)
 	}
 	if len(cs) > 0 {
-		bt.Queue(sqlUpdateMessages, cs, ss, bodies, vs, edits, dels, reacts)
+		bt.Queue(sqlUpdateMessages, cs, ss, bodies, vs, edits, dels, reacts, cos)
 	}
 	var clearC, clearS, delC, delS, delU, upC, upS, upU []int64
 	var upE []string

@@ -18,9 +18,22 @@ const (
 SELECT $1, p, 0 FROM unnest($2::int[]) AS p ORDER BY p ON CONFLICT DO NOTHING`
 	sqlLockOffsets = `SELECT "partition", next_offset FROM consumer_offsets
 WHERE topic = $1 AND "partition" = ANY($2::int[]) ORDER BY "partition" FOR UPDATE`
-	sqlLockConversations = `SELECT id, last_seq, created_by, text_count FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
-	sqlCurrentMembers    = `SELECT conversation_id, user_id, joined_seq FROM member_spans
-WHERE conversation_id = ANY($1::bigint[]) AND left_seq IS NULL`
+	sqlLockConversations = `SELECT id, last_seq, created_by, text_count, read_fanout, channel, member_count, change_count
+FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
+	// sqlCurrentMembers reads the current members of the batch's
+	// conversations: all of them, or only the users the batch names in a
+	// read-mode conversation that cannot switch down within the batch
+	// (partialMembers, in SQL: $2 the batch's removals per conversation, $3
+	// the users named, $4 the threshold).
+	sqlCurrentMembers = `SELECT m.conversation_id, m.user_id, m.joined_seq
+FROM member_spans m JOIN conversations c ON c.id = m.conversation_id
+JOIN unnest($1::bigint[], $2::bigint[]) AS k(id, removals) ON k.id = m.conversation_id
+WHERE m.left_seq IS NULL AND (NOT c.read_fanout
+  OR (NOT c.channel AND c.member_count <= greatest($4::bigint, $4::bigint / 2 + k.removals))
+  OR (c.channel AND c.member_count <= $4::bigint)
+  OR m.user_id = ANY($3::bigint[]))`
+	// sqlArmed reads the armed members of the batch's read-mode conversations.
+	sqlArmed = `SELECT conversation_id, user_id FROM records WHERE conversation_id = ANY($1::bigint[]) AND armed`
 	sqlKnownMsgIDs  = `SELECT msg_id::text FROM messages WHERE msg_id = ANY($1::uuid[])`
 	sqlKnownChanges = `SELECT change_id::text FROM changes WHERE change_id = ANY($1::uuid[])`
 	sqlMessageState = `SELECT m.conversation_id, m.seq, m.msg_id::text, m.sender_id, m.kind, m.created_at, m.deleted, m.version, m.body,
@@ -91,6 +104,8 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 // loadKeys is what the state of a batch is read by.
 type loadKeys struct {
 	convIDs            []int64 // in id order, the lock order
+	removals           []int64 // per convIDs: the batch's member.removed events
+	users              []int64 // the users the batch names (actors, targets, mentioned)
 	msgIDs             []string
 	recUsers, recConvs []int64 // the (user, conversation) pairs of records
 	// The changes of messages: their ids, the messages (conversation, seq)
@@ -106,6 +121,16 @@ type loadKeys struct {
 func (b *batch) need(recs []Record) loadKeys {
 	k := loadKeys{convIDs: []int64{}, recUsers: []int64{}, recConvs: []int64{}}
 	seenPair := map[recKey]bool{}
+	named := map[int64]bool{}
+	removals := map[int64]int64{}
+	name := func(ids ...int64) {
+		for _, u := range ids {
+			if u > 0 && !named[u] {
+				named[u] = true
+				k.users = append(k.users, u)
+			}
+		}
+	}
 	wantRecord := func(u, c int64) {
 		p := recKey{u, c}
 		if !seenPair[p] {
@@ -126,6 +151,11 @@ func (b *batch) need(recs []Record) loadKeys {
 		if e.SealedBody != "" {
 			k.sealed = append(k.sealed, e.MsgID)
 		}
+		name(e.ActorID, e.UserID)
+		name(e.Mentions...)
+		if e.Type == events.MemberRemoved {
+			removals[e.ConversationID]++
+		}
 		switch e.Type {
 		case events.MessageSent:
 			k.msgIDs = append(k.msgIDs, e.MsgID)
@@ -144,6 +174,10 @@ func (b *batch) need(recs []Record) loadKeys {
 		}
 	}
 	sort.Slice(k.convIDs, func(i, j int) bool { return k.convIDs[i] < k.convIDs[j] })
+	k.removals = make([]int64, len(k.convIDs))
+	for i, id := range k.convIDs {
+		k.removals[i] = removals[id]
+	}
 	return k
 }
 
@@ -152,6 +186,14 @@ func (b *batch) need(recs []Record) loadKeys {
 func (b *batch) loadedConv(id, last, by, texts int64) {
 	c := b.convs[id]
 	c.exists, c.lastSeq, c.loadedAt, c.by, c.texts = true, last, last, by, texts
+}
+
+// loadedMode sets a loaded conversation's read fan-out state; removals
+// are the batch's member.removed events of it.
+func (b *batch) loadedMode(id int64, read, channel bool, count, changes, removals int64) {
+	c := b.convs[id]
+	c.read, c.channel, c.memberCount, c.changeCount = read, channel, count, changes
+	c.partial = partialMembers(read, channel, count, removals, b.threshold)
 }
 
 // loadedMember marks user u a current member of conversation c since seq
@@ -167,17 +209,36 @@ func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 	k := b.need(live)
 	// The conversation locks first (in id order), then the reads that
 	// depend only on the batch.
+	removalsOf := map[int64]int64{}
+	for i, id := range k.convIDs {
+		removalsOf[id] = k.removals[i]
+	}
 	bt.Queue(sqlLockConversations, k.convIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id, last, by, texts int64
-			if err := rows.Scan(&id, &last, &by, &texts); err != nil {
+			var id, last, by, texts, count, changes int64
+			var read, channel bool
+			if err := rows.Scan(&id, &last, &by, &texts, &read, &channel, &count, &changes); err != nil {
 				return err
 			}
 			b.loadedConv(id, last, by, texts)
+			b.loadedMode(id, read, channel, count, changes, removalsOf[id])
 		}
 		return rows.Err()
 	})
-	bt.Queue(sqlCurrentMembers, k.convIDs).Query(func(rows pgx.Rows) error {
+	bt.Queue(sqlArmed, k.convIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var c, u int64
+			if err := rows.Scan(&c, &u); err != nil {
+				return err
+			}
+			if b.convs[c].armed == nil {
+				b.convs[c].armed = map[int64]bool{}
+			}
+			b.convs[c].armed[u] = true
+		}
+		return rows.Err()
+	})
+	bt.Queue(sqlCurrentMembers, k.convIDs, k.removals, k.users, b.threshold).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var c, u, joined int64
 			if err := rows.Scan(&c, &u, &joined); err != nil {

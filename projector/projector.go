@@ -22,6 +22,10 @@ type Config struct {
 	Channel string
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// LargeThreshold is the member count above which a conversation
+	// switches to read fan-out (docs/large-conversations.md). Default
+	// DefaultLargeThreshold. A replay must use the fanout's.
+	LargeThreshold int
 }
 
 // Projector applies batches of records. It is safe for concurrent use; each
@@ -203,7 +207,7 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 	if len(recs) == 0 {
 		return res, nil
 	}
-	t := &txn{p: p, tx: tx, own: own, b: newBatch()}
+	t := &txn{p: p, tx: tx, own: own, b: newBatch(int64(p.cfg.LargeThreshold))}
 	// 1. Offsets: lock, fence, and keep only what was not applied yet.
 	parts, partIDs := nextOffsets(recs)
 	t.parts = parts

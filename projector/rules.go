@@ -26,6 +26,14 @@ type convState struct {
 	members  map[int64]bool
 	joined   map[int64]int64 // current member -> the seq its span began
 	loadedAt int64           // last_seq as loaded
+
+	// Read fan-out (large.go): the mode now, a channel never switches
+	// down; members holds only the users the batch names when partial.
+	read, channel bool
+	partial       bool
+	memberCount   int64
+	changeCount   int64
+	armed         map[int64]bool // armed members (read mode)
 }
 
 type recKey struct{ user, conv int64 }
@@ -125,6 +133,15 @@ type batch struct {
 	// receipts are the read positions moved by read events, notified to the
 	// other members' gateways.
 	receipts []projection.Read
+
+	// Read fan-out (large.go): the member threshold, the mode switches, the
+	// joins and removals of read-mode conversations, the armed flags to
+	// write, and who got the last message in read mode.
+	threshold int64
+	modes     []modeRow
+	members   []projection.Membership
+	armedNow  map[recKey]bool
+	lastGot   map[int64]bool
 }
 
 // ack is a message.sent event and the seq its message got.
@@ -133,8 +150,13 @@ type ack struct {
 	seq     int64
 }
 
-func newBatch() *batch {
+func newBatch(threshold int64) *batch {
+	if threshold <= 0 {
+		threshold = DefaultLargeThreshold
+	}
 	return &batch{
+		threshold: threshold,
+		armedNow:  map[recKey]bool{},
 		convs:   map[int64]*convState{},
 		records: map[recKey]*recState{},
 		known:   idSet{},
@@ -224,6 +246,7 @@ func (b *batch) conversationCreated(r Record, c *convState) {
 	for _, m := range members {
 		c.members[m] = true
 	}
+	b.created(c, e.Channel)
 	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
 		"event": events.ConversationCreated, "by": e.ActorID, "title": e.Title, "members": members}), e.At)
 	for _, m := range members {
@@ -262,7 +285,9 @@ func (b *batch) memberAdded(r Record, c *convState) {
 	c.members[e.UserID] = true
 	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
 		"event": events.MemberAdded, "user_id": e.UserID, "by": e.ActorID}), e.At)
+	b.fanTo(c, e.UserID, seq, e.At) // in read mode the joiner still gets its join
 	b.openSpan(c.id, e.UserID, seq)
+	b.joinedLarge(c, e.UserID, seq)
 	// A member's read position starts at its join: what was sent before
 	// it is not unread.
 	b.record(e.UserID, c.id, e.At, func(rs *recState) { rs.removed, rs.readSeq = false, max(rs.readSeq, seq) })
@@ -279,8 +304,14 @@ func (b *batch) memberRemoved(r Record, c *convState) {
 	// The removed member receives its own removal, then leaves.
 	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
 		"event": events.MemberRemoved, "user_id": e.UserID, "by": e.ActorID}), e.At)
+	b.fanTo(c, e.UserID, seq, e.At) // in read mode the removed member still gets its removal
 	delete(c.members, e.UserID)
+	if c.armed[e.UserID] {
+		delete(c.armed, e.UserID)
+		b.armedNow[recKey{e.UserID, c.id}] = false
+	}
 	b.closeSpan(c.id, e.UserID, seq)
+	b.leftLarge(c, e.UserID, seq)
 	b.record(e.UserID, c.id, e.At, func(rs *recState) { rs.removed = true })
 }
 
@@ -346,6 +377,9 @@ func (b *batch) readUpdated(e *events.Event, c *convState) {
 	}
 	b.record(e.ActorID, c.id, e.At, func(rs *recState) { rs.readSeq = read })
 	b.receipts = append(b.receipts, projection.Read{Conv: c.id, User: e.ActorID, Seq: read})
+	if c.read && read >= c.lastSeq {
+		b.arm(c, e.ActorID)
+	}
 }
 
 func systemBody(fields map[string]any) string {
@@ -367,10 +401,28 @@ func (b *batch) message(c *convState, msgID string, sender int64, kind, body str
 	b.msgStates[st.key] = st
 	b.msgs = append(b.msgs, msgRow{conv: c.id, seq: c.lastSeq, msgID: msgID, sender: sender, kind: kind, body: body, at: at, st: st,
 		ord: c.texts})
+	if c.read {
+		b.lastGot = b.fanRead(c, c.lastSeq, at)
+		return c.lastSeq
+	}
+	b.lastGot = nil
 	for u := range c.members {
 		b.fan = append(b.fan, fanRow{user: u, conv: c.id, kind: projection.KindMessage, seq: c.lastSeq, at: at})
 	}
 	return c.lastSeq
+}
+
+// fanTo gives the message just added (seq) to user in read mode, unless
+// it got it already (write mode gives it to every member).
+func (b *batch) fanTo(c *convState, user, seq int64, at time.Time) {
+	if !c.read || b.lastGot[user] {
+		return
+	}
+	if b.lastGot == nil {
+		b.lastGot = map[int64]bool{}
+	}
+	b.lastGot[user] = true
+	b.fan = append(b.fan, fanRow{user: user, conv: c.id, kind: projection.KindMessage, seq: seq, at: at})
 }
 
 // mention keeps the mentions of e, the message just added to c, and
@@ -382,6 +434,7 @@ func (b *batch) mention(c *convState, e *events.Event) {
 	for _, u := range e.Mentions {
 		if u != e.ActorID && c.members[u] {
 			m.mentioned = append(m.mentioned, u)
+			b.fanTo(c, u, m.seq, m.at) // read mode: the mentioned get it
 		}
 	}
 }

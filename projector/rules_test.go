@@ -132,7 +132,7 @@ func runRules(t *testing.T, st state, inputs []any) *batch {
 		}
 		recs[i] = r
 	}
-	b := newBatch()
+	b := newBatch(0)
 	keys := b.need(recs)
 	require.True(t, slices.IsSorted(keys.convIDs), "conversations are locked in id order")
 	for id, c := range st.convs {

@@ -81,11 +81,14 @@ SELECT format('conversation %s: last_seq %s, %s messages from %s to %s', c.id, c
 FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id
 GROUP BY c.id, c.last_seq
 HAVING count(m.seq) <> c.last_seq OR (count(m.seq) > 0 AND (min(m.seq) <> 1 OR max(m.seq) <> c.last_seq))`},
-	{"I3", "every member has every message of its spans (above its floor)", `
+	{"I3", "every member has every message of its spans in write fan-out (above its floor)", `
 WITH expected AS (
   SELECT s.user_id, m.conversation_id, m.seq FROM messages m
   JOIN member_spans s ON s.conversation_id = m.conversation_id AND m.seq >= s.joined_seq AND (s.left_seq IS NULL OR m.seq <= s.left_seq)
   JOIN users u ON u.id = s.user_id WHERE u.inbox_floor = 0
+  AND NOT EXISTS (SELECT 1 FROM conversation_modes md WHERE md.conversation_id = m.conversation_id AND md.read_fanout
+    AND md.from_seq <= m.seq AND NOT EXISTS (SELECT 1 FROM conversation_modes nx WHERE nx.conversation_id = md.conversation_id
+      AND nx.from_seq > md.from_seq AND nx.from_seq <= m.seq))
 ), actual AS (
   SELECT user_id, conversation_id, seq FROM inbox WHERE kind = 1
 )
@@ -137,12 +140,12 @@ FROM inbox i LEFT JOIN messages m ON m.conversation_id = i.conversation_id AND m
 WHERE i.kind = 3 AND (m.seq IS NULL OR NOT EXISTS (
   SELECT 1 FROM member_spans s WHERE s.conversation_id = i.conversation_id AND s.user_id = i.user_id
   AND i.seq >= s.joined_seq AND (s.left_seq IS NULL OR i.seq <= s.left_seq)))`},
-	{"M2", "every change of a message is an update entry of each member who sees it", `
+	{"M2", "every change of a message in write fan-out is an update entry of each member who sees it", `
 SELECT format('user %s has no update of conversation %s seq %s at version %s', s.user_id, m.conversation_id, m.seq, m.version)
 FROM messages m
 JOIN member_spans s ON s.conversation_id = m.conversation_id AND s.left_seq IS NULL AND s.joined_seq <= m.seq
 JOIN users u ON u.id = s.user_id AND u.inbox_floor = 0
-WHERE m.version > 1 AND NOT EXISTS (
+WHERE m.version > 1 AND m.changed_ord = 0 AND NOT EXISTS (
   SELECT 1 FROM inbox i WHERE i.user_id = s.user_id AND i.kind = 3 AND i.conversation_id = m.conversation_id
   AND i.seq = m.seq AND i.version = m.version)`},
 	{"M3", "a message's update versions ascend within each inbox", `
@@ -190,6 +193,30 @@ FROM mentions n JOIN messages m ON m.conversation_id = n.conversation_id AND m.s
 WHERE m.sender_id = n.user_id OR NOT (n.user_id = ANY(coalesce(m.mentions, '{}'))) OR NOT EXISTS (
   SELECT 1 FROM member_spans s WHERE s.conversation_id = n.conversation_id AND s.user_id = n.user_id
   AND n.seq >= s.joined_seq AND (s.left_seq IS NULL OR n.seq <= s.left_seq))`},
+	{"L1", "each conversation's modes start at seq 1, alternate, and end in its read_fanout", `
+SELECT format('conversation %s: no mode from seq 1', c.id) FROM conversations c
+WHERE NOT EXISTS (SELECT 1 FROM conversation_modes md WHERE md.conversation_id = c.id AND md.from_seq = 1)
+UNION ALL
+SELECT format('conversation %s: mode %s from seq %s repeats the one before', conversation_id, read_fanout, from_seq)
+FROM (SELECT conversation_id, from_seq, read_fanout,
+        lag(read_fanout) OVER (PARTITION BY conversation_id ORDER BY from_seq) AS prev FROM conversation_modes) x
+WHERE prev = read_fanout
+UNION ALL
+SELECT format('conversation %s: read_fanout %s, last mode %s', c.id, c.read_fanout, md.read_fanout)
+FROM conversations c JOIN LATERAL (SELECT read_fanout FROM conversation_modes WHERE conversation_id = c.id
+  ORDER BY from_seq DESC LIMIT 1) md ON true WHERE md.read_fanout <> c.read_fanout`},
+	{"L2", "member_count is the current members", `
+SELECT format('conversation %s: member_count %s, %s current members', c.id, c.member_count, count(s.user_id))
+FROM conversations c LEFT JOIN member_spans s ON s.conversation_id = c.id AND s.left_seq IS NULL
+GROUP BY c.id, c.member_count HAVING count(s.user_id) <> c.member_count`},
+	{"L3", "only current members are armed", `
+SELECT format('user %s is armed in conversation %s without being a member', r.user_id, r.conversation_id)
+FROM records r WHERE r.armed AND NOT EXISTS (SELECT 1 FROM member_spans s
+  WHERE s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL)`},
+	{"L4", "changed_ord values are distinct and at most the conversation's change_count", `
+SELECT format('conversation %s: changed_ord %s on %s messages, change_count %s', m.conversation_id, m.changed_ord, count(*), c.change_count)
+FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE m.changed_ord > 0
+GROUP BY m.conversation_id, m.changed_ord, c.change_count HAVING count(*) > 1 OR m.changed_ord > c.change_count`},
 	{"--", "members and records agree", `
 SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)
 FROM records r LEFT JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
@@ -197,7 +224,7 @@ WHERE (s.user_id IS NULL) <> r.removed`},
 }
 
 // Verify checks invariants I1–I8, and the rules of message changes
-// (M1–M6), the columns counts are made of (C1–C3), on the projections in the current schema
+// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), on the projections in the current schema
 // search path of q.
 func Verify(ctx context.Context, q Querier) (Report, error) {
 	var r Report

@@ -20,11 +20,22 @@ const (
 	sqlEnsureUsers = `INSERT INTO users (id) SELECT u FROM unnest($1::bigint[]) AS u ORDER BY u ON CONFLICT DO NOTHING`
 	sqlLockUsers   = `SELECT id, inbox_seq, record_version FROM users WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 
-	sqlInsertConversations = `INSERT INTO conversations (id, title, created_by, created_at, last_seq, last_at, text_count)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bigint[], $6::timestamptz[], $7::bigint[])
+	sqlInsertConversations = `INSERT INTO conversations (id, title, created_by, created_at, last_seq, last_at, text_count,
+  read_fanout, channel, member_count, change_count)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bigint[], $6::timestamptz[], $7::bigint[],
+  $8::bool[], $9::bool[], $10::bigint[], $11::bigint[])
 ON CONFLICT DO NOTHING`
-	sqlUpdateConversations = `UPDATE conversations c SET last_seq = u.s, last_at = u.t, text_count = u.n
-FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[]) AS u(id, s, t, n) WHERE c.id = u.id`
+	sqlUpdateConversations = `UPDATE conversations c SET last_seq = u.s, last_at = u.t, text_count = u.n,
+  read_fanout = u.r, member_count = u.mc, change_count = u.cc
+FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::bool[], $6::bigint[], $7::bigint[])
+  AS u(id, s, t, n, r, mc, cc) WHERE c.id = u.id`
+	sqlInsertModes = `INSERT INTO conversation_modes (conversation_id, from_seq, read_fanout)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) ON CONFLICT DO NOTHING`
+	// sqlSetArmed writes the armed flags the batch changed (after
+	// sqlUpsertRecords: the rows exist).
+	sqlSetArmed = `UPDATE records r SET armed = u.a
+FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) AS u(usr, c, a)
+WHERE r.user_id = u.usr AND r.conversation_id = u.c AND r.armed <> u.a`
 	sqlInsertSpans = `INSERT INTO member_spans (conversation_id, user_id, joined_seq, left_seq)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])`
 	sqlCloseSpans = `UPDATE member_spans m SET left_seq = u.l
@@ -105,6 +116,7 @@ func (t *txn) write(ctx context.Context) error {
 	t.queueConversations(bt)
 	t.queueSpans(bt)
 	t.queueRecords(bt)
+	t.b.queueArmed(bt)
 	t.queueReads(bt)
 	t.queueHeads(bt)
 	t.queueRejections(bt)
@@ -153,27 +165,38 @@ func number(fan []fanRow, heads map[int64]*head) {
 }
 
 func (t *txn) queueConversations(bt *pgx.Batch) {
-	var newIDs, newBy, updIDs, updSeq, newTexts, updTexts []int64
-	var newTitles []string
-	var newAt, newLastAt, updAt []time.Time
-	var newLast []int64
+	var ins, upd convCols
 	for _, c := range t.b.convs {
 		switch {
 		case c.created:
-			newIDs, newTitles, newBy = append(newIDs, c.id), append(newTitles, c.title), append(newBy, c.by)
-			newAt, newLast, newLastAt = append(newAt, c.at), append(newLast, c.lastSeq), append(newLastAt, c.lastAt)
-			newTexts = append(newTexts, c.texts)
-		case c.changed:
-			updIDs, updSeq, updAt = append(updIDs, c.id), append(updSeq, c.lastSeq), append(updAt, c.lastAt)
-			updTexts = append(updTexts, c.texts)
+			ins.add(c)
+		case c.changed: // every join and removal is a message: the count moves with last_seq
+			upd.add(c)
 		}
 	}
-	if len(newIDs) > 0 {
-		bt.Queue(sqlInsertConversations, newIDs, newTitles, newBy, newAt, newLast, newLastAt, newTexts)
+	if len(ins.ids) > 0 {
+		bt.Queue(sqlInsertConversations, ins.ids, ins.titles, ins.by, ins.at, ins.last, ins.lastAt, ins.texts,
+			ins.read, ins.channel, ins.count, ins.changes)
 	}
-	if len(updIDs) > 0 {
-		bt.Queue(sqlUpdateConversations, updIDs, updSeq, updAt, updTexts)
+	if len(upd.ids) > 0 {
+		bt.Queue(sqlUpdateConversations, upd.ids, upd.last, upd.lastAt, upd.texts, upd.read, upd.count, upd.changes)
 	}
+	t.b.queueModes(bt)
+}
+
+// convCols are the columns of conversation rows to write.
+type convCols struct {
+	ids, by, last, texts, count, changes []int64
+	titles                               []string
+	at, lastAt                           []time.Time
+	read, channel                        []bool
+}
+
+func (cc *convCols) add(c *convState) {
+	cc.ids, cc.titles, cc.by, cc.at = append(cc.ids, c.id), append(cc.titles, c.title), append(cc.by, c.by), append(cc.at, c.at)
+	cc.last, cc.lastAt, cc.texts = append(cc.last, c.lastSeq), append(cc.lastAt, c.lastAt), append(cc.texts, c.texts)
+	cc.read, cc.channel = append(cc.read, c.read), append(cc.channel, c.channel)
+	cc.count, cc.changes = append(cc.count, c.memberCount), append(cc.changes, c.changeCount)
 }
 
 func (t *txn) queueSpans(bt *pgx.Batch) {
@@ -278,12 +301,13 @@ func (t *txn) queueOffsets(bt *pgx.Batch) {
 
 const (
 	sqlInsertMessages = `INSERT INTO messages (conversation_id, seq, msg_id, sender_id, kind, body, created_at,
-  version, edited_at, deleted, reply_to, reactions, ord, mentions, mention_all)
+  version, edited_at, deleted, reply_to, reactions, ord, mentions, mention_all, changed_ord)
 SELECT m.c, m.s, m.id, m.snd, m.k, m.b, m.t, m.v, m.e, m.d, m.r, m.x, m.o,
-  CASE WHEN m.mn = '' THEN NULL ELSE string_to_array(m.mn, ',')::bigint[] END, m.ma
+  CASE WHEN m.mn = '' THEN NULL ELSE string_to_array(m.mn, ',')::bigint[] END, m.ma, m.co
 FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
-  $8::bigint[], $9::timestamptz[], $10::bool[], $11::bigint[], $12::jsonb[], $13::bigint[], $14::text[], $15::bool[])
-  AS m(c, s, id, snd, k, b, t, v, e, d, r, x, o, mn, ma)`
+  $8::bigint[], $9::timestamptz[], $10::bool[], $11::bigint[], $12::jsonb[], $13::bigint[], $14::text[], $15::bool[],
+  $16::bigint[])
+  AS m(c, s, id, snd, k, b, t, v, e, d, r, x, o, mn, ma, co)`
 	sqlInsertInbox = `INSERT INTO inbox (user_id, inbox_seq, conversation_id, kind, seq, version, created_at)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[], $5::bigint[], $6::bigint[], $7::timestamptz[])`
 )
@@ -299,9 +323,9 @@ func queueMessages(bt *pgx.Batch, msgs []msgRow) error {
 	kinds, bodies := make([]string, n), make([]string, n)
 	ats := make([]time.Time, n)
 	vs, edits, dels, replies, reacts := make([]int64, n), make([]*time.Time, n), make([]bool, n), make([]*int64, n), make([]map[string]int64, n)
-	ords, mentions, alls := make([]int64, n), make([]string, n), make([]bool, n)
+	ords, mentions, alls, cos := make([]int64, n), make([]string, n), make([]bool, n), make([]int64, n)
 	for i, m := range msgs {
-		ords[i], mentions[i], alls[i] = m.ord, joinIDs(m.mentions), m.mentionAll
+		ords[i], mentions[i], alls[i], cos[i] = m.ord, joinIDs(m.mentions), m.mentionAll, m.st.changedOrd
 		id, err := uuid.Parse(m.msgID)
 		if err != nil {
 			return fmt.Errorf("msg id %q: %w", m.msgID, err)
@@ -309,7 +333,7 @@ func queueMessages(bt *pgx.Batch, msgs []msgRow) error {
 		cs[i], ss[i], ids[i], senders[i], kinds[i], ats[i] = m.conv, m.seq, id, m.sender, m.kind, m.at
 		bodies[i], vs[i], edits[i], dels[i], replies[i], reacts[i] = m.st.row()
 	}
-	bt.Queue(sqlInsertMessages, cs, ss, ids, senders, kinds, bodies, ats, vs, edits, dels, replies, reacts, ords, mentions, alls)
+	bt.Queue(sqlInsertMessages, cs, ss, ids, senders, kinds, bodies, ats, vs, edits, dels, replies, reacts, ords, mentions, alls, cos)
 	return nil
 }
 
@@ -358,11 +382,11 @@ func (t *txn) copyRows(ctx context.Context) error {
 				mentions = m.mentions
 			}
 			msgRows[i] = []any{m.conv, m.seq, id, m.sender, m.kind, body, m.at, v, edited, deleted, replyTo, reactions,
-				m.ord, mentions, m.mentionAll}
+				m.ord, mentions, m.mentionAll, m.st.changedOrd}
 		}
 		if _, err := t.tx.CopyFrom(ctx, pgx.Identifier{"messages"},
 			[]string{"conversation_id", "seq", "msg_id", "sender_id", "kind", "body", "created_at",
-				"version", "edited_at", "deleted", "reply_to", "reactions", "ord", "mentions", "mention_all"},
+				"version", "edited_at", "deleted", "reply_to", "reactions", "ord", "mentions", "mention_all", "changed_ord"},
 			pgx.CopyFromRows(msgRows)); err != nil {
 			return fmt.Errorf("copy messages: %w", err)
 		}
@@ -430,6 +454,7 @@ func (t *txn) queueNotify(bt *pgx.Batch, announce bool) {
 	for _, r := range b.receipts {
 		enc.Read(r.Conv, r.User, r.Seq)
 	}
+	b.encodeLarge(&enc)
 	for _, pl := range enc.Payloads() {
 		bt.Queue(`SELECT pg_notify($1, $2)`, t.p.cfg.Channel, pl)
 	}

@@ -40,9 +40,9 @@ type msgState struct {
 	// changes ("" = removed) to write.
 	mine        map[int64]string
 	mineChanged map[int64]bool
-	cleared     bool // deleted in this batch: its reaction rows go
-	changed     bool // version moved in this batch: an UPDATE (unless fresh)
-	fanned      bool // its update entries of this batch are added
+	cleared     bool  // deleted in this batch: its reaction rows go
+	changed     bool  // version moved in this batch: an UPDATE (unless fresh)
+	fanned      bool  // its update entries of this batch are added
 	changedOrd  int64 // read mode: the conversation's change count at its last change
 }
 

@@ -33,7 +33,7 @@ WHERE m.left_seq IS NULL AND (NOT c.read_fanout
   OR (c.channel AND c.member_count <= $4::bigint)
   OR m.user_id = ANY($3::bigint[]))`
 	// sqlArmed reads the armed members of the batch's read-mode conversations.
-	sqlArmed = `SELECT conversation_id, user_id FROM records WHERE conversation_id = ANY($1::bigint[]) AND armed`
+	sqlArmed        = `SELECT conversation_id, user_id FROM records WHERE conversation_id = ANY($1::bigint[]) AND armed`
 	sqlKnownMsgIDs  = `SELECT msg_id::text FROM messages WHERE msg_id = ANY($1::uuid[])`
 	sqlKnownChanges = `SELECT change_id::text FROM changes WHERE change_id = ANY($1::uuid[])`
 	sqlMessageState = `SELECT m.conversation_id, m.seq, m.msg_id::text, m.sender_id, m.kind, m.created_at, m.deleted, m.version, m.body,

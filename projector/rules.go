@@ -157,11 +157,11 @@ func newBatch(threshold int64) *batch {
 	return &batch{
 		threshold: threshold,
 		armedNow:  map[recKey]bool{},
-		convs:   map[int64]*convState{},
-		records: map[recKey]*recState{},
-		known:   idSet{},
-		refused: idSet{},
-		openNew: map[recKey]*span{},
+		convs:     map[int64]*convState{},
+		records:   map[recKey]*recState{},
+		known:     idSet{},
+		refused:   idSet{},
+		openNew:   map[recKey]*span{},
 
 		msgStates:    map[msgKey]*msgState{},
 		bodyKeys:     map[string][]byte{},

@@ -62,6 +62,8 @@ type Config struct {
 	MaxBody int
 	// Channel is the NOTIFY channel. Default projection.DefaultChannel.
 	Channel string
+	// LargeThreshold is projector.Config's (read fan-out above it).
+	LargeThreshold int
 	// MaxRetryInterval caps the backoff between retries of a failed batch.
 	// Default 5s.
 	MaxRetryInterval time.Duration
@@ -204,7 +206,8 @@ func New(cfg Config, pool *pgxpool.Pool) (*Fanout, error) {
 			"apply_workers", cfg.ApplyWorkers, "using", w, "pool_max_conns", pool.Config().MaxConns)
 		cfg.ApplyWorkers = w
 	}
-	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: cfg.Channel, Logger: cfg.Logger}, pool)
+	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: cfg.Channel, Logger: cfg.Logger,
+		LargeThreshold: cfg.LargeThreshold}, pool)
 	if err != nil {
 		return nil, err
 	}

@@ -87,6 +87,17 @@ UNION ALL
 SELECT format('conversation %s seq %s: live has it (%s), the log does not', l.conversation_id, l.seq, l.msg_id)
 FROM public.messages l JOIN {shadow}.conversations c ON c.id = l.conversation_id AND l.seq <= c.last_seq
 LEFT JOIN {shadow}.messages s ON s.conversation_id = l.conversation_id AND s.seq = l.seq WHERE s.seq IS NULL`},
+	{"read fan-out modes (conversation_modes up to the replayed last_seq)", `
+SELECT format('conversation %s from seq %s: shadow read_fanout %s, live %s', s.conversation_id, s.from_seq, s.read_fanout,
+  coalesce(l.read_fanout::text, 'missing'))
+FROM {shadow}.conversation_modes s LEFT JOIN public.conversation_modes l
+  ON l.conversation_id = s.conversation_id AND l.from_seq = s.from_seq
+WHERE l.read_fanout IS DISTINCT FROM s.read_fanout
+UNION ALL
+SELECT format('conversation %s from seq %s: live switches to read_fanout %s, the log does not', l.conversation_id, l.from_seq, l.read_fanout)
+FROM public.conversation_modes l JOIN {shadow}.conversations c ON c.id = l.conversation_id AND l.from_seq <= c.last_seq
+LEFT JOIN {shadow}.conversation_modes s ON s.conversation_id = l.conversation_id AND s.from_seq = l.from_seq
+WHERE s.conversation_id IS NULL`},
 	{"membership spans", `
 SELECT format('conversation %s user %s joined %s: shadow left %s, live %s', s.conversation_id, s.user_id, s.joined_seq,
   coalesce(s.left_seq::text, 'open'), coalesce(l.left_seq::text, CASE WHEN l.user_id IS NULL THEN 'missing' ELSE 'open' END))

@@ -42,6 +42,9 @@ type Config struct {
 	// swap announces the new epoch on it, so gateways drop what they
 	// remember of the old one. Default projection.DefaultChannel.
 	Channel string
+	// LargeThreshold is projector.Config's: the fanout's, so that the
+	// rebuilt modes are the live ones.
+	LargeThreshold int
 	// Verify compares the rebuilt shadow with the live projections instead
 	// of swapping it in; it may run while fanout is live.
 	Verify bool
@@ -200,7 +203,8 @@ func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]in
 // rebuild projects the log up to end into the shadow, counting in res, and
 // builds the primary keys left out for the bulk load.
 func rebuild(ctx context.Context, cfg Config, cl *kgo.Client, end map[int32]int64, total int64, shadow *pgxpool.Pool, res *Result) error {
-	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: "inboxd_replay", Logger: cfg.Logger}, shadow)
+	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: "inboxd_replay", Logger: cfg.Logger,
+		LargeThreshold: cfg.LargeThreshold}, shadow)
 	if err != nil {
 		return err
 	}

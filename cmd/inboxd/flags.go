@@ -14,6 +14,7 @@ import (
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/producer"
+	"github.com/inboxd/inboxd/projector"
 )
 
 // common are the settings most subcommands share.
@@ -28,6 +29,7 @@ type common struct {
 	logFormat         string
 	dbMaxConns        int
 	maxBody           int
+	largeThreshold    int
 }
 
 func (c *common) bind(fs *flag.FlagSet, kafka bool) {
@@ -42,6 +44,7 @@ func (c *common) bind(fs *flag.FlagSet, kafka bool) {
 		fs.IntVar(&c.replicationFactor, "replication-factor", 3, "replication factor of a topic created by inboxd; a cluster with fewer brokers refuses it, so a single-broker setup must ask for 1 explicitly (dev defaults to 1)")
 		fs.BoolVar(&c.createTopics, "create-topics", true, "create the topics when missing")
 		fs.IntVar(&c.maxBody, "max-body", 4096, "message body limit in bytes (gateway answers 413 above it; fanout sends longer records to the DLQ)")
+		fs.IntVar(&c.largeThreshold, "large-threshold", projector.DefaultLargeThreshold, "members above which a conversation switches to read fan-out (docs/large-conversations.md); keep fanout's and replay's equal")
 	}
 }
 
@@ -138,6 +141,7 @@ func (f *fanoutFlags) config(c *common, log *slog.Logger) fanout.Config {
 		ApplyWorkers:        f.applyWorkers,
 		RecordAttempts:      f.recordAttempts,
 		MaxBody:             c.maxBody,
+		LargeThreshold:      c.largeThreshold,
 		InstanceID:          f.instanceID,
 		SessionTimeout:      f.sessionTimeout,
 		RebalanceTimeout:    f.rebalance,

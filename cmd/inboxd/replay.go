@@ -32,7 +32,7 @@ func runReplay(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	res, err := replay.Run(ctx, replay.Config{
-		Brokers: brokers, Topic: c.topic, MaxBody: c.maxBody, BatchRecords: *batch,
+		Brokers: brokers, Topic: c.topic, MaxBody: c.maxBody, BatchRecords: *batch, LargeThreshold: c.largeThreshold,
 		Shadow: *shadow, Verify: *verify, Progress: os.Stderr, Logger: log,
 	}, pool)
 	if errors.Is(err, replay.ErrFanoutRunning) {

@@ -138,6 +138,10 @@ type expectation struct {
 	// LargeMessages: the messages handed to the entry handler with
 	// inbox_seq 0 (read-mode conversations), as [conversation_id, seq].
 	LargeMessages [][2]int64 `json:"large_messages"`
+	// Handed: when present, everything the entry handler accepted, in
+	// order, as [inbox_seq, conversation_id, message seq (0 without one)]:
+	// the order of inbox entries and read-mode messages together.
+	Handed [][3]int64 `json:"handed"`
 	// Conversations: when present, the state of these conversations at
 	// the end (others not checked).
 	Conversations map[string]conversationInit `json:"conversations"`
@@ -214,6 +218,7 @@ type observed struct {
 	handlerErrors int
 	updates       [][3]int64 // (conversation, seq, version) handed to OnUpdate
 	largeMessages [][2]int64 // (conversation, seq) handed to OnEntry with inbox_seq 0
+	handed        [][3]int64 // (inbox_seq, conversation, seq) of every accepted OnEntry
 	failed        map[int64]bool
 }
 
@@ -222,8 +227,13 @@ func (o *observed) handler(fail []int64) client.Handler {
 		OnEntry: func(_ context.Context, e client.Entry) error {
 			o.mu.Lock()
 			defer o.mu.Unlock()
+			var seq int64
+			if e.Message != nil {
+				seq = e.Message.Seq
+			}
 			if e.InboxSeq == 0 && e.Message != nil {
 				o.largeMessages = append(o.largeMessages, [2]int64{e.ConversationID, e.Message.Seq})
+				o.handed = append(o.handed, [3]int64{0, e.ConversationID, seq})
 				return nil
 			}
 			if slices.Contains(fail, e.InboxSeq) && !o.failed[e.InboxSeq] {
@@ -231,6 +241,7 @@ func (o *observed) handler(fail []int64) client.Handler {
 				o.handlerErrors++
 				return fmt.Errorf("entry %d: %w", e.InboxSeq, errAppRefused)
 			}
+			o.handed = append(o.handed, [3]int64{e.InboxSeq, e.ConversationID, seq})
 			o.entries = append(o.entries, e.InboxSeq)
 			return nil
 		},
@@ -405,6 +416,9 @@ func checkScenario(t *testing.T, e expectation, log []loggedRequest, store *clie
 	require.Equal(t, e.HandlerErrors, obs.handlerErrors, "handler errors")
 	require.Equal(t, orEmpty(e.Updates), orEmpty(obs.updates), "(conversation, seq, version) handed to OnUpdate, in order, each once")
 	require.Equal(t, orEmpty(e.LargeMessages), orEmpty(obs.largeMessages), "(conversation, seq) handed to OnEntry with inbox_seq 0, in order, each once")
+	if e.Handed != nil {
+		require.Equal(t, e.Handed, obs.handed, "(inbox_seq, conversation, seq) accepted by OnEntry, in order")
+	}
 	for id, want := range e.Conversations {
 		cid, _ := strconv.ParseInt(id, 10, 64)
 		cs := st.Conversations[cid]

@@ -74,6 +74,8 @@ interface Expectation {
   large_messages?: [number, number][];
   /** conversations: when present, the state of these conversations at the end. */
   conversations?: { [cid: string]: ConversationInit };
+  /** handed: when present, everything onEntry accepted, in order, as [inbox_seq, conversation_id, message seq or 0]. */
+  handed?: [number, number, number][];
 }
 
 class AppRefused extends Error {}
@@ -86,6 +88,7 @@ class Observed {
   handlerErrors = 0;
   updates: [number, number, number][] = [];
   largeMessages: [number, number][] = [];
+  handed: [number, number, number][] = [];
   private readonly failed = new Set<number>();
   constructor(private readonly failOnce: number[]) {}
 
@@ -94,6 +97,7 @@ class Observed {
       onEntry: (e: { inbox_seq: number; conversation_id: number; message?: Message }) => {
         if (e.inbox_seq === 0 && e.message) {
           this.largeMessages.push([e.conversation_id, e.message.seq]);
+          this.handed.push([0, e.conversation_id, e.message.seq]);
           return;
         }
         if (this.failOnce.includes(e.inbox_seq) && !this.failed.has(e.inbox_seq)) {
@@ -102,6 +106,7 @@ class Observed {
           throw new AppRefused(`entry ${e.inbox_seq}: conformance: the app failed`);
         }
         this.entries.push(e.inbox_seq);
+        this.handed.push([e.inbox_seq, e.conversation_id, e.message?.seq ?? 0]);
       },
       onUpdate: (m: Message) => {
         this.updates.push([m.conversation_id, m.seq, m.version ?? 0]);
@@ -258,6 +263,7 @@ function checkScenario(e: Expectation, log: LoggedRequest[], store: MemoryStore,
   assert.equal(obs.handlerErrors, e.handler_errors ?? 0, "handler errors");
   assert.deepEqual(obs.updates, e.updates ?? [], "(conversation, seq, version) handed to onUpdate, in order, each once");
   assert.deepEqual(obs.largeMessages, e.large_messages ?? [], "(conversation, seq) handed to onEntry with inbox_seq 0, in order, each once");
+  if (e.handed) assert.deepEqual(obs.handed, e.handed, "(inbox_seq, conversation, seq) accepted by onEntry, in order");
   for (const [cid, want] of Object.entries(e.conversations ?? {})) {
     const cs = st.conversations[cid];
     assert.ok(cs, `conversation ${cid} in the store`);

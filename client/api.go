@@ -204,6 +204,31 @@ func (a *api) history(ctx context.Context, cid, before int64, limit int) (*proto
 	return &ans, nil
 }
 
+// historyAfter reads messages of cid with seq > after, ascending (has_more:
+// newer ones exist).
+func (a *api) historyAfter(ctx context.Context, cid, after int64, limit int) (*protocol.History, error) {
+	return a.historyQuery(ctx, cid, "after", after, limit)
+}
+
+// historyChanged reads the messages of cid changed after change count
+// changedAfter, in change order (changed_ord).
+func (a *api) historyChanged(ctx context.Context, cid, changedAfter int64, limit int) (*protocol.History, error) {
+	return a.historyQuery(ctx, cid, "changed_after", changedAfter, limit)
+}
+
+func (a *api) historyQuery(ctx context.Context, cid int64, key string, value int64, limit int) (*protocol.History, error) {
+	q := url.Values{}
+	q.Set(key, strconv.FormatInt(value, 10))
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var ans protocol.History
+	if _, _, err := a.do(ctx, http.MethodGet, "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages", q, nil, nil, &ans, 0); err != nil {
+		return nil, err
+	}
+	return &ans, nil
+}
+
 // send posts a message. The answer is the message (201, or 200 for a msg_id
 // already projected) or nil for 202 pending.
 func (a *api) send(ctx context.Context, it OutboxItem, timeout time.Duration) (*Message, error) {

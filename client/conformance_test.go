@@ -53,7 +53,9 @@ type startState struct {
 }
 
 type conversationInit struct {
-	LastSeq int64 `json:"last_seq"`
+	LastSeq     int64 `json:"last_seq"`
+	Large       bool  `json:"large"`
+	ChangeCount int64 `json:"change_count"`
 }
 
 type outboxInit struct {
@@ -133,6 +135,16 @@ type expectation struct {
 	Permanent     *expectedPermanent    `json:"permanent"`
 	HandlerErrors int                   `json:"handler_errors"`
 	Updates       [][3]int64            `json:"updates"`
+	// LargeMessages: the messages handed to the entry handler with
+	// inbox_seq 0 (read-mode conversations), as [conversation_id, seq].
+	LargeMessages [][2]int64 `json:"large_messages"`
+	// Handed: when present, everything the entry handler accepted, in
+	// order, as [inbox_seq, conversation_id, message seq (0 without one)]:
+	// the order of inbox entries and read-mode messages together.
+	Handed [][3]int64 `json:"handed"`
+	// Conversations: when present, the state of these conversations at
+	// the end (others not checked).
+	Conversations map[string]conversationInit `json:"conversations"`
 }
 
 type expectedRequest struct {
@@ -205,6 +217,8 @@ type observed struct {
 	results       map[string]client.SendResult
 	handlerErrors int
 	updates       [][3]int64 // (conversation, seq, version) handed to OnUpdate
+	largeMessages [][2]int64 // (conversation, seq) handed to OnEntry with inbox_seq 0
+	handed        [][3]int64 // (inbox_seq, conversation, seq) of every accepted OnEntry
 	failed        map[int64]bool
 }
 
@@ -213,11 +227,21 @@ func (o *observed) handler(fail []int64) client.Handler {
 		OnEntry: func(_ context.Context, e client.Entry) error {
 			o.mu.Lock()
 			defer o.mu.Unlock()
+			var seq int64
+			if e.Message != nil {
+				seq = e.Message.Seq
+			}
+			if e.InboxSeq == 0 && e.Message != nil {
+				o.largeMessages = append(o.largeMessages, [2]int64{e.ConversationID, e.Message.Seq})
+				o.handed = append(o.handed, [3]int64{0, e.ConversationID, seq})
+				return nil
+			}
 			if slices.Contains(fail, e.InboxSeq) && !o.failed[e.InboxSeq] {
 				o.failed[e.InboxSeq] = true
 				o.handlerErrors++
 				return fmt.Errorf("entry %d: %w", e.InboxSeq, errAppRefused)
 			}
+			o.handed = append(o.handed, [3]int64{e.InboxSeq, e.ConversationID, seq})
 			o.entries = append(o.entries, e.InboxSeq)
 			return nil
 		},
@@ -314,7 +338,7 @@ func startingState(s startState) *client.State {
 		Conversations: map[int64]*client.ConversationState{}}
 	for id, c := range s.Conversations {
 		cid, _ := strconv.ParseInt(id, 10, 64)
-		st.Conversations[cid] = &client.ConversationState{LastSeq: c.LastSeq}
+		st.Conversations[cid] = &client.ConversationState{LastSeq: c.LastSeq, Large: c.Large, ChangeCount: c.ChangeCount}
 	}
 	for _, o := range s.Outbox {
 		st.Outbox = append(st.Outbox, client.OutboxItem{MsgID: o.MsgID, ConversationID: o.ConversationID, Body: o.Body})
@@ -352,7 +376,13 @@ func reached(store *client.MemoryStore, obs *observed, e expectation) bool {
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	return len(obs.entries) >= len(e.Entries) && len(obs.updates) >= len(e.Updates) && len(obs.results) >= len(e.Sent)+len(e.SendErrors) &&
+	for id, want := range e.Conversations {
+		cid, _ := strconv.ParseInt(id, 10, 64)
+		if cs := st.Conversations[cid]; cs == nil || cs.LastSeq != want.LastSeq || cs.ChangeCount != want.ChangeCount || cs.Large != want.Large {
+			return false
+		}
+	}
+	return len(obs.entries) >= len(e.Entries) && len(obs.updates) >= len(e.Updates) && len(obs.largeMessages) >= len(e.LargeMessages) && len(obs.results) >= len(e.Sent)+len(e.SendErrors) &&
 		len(obs.tooLongs) >= len(e.TooLong) && e.Permanent == nil
 }
 
@@ -385,6 +415,16 @@ func checkScenario(t *testing.T, e expectation, log []loggedRequest, store *clie
 	require.Equal(t, orEmpty(e.Outbox), orEmpty(outbox), "outbox")
 	require.Equal(t, e.HandlerErrors, obs.handlerErrors, "handler errors")
 	require.Equal(t, orEmpty(e.Updates), orEmpty(obs.updates), "(conversation, seq, version) handed to OnUpdate, in order, each once")
+	require.Equal(t, orEmpty(e.LargeMessages), orEmpty(obs.largeMessages), "(conversation, seq) handed to OnEntry with inbox_seq 0, in order, each once")
+	if e.Handed != nil {
+		require.Equal(t, e.Handed, obs.handed, "(inbox_seq, conversation, seq) accepted by OnEntry, in order")
+	}
+	for id, want := range e.Conversations {
+		cid, _ := strconv.ParseInt(id, 10, 64)
+		cs := st.Conversations[cid]
+		require.NotNil(t, cs, "conversation %s in the store", id)
+		require.Equal(t, want, conversationInit{LastSeq: cs.LastSeq, Large: cs.Large, ChangeCount: cs.ChangeCount}, "conversation %s in the store", id)
+	}
 
 	sent, sendErrs := map[string]int64{}, map[string]int{}
 	for id, r := range obs.results {

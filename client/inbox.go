@@ -76,10 +76,20 @@ func (c *Client) conv(id int64) *ConversationState {
 // the versions the app was handed decide which update is new (OnUpdate).
 func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 	c.mu.Lock()
-	if e.InboxSeq != c.st.Cursor+1 {
-		c.mu.Unlock()
+	next := e.InboxSeq == c.st.Cursor+1
+	c.mu.Unlock()
+	if !next {
 		return nil
 	}
+	if e.Kind == KindMessage && e.Message != nil {
+		// An entry of a read-mode conversation (a mention, an armed
+		// member's) may jump past the last seq delivered: the messages
+		// between are read and delivered first (large.go).
+		if err := c.gapBeforeLocked(ctx, e.ConversationID, e.Message.Seq); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
 	skip, update := c.judgeLocked(e)
 	c.mu.Unlock()
 
@@ -273,11 +283,18 @@ func (c *Client) pull(ctx context.Context, seq *sequencer) error {
 			if err := c.applyTooLong(ctx, ans); err != nil {
 				return err
 			}
+			if err := c.largeAnswer(ctx, ans.Large); err != nil {
+				return err
+			}
 			continue
 		}
 		c.noteEpoch(ans.Epoch)
+		c.noteLarge(ans.Large)
 		gap, err := seq.offer(ctx, ans.Entries)
 		if err != nil {
+			return err
+		}
+		if err := c.catchUpLarge(ctx, ans.Large); err != nil {
 			return err
 		}
 		if gap && len(ans.Entries) > 0 {

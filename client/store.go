@@ -48,6 +48,14 @@ type ConversationState struct {
 	// Handler.OnUpdate only when its version is higher. Unchanged messages
 	// are not listed (their version is 1).
 	Versions map[int64]int64 `json:"versions,omitempty"`
+	// Large says the conversation is in read mode (docs/large-conversations.md):
+	// the server lists it in the large list of sync answers and the welcome,
+	// and the client reads its messages itself (LastSeq is then the last seq
+	// delivered) instead of waiting for inbox entries.
+	Large bool `json:"large,omitempty"`
+	// ChangeCount is the conversation's change count up to which the
+	// client read its changes (GET …/messages?changed_after=).
+	ChangeCount int64 `json:"change_count,omitempty"`
 }
 
 // appliedVersion is the version of message seq the app was handed: 1 for

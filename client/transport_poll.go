@@ -63,12 +63,19 @@ func (c *Client) runPoll(ctx context.Context, up func(), until time.Time, rnd fu
 			if err := c.applyTooLong(ctx, ans); err != nil {
 				return err
 			}
+			if err := c.largeAnswer(ctx, ans.Large); err != nil {
+				return err
+			}
 			next = time.Time{}
 			continue
 		}
 		c.noteEpoch(ans.Epoch)
+		c.noteLarge(ans.Large)
 		gapped, err := seq.offer(ctx, ans.Entries)
 		if err != nil {
+			return err
+		}
+		if err := c.catchUpLarge(ctx, ans.Large); err != nil {
 			return err
 		}
 		if gapped {

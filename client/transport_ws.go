@@ -270,7 +270,7 @@ func (s *wsSession) run(ctx context.Context, up func()) error {
 		<-readerDone
 	}()
 
-	st := &wsStream{s: s, c: s.c, seq: newSequencer(s.c), gap: newTimer(), behind: newTimer()}
+	st := &wsStream{s: s, c: s.c, seq: newSequencer(s.c), gap: newTimer(), behind: newTimer(), changes: map[int64]int64{}}
 	defer st.gap.stop()
 	defer st.behind.stop()
 	for {
@@ -318,7 +318,7 @@ func (st *wsStream) drainFrames(ctx context.Context, frames <-chan *protocol.Ser
 
 func (s *wsSession) hello() error {
 	epoch, cursor := s.c.position()
-	hello := protocol.Hello{Type: protocol.FrameHello, After: cursor}
+	hello := protocol.Hello{Type: protocol.FrameHello, After: cursor, Large: true}
 	if epoch > 0 {
 		hello.Epoch = &epoch
 	}
@@ -348,6 +348,23 @@ type wsStream struct {
 	behind     *timer // the head is beyond the cursor: pull when it fires without progress
 	behindMark int64  // the cursor when behind was armed
 	welcomed   bool
+	// changes is, per read-mode conversation, the change count this
+	// session caught up to (from the welcome, a large frame or a messages
+	// frame): a messages frame continuing it carries every change since.
+	changes map[int64]int64
+}
+
+// large applies the list of read-mode conversations of a welcome, a
+// too_long or a large frame.
+func (st *wsStream) large(ctx context.Context, list []LargeHead) error {
+	if err := st.c.largeAnswer(ctx, list); err != nil {
+		return err
+	}
+	clear(st.changes)
+	for _, h := range list {
+		st.changes[h.ConversationID] = st.c.changeCount(h.ConversationID)
+	}
+	return nil
 }
 
 // frame handles one frame from the reader.
@@ -367,6 +384,9 @@ func (st *wsStream) frame(ctx context.Context, f *protocol.ServerFrame, up func(
 		c.mu.Unlock()
 		c.kickOutbox()
 		up()
+		if err := st.large(ctx, f.Large); err != nil {
+			return err
+		}
 	case protocol.FrameEntries:
 		if !st.welcomed {
 			return errors.New("websocket: entries before welcome")
@@ -386,12 +406,27 @@ func (st *wsStream) frame(ctx context.Context, f *protocol.ServerFrame, up func(
 		if err := c.applyTooLong(ctx, ans); err != nil {
 			return err
 		}
+		if err := st.large(ctx, f.Large); err != nil {
+			return err
+		}
 		st.serverHead = max(st.serverHead, f.Head)
 	case protocol.FrameHeartbeat:
 		st.serverHead = max(st.serverHead, f.Head)
 	case protocol.FrameReceipt:
 		c.noteReceipt(f)
 		return nil
+	case protocol.FrameLarge:
+		if err := st.large(ctx, f.Large); err != nil {
+			return err
+		}
+	case protocol.FrameMessages:
+		cid := f.ConversationID
+		k, seen := st.changes[cid]
+		trusted := seen && k == c.changeCount(cid)
+		if err := c.messagesFrame(ctx, f, trusted); err != nil {
+			return err
+		}
+		st.changes[cid] = c.changeCount(cid)
 	}
 	st.watch(len(st.seq.buf) > 0)
 	return nil

@@ -23,6 +23,19 @@ type SyncPage struct {
 	HasMore bool    `json:"has_more"`
 	Counts
 	Polling Polling `json:"_polling"`
+	// Large: the read-mode conversations the user is a member of
+	// (docs/large-conversations.md); absent when none.
+	Large []LargeHead `json:"large,omitempty"`
+}
+
+// LargeHead is where a read-mode conversation is: its last seq and its
+// change count (every change of one of its messages adds 1). Clients read
+// what is beyond theirs with GET /v1/conversations/{cid}/messages?after=
+// and ?changed_after=.
+type LargeHead struct {
+	ConversationID int64 `json:"conversation_id"`
+	LastSeq        int64 `json:"last_seq"`
+	ChangeCount    int64 `json:"change_count"`
 }
 
 // TooLong is the too-long answer of GET /v1/sync (and, with a type, the
@@ -36,7 +49,8 @@ type TooLong struct {
 	Conversations []Record `json:"conversations"`
 	NextPage      *string  `json:"next_page"`
 	Counts
-	Polling Polling `json:"_polling"`
+	Polling Polling     `json:"_polling"`
+	Large   []LargeHead `json:"large,omitempty"`
 }
 
 // SyncAnswer decodes either 200 answer of GET /v1/sync: a SyncPage
@@ -52,7 +66,8 @@ type SyncAnswer struct {
 	Conversations []Record `json:"conversations"`
 	NextPage      *string  `json:"next_page"`
 	Counts
-	Polling *Polling `json:"_polling"`
+	Polling *Polling    `json:"_polling"`
+	Large   []LargeHead `json:"large"`
 }
 
 // ConversationList is the answer of GET /v1/conversations. InboxHead and
@@ -66,7 +81,9 @@ type ConversationList struct {
 }
 
 // History is the answer of GET /v1/conversations/{cid}/messages: ascending,
-// HasMore says older visible messages exist.
+// HasMore says older visible messages exist (with before, or neither), newer
+// ones (with after), or more changed ones (with changed_after: the messages
+// changed since, in change order).
 type History struct {
 	Messages []Message `json:"messages"`
 	HasMore  bool      `json:"has_more"`

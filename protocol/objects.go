@@ -52,6 +52,11 @@ type Message struct {
 	// them; MentionAll mentions every member ("@all").
 	Mentions   []int64 `json:"mentions,omitempty"`
 	MentionAll bool    `json:"mention_all,omitempty"`
+
+	// ChangedOrd is, in a read-mode conversation, the conversation's
+	// change count at the message's last change (absent: 0, never changed
+	// in read mode); GET …/messages?changed_after= is in this order.
+	ChangedOrd int64 `json:"changed_ord,omitempty"`
 }
 
 // Reaction is the count of one emoji on a message, and whether the reader

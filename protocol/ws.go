@@ -31,6 +31,11 @@ const (
 	FrameError     = "error"
 	FramePong      = "pong"
 	FrameReceipt   = "receipt"
+	// FrameMessages: new and changed messages of a read-mode conversation
+	// (to sessions whose hello said large); FrameLarge: the whole list of
+	// the user's read-mode conversations, when it changes.
+	FrameMessages = "messages"
+	FrameLarge    = "large"
 )
 
 // Close codes the server sends. The 4xxx codes are docs/protocol.md's; the
@@ -54,6 +59,9 @@ type Hello struct {
 	Type  string `json:"type"` // FrameHello
 	After int64  `json:"after"`
 	Epoch *int64 `json:"epoch,omitempty"`
+	// Large: the client reads read-mode conversations itself and wants
+	// their messages and large frames.
+	Large bool `json:"large,omitempty"`
 }
 
 // Send sends a message, as POST /v1/conversations/{cid}/messages does.
@@ -81,6 +89,7 @@ type ClientFrame struct {
 	// hello
 	After *int64 `json:"after"`
 	Epoch *int64 `json:"epoch"`
+	Large bool   `json:"large"`
 	// send
 	ConversationID int64   `json:"conversation_id"`
 	MsgID          string  `json:"msg_id"`
@@ -125,6 +134,26 @@ type Welcome struct {
 	Head        int64  `json:"head"`
 	HeartbeatMS int64  `json:"heartbeat_ms"`
 	Counts
+	Large []LargeHead `json:"large,omitempty"`
+}
+
+// MessagesFrame carries the new messages of one read-mode conversation,
+// ascending (it may start beyond the client's last seq: the client reads
+// the gap), and the messages changed since the previous frame, by
+// changed_ord; LastSeq and ChangeCount are the conversation's after them.
+type MessagesFrame struct {
+	Type           string    `json:"type"` // FrameMessages
+	ConversationID int64     `json:"conversation_id"`
+	LastSeq        int64     `json:"last_seq"`
+	ChangeCount    int64     `json:"change_count"`
+	Messages       []Message `json:"messages"`
+	Changed        []Message `json:"changed"`
+}
+
+// LargeFrame carries the whole list of the user's read-mode conversations.
+type LargeFrame struct {
+	Type  string      `json:"type"` // FrameLarge
+	Large []LargeHead `json:"large"`
 }
 
 // ReceiptFrame says that a member of a conversation (UserID) read up to
@@ -221,6 +250,13 @@ type ServerFrame struct {
 	ExpiresInMS int64      `json:"expires_in_ms"`
 	Online      bool       `json:"online"`
 	LastSeen    *time.Time `json:"last_seen"`
+	// welcome, too_long, large: the read-mode conversations; messages
+	// (ConversationID too): the conversation's head and its messages
+	Large       []LargeHead `json:"large"`
+	LastSeq     int64       `json:"last_seq"`
+	ChangeCount int64       `json:"change_count"`
+	Messages    []Message   `json:"messages"`
+	Changed     []Message   `json:"changed"`
 }
 
 // ErrorMessage is the message of an error frame: Message as a string, or

@@ -82,6 +82,20 @@ export class Api {
     return (await res.json()) as History;
   }
 
+  /** historyAfter reads messages with seq > after, ascending (has_more: newer ones exist). */
+  async historyAfter(cid: number, after: number, limit: number, signal?: AbortSignal): Promise<History> {
+    const q = new URLSearchParams({ after: String(after), limit: String(limit) });
+    const res = await this.request("GET", `/v1/conversations/${cid}/messages?${q}`, undefined, signal);
+    return (await res.json()) as History;
+  }
+
+  /** historyChanged reads the messages changed after a change count, in change order (changed_ord). */
+  async historyChanged(cid: number, changedAfter: number, limit: number, signal?: AbortSignal): Promise<History> {
+    const q = new URLSearchParams({ changed_after: String(changedAfter), limit: String(limit) });
+    const res = await this.request("GET", `/v1/conversations/${cid}/messages?${q}`, undefined, signal);
+    return (await res.json()) as History;
+  }
+
   /** send posts a message: 200/201 give the message, 202 says it is in the log without a seq yet. */
   async send(cid: number, m: SendMessage, signal?: AbortSignal): Promise<SendOutcome> {
     const res = await this.request("POST", `/v1/conversations/${cid}/messages`, m, signal);

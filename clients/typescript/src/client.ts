@@ -124,6 +124,11 @@ export class Client {
     });
     // A failed save here shows up at the next save, which the loop awaits.
     this.inbox.ownMessage = (m) => void this.outbox.seen(m).catch(() => undefined);
+    this.inbox.largeReader = {
+      after: (cid, after, limit) => this.api.historyAfter(cid, after, limit, this.abort?.signal),
+      changed: (cid, changedAfter, limit) => this.api.historyChanged(cid, changedAfter, limit, this.abort?.signal),
+      page: this.cfg.backfillPage,
+    };
     this.backoff = new Backoff({ initialMs: this.cfg.backoffInitialMs, maxMs: this.cfg.backoffMaxMs });
     this.breaker = new CircuitBreaker({ threshold: this.cfg.breakerThreshold, cooldownMs: this.cfg.breakerCooldownMs });
   }
@@ -358,12 +363,16 @@ export class Client {
     this.inbox.setCounts(answer);
     if (answer.too_long) {
       await this.inbox.tooLong(answer as TooLongAnswer, (page) => this.api.conversations(page, signal));
+      await this.inbox.largeAnswer(answer.large ?? []);
       return answer;
     }
     await this.inbox.adoptEpoch(answer.epoch);
+    // Read-mode conversations are marked before the entries (a mention's gap is read first), caught up after.
+    await this.inbox.noteLarge(answer.large ?? []);
     if ((await this.inbox.apply(answer.entries ?? [])) === "gap") {
       throw new ApiError(0, "gap", `sync page after ${p.after} does not continue the cursor`, true);
     }
+    await this.inbox.catchUpLarge(answer.large ?? []);
     return answer;
   }
 
@@ -424,6 +433,9 @@ export class Client {
       apply: (e) => this.inbox.apply(e),
       tooLong: (t) => this.inbox.tooLong(t, (page) => this.api.conversations(page, signal)),
       pull: () => this.sync(signal),
+      large: (list) => this.inbox.largeAnswer(list),
+      messages: (f, trusted) => this.inbox.messages(f, trusted),
+      changeCount: (cid) => this.inbox.changeCount(cid),
       onWelcome: (f) => {
         this.status({ state: "connected", transport: "websocket", head: f.head });
         void this.inbox.adoptEpoch(f.epoch ?? 0);

@@ -1,8 +1,8 @@
 // Inbox is the delivery core: entries in, handlers called in inbox order,
 // each once, the cursor moved and saved only after the handler resolved. It
 // knows nothing of transports: the WebSocket and the long-poll both feed it.
-import { HandlerError, StoreError } from "./errors.js";
-import type { Counts, Entry, Message, Record, TooLongAnswer } from "./protocol.js";
+import { ApiError, HandlerError, StoreError } from "./errors.js";
+import type { Counts, Entry, History, LargeHead, Message, Record, ServerFrame, TooLongAnswer } from "./protocol.js";
 import { KindMessage, KindUpdate } from "./protocol.js";
 import { cloneState, type ConversationState, type Hole, type State, type Store } from "./store.js";
 
@@ -78,12 +78,23 @@ export class Saver {
 
 export type ApplyResult = "ok" | "gap";
 
+/** LargeReader reads the history of read-mode conversations (the client gives its Api's). */
+export interface LargeReader {
+  /** after: GET …/messages?after=&limit= (ascending; has_more: newer ones exist). */
+  after(cid: number, after: number, limit: number): Promise<History>;
+  /** changed: GET …/messages?changed_after=&limit= (change order). */
+  changed(cid: number, changedAfter: number, limit: number): Promise<History>;
+  page: number;
+}
+
 /** Inbox applies pages of entries and too-long answers to the state. */
 export class Inbox {
   readonly lock = new Mutex();
   private counts: Counts = { unread_total: 0, mention_total: 0 };
   /** ownMessage is told of every message entry (the outbox matches pending sends by msg_id). */
   ownMessage: (m: Message) => void = () => undefined;
+  /** largeReader reads read-mode conversations; without one they are treated as any other (holes). */
+  largeReader?: LargeReader;
 
   constructor(
     readonly state: State,
@@ -151,6 +162,9 @@ export class Inbox {
 
   /** deliver calls onEntry, then changes the state: a failing handler leaves it as it was, so the entry comes again. */
   private async deliver(e: Entry): Promise<void> {
+    // An entry of a read-mode conversation (a mention, an armed member's) may jump past the last seq
+    // delivered: the messages between are read and delivered first, so seq order holds without a hole.
+    if (e.kind === KindMessage && e.message) await this.gapBefore(e.conversation_id, e.message.seq);
     const skip = e.kind === KindMessage && e.message ? this.deliveredByBackfill(e.message) : false;
     if (!skip) await callHandler("onEntry", () => this.handlers.onEntry?.(e));
     const m = e.message;
@@ -243,6 +257,190 @@ export class Inbox {
       this.state.recordVersion = Math.max(this.state.recordVersion, t.record_version ?? 0);
       await this.saver.save();
       await callHandler("onConversations", () => this.handlers.onConversations?.(records));
+    });
+  }
+
+  // Read mode (docs/large-conversations.md): the server lists the user's
+  // read-mode conversations with their last seq and change count; the client
+  // reads what it lacks with ?after= and ?changed_after= and hands the
+  // messages to onEntry as message entries with inbox_seq 0, in seq order,
+  // each once, and the changes to onUpdate. All under the delivery lock; the
+  // inbox cursor does not move.
+
+  /** noteLarge takes the whole list of read-mode conversations: those in it are read-mode, the others no longer. */
+  noteLarge(list: LargeHead[]): Promise<void> {
+    return this.lock.run(() => this.noteLargeLocked(list));
+  }
+
+  private async noteLargeLocked(list: LargeHead[]): Promise<void> {
+    const ids = new Set(list.map((h) => h.conversation_id));
+    let changed = false;
+    for (const h of list) {
+      const c = this.conv(h.conversation_id);
+      if (!c.large) {
+        c.large = true;
+        changed = true;
+      }
+    }
+    for (const [cid, c] of Object.entries(this.state.conversations)) {
+      if (c.large && !ids.has(Number(cid))) {
+        delete c.large;
+        changed = true;
+      }
+    }
+    if (changed) await this.saver.save();
+  }
+
+  /** catchUpLarge reads, per head, the messages beyond the last seq delivered and the changes beyond the change count applied. */
+  catchUpLarge(list: LargeHead[]): Promise<void> {
+    return this.lock.run(async () => {
+      for (const h of list) await this.catchUpHead(h);
+    });
+  }
+
+  /** largeAnswer is noteLarge then catchUpLarge: the list of a welcome, a too_long or a large frame. */
+  largeAnswer(list: LargeHead[]): Promise<void> {
+    return this.lock.run(async () => {
+      await this.noteLargeLocked(list);
+      for (const h of list) await this.catchUpHead(h);
+    });
+  }
+
+  /** changeCount: the change count applied of a conversation. */
+  changeCount(cid: number): number {
+    return this.state.conversations[String(cid)]?.changeCount ?? 0;
+  }
+
+  private async catchUpHead(h: LargeHead): Promise<void> {
+    const cid = h.conversation_id;
+    const c = this.conv(cid);
+    try {
+      if (h.last_seq > c.lastSeq) await this.readNew(cid, h.last_seq, false);
+      if (h.change_count > (c.changeCount ?? 0)) await this.readChanges(cid, h.change_count);
+    } catch (err) {
+      await this.largeReadFailed(cid, err);
+    }
+  }
+
+  /** largeReadFailed: a conversation the user can no longer read (403, 404) is no longer followed; other errors are the session's. */
+  private async largeReadFailed(cid: number, err: unknown): Promise<void> {
+    if (err instanceof ApiError && (err.status === 403 || err.status === 404)) {
+      delete this.conv(cid).large;
+      await this.saver.save();
+      return;
+    }
+    throw err;
+  }
+
+  /**
+   * readNew reads ?after=<last seq delivered> pages and delivers them until
+   * target is reached and the server has no more; bounded stops at target
+   * (the gap before an entry or a frame's message). Once read, the last seq
+   * is at least target (seqs not returned are not visible to the user).
+   */
+  private async readNew(cid: number, target: number, bounded: boolean): Promise<void> {
+    const r = this.largeReader;
+    if (!r) return;
+    for (;;) {
+      const c = this.conv(cid);
+      const last = c.lastSeq;
+      if (bounded && last >= target) return;
+      const limit = bounded ? Math.min(r.page, target - last) : r.page;
+      const page = await r.after(cid, last, limit);
+      const msgs = [...(page.messages ?? [])].sort((a, b) => a.seq - b.seq);
+      let progress = false;
+      for (const m of msgs) {
+        if (m.seq <= last || (bounded && m.seq > target)) continue;
+        await this.deliverLarge({ ...m, conversation_id: cid });
+        progress = true;
+      }
+      const done = !page.has_more || !progress || (bounded && c.lastSeq >= target);
+      if (done && c.lastSeq < target) c.lastSeq = target;
+      await this.saver.save();
+      if (done) return;
+    }
+  }
+
+  /** readChanges reads ?changed_after=<change count applied> pages, hands newer versions to onUpdate, moves the count to target. */
+  private async readChanges(cid: number, target: number): Promise<void> {
+    const r = this.largeReader;
+    if (!r) return;
+    for (;;) {
+      const c = this.conv(cid);
+      const applied = c.changeCount ?? 0;
+      const page = await r.changed(cid, applied, r.page);
+      let ord = applied;
+      for (const m of page.messages ?? []) {
+        await this.updateLarge({ ...m, conversation_id: cid });
+        ord = Math.max(ord, m.changed_ord ?? 0);
+      }
+      const done = !page.has_more || ord <= applied;
+      if (done) ord = Math.max(ord, target);
+      c.changeCount = Math.max(applied, ord);
+      await this.saver.save();
+      if (done) return;
+    }
+  }
+
+  /** deliverLarge hands a read-mode message to onEntry (inbox_seq 0) unless the app has it, and records it. */
+  private async deliverLarge(m: Message): Promise<void> {
+    if (this.deliveredByBackfill(m)) return this.updateLarge(m);
+    const e: Entry = { inbox_seq: 0, conversation_id: m.conversation_id, kind: KindMessage, message: m };
+    await callHandler("onEntry", () => this.handlers.onEntry?.(e));
+    this.noteVersion(m);
+    this.noteMessage(m);
+    this.ownMessage(m);
+  }
+
+  /** updateLarge hands a changed message to onUpdate when the app has it in an older version. */
+  private async updateLarge(m: Message): Promise<void> {
+    const c = this.conv(m.conversation_id);
+    if (m.seq > c.lastSeq || inHoles(c.holes, m.seq) || (m.version ?? 1) <= this.version(m)) return;
+    await callHandler("onUpdate", () => this.handlers.onUpdate?.(m));
+    this.noteVersion(m);
+  }
+
+  /** gapBefore reads a read-mode conversation's messages between the last seq delivered and seq; other conversations keep a hole. */
+  private async gapBefore(cid: number, seq: number): Promise<void> {
+    const c = this.state.conversations[String(cid)];
+    if (!c?.large || seq <= c.lastSeq + 1) return;
+    try {
+      await this.readNew(cid, seq - 1, true);
+    } catch (err) {
+      await this.largeReadFailed(cid, err);
+    }
+  }
+
+  /**
+   * messages applies a messages frame: its messages continuing the last seq
+   * (a gap before them read first, duplicates dropped), the rest up to its
+   * last_seq, then its changes: trusted (the session saw the previous change
+   * count and it is the one applied) hands the frame's changed list over,
+   * otherwise they are read with ?changed_after=.
+   */
+  messages(f: ServerFrame, trusted: boolean): Promise<void> {
+    return this.lock.run(async () => {
+      const cid = f.conversation_id ?? 0;
+      if (!cid) return;
+      const c = this.conv(cid);
+      c.large = true;
+      try {
+        for (const m of [...(f.messages ?? [])].sort((a, b) => a.seq - b.seq)) {
+          await this.gapBefore(cid, m.seq);
+          await this.deliverLarge({ ...m, conversation_id: cid });
+        }
+        if ((f.last_seq ?? 0) > c.lastSeq && c.large) await this.readNew(cid, f.last_seq ?? 0, false);
+        const k = f.change_count ?? 0;
+        if (trusted) {
+          for (const m of f.changed ?? []) await this.updateLarge({ ...m, conversation_id: cid });
+          c.changeCount = Math.max(c.changeCount ?? 0, k);
+        } else if (k > (c.changeCount ?? 0)) {
+          await this.readChanges(cid, k);
+        }
+      } catch (err) {
+        await this.largeReadFailed(cid, err);
+      }
+      await this.saver.save();
     });
   }
 

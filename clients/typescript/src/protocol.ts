@@ -28,6 +28,15 @@ export interface Message {
   reactions?: Reaction[];
   mentions?: number[];
   mention_all?: boolean;
+  /** changed_ord: in a read-mode conversation, its change count at the message's last change (?changed_after= order). */
+  changed_ord?: number;
+}
+
+/** LargeHead: where a read-mode conversation is (docs/large-conversations.md). */
+export interface LargeHead {
+  conversation_id: number;
+  last_seq: number;
+  change_count: number;
 }
 
 export interface Record {
@@ -72,6 +81,8 @@ export interface SyncAnswer extends Partial<Counts> {
   conversations?: Record[];
   next_page?: string | null;
   _polling?: Polling;
+  /** large: the user's read-mode conversations (absent: none). */
+  large?: LargeHead[];
 }
 
 /** TooLongAnswer is a too-long answer (HTTP or the WebSocket frame). */
@@ -82,6 +93,7 @@ export interface TooLongAnswer extends Partial<Counts> {
   record_version: number;
   conversations: Record[];
   next_page: string | null;
+  large?: LargeHead[];
 }
 
 export interface ConversationList {
@@ -126,6 +138,8 @@ export interface Hello {
   type: "hello";
   after: number;
   epoch?: number;
+  /** large: the client reads read-mode conversations itself (messages and large frames). */
+  large?: boolean;
 }
 
 /** ServerFrame is any frame the server sends; type says which fields are set. */
@@ -152,6 +166,11 @@ export interface ServerFrame extends Partial<Counts> {
   online?: boolean; // presence
   last_seen?: string; // presence
   read_seq?: number; // receipt
+  large?: LargeHead[]; // welcome, too_long, large
+  last_seq?: number; // messages
+  change_count?: number; // messages
+  messages?: Message[]; // messages: new ones, ascending
+  changed?: Message[]; // messages: changed since the previous frame
 }
 
 export const FrameWelcome = "welcome";
@@ -159,6 +178,8 @@ export const FrameEntries = "entries";
 export const FrameTooLong = "too_long";
 export const FrameHeartbeat = "heartbeat";
 export const FrameError = "error";
+export const FrameMessages = "messages";
+export const FrameLarge = "large";
 
 export const CloseUnauthorized = 4001;
 export const CloseNotAllowed = 4003;

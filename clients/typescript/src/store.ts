@@ -14,6 +14,10 @@ export interface ConversationState {
   versions?: { [seq: string]: number };
   /** stale: seqs delivered before a too_long whose update entries the jump skipped; backfill reads them again. */
   stale?: Hole[];
+  /** large: the conversation is in read mode; lastSeq is then the last seq delivered (docs/large-conversations.md). */
+  large?: boolean;
+  /** changeCount: the conversation's change count up to which its changes were read (?changed_after=). */
+  changeCount?: number;
 }
 
 /** OutboxItem is one queued send; msgId is fixed before the first attempt and never changes. */

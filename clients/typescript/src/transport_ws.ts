@@ -3,7 +3,7 @@
 // feeds the Inbox; gaps and heads beyond the cursor are repaired over HTTP by
 // the pull the client passes in.
 import type { ApplyResult } from "./inbox.js";
-import type { Entry, ServerFrame, TooLongAnswer } from "./protocol.js";
+import type { Entry, LargeHead, ServerFrame, TooLongAnswer } from "./protocol.js";
 
 /** WebSocketLike is the part of the WHATWG WebSocket the client uses (browsers' WebSocket, Node's `ws`). */
 export interface WebSocketLike {
@@ -27,6 +27,12 @@ export interface WsSessionDeps {
   tooLong(t: TooLongAnswer): Promise<void>;
   pull(): Promise<void>;
   onWelcome(f: ServerFrame): void;
+  /** large: the list of read-mode conversations of a welcome, too_long or large frame (whole). */
+  large(list: LargeHead[]): Promise<void>;
+  /** messages: a messages frame; trusted: this session saw the conversation's previous change count. */
+  messages(f: ServerFrame, trusted: boolean): Promise<void>;
+  /** changeCount: the change count applied of a conversation. */
+  changeCount(cid: number): number;
   counts(f: ServerFrame): void;
   /** channel: the session was welcomed (sends may go over it) or ended (undefined). */
   channel?(ch: { send(frame: object): void } | undefined): void;
@@ -91,8 +97,8 @@ class WsSession {
     this.d.signal.addEventListener("abort", this.onAbort, { once: true });
   }
 
-  private hello(): { type: "hello"; after: number; epoch?: number } {
-    const h: { type: "hello"; after: number; epoch?: number } = { type: "hello", after: this.d.cursor() };
+  private hello(): { type: "hello"; after: number; epoch?: number; large: true } {
+    const h: { type: "hello"; after: number; epoch?: number; large: true } = { type: "hello", after: this.d.cursor(), large: true };
     if (this.d.epoch() > 0) h.epoch = this.d.epoch();
     return h;
   }
@@ -157,6 +163,7 @@ class WsSession {
         if (this.heartbeatMs > 0) this.armDead(this.heartbeatMs * 2.5);
         this.d.onWelcome(f);
         this.d.channel?.({ send: (frame) => this.ws.send(JSON.stringify(frame)) });
+        await this.large(f.large ?? []);
         this.checkHead(f.head ?? 0);
         return;
       case "entries":
@@ -165,8 +172,18 @@ class WsSession {
         return;
       case "too_long":
         await this.d.tooLong(f as unknown as TooLongAnswer);
+        await this.large(f.large ?? []);
         this.maxHead = 0; // heads of the old epoch no longer count
         return;
+      case "large":
+        return this.large(f.large ?? []);
+      case "messages": {
+        const cid = f.conversation_id ?? 0;
+        const trusted = this.changes.has(cid) && this.changes.get(cid) === this.d.changeCount(cid);
+        await this.d.messages(f, trusted);
+        this.changes.set(cid, this.d.changeCount(cid));
+        return;
+      }
       case "heartbeat":
         this.checkHead(f.head ?? 0);
         return;
@@ -183,6 +200,19 @@ class WsSession {
       default:
         return; // change_ack (changes go over HTTP), kinds to come
     }
+  }
+
+  /**
+   * changes: per read-mode conversation, the change count this session
+   * caught up to (welcome, large frame, messages frame): a messages frame
+   * continuing it carries every change since.
+   */
+  private readonly changes = new Map<number, number>();
+
+  private async large(list: LargeHead[]): Promise<void> {
+    await this.d.large(list);
+    this.changes.clear();
+    for (const h of list) this.changes.set(h.conversation_id, this.d.changeCount(h.conversation_id));
   }
 
   /** armGap waits gapWaitMs for the missing entries (pushes can arrive out of order across reconnects), then pulls. */

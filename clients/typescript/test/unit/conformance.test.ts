@@ -36,11 +36,17 @@ interface Scenario {
   checks: string;
   transport?: string;
   config?: { ws_fallback_after?: number };
-  start: { epoch: number; cursor: number; conversations?: { [cid: string]: { last_seq: number } };
+  start: { epoch: number; cursor: number; conversations?: { [cid: string]: ConversationInit };
     outbox?: { msg_id: string; conversation_id: number; body: string }[] };
   handler?: { fail_once?: number[] };
   script: Step[];
   expect: Expectation;
+}
+
+interface ConversationInit {
+  last_seq: number;
+  large?: boolean;
+  change_count?: number;
 }
 
 interface ExpectedRequest extends Matcher {
@@ -64,6 +70,12 @@ interface Expectation {
   permanent?: { status?: number; close_code?: number };
   handler_errors?: number;
   updates?: [number, number, number][];
+  /** large_messages: messages handed to onEntry with inbox_seq 0 (read-mode conversations), as [conversation_id, seq]. */
+  large_messages?: [number, number][];
+  /** conversations: when present, the state of these conversations at the end. */
+  conversations?: { [cid: string]: ConversationInit };
+  /** handed: when present, everything onEntry accepted, in order, as [inbox_seq, conversation_id, message seq or 0]. */
+  handed?: [number, number, number][];
 }
 
 class AppRefused extends Error {}
@@ -75,18 +87,26 @@ class Observed {
   results = new Map<string, SendResult>();
   handlerErrors = 0;
   updates: [number, number, number][] = [];
+  largeMessages: [number, number][] = [];
+  handed: [number, number, number][] = [];
   private readonly failed = new Set<number>();
   constructor(private readonly failOnce: number[]) {}
 
   handlers() {
     return {
-      onEntry: (e: { inbox_seq: number }) => {
+      onEntry: (e: { inbox_seq: number; conversation_id: number; message?: Message }) => {
+        if (e.inbox_seq === 0 && e.message) {
+          this.largeMessages.push([e.conversation_id, e.message.seq]);
+          this.handed.push([0, e.conversation_id, e.message.seq]);
+          return;
+        }
         if (this.failOnce.includes(e.inbox_seq) && !this.failed.has(e.inbox_seq)) {
           this.failed.add(e.inbox_seq);
           this.handlerErrors++;
           throw new AppRefused(`entry ${e.inbox_seq}: conformance: the app failed`);
         }
         this.entries.push(e.inbox_seq);
+        this.handed.push([e.inbox_seq, e.conversation_id, e.message?.seq ?? 0]);
       },
       onUpdate: (m: Message) => {
         this.updates.push([m.conversation_id, m.seq, m.version ?? 0]);
@@ -108,6 +128,8 @@ function startingState(s: Scenario["start"]): State {
   st.cursor = s.cursor;
   for (const [cid, c] of Object.entries(s.conversations ?? {})) {
     st.conversations[cid] = { lastSeq: c.last_seq, recordVersion: 0, holes: [] };
+    if (c.large) st.conversations[cid].large = true;
+    if (c.change_count) st.conversations[cid].changeCount = c.change_count;
   }
   for (const o of s.outbox ?? []) {
     st.outbox.push({ msgId: o.msg_id, conversationId: o.conversation_id, body: o.body, queuedAt: Date.now() });
@@ -178,6 +200,11 @@ class Runner {
 function reached(store: MemoryStore, obs: Observed, e: Expectation): boolean {
   const st = store.snapshot();
   if (!st || st.cursor !== e.cursor || st.epoch !== e.epoch || st.outbox.length !== (e.outbox ?? []).length) return false;
+  for (const [cid, want] of Object.entries(e.conversations ?? {})) {
+    const cs = st.conversations[cid];
+    if (!cs || cs.lastSeq !== want.last_seq || (cs.changeCount ?? 0) !== (want.change_count ?? 0) || (cs.large ?? false) !== (want.large ?? false)) return false;
+  }
+  if (obs.largeMessages.length < (e.large_messages ?? []).length) return false;
   return obs.entries.length >= (e.entries ?? []).length && obs.updates.length >= (e.updates ?? []).length &&
     obs.results.size >= Object.keys(e.sent ?? {}).length + Object.keys(e.send_errors ?? {}).length &&
     obs.tooLongs.length >= (e.too_long ?? []).length && e.permanent === undefined;
@@ -235,6 +262,14 @@ function checkScenario(e: Expectation, log: LoggedRequest[], store: MemoryStore,
   assert.deepEqual(st.outbox.map((o) => o.msgId), e.outbox ?? [], "outbox");
   assert.equal(obs.handlerErrors, e.handler_errors ?? 0, "handler errors");
   assert.deepEqual(obs.updates, e.updates ?? [], "(conversation, seq, version) handed to onUpdate, in order, each once");
+  assert.deepEqual(obs.largeMessages, e.large_messages ?? [], "(conversation, seq) handed to onEntry with inbox_seq 0, in order, each once");
+  if (e.handed) assert.deepEqual(obs.handed, e.handed, "(inbox_seq, conversation, seq) accepted by onEntry, in order");
+  for (const [cid, want] of Object.entries(e.conversations ?? {})) {
+    const cs = st.conversations[cid];
+    assert.ok(cs, `conversation ${cid} in the store`);
+    assert.deepEqual({ last_seq: cs.lastSeq, large: cs.large ?? false, change_count: cs.changeCount ?? 0 },
+      { last_seq: want.last_seq, large: want.large ?? false, change_count: want.change_count ?? 0 }, `conversation ${cid} in the store`);
+  }
 
   const sent: { [id: string]: number } = {};
   const sendErrs: { [id: string]: number } = {};

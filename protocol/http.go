@@ -23,6 +23,8 @@ type SyncPage struct {
 	HasMore bool    `json:"has_more"`
 	Counts
 	Polling Polling `json:"_polling"`
+	// Large lists the user's read-mode conversations; absent when none.
+	Large []LargeConv `json:"large,omitempty"`
 }
 
 // TooLong is the too-long answer of GET /v1/sync (and, with a type, the
@@ -36,7 +38,8 @@ type TooLong struct {
 	Conversations []Record `json:"conversations"`
 	NextPage      *string  `json:"next_page"`
 	Counts
-	Polling Polling `json:"_polling"`
+	Polling Polling     `json:"_polling"`
+	Large   []LargeConv `json:"large,omitempty"`
 }
 
 // SyncAnswer decodes either 200 answer of GET /v1/sync: a SyncPage
@@ -52,7 +55,8 @@ type SyncAnswer struct {
 	Conversations []Record `json:"conversations"`
 	NextPage      *string  `json:"next_page"`
 	Counts
-	Polling *Polling `json:"_polling"`
+	Polling *Polling    `json:"_polling"`
+	Large   []LargeConv `json:"large"`
 }
 
 // ConversationList is the answer of GET /v1/conversations. InboxHead and
@@ -66,7 +70,8 @@ type ConversationList struct {
 }
 
 // History is the answer of GET /v1/conversations/{cid}/messages: ascending,
-// HasMore says older visible messages exist.
+// HasMore says older visible messages exist (with ?after, newer ones; with
+// ?changed_after, more changed ones, the messages then in changed_ord order).
 type History struct {
 	Messages []Message `json:"messages"`
 	HasMore  bool      `json:"has_more"`
@@ -93,6 +98,9 @@ type MemberList struct {
 type CreateConversation struct {
 	Title   string  `json:"title"`
 	Members []int64 `json:"members"`
+	// Channel creates the conversation in read fan-out from its first seq
+	// (docs/large-conversations.md).
+	Channel bool `json:"channel,omitempty"`
 }
 
 // ConversationCreated is the 201 answer of POST /v1/conversations.
@@ -100,9 +108,11 @@ type ConversationCreated struct {
 	ConversationID int64 `json:"conversation_id"`
 }
 
-// AddMember is the body of POST /v1/conversations/{cid}/members.
+// AddMember is the body of POST /v1/conversations/{cid}/members: exactly
+// one of UserID and UserIDs (1..1000 distinct ids, one event each).
 type AddMember struct {
-	UserID int64 `json:"user_id"`
+	UserID  int64   `json:"user_id,omitempty"`
+	UserIDs []int64 `json:"user_ids,omitempty"`
 }
 
 // SetRecord is the body of PATCH /v1/conversations/{cid}/record: at least

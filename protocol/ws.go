@@ -31,6 +31,10 @@ const (
 	FrameError     = "error"
 	FramePong      = "pong"
 	FrameReceipt   = "receipt"
+	// Read-mode conversations, to sessions whose hello said large
+	// (docs/large-conversations.md).
+	FrameMessages = "messages"
+	FrameLarge    = "large"
 )
 
 // Close codes the server sends. The 4xxx codes are docs/protocol.md's; the
@@ -54,6 +58,9 @@ type Hello struct {
 	Type  string `json:"type"` // FrameHello
 	After int64  `json:"after"`
 	Epoch *int64 `json:"epoch,omitempty"`
+	// Large asks for the messages and large frames of read-mode
+	// conversations.
+	Large bool `json:"large,omitempty"`
 }
 
 // Send sends a message, as POST /v1/conversations/{cid}/messages does.
@@ -81,6 +88,7 @@ type ClientFrame struct {
 	// hello
 	After *int64 `json:"after"`
 	Epoch *int64 `json:"epoch"`
+	Large bool   `json:"large"`
 	// send
 	ConversationID int64   `json:"conversation_id"`
 	MsgID          string  `json:"msg_id"`
@@ -125,6 +133,28 @@ type Welcome struct {
 	Head        int64  `json:"head"`
 	HeartbeatMS int64  `json:"heartbeat_ms"`
 	Counts
+	Large []LargeConv `json:"large,omitempty"`
+}
+
+// MessagesFrame pushes what is new in a read-mode conversation to a
+// session whose hello said large: Messages are new, ascending by seq (the
+// first may be beyond the client's last seq: it reads the gap with
+// ?after=); Changed are the messages changed since the previous frame, by
+// changed_ord.
+type MessagesFrame struct {
+	Type           string    `json:"type"` // FrameMessages
+	ConversationID int64     `json:"conversation_id"`
+	LastSeq        int64     `json:"last_seq"`
+	ChangeCount    int64     `json:"change_count"`
+	Messages       []Message `json:"messages"`
+	Changed        []Message `json:"changed"`
+}
+
+// LargeFrame carries the whole large list when it changed (a join, a
+// removal, a switch of mode).
+type LargeFrame struct {
+	Type  string      `json:"type"` // FrameLarge
+	Large []LargeConv `json:"large"`
 }
 
 // ReceiptFrame says that a member of a conversation (UserID) read up to
@@ -214,6 +244,13 @@ type ServerFrame struct {
 	RetryAfterMS   int64           `json:"retry_after_ms"`
 	// welcome, too_long: the totals
 	Counts
+	// welcome, too_long, large: the read-mode conversations; messages:
+	// one of them (ConversationID too)
+	Large       []LargeConv `json:"large"`
+	LastSeq     int64       `json:"last_seq"`
+	ChangeCount int64       `json:"change_count"`
+	Messages    []Message   `json:"messages"`
+	Changed     []Message   `json:"changed"`
 	// receipt (and ConversationID), typing (ConversationID, State too), presence
 	UserID      int64      `json:"user_id"`
 	ReadSeq     int64      `json:"read_seq"`

@@ -31,7 +31,7 @@ func MessageBody(kind, body string) json.RawMessage {
 const MessageCols = messageCols + `, NULL::text`
 
 const messageCols = `m.conversation_id, m.seq, m.msg_id::text, m.sender_id, m.kind, m.body, m.created_at,
-	m.version, m.edited_at, m.deleted, m.reply_to, m.reactions, m.mentions, m.mention_all`
+	m.version, m.edited_at, m.deleted, m.reply_to, m.reactions, m.mentions, m.mention_all, m.changed_ord`
 
 // MessageColsFor is MessageCols with the reaction of the user the SQL
 // expression user names (a parameter such as "$2"), so that Me is set.
@@ -52,13 +52,14 @@ type MessageScan struct {
 	reactions                           map[string]int64
 	mentions                            []int64
 	mentionAll                          *bool
+	changedOrd                          *int64
 	mine                                *string
 }
 
 // Targets are the scan targets of MessageCols.
 func (s *MessageScan) Targets() []any {
 	return []any{&s.conv, &s.seq, &s.msgID, &s.sender, &s.kind, &s.body, &s.at,
-		&s.version, &s.editedAt, &s.deleted, &s.replyTo, &s.reactions, &s.mentions, &s.mentionAll, &s.mine}
+		&s.version, &s.editedAt, &s.deleted, &s.replyTo, &s.reactions, &s.mentions, &s.mentionAll, &s.changedOrd, &s.mine}
 }
 
 // Message is the scanned message, nil when the row had none. Its
@@ -87,6 +88,9 @@ func (s *MessageScan) Message() *protocol.Message {
 		m.Mentions = s.mentions
 	}
 	m.MentionAll = s.mentionAll != nil && *s.mentionAll
+	if s.changedOrd != nil && *s.changedOrd > 0 {
+		m.ChangedOrd = *s.changedOrd
+	}
 	if s.mine != nil {
 		for i := range m.Reactions {
 			m.Reactions[i].Me = m.Reactions[i].Emoji == *s.mine

@@ -374,3 +374,17 @@ func (s *session) pushLarge(b []byte, kind string) {
 		go s.writer()
 	}
 }
+
+// LargeSessions counts the aware sessions the index has for read-mode
+// conversation conv, and whether it has the conversation at all (for
+// tests and inspection).
+func (ws *Server) LargeSessions(conv int64) (sessions int, indexed bool) {
+	x := ws.big
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	lc := x.convs[conv]
+	if lc == nil {
+		return 0, false
+	}
+	return len(lc.subs), true
+}

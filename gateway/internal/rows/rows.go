@@ -144,7 +144,7 @@ var RecordCols = `r.conversation_id, c.title, r.pinned, r.muted, r.read_seq, ls.
 lm.conversation_id AS lm_conversation_id, lm.seq AS lm_seq, lm.msg_id::text AS lm_msg_id, lm.sender_id AS lm_sender_id,
 lm.kind AS lm_kind, lm.body AS lm_body, lm.created_at AS lm_created_at,
 lm.version AS lm_version, lm.edited_at AS lm_edited_at, lm.deleted AS lm_deleted, lm.reply_to AS lm_reply_to,
-lm.reactions AS lm_reactions, lm.mentions AS lm_mentions, lm.mention_all AS lm_mention_all, ` + "(SELECT rr.emoji FROM reactions rr WHERE rr.conversation_id = lm.conversation_id AND rr.seq = lm.seq AND rr.user_id = r.user_id)" + ` AS lm_mine,
+lm.reactions AS lm_reactions, lm.mentions AS lm_mentions, lm.mention_all AS lm_mention_all, lm.changed_ord AS lm_changed_ord, ` + "(SELECT rr.emoji FROM reactions rr WHERE rr.conversation_id = lm.conversation_id AND rr.seq = lm.seq AND rr.user_id = r.user_id)" + ` AS lm_mine,
 ` + projection.CountsOf("r", "ls.last_seq", "lm.ord")
 
 // RecordScan reads a possibly absent record.

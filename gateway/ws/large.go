@@ -245,7 +245,8 @@ func (x *largeIndex) relists(ctx context.Context, users, switched map[int64]bool
 	var frames [][]byte
 	x.mu.Lock()
 	for u, list := range lists {
-		frame := encodeFrame(protocol.LargeFrame{Type: protocol.FrameLarge, Large: wireList(list)})
+		// Never null: the frame says the whole list, empty or not.
+		frame := encodeFrame(protocol.LargeFrame{Type: protocol.FrameLarge, Large: append([]protocol.LargeConv{}, wireList(list)...)})
 		for s := range x.users[u] {
 			x.setListLocked(s, list)
 			deliver, frames = append(deliver, s), append(frames, frame)
@@ -265,8 +266,12 @@ func (x *largeIndex) relists(ctx context.Context, users, switched map[int64]bool
 	return nil
 }
 
-// wireList is the large list of a user's memberships.
+// wireList is the large list of a user's memberships (nil when empty:
+// the field is then absent).
 func wireList(list []inbox.LargeMembership) []protocol.LargeConv {
+	if len(list) == 0 {
+		return nil
+	}
 	out := make([]protocol.LargeConv, len(list))
 	for i, m := range list {
 		out[i] = m.LargeConv
@@ -352,16 +357,19 @@ func visibleFrom(msgs []protocol.Message, from int64) []protocol.Message {
 }
 
 // pushLarge queues a frame of the read-mode pushes after what is queued. A
-// session whose queue cannot take it is closed with 4008 (too slow), as
-// one that does not read its frames: the client reconnects, and the
-// welcome's list tells it where to read from.
+// session whose queue cannot take it (QueueBytes; one frame alone always
+// fits an empty queue) is closed with 4008 (too slow), as one that does
+// not read its frames: these frames are not re-read later as entries are,
+// so dropping one would lose it; the client reconnects, and the welcome's
+// list tells it where to read from. A write that stalls is the writer's
+// 4008, as for every frame.
 func (s *session) pushLarge(b []byte, kind string) {
 	s.mu.Lock()
 	if s.state != stateStarted {
 		s.mu.Unlock()
 		return
 	}
-	if s.out.dataBytes+len(b) > s.ws.cfg.QueueBytes {
+	if s.out.dataBytes > 0 && s.out.dataBytes+len(b) > s.ws.cfg.QueueBytes {
 		s.mu.Unlock()
 		s.ws.m.slowCloses.WithLabelValues("large").Inc()
 		s.closeWith(protocol.CloseTooSlow, "too slow: frames not read", nil)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -207,4 +208,39 @@ func TestWSLargeJoinedLaterSeesFromJoin(t *testing.T) {
 		require.Greater(t, m.Seq, early.Seq, "c was not a member yet")
 	}
 	require.Equal(t, late.Seq, fc.Messages[len(fc.Messages)-1].Seq)
+}
+
+// Notifications lost with the LISTEN connection: once it is back, every
+// aware session gets its list again (with the positions moved meanwhile)
+// and the index goes on from them.
+func TestWSLargeAfterListenLost(t *testing.T) {
+	w := newWSGateway(t, nil, WSConfig{})
+	tg := w.tgw
+	a := tg.user(t, 1)
+	big := a.create(t, "big")
+	setReadFanout(t, tg, big, true)
+	ca := dialWS(t, w, a)
+	ca.helloLarge(t, 0)
+	waitFor(t, 10*time.Second, "a indexed", func() bool { n, _ := w.ws.LargeSessions(big); return n == 1 })
+
+	var killed int
+	require.NoError(t, tg.env.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = 'inboxd-gateway-listen' AND datname = current_database()`).Scan(&killed))
+	require.Equal(t, 1, killed)
+	// Moved while nobody listened (or before the hub noticed): its L token
+	// may be lost.
+	_, err := tg.env.Pool.Exec(context.Background(), `UPDATE conversations SET last_seq = last_seq + 1 WHERE id = $1`, big)
+	require.NoError(t, err)
+	seq, _ := lastSeq(t, tg, big)
+	waitFor(t, 30*time.Second, "the hub to reconnect", func() bool { return tg.g.hub.Connected() })
+	for {
+		f := ca.nextTyped(t, protocol.FrameLarge)
+		if len(f.Large) == 1 && f.Large[0].LastSeq == seq {
+			break
+		}
+	}
+	m := a.send(t, big, "after the outage")
+	notifyLarge(t, tg, func(e *projection.Encoder) { e.Large(projection.Large{Conv: big, LastSeq: m.Seq}) })
+	f := ca.nextTyped(t, protocol.FrameMessages)
+	require.Equal(t, m.Seq, f.Messages[len(f.Messages)-1].Seq)
 }

@@ -20,13 +20,13 @@ import (
 // the changes to OnUpdate. Everything runs under deliverMu, as entries do;
 // the inbox cursor does not move.
 
-// LargeHead is where a read-mode conversation is (protocol.LargeHead).
-type LargeHead = protocol.LargeHead
+// LargeConv is where a read-mode conversation is (protocol.LargeConv).
+type LargeConv = protocol.LargeConv
 
 // noteLarge takes the server's whole list of the user's read-mode
 // conversations: those in it are marked read-mode, the others no longer
 // are. It is saved with the next save.
-func (c *Client) noteLarge(list []LargeHead) {
+func (c *Client) noteLarge(list []LargeConv) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	in := make(map[int64]bool, len(list))
@@ -47,7 +47,7 @@ func (c *Client) noteLarge(list []LargeHead) {
 
 // catchUpLarge reads, for each head of the list, the messages beyond the
 // last seq delivered and the changes beyond the change count applied.
-func (c *Client) catchUpLarge(ctx context.Context, list []LargeHead) error {
+func (c *Client) catchUpLarge(ctx context.Context, list []LargeConv) error {
 	for _, h := range list {
 		if err := c.catchUpHead(ctx, h); err != nil {
 			return err
@@ -57,12 +57,12 @@ func (c *Client) catchUpLarge(ctx context.Context, list []LargeHead) error {
 }
 
 // largeAnswer is noteLarge and catchUpLarge: the list of an answer or a frame.
-func (c *Client) largeAnswer(ctx context.Context, list []LargeHead) error {
+func (c *Client) largeAnswer(ctx context.Context, list []LargeConv) error {
 	c.noteLarge(list)
 	return c.catchUpLarge(ctx, list)
 }
 
-func (c *Client) catchUpHead(ctx context.Context, h LargeHead) error {
+func (c *Client) catchUpHead(ctx context.Context, h LargeConv) error {
 	c.deliverMu.Lock()
 	defer c.deliverMu.Unlock()
 	c.mu.Lock()

@@ -160,13 +160,13 @@ func TestLargeHandlerError(t *testing.T) {
 		return nil
 	}}
 	c := largeClient(t, srv, store, h)
-	err := c.catchUpLarge(ctx, []LargeHead{{ConversationID: 7, LastSeq: 6}})
+	err := c.catchUpLarge(ctx, []LargeConv{{ConversationID: 7, LastSeq: 6}})
 	require.ErrorIs(t, err, refuse)
 	st, _ := store.Load(ctx)
 	require.EqualValues(t, 4, st.Conversations[7].LastSeq, "the page 3-4 was saved, not 5")
 
 	c2 := largeClient(t, srv, store, h)
-	require.NoError(t, c2.catchUpLarge(ctx, []LargeHead{{ConversationID: 7, LastSeq: 6}}))
+	require.NoError(t, c2.catchUpLarge(ctx, []LargeConv{{ConversationID: 7, LastSeq: 6}}))
 	require.Equal(t, []int64{3, 4, -5, 5, 6}, got)
 	st, _ = store.Load(ctx)
 	require.EqualValues(t, 6, st.Conversations[7].LastSeq)

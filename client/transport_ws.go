@@ -356,7 +356,7 @@ type wsStream struct {
 
 // large applies the list of read-mode conversations of a welcome, a
 // too_long or a large frame.
-func (st *wsStream) large(ctx context.Context, list []LargeHead) error {
+func (st *wsStream) large(ctx context.Context, list []LargeConv) error {
 	if err := st.c.largeAnswer(ctx, list); err != nil {
 		return err
 	}

@@ -43,9 +43,12 @@
 //	records.go    the conversation list (records) and GET /v1/conversations
 //	send.go       the send path (check, append, ack wait), shared with the
 //	              WebSocket as its ws.Sender
-//	messages.go   POST and GET .../messages (sends and history)
-//	members.go    create, add/remove members, record and read changes, the
-//	              appender
+//	messages.go   POST .../messages (sends)
+//	history.go    GET .../messages: before, after, changed_after
+//	large.go      the large list in sync answers: its ETag part, the
+//	              long-poll's view of it (docs/large-conversations.md)
+//	members.go    create, add/remove members (one or in bulk), record and
+//	              read changes, the appender
 //	auth.go       JWT verification, the token cache, the authenticator
 //	              (also the WebSocket's ws.Authenticator), the dev token
 //	errors.go     writeError, the error shape of every HTTP answer

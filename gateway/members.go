@@ -38,6 +38,40 @@ func (a *appender) appendEvent(ctx context.Context, e *events.Event) error {
 	return nil
 }
 
+// appendEvents appends es within AppendTimeout, all handed to the
+// producer at once so that its client batches them (one produce request
+// per partition, not one round trip per event), and waits for all. They
+// share a conversation, hence a partition: they are appended in order. A
+// failure is a retryable 503 (events appended before it stay appended;
+// a retry appends them again, which the projection absorbs: adding a
+// member twice changes nothing).
+func (a *appender) appendEvents(ctx context.Context, es []*events.Event) error {
+	if len(es) == 1 {
+		return a.appendEvent(ctx, es[0])
+	}
+	actx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	errs := make(chan error, len(es))
+	for _, e := range es {
+		a.prod.AppendAsync(actx, e, func(_ producer.Position, err error) { errs <- err })
+	}
+	var first error
+	for range es {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	switch {
+	case first == nil:
+		return nil
+	case ctx.Err() != nil:
+		return apierr.ErrClientGone
+	case errors.Is(first, events.ErrInvalid):
+		return first
+	}
+	return apierr.Unavailable("appending to the log failed, try again", time.Second, first)
+}
+
 func writeAccepted(w http.ResponseWriter) {
 	apierr.WriteJSON(w, http.StatusAccepted, protocol.Accepted{Status: protocol.StatusAccepted})
 }
@@ -83,7 +117,7 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
 	e := events.New(events.ConversationCreated, cid, user)
-	e.Title, e.Members = req.Title, req.Members
+	e.Title, e.Members, e.Channel = req.Title, req.Members, req.Channel
 	if err := g.app.appendEvent(ctx, e); err != nil {
 		return err
 	}
@@ -127,9 +161,11 @@ func (g *Gateway) waitProjected(ctx context.Context, sub *hub.Subscription, done
 }
 
 // handleAddMember is POST /v1/conversations/{cid}/members: 202 once the
-// member.added event is appended. Like every write below, it first waits up
-// to AckWait for the projection, so that the caller's next request (the new
-// member's first send, a list) sees the change; the answer is 202 either way.
+// member.added events (one, or one per id of user_ids) are appended. Like
+// every write below, it first waits up to AckWait for the projection (of
+// the last one: the events of a conversation are projected in order), so
+// that the caller's next request (the new member's first send, a list)
+// sees the change; the answer is 202 either way.
 func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
@@ -141,26 +177,61 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 	if err := g.decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	if req.UserID <= 0 {
-		return apierr.BadRequest("user_id must be a positive integer")
+	ids, err := addMemberIDs(&req)
+	if err != nil {
+		return err
 	}
 	if err := g.requireMember(ctx, user, cid); err != nil {
 		return err
 	}
 	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
-	e := events.New(events.MemberAdded, cid, user)
-	e.UserID = req.UserID
-	if err := g.app.appendEvent(ctx, e); err != nil {
+	evs := make([]*events.Event, len(ids))
+	for i, id := range ids {
+		evs[i] = events.New(events.MemberAdded, cid, user)
+		evs[i].UserID = id
+	}
+	if err := g.app.appendEvents(ctx, evs); err != nil {
 		return err
 	}
+	last := evs[len(evs)-1]
 	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
-		return g.memberSettled(ctx, cid, req.UserID, true, e.EventID)
+		return g.memberSettled(ctx, cid, last.UserID, true, last.EventID)
 	}); err != nil {
 		return err
 	}
 	writeAccepted(w)
 	return nil
+}
+
+// MaxBulkMembers bounds the user_ids of one POST .../members.
+const MaxBulkMembers = 1000
+
+// addMemberIDs is the ids a POST .../members adds: exactly one of user_id
+// and user_ids (1..MaxBulkMembers distinct positive ids).
+func addMemberIDs(req *protocol.AddMember) ([]int64, error) {
+	switch {
+	case req.UserIDs != nil && req.UserID != 0:
+		return nil, apierr.BadRequest("give user_id or user_ids, not both")
+	case req.UserIDs == nil:
+		if req.UserID <= 0 {
+			return nil, apierr.BadRequest("user_id must be a positive integer")
+		}
+		return []int64{req.UserID}, nil
+	case len(req.UserIDs) == 0 || len(req.UserIDs) > MaxBulkMembers:
+		return nil, apierr.BadRequest("user_ids must hold 1..%d ids", MaxBulkMembers)
+	}
+	seen := make(map[int64]bool, len(req.UserIDs))
+	for _, id := range req.UserIDs {
+		if id <= 0 {
+			return nil, apierr.BadRequest("user_ids must be positive integers")
+		}
+		if seen[id] {
+			return nil, apierr.BadRequest("user_ids must be distinct (%d is repeated)", id)
+		}
+		seen[id] = true
+	}
+	return req.UserIDs, nil
 }
 
 const sqlMemberSettled = `SELECT EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL),

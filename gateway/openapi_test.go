@@ -203,10 +203,10 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		// (omitted when they do not apply): documented, not required.
 		optional []string
 	}{
-		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, []string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all"}, nil},
+		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, []string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord"}, nil},
 		{"changed Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`), Version: 2, EditedAt: &time.Time{},
-			Deleted: true, ReplyTo: 1, Reactions: []protocol.Reaction{{Emoji: "x", Count: 1}}, Mentions: []int64{1}, MentionAll: true}, nil,
-			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all"}},
+			Deleted: true, ReplyTo: 1, Reactions: []protocol.Reaction{{Emoji: "x", Count: 1}}, Mentions: []int64{1}, MentionAll: true, ChangedOrd: 3}, nil,
+			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord"}},
 		{"UpdateEntry (inbox.AppendEntries)", schema("UpdateEntry"), protocol.Entry{Kind: protocol.KindUpdate, Message: &protocol.Message{Body: json.RawMessage(`"x"`)}}, nil, nil},
 		{"change pending", response("/v1/conversations/{cid}/messages/{seq}", "patch", "202"), protocol.ChangePending{}, nil, nil},
 		{"Record", schema("Record"), protocol.Record{}, nil, nil},
@@ -215,8 +215,11 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		// The gateway's hand-written entries (inbox.AppendEntries) against the same schemas.
 		{"MessageEntry (inbox.AppendEntries)", schema("MessageEntry"), inbox.NewEntry(0, 0, &protocol.Message{Body: json.RawMessage(`"x"`)}), nil, nil},
 		{"RecordEntry (inbox.AppendEntries)", schema("RecordEntry"), inbox.NewEntry(0, 0, &protocol.Record{}), nil, nil},
-		{"SyncPage", schema("SyncPage"), protocol.SyncPage{}, nil, nil},
-		{"TooLong", schema("TooLong"), protocol.TooLong{NextPage: &s}, nil, nil},
+		{"SyncPage", schema("SyncPage"), protocol.SyncPage{}, []string{"large"}, nil},
+		{"SyncPage with large", schema("SyncPage"), protocol.SyncPage{Large: []protocol.LargeConv{{}}}, nil, []string{"large"}},
+		{"TooLong", schema("TooLong"), protocol.TooLong{NextPage: &s}, []string{"large"}, nil},
+		{"TooLong with large", schema("TooLong"), protocol.TooLong{NextPage: &s, Large: []protocol.LargeConv{{}}}, nil, []string{"large"}},
+		{"LargeConv", schema("LargeConv"), protocol.LargeConv{}, nil, nil},
 		{"Polling", schema("Polling"), protocol.Polling{}, nil, nil},
 		{"Error", schema("Error"), protocol.ErrorBody{}, nil, nil},
 		{"list", response("/v1/conversations", "get", "200"), protocol.ConversationList{}, nil, nil},

@@ -17,12 +17,6 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// etagOf is the validator of a sync answer: the epoch and head it was read
-// at.
-func etagOf(epoch, head int64) string {
-	return `"` + strconv.FormatInt(epoch, 10) + "." + strconv.FormatInt(head, 10) + `"`
-}
-
 // pollingHint is the hint of the answers of g (see polling).
 func (g *Gateway) pollingHint() protocol.Polling {
 	return polling(g.held.Load(), g.cfg.MaxHeldPolls, g.cfg.PollInterval)
@@ -49,7 +43,7 @@ func tooLongAnswer(ctx context.Context, db *pgxpool.Pool, user int64, res *inbox
 		return nil, err
 	}
 	return &protocol.TooLong{TooLong: true, Epoch: res.Epoch, Head: res.Head, RecordVersion: res.RecordVersion,
-		Conversations: recs, NextPage: next, Counts: res.Counts, Polling: hint()}, nil
+		Conversations: recs, NextPage: next, Counts: res.Counts, Polling: hint(), Large: res.Large}, nil
 }
 
 // rebaser is the WebSocket server's ws.Rebaser: the too-long answer, with
@@ -117,13 +111,18 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if res.TooLong || len(res.Entries) > 0 || sub == nil || g.isDraining() {
+	if res.TooLong || len(res.Entries) > 0 || sub == nil || g.isDraining() || largeNews(r, res) {
 		return g.writeSync(w, r, user, p, res, sub == nil)
 	}
 	if !g.acquireHold() {
 		return apierr.Unavailable("too many held long-polls on this node, retry later", 2*time.Second, nil)
 	}
 	defer g.releaseHold()
+	// The read-mode conversations move without the user's head: wake on
+	// theirs too, and end when the list differs from this read's.
+	stop := g.hub.WatchConversations(sub, largeConvs(res.Large))
+	defer stop()
+	base := largeHash(res.Large)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
@@ -132,7 +131,7 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 			if res, err = g.inbox.Sync(ctx, user, p); err != nil {
 				return err
 			}
-			if res.TooLong || len(res.Entries) > 0 {
+			if res.TooLong || len(res.Entries) > 0 || largeHash(res.Large) != base {
 				g.metrics.polls.WithLabelValues("woken").Inc()
 				return g.writeSync(w, r, user, p, res, false)
 			}
@@ -154,12 +153,22 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
+// largeNews reports whether a long-poll must answer at once because the
+// client's If-None-Match names another large list than res's: the client
+// is behind on its read-mode conversations. Without the header (or with
+// one that names no single tag) it holds, as before.
+func largeNews(r *http.Request, res *inbox.Result) bool {
+	known, ok := knownLargeHash(r.Header.Get("If-None-Match"))
+	return ok && known != largeHash(res.Large)
+}
+
 // writeSync answers a sync. allow304 is false for a long-poll: docs/protocol.md
 // says a wait that ends with nothing new answers 200 with entries: [], so a
 // held request never turns into a 304.
 func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, p inbox.Query, res *inbox.Result, allow304 bool) error {
 	h := w.Header()
-	h.Set("ETag", etagOf(res.Epoch, res.Head))
+	tag := etagOf(res.Epoch, res.Head, res.Large)
+	h.Set("ETag", tag)
 	h.Set("Cache-Control", "private, no-cache")
 	if res.TooLong {
 		ans, err := tooLongAnswer(r.Context(), g.pool, user, res, p.Limit, g.pollingHint)
@@ -169,7 +178,7 @@ func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, 
 		apierr.WriteJSON(w, http.StatusOK, ans)
 		return nil
 	}
-	if allow304 && len(res.Entries) == 0 && etagMatch(r.Header.Get("If-None-Match"), etagOf(res.Epoch, res.Head)) {
+	if allow304 && len(res.Entries) == 0 && etagMatch(r.Header.Get("If-None-Match"), tag) {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
@@ -187,7 +196,7 @@ func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64
 	}
 	epoch, head, ok := g.hub.Heads().Get(user)
 	if ok && p.After == head && (!p.HasEpoch || p.Epoch == epoch || p.After == 0) {
-		tag := etagOf(epoch, head)
+		tag := etagOf(epoch, head, nil) // see large.go: only users without a large list match
 		if etagMatch(inm, tag) {
 			g.metrics.headHit.Inc()
 			h := w.Header()
@@ -204,8 +213,8 @@ func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64
 // writeSyncPage writes the 200 answer of a page, a protocol.SyncPage, by
 // hand (the entries' messages are cached JSON; see inbox.AppendEntries).
 func (g *Gateway) writeSyncPage(w http.ResponseWriter, res *inbox.Result) {
-	b := make([]byte, 0, 128+inbox.EntriesSize(res.Entries))
-	b = protocol.AppendSyncPage(b, res.Epoch, res.Head, res.HasMore, res.Counts, g.pollingHint(),
+	b := make([]byte, 0, 128+inbox.EntriesSize(res.Entries)+64*len(res.Large))
+	b = protocol.AppendSyncPage(b, res.Epoch, res.Head, res.HasMore, res.Counts, g.pollingHint(), res.Large,
 		func(b []byte) []byte { return inbox.AppendEntries(b, res.Entries) })
 	b = append(b, '\n') // as json.Encoder ends every other body
 	h := w.Header()

@@ -21,17 +21,19 @@ WHERE topic = $1 AND "partition" = ANY($2::int[]) ORDER BY "partition" FOR UPDAT
 	sqlLockConversations = `SELECT id, last_seq, created_by, text_count, read_fanout, channel, member_count, change_count
 FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 	// sqlCurrentMembers reads the current members of the batch's
-	// conversations: all of them, or only the users the batch names in a
-	// read-mode conversation that cannot switch down within the batch
-	// (partialMembers, in SQL: $2 the batch's removals per conversation, $3
-	// the users named, $4 the threshold).
-	sqlCurrentMembers = `SELECT m.conversation_id, m.user_id, m.joined_seq
-FROM member_spans m JOIN conversations c ON c.id = m.conversation_id
-JOIN unnest($1::bigint[], $2::bigint[]) AS k(id, removals) ON k.id = m.conversation_id
-WHERE m.left_seq IS NULL AND (NOT c.read_fanout
-  OR (NOT c.channel AND c.member_count <= greatest($4::bigint, $4::bigint / 2 + k.removals))
-  OR (c.channel AND c.member_count <= $4::bigint)
-  OR m.user_id = ANY($3::bigint[]))`
+	// conversations: all of them, or only the users the batch names ($3) in
+	// a read-mode conversation that cannot switch down within the batch
+	// (partialMembers in SQL: $2 the batch's removals per conversation, $4
+	// the threshold). Two selects, so that each uses its index.
+	sqlCurrentMembers = `WITH k AS (
+  SELECT c.id, c.read_fanout AND CASE WHEN c.channel THEN c.member_count > $4::bigint
+    ELSE c.member_count > greatest($4::bigint, $4::bigint / 2 + k.removals) END AS partial
+  FROM conversations c JOIN unnest($1::bigint[], $2::bigint[]) AS k(id, removals) ON k.id = c.id)
+SELECT m.conversation_id, m.user_id, m.joined_seq FROM k JOIN member_spans m ON m.conversation_id = k.id
+WHERE NOT k.partial AND m.left_seq IS NULL
+UNION ALL
+SELECT m.conversation_id, m.user_id, m.joined_seq FROM k JOIN member_spans m ON m.conversation_id = k.id
+WHERE k.partial AND m.user_id = ANY($3::bigint[]) AND m.left_seq IS NULL`
 	// sqlArmed reads the armed members of the batch's read-mode conversations.
 	sqlArmed        = `SELECT conversation_id, user_id FROM records WHERE conversation_id = ANY($1::bigint[]) AND armed`
 	sqlKnownMsgIDs  = `SELECT msg_id::text FROM messages WHERE msg_id = ANY($1::uuid[])`

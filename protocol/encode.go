@@ -59,7 +59,7 @@ func AppendEntry(b []byte, inboxSeq, conversationID int64, kind string, item []b
 // AppendSyncPage appends the wire form of a SyncPage. appendEntries
 // appends the entries as a JSON array ("[...]", never null), typically with
 // AppendEntry.
-func AppendSyncPage(b []byte, epoch, head int64, hasMore bool, c Counts, p Polling, appendEntries func([]byte) []byte) []byte {
+func AppendSyncPage(b []byte, epoch, head int64, hasMore bool, c Counts, p Polling, large []LargeConv, appendEntries func([]byte) []byte) []byte {
 	b = append(b, `{"epoch":`...)
 	b = strconv.AppendInt(b, epoch, 10)
 	b = append(b, `,"head":`...)
@@ -74,7 +74,30 @@ func AppendSyncPage(b []byte, epoch, head int64, hasMore bool, c Counts, p Polli
 	b = strconv.AppendInt(b, c.MentionTotal, 10)
 	b = append(b, `,"_polling":{"next_interval_ms":`...)
 	b = strconv.AppendInt(b, p.NextIntervalMS, 10)
-	return append(b, "}}"...)
+	b = append(b, '}')
+	if len(large) > 0 {
+		b = append(b, `,"large":`...)
+		b = AppendLarge(b, large)
+	}
+	return append(b, '}')
+}
+
+// AppendLarge appends a large list as a JSON array.
+func AppendLarge(b []byte, large []LargeConv) []byte {
+	b = append(b, '[')
+	for i, l := range large {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"conversation_id":`...)
+		b = strconv.AppendInt(b, l.ConversationID, 10)
+		b = append(b, `,"last_seq":`...)
+		b = strconv.AppendInt(b, l.LastSeq, 10)
+		b = append(b, `,"change_count":`...)
+		b = strconv.AppendInt(b, l.ChangeCount, 10)
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 // AppendEntriesFrame appends the wire form of an EntriesFrame;

@@ -23,19 +23,8 @@ type SyncPage struct {
 	HasMore bool    `json:"has_more"`
 	Counts
 	Polling Polling `json:"_polling"`
-	// Large: the read-mode conversations the user is a member of
-	// (docs/large-conversations.md); absent when none.
-	Large []LargeHead `json:"large,omitempty"`
-}
-
-// LargeHead is where a read-mode conversation is: its last seq and its
-// change count (every change of one of its messages adds 1). Clients read
-// what is beyond theirs with GET /v1/conversations/{cid}/messages?after=
-// and ?changed_after=.
-type LargeHead struct {
-	ConversationID int64 `json:"conversation_id"`
-	LastSeq        int64 `json:"last_seq"`
-	ChangeCount    int64 `json:"change_count"`
+	// Large lists the user's read-mode conversations; absent when none.
+	Large []LargeConv `json:"large,omitempty"`
 }
 
 // TooLong is the too-long answer of GET /v1/sync (and, with a type, the
@@ -50,7 +39,7 @@ type TooLong struct {
 	NextPage      *string  `json:"next_page"`
 	Counts
 	Polling Polling     `json:"_polling"`
-	Large   []LargeHead `json:"large,omitempty"`
+	Large   []LargeConv `json:"large,omitempty"`
 }
 
 // SyncAnswer decodes either 200 answer of GET /v1/sync: a SyncPage
@@ -67,7 +56,7 @@ type SyncAnswer struct {
 	NextPage      *string  `json:"next_page"`
 	Counts
 	Polling *Polling    `json:"_polling"`
-	Large   []LargeHead `json:"large"`
+	Large   []LargeConv `json:"large"`
 }
 
 // ConversationList is the answer of GET /v1/conversations. InboxHead and
@@ -81,9 +70,8 @@ type ConversationList struct {
 }
 
 // History is the answer of GET /v1/conversations/{cid}/messages: ascending,
-// HasMore says older visible messages exist (with before, or neither), newer
-// ones (with after), or more changed ones (with changed_after: the messages
-// changed since, in change order).
+// HasMore says older visible messages exist (with ?after, newer ones; with
+// ?changed_after, more changed ones, the messages then in changed_ord order).
 type History struct {
 	Messages []Message `json:"messages"`
 	HasMore  bool      `json:"has_more"`
@@ -110,6 +98,9 @@ type MemberList struct {
 type CreateConversation struct {
 	Title   string  `json:"title"`
 	Members []int64 `json:"members"`
+	// Channel creates the conversation in read fan-out from its first seq
+	// (docs/large-conversations.md).
+	Channel bool `json:"channel,omitempty"`
 }
 
 // ConversationCreated is the 201 answer of POST /v1/conversations.
@@ -117,9 +108,11 @@ type ConversationCreated struct {
 	ConversationID int64 `json:"conversation_id"`
 }
 
-// AddMember is the body of POST /v1/conversations/{cid}/members.
+// AddMember is the body of POST /v1/conversations/{cid}/members: exactly
+// one of UserID and UserIDs (1..1000 distinct ids, one event each).
 type AddMember struct {
-	UserID int64 `json:"user_id"`
+	UserID  int64   `json:"user_id,omitempty"`
+	UserIDs []int64 `json:"user_ids,omitempty"`
 }
 
 // SetRecord is the body of PATCH /v1/conversations/{cid}/record: at least

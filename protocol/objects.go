@@ -53,10 +53,19 @@ type Message struct {
 	Mentions   []int64 `json:"mentions,omitempty"`
 	MentionAll bool    `json:"mention_all,omitempty"`
 
-	// ChangedOrd is, in a read-mode conversation, the conversation's
-	// change count at the message's last change (absent: 0, never changed
-	// in read mode); GET …/messages?changed_after= is in this order.
+	// ChangedOrd is, in a read-mode conversation, the change count its
+	// last change set (docs/large-conversations.md): what ?changed_after
+	// orders by. Absent when 0 (never changed in read mode).
 	ChangedOrd int64 `json:"changed_ord,omitempty"`
+}
+
+// LargeConv is a read-mode conversation the user is a current member of,
+// as the large lists of sync answers and frames carry it: its last seq and
+// change count (docs/large-conversations.md).
+type LargeConv struct {
+	ConversationID int64 `json:"conversation_id"`
+	LastSeq        int64 `json:"last_seq"`
+	ChangeCount    int64 `json:"change_count"`
 }
 
 // Reaction is the count of one emoji on a message, and whether the reader

@@ -175,9 +175,12 @@ func TestAppenders(t *testing.T) {
 		sp := SyncPage{Epoch: rng.Int64N(5), Head: rng.Int64(), Entries: entries, HasMore: rng.IntN(2) == 0,
 			Counts:  Counts{UnreadTotal: rng.Int64N(1000), MentionTotal: rng.Int64N(10)},
 			Polling: Polling{NextIntervalMS: rng.Int64N(5000)}}
+		for range rng.IntN(3) {
+			sp.Large = append(sp.Large, LargeConv{ConversationID: rng.Int64(), LastSeq: rng.Int64N(1e6), ChangeCount: rng.Int64N(100)})
+		}
 		want, err := Marshal(sp)
 		require.NoError(t, err)
-		require.Equal(t, string(want), string(AppendSyncPage(nil, sp.Epoch, sp.Head, sp.HasMore, sp.Counts, sp.Polling, appendAll)))
+		require.Equal(t, string(want), string(AppendSyncPage(nil, sp.Epoch, sp.Head, sp.HasMore, sp.Counts, sp.Polling, sp.Large, appendAll)))
 		ef := EntriesFrame{Type: FrameEntries, Entries: entries, Head: sp.Head}
 		want, err = Marshal(ef)
 		require.NoError(t, err)

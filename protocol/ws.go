@@ -31,9 +31,8 @@ const (
 	FrameError     = "error"
 	FramePong      = "pong"
 	FrameReceipt   = "receipt"
-	// FrameMessages: new and changed messages of a read-mode conversation
-	// (to sessions whose hello said large); FrameLarge: the whole list of
-	// the user's read-mode conversations, when it changes.
+	// Read-mode conversations, to sessions whose hello said large
+	// (docs/large-conversations.md).
 	FrameMessages = "messages"
 	FrameLarge    = "large"
 )
@@ -59,8 +58,8 @@ type Hello struct {
 	Type  string `json:"type"` // FrameHello
 	After int64  `json:"after"`
 	Epoch *int64 `json:"epoch,omitempty"`
-	// Large: the client reads read-mode conversations itself and wants
-	// their messages and large frames.
+	// Large asks for the messages and large frames of read-mode
+	// conversations.
 	Large bool `json:"large,omitempty"`
 }
 
@@ -134,13 +133,14 @@ type Welcome struct {
 	Head        int64  `json:"head"`
 	HeartbeatMS int64  `json:"heartbeat_ms"`
 	Counts
-	Large []LargeHead `json:"large,omitempty"`
+	Large []LargeConv `json:"large,omitempty"`
 }
 
-// MessagesFrame carries the new messages of one read-mode conversation,
-// ascending (it may start beyond the client's last seq: the client reads
-// the gap), and the messages changed since the previous frame, by
-// changed_ord; LastSeq and ChangeCount are the conversation's after them.
+// MessagesFrame pushes what is new in a read-mode conversation to a
+// session whose hello said large: Messages are new, ascending by seq (the
+// first may be beyond the client's last seq: it reads the gap with
+// ?after=); Changed are the messages changed since the previous frame, by
+// changed_ord.
 type MessagesFrame struct {
 	Type           string    `json:"type"` // FrameMessages
 	ConversationID int64     `json:"conversation_id"`
@@ -150,10 +150,11 @@ type MessagesFrame struct {
 	Changed        []Message `json:"changed"`
 }
 
-// LargeFrame carries the whole list of the user's read-mode conversations.
+// LargeFrame carries the whole large list when it changed (a join, a
+// removal, a switch of mode).
 type LargeFrame struct {
 	Type  string      `json:"type"` // FrameLarge
-	Large []LargeHead `json:"large"`
+	Large []LargeConv `json:"large"`
 }
 
 // ReceiptFrame says that a member of a conversation (UserID) read up to
@@ -243,6 +244,13 @@ type ServerFrame struct {
 	RetryAfterMS   int64           `json:"retry_after_ms"`
 	// welcome, too_long: the totals
 	Counts
+	// welcome, too_long, large: the read-mode conversations; messages:
+	// one of them (ConversationID too)
+	Large       []LargeConv `json:"large"`
+	LastSeq     int64       `json:"last_seq"`
+	ChangeCount int64       `json:"change_count"`
+	Messages    []Message   `json:"messages"`
+	Changed     []Message   `json:"changed"`
 	// receipt (and ConversationID), typing (ConversationID, State too), presence
 	UserID      int64      `json:"user_id"`
 	ReadSeq     int64      `json:"read_seq"`
@@ -250,13 +258,6 @@ type ServerFrame struct {
 	ExpiresInMS int64      `json:"expires_in_ms"`
 	Online      bool       `json:"online"`
 	LastSeen    *time.Time `json:"last_seen"`
-	// welcome, too_long, large: the read-mode conversations; messages
-	// (ConversationID too): the conversation's head and its messages
-	Large       []LargeHead `json:"large"`
-	LastSeq     int64       `json:"last_seq"`
-	ChangeCount int64       `json:"change_count"`
-	Messages    []Message   `json:"messages"`
-	Changed     []Message   `json:"changed"`
 }
 
 // ErrorMessage is the message of an error frame: Message as a string, or

@@ -22,4 +22,6 @@
 //
 //	hub.go    Hub, Subscription, the LISTEN loop and the dispatch
 //	heads.go  HeadCache, kept current by the notifications
+//	large.go  read-mode conversations: waiters by conversation, the
+//	          listeners of the L/M/S tokens
 package hub

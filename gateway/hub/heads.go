@@ -116,6 +116,18 @@ func (c *HeadCache) notified(heads map[int64]int64) {
 	}
 }
 
+// forget drops user's head: its validator changed without its head (its
+// large list, docs/large-conversations.md).
+func (c *HeadCache) forget(user int64) {
+	if c == nil {
+		return
+	}
+	sh := &c.shards[uint64(user)%hubShards]
+	sh.mu.Lock()
+	delete(sh.heads, user)
+	sh.mu.Unlock()
+}
+
 // Get returns the epoch and head of user if known.
 func (c *HeadCache) Get(user int64) (epoch, head int64, ok bool) {
 	if c == nil {

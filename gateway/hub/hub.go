@@ -87,6 +87,8 @@ type Hub struct {
 
 	heads *HeadCache // nil when disabled
 
+	convWatch convWatch // read-mode conversations (large.go)
+
 	connected atomic.Bool
 	listening atomic.Bool
 	spread    sync.WaitGroup // goroutines spreading the wake-ups of one notification
@@ -344,7 +346,7 @@ func (h *Hub) dispatch(payload string) {
 		h.clearRuns()
 	}
 	h.heads.notified(n.Heads) // before any waiter re-reads
-	var wake []*Subscription
+	wake := h.readFanout(&n)
 	for user, head := range n.Heads {
 		sh := &h.users[uint64(user)%hubShards]
 		sh.mu.Lock()
@@ -518,6 +520,7 @@ func (h *Hub) listen(ctx context.Context, channel string, connect func(context.C
 	h.log.Debug("listening for notifications", "channel", channel)
 	// Notifications may have been missed before this connection listened.
 	h.lost()
+	h.resetReadFanout()
 	h.wakeAll()
 	for {
 		n, err := conn.WaitForNotification(ctx)

@@ -21,4 +21,6 @@
 //	entries.go    Entry and its wire form, written by hand
 //	pgraw.go      decoding of raw integer columns and integer arrays
 //	msgcache.go   the cache of messages' wire form, by conversation
+//	large.go      the reads of read-mode conversations for the WebSocket
+//	              pushes: large lists, local members, a conversation's news
 package inbox

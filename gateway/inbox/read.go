@@ -35,6 +35,13 @@ type Page struct {
 	Entries                           []Entry
 	Counts                            protocol.Counts // when the Req asked
 	CountsRead                        bool            // Counts were counted by this read
+	// Large is the user's read-mode conversations (current member), read
+	// with the counts (a Req that asks for Counts), from the same
+	// snapshot; nil when none.
+	Large []protocol.LargeConv
+	// LargeJoined is, for each of Large, the seq the user's current
+	// membership began at (what a push of its messages may show).
+	LargeJoined []int64
 }
 
 // Defaults of Config.
@@ -145,17 +152,20 @@ func (r *Reader) CachedMessages() int { return r.msgs.len() }
 // head - after within the max lag ($4 in both forms).
 func sqlInboxFrom(src string, counts bool) string {
 	totals, totalsJoin := `NULL::bigint, NULL::bigint`, ``
+	large := `, NULL::bigint[], NULL::bigint[], NULL::bigint[], NULL::bigint[]`
 	if counts {
+		large = `, lg.ids, lg.seqs, lg.chg, lg.joined`
+		totalsJoin = sqlLargeJoin
 		// Known: the totals at this head and epoch are the caller's ($5,
 		// $6): not counted again.
 		const known = `COALESCE(u.inbox_seq, 0) = $5 AND (SELECT epoch FROM meta) = $6`
 		totals = `CASE WHEN ` + known + ` THEN NULL ELSE t.unread_total END,
 	CASE WHEN ` + known + ` THEN NULL ELSE t.mention_total END`
-		totalsJoin = `
+		totalsJoin += `
 LEFT JOIN LATERAL (` + projection.CountsSQL("q.user_id", "NOT ("+known+")") + `) t ON true`
 	}
 	return `SELECT q.ord, (SELECT epoch FROM meta), COALESCE(u.inbox_seq, 0), COALESCE(u.inbox_floor, 0),
-	COALESCE(u.record_version, 0), e.seqs, e.convs, e.kinds, e.mseqs, e.vers, ` + totals + `
+	COALESCE(u.record_version, 0), e.seqs, e.convs, e.kinds, e.mseqs, e.vers, ` + totals + large + `
 FROM ` + src + `
 LEFT JOIN users u ON u.id = q.user_id` + totalsJoin + `
 LEFT JOIN LATERAL (
@@ -168,6 +178,17 @@ LEFT JOIN LATERAL (
 ) e ON true
 ORDER BY q.ord`
 }
+
+// sqlLargeJoin reads the user's large list (docs/large-conversations.md):
+// its current memberships of read-mode conversations, by id, as four
+// arrays (the last one the joined_seq of each membership).
+const sqlLargeJoin = `
+LEFT JOIN LATERAL (
+	SELECT array_agg(c.id ORDER BY c.id) AS ids, array_agg(c.last_seq ORDER BY c.id) AS seqs,
+		array_agg(c.change_count ORDER BY c.id) AS chg, array_agg(s.joined_seq ORDER BY c.id) AS joined
+	FROM member_spans s JOIN conversations c ON c.id = s.conversation_id AND c.read_fanout
+	WHERE s.user_id = q.user_id AND s.left_seq IS NULL
+) lg ON true`
 
 // sqlInboxOne reads one user ($1 user, $2 after, $3 limit, $4 max lag);
 // sqlInboxMany reads many ($1 users, $2 afters, $3 limits, $4 max lag).
@@ -277,7 +298,7 @@ func (r *Reader) query(ctx context.Context, reqs []Req, maxLag int64) (pgx.Rows,
 func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 	var v [5]int64
 	var null [5]bool
-	if len(raw) != 12 {
+	if len(raw) != 16 {
 		return fmt.Errorf("%d columns", len(raw))
 	}
 	if err := rawInts(fds[:5], raw[:5], v[:], null[:]); err != nil {
@@ -291,11 +312,14 @@ func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 	p.Epoch, p.Head, p.Floor, p.RecordVersion = v[1], v[2], v[3], v[4]
 	var totals [2]int64
 	var noTotals [2]bool
-	if err := rawInts(fds[10:], raw[10:], totals[:], noTotals[:]); err != nil {
+	if err := rawInts(fds[10:12], raw[10:12], totals[:], noTotals[:]); err != nil {
 		return err
 	}
 	p.Counts = protocol.Counts{UnreadTotal: totals[0], MentionTotal: totals[1]}
 	p.CountsRead = !noTotals[0]
+	if err := rd.large(fds[12:], raw[12:], p); err != nil {
+		return err
+	}
 	rd.epoch = v[1]
 	cols := &rd.cols
 	for c := range cols {
@@ -315,6 +339,27 @@ func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 		sortColumns(cols)
 	}
 	rd.entries(int(ord-1), p)
+	return nil
+}
+
+// large decodes the four arrays of the large list into p.Large and
+// p.LargeJoined.
+func (rd *inboxRead) large(fds []pgconn.FieldDescription, raw [][]byte, p *Page) error {
+	var cols [4][]int64
+	for c := range cols {
+		var err error
+		if cols[c], err = rawIntArray(fds[c], raw[c], nil); err != nil {
+			return err
+		}
+	}
+	n := len(cols[0])
+	if len(cols[1]) != n || len(cols[2]) != n || len(cols[3]) != n {
+		return fmt.Errorf("large arrays of %d, %d, %d, %d", n, len(cols[1]), len(cols[2]), len(cols[3]))
+	}
+	p.Large, p.LargeJoined = nil, cols[3]
+	for i := range n {
+		p.Large = append(p.Large, protocol.LargeConv{ConversationID: cols[0][i], LastSeq: cols[1][i], ChangeCount: cols[2][i]})
+	}
 	return nil
 }
 

@@ -23,6 +23,8 @@
 //	frames.go   how frames are encoded
 //	metrics.go  the WebSocket metrics
 //	push.go     the pusher: the entries of many sessions per query
+//	large.go    the index of read-mode conversations and their messages
+//	            and large frames (hello "large": true)
 //
 // A session's context is derived from the server's when the connection is
 // admitted and cancelled when its reader ends; its hello's read and its

@@ -270,8 +270,13 @@ func (p *pusher) finish(ctx context.Context, s *session, r *pushResult) {
 	if r.err == nil && s.mustRebase(r) {
 		// A replay started a new epoch, or retention passed the
 		// cursor: the stream cannot continue, the client rebases.
-		tl, r.err = p.ws.deps.Rebaser.Rebase(ctx, s.user,
-			&inbox.Result{Page: inbox.Page{Epoch: r.Epoch, Head: r.Head, RecordVersion: r.RecordVersion}})
+		// The push read has no large list: read it (after the head, as
+		// the conversation list; positions only grow), rare as rebases are.
+		var lists map[int64][]inbox.LargeMembership
+		if lists, r.err = p.ws.deps.Inbox.LargeLists(ctx, []int64{s.user}); r.err == nil {
+			tl, r.err = p.ws.deps.Rebaser.Rebase(ctx, s.user, &inbox.Result{Page: inbox.Page{Epoch: r.Epoch, Head: r.Head,
+				RecordVersion: r.RecordVersion, Large: wireList(lists[s.user])}})
+		}
 	}
 	switch s.takeFetch(r, tl) {
 	case fetchRetry:

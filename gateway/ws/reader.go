@@ -201,10 +201,11 @@ func (s *session) hello(in *protocol.ClientFrame) {
 
 	s.mu.Lock()
 	s.startLocked()
+	s.large = in.Large
 	s.epoch = res.Epoch
 	s.head = max(s.head, res.Head, s.sub.Head())
 	s.pushDataLocked(queued{kind: protocol.FrameWelcome, b: encodeFrame(protocol.Welcome{Type: protocol.FrameWelcome, Epoch: res.Epoch, Head: res.Head,
-		HeartbeatMS: cfg.HeartbeatInterval.Milliseconds(), Counts: res.Counts})})
+		HeartbeatMS: cfg.HeartbeatInterval.Milliseconds(), Counts: res.Counts, Large: res.Large})})
 	if tl != nil {
 		s.pushDataLocked(queued{kind: protocol.FrameTooLong, b: encodeFrame(protocol.TooLongFrame{Type: protocol.FrameTooLong, TooLong: tl})})
 		s.cursor, s.head = res.Head, res.Head
@@ -220,10 +221,28 @@ func (s *session) hello(in *protocol.ClientFrame) {
 	// committed since Sync's snapshot.
 	enq := s.markFetchLocked()
 	s.mu.Unlock()
+	if in.Large {
+		// After the welcome is queued, so that every messages frame
+		// follows it; what committed between the read and now the client
+		// reads with ?after= (or comes with the next notification).
+		s.ws.big.add(s, memberships(&res.Page))
+	}
 	s.wake()
 	if enq {
 		s.ws.push.add(s)
 	}
+}
+
+// memberships is the large list of a hello's read with its joined seqs.
+func memberships(p *inbox.Page) []inbox.LargeMembership {
+	out := make([]inbox.LargeMembership, len(p.Large))
+	for i, l := range p.Large {
+		out[i] = inbox.LargeMembership{LargeConv: l}
+		if i < len(p.LargeJoined) {
+			out[i].JoinedSeq = p.LargeJoined[i]
+		}
+	}
+	return out
 }
 
 // helloQuery is the sync question of a hello, limit entries at most, with

@@ -56,6 +56,7 @@ type Server struct {
 	m    *metrics
 	up   websocket.Upgrader
 	push *pusher
+	big  *largeIndex // the read-mode conversations' pushes (large.go)
 
 	allowAll bool
 	origins  map[string]bool
@@ -123,6 +124,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	ws.m = m
 	ws.push = newPusher(ws)
+	ws.big = newLargeIndex(ws)
 	return ws, nil
 }
 
@@ -209,10 +211,16 @@ func (ws *Server) Run(ctx context.Context) error {
 	ws.mu.Unlock()
 
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		ws.push.run(pctx)
+	}()
+	stopLarge := ws.deps.Hub.ListenReadFanout(ws.big.notified)
+	defer stopLarge()
+	go func() {
+		defer wg.Done()
+		ws.big.run(pctx)
 	}()
 	go func() {
 		defer wg.Done()
@@ -410,6 +418,9 @@ func (ws *Server) register(conn *websocket.Conn, nc *stallConn, user int64) (*se
 }
 
 func (ws *Server) unregister(s *session) {
+	if s.large {
+		ws.big.remove(s)
+	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	delete(ws.sessions, s)

@@ -53,6 +53,7 @@ type session struct {
 	state        sessionState // where the session is in its life (state.go)
 	closeCode    int          // of the close decided, 0 until one is
 	closeReason  string
+	large        bool // the hello asked for the read-mode pushes (large.go); set before they start
 	epoch        int64
 	cursor       int64         // last inbox_seq queued
 	head         int64         // highest head known (reads and notifications)

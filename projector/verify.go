@@ -82,13 +82,18 @@ FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id
 GROUP BY c.id, c.last_seq
 HAVING count(m.seq) <> c.last_seq OR (count(m.seq) > 0 AND (min(m.seq) <> 1 OR max(m.seq) <> c.last_seq))`},
 	{"I3", "every member has every message of its spans in write fan-out (above its floor)", `
-WITH expected AS (
-  SELECT s.user_id, m.conversation_id, m.seq FROM messages m
-  JOIN member_spans s ON s.conversation_id = m.conversation_id AND m.seq >= s.joined_seq AND (s.left_seq IS NULL OR m.seq <= s.left_seq)
+WITH modes AS (
+  SELECT conversation_id, from_seq, read_fanout,
+         lead(from_seq) OVER (PARTITION BY conversation_id ORDER BY from_seq) AS next_from
+  FROM conversation_modes
+), written AS (
+  SELECT m.conversation_id, m.seq FROM messages m
+  WHERE NOT EXISTS (SELECT 1 FROM modes md WHERE md.conversation_id = m.conversation_id AND md.read_fanout
+    AND m.seq >= md.from_seq AND (md.next_from IS NULL OR m.seq < md.next_from))
+), expected AS (
+  SELECT s.user_id, w.conversation_id, w.seq FROM written w
+  JOIN member_spans s ON s.conversation_id = w.conversation_id AND w.seq >= s.joined_seq AND (s.left_seq IS NULL OR w.seq <= s.left_seq)
   JOIN users u ON u.id = s.user_id WHERE u.inbox_floor = 0
-  AND NOT EXISTS (SELECT 1 FROM conversation_modes md WHERE md.conversation_id = m.conversation_id AND md.read_fanout
-    AND md.from_seq <= m.seq AND NOT EXISTS (SELECT 1 FROM conversation_modes nx WHERE nx.conversation_id = md.conversation_id
-      AND nx.from_seq > md.from_seq AND nx.from_seq <= m.seq))
 ), actual AS (
   SELECT user_id, conversation_id, seq FROM inbox WHERE kind = 1
 )

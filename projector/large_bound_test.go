@@ -92,9 +92,11 @@ func TestReadFanoutBound(t *testing.T) {
 	// A mention of a reader who is armed at that message is one entry, not
 	// two: i%10 == 0 mentions user 2+i, never a reader (1000..1029) here.
 	require.EqualValues(t, wantRows, rows, "inbox rows of %d messages to %d members", messages, *largeMembers)
+	start = time.Now()
 	rep, err := projector.Verify(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%v", rep)
+	t.Logf("verify: %v", time.Since(start).Round(time.Millisecond))
 	t.Logf("%d members joined in %v (%.0f joins/s); %d messages in %v (%.2f ms each, one per batch), %d inbox rows (%.2f per message, reads' record entries included)",
 		*largeMembers, joined.Round(time.Millisecond), float64(*largeMembers)/joined.Seconds(), messages, sent.Round(time.Millisecond),
 		float64(sent.Milliseconds())/messages, rows, float64(rows)/messages)

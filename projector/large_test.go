@@ -135,3 +135,40 @@ func TestReadFanout(t *testing.T) {
 	require.Equal(t, "", entries(21))
 	require.Contains(t, d["records"], "11 in 1 read 10 armed false", "disarmed by seq 5 (its own send moved it to 10)")
 }
+
+// TestVerifyLargeRules: the checks changed or added for read fan-out fail
+// when their rule is broken: a write fan-out entry missing (I3), a read
+// position below the member's own message (C2), modes that repeat (L1), a
+// wrong member count (L2), an armed non-member (L3), a changed_ord beyond
+// the change count (L4). (That a read-mode message is owed to nobody's
+// inbox is TestReadFanout's: verify passes on it.)
+func TestVerifyLargeRules(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := pgtest.NewPool(t)
+	applyLog(t, ctx, pool, largeLog(), 1)
+	for _, tc := range []struct{ inv, corrupt string }{
+		{"I3", `DELETE FROM inbox WHERE user_id = 12 AND conversation_id = 1 AND seq = 2 AND kind = 1`},
+		{"C2", `UPDATE records SET read_seq = 3 WHERE user_id = 11 AND conversation_id = 1`},
+		{"L1", `INSERT INTO conversation_modes VALUES (1, 11, false)`},
+		{"L2", `UPDATE conversations SET member_count = 7 WHERE id = 2`},
+		{"L3", `UPDATE records SET armed = true WHERE user_id = 14 AND conversation_id = 1`},
+		{"L4", `UPDATE conversations SET change_count = 1 WHERE id = 1`},
+	} {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, tc.corrupt)
+		var rep projector.Report
+		if err == nil {
+			rep, err = projector.Verify(ctx, tx)
+		}
+		require.NoError(t, tx.Rollback(ctx)) // before any assertion: a failed one must not hold the connection
+		require.NoError(t, err)
+		var failed []string
+		for _, c := range rep.Checks {
+			if c.Violations > 0 {
+				failed = append(failed, c.Invariant)
+			}
+		}
+		require.Contains(t, failed, tc.inv, tc.corrupt)
+	}
+}

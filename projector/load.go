@@ -25,15 +25,17 @@ FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 	// a read-mode conversation that cannot switch down within the batch
 	// (partialMembers in SQL: $2 the batch's removals per conversation, $4
 	// the threshold). Two selects, so that each uses its index.
-	sqlCurrentMembers = `WITH k AS (
-  SELECT c.id, c.read_fanout AND CASE WHEN c.channel THEN c.member_count > $4::bigint
-    ELSE c.member_count > greatest($4::bigint, $4::bigint / 2 + k.removals) END AS partial
-  FROM conversations c JOIN unnest($1::bigint[], $2::bigint[]) AS k(id, removals) ON k.id = c.id)
-SELECT m.conversation_id, m.user_id, m.joined_seq FROM k JOIN member_spans m ON m.conversation_id = k.id
-WHERE NOT k.partial AND m.left_seq IS NULL
+	sqlCurrentMembers = `SELECT m.conversation_id, m.user_id, m.joined_seq FROM member_spans m
+WHERE m.conversation_id = ANY(ARRAY(` + sqlPartial + ` NOT partial)) AND m.left_seq IS NULL
 UNION ALL
-SELECT m.conversation_id, m.user_id, m.joined_seq FROM k JOIN member_spans m ON m.conversation_id = k.id
-WHERE k.partial AND m.user_id = ANY($3::bigint[]) AND m.left_seq IS NULL`
+SELECT m.conversation_id, m.user_id, m.joined_seq FROM member_spans m
+WHERE m.conversation_id = ANY(ARRAY(` + sqlPartial + ` partial)) AND m.user_id = ANY($3::bigint[]) AND m.left_seq IS NULL`
+	// sqlPartial selects the batch's conversations by partialMembers (the
+	// condition follows it): each half of sqlCurrentMembers then scans its
+	// index with a plain array of ids.
+	sqlPartial = `SELECT id FROM (SELECT c.id, c.read_fanout AND CASE WHEN c.channel THEN c.member_count > $4::bigint
+    ELSE c.member_count > greatest($4::bigint, $4::bigint / 2 + k.removals) END AS partial
+  FROM conversations c JOIN unnest($1::bigint[], $2::bigint[]) AS k(id, removals) ON k.id = c.id) p WHERE`
 	// sqlArmed reads the armed members of the batch's read-mode conversations.
 	sqlArmed        = `SELECT conversation_id, user_id FROM records WHERE conversation_id = ANY($1::bigint[]) AND armed`
 	sqlKnownMsgIDs  = `SELECT msg_id::text FROM messages WHERE msg_id = ANY($1::uuid[])`

@@ -82,18 +82,20 @@ FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id
 GROUP BY c.id, c.last_seq
 HAVING count(m.seq) <> c.last_seq OR (count(m.seq) > 0 AND (min(m.seq) <> 1 OR max(m.seq) <> c.last_seq))`},
 	{"I3", "every member has every message of its spans in write fan-out (above its floor)", `
-WITH modes AS (
-  SELECT conversation_id, from_seq, read_fanout,
-         lead(from_seq) OVER (PARTITION BY conversation_id ORDER BY from_seq) AS next_from
+WITH written AS (
+  SELECT conversation_id, from_seq,
+         coalesce(lead(from_seq) OVER (PARTITION BY conversation_id ORDER BY from_seq) - 1, 9223372036854775807) AS to_seq,
+         read_fanout
   FROM conversation_modes
-), written AS (
-  SELECT m.conversation_id, m.seq FROM messages m
-  WHERE NOT EXISTS (SELECT 1 FROM modes md WHERE md.conversation_id = m.conversation_id AND md.read_fanout
-    AND m.seq >= md.from_seq AND (md.next_from IS NULL OR m.seq < md.next_from))
 ), expected AS (
-  SELECT s.user_id, w.conversation_id, w.seq FROM written w
-  JOIN member_spans s ON s.conversation_id = w.conversation_id AND w.seq >= s.joined_seq AND (s.left_seq IS NULL OR w.seq <= s.left_seq)
-  JOIN users u ON u.id = s.user_id WHERE u.inbox_floor = 0
+  -- Per span, the messages of its write fan-out ranges, read by index: a
+  -- span that began in read mode costs nothing.
+  SELECT s.user_id, s.conversation_id, m.seq
+  FROM member_spans s JOIN users u ON u.id = s.user_id AND u.inbox_floor = 0
+  JOIN written w ON w.conversation_id = s.conversation_id AND NOT w.read_fanout
+    AND w.from_seq <= coalesce(s.left_seq, 9223372036854775807) AND w.to_seq >= s.joined_seq
+  CROSS JOIN LATERAL (SELECT seq FROM messages m WHERE m.conversation_id = s.conversation_id
+    AND m.seq >= greatest(s.joined_seq, w.from_seq) AND m.seq <= least(coalesce(s.left_seq, w.to_seq), w.to_seq)) m
 ), actual AS (
   SELECT user_id, conversation_id, seq FROM inbox WHERE kind = 1
 )
@@ -187,11 +189,12 @@ SELECT format('conversation %s: text_count %s, last message ord %s', c.id, c.tex
 FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id AND m.seq = c.last_seq
 WHERE c.text_count IS DISTINCT FROM coalesce(m.ord, 0)`},
 	{"C2", "a member's read position is at or past its join and its own messages", `
-SELECT format('user %s conversation %s: read_seq %s below %s', r.user_id, r.conversation_id, r.read_seq, f.floor)
+WITH own AS (SELECT conversation_id, sender_id, max(seq) AS s FROM messages WHERE kind = 'text' GROUP BY conversation_id, sender_id)
+SELECT format('user %s conversation %s: read_seq %s below %s', r.user_id, r.conversation_id, r.read_seq,
+  greatest(s.joined_seq, coalesce(own.s, 0)))
 FROM records r JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
-CROSS JOIN LATERAL (SELECT greatest(s.joined_seq, coalesce((SELECT max(m.seq) FROM messages m
-  WHERE m.conversation_id = r.conversation_id AND m.sender_id = r.user_id AND m.kind = 'text' AND m.seq >= s.joined_seq), 0)) AS floor) f
-WHERE r.read_seq < f.floor`},
+LEFT JOIN own ON own.conversation_id = r.conversation_id AND own.sender_id = r.user_id
+WHERE r.read_seq < greatest(s.joined_seq, coalesce(own.s, 0))`},
 	{"C3", "mentions name members who could see the message, not its sender", `
 SELECT format('user %s is mentioned by conversation %s seq %s it could not see (or sent)', n.user_id, n.conversation_id, n.seq)
 FROM mentions n JOIN messages m ON m.conversation_id = n.conversation_id AND m.seq = n.seq

@@ -15,14 +15,17 @@ import (
 )
 
 // The gateway side of read fan-out (docs/large-conversations.md). The
-// projector of this tree does not switch modes yet: the tests set the
-// columns it will set (read_fanout, last_seq, change_count, changed_ord)
-// and send the L/M/S tokens it will send, with projection.Encoder.
+// tests set the columns the projector sets (read_fanout, last_seq,
+// change_count, changed_ord) on small conversations and send the L/M/S
+// tokens it sends, with projection.Encoder, so that each case is exact
+// (the projector's own rules are projector's tests, and the sides run
+// together in client's end-to-end tests).
 
-// setReadFanout puts conversation cid in read mode (or back).
+// setReadFanout puts conversation cid in read mode (or back), as a channel
+// so that the projector keeps it there whatever its member count.
 func setReadFanout(t testing.TB, tg *tgw, cid int64, on bool) {
 	t.Helper()
-	_, err := tg.env.Pool.Exec(context.Background(), `UPDATE conversations SET read_fanout = $2 WHERE id = $1`, cid, on)
+	_, err := tg.env.Pool.Exec(context.Background(), `UPDATE conversations SET read_fanout = $2, channel = $2 WHERE id = $1`, cid, on)
 	require.NoError(t, err)
 }
 

@@ -49,6 +49,45 @@ func (c *wsClient) nextTypedNot(t testing.TB, typ, not string) protocol.ServerFr
 	}
 }
 
+// gather reads messages frames until one at or past lastSeq and
+// changeCount, and returns their new and changed messages in order of
+// arrival; each new seq must come once, ascending (the projector's own L
+// tokens and a test's may both push: a repeat must push nothing).
+func (c *wsClient) gather(t testing.TB, conv, lastSeq, changeCount int64) (msgs, changed []protocol.Message) {
+	t.Helper()
+	for {
+		f := c.nextTyped(t, protocol.FrameMessages)
+		if f.ConversationID != conv {
+			continue
+		}
+		for _, m := range f.Messages {
+			if len(msgs) > 0 {
+				require.Greater(t, m.Seq, msgs[len(msgs)-1].Seq, "pushed once, ascending")
+			}
+			msgs = append(msgs, m)
+		}
+		changed = append(changed, f.Changed...)
+		if f.LastSeq >= lastSeq && f.ChangeCount >= changeCount {
+			return msgs, changed
+		}
+	}
+}
+
+// largeUntil reads large frames until one whose list satisfies ok; a
+// messages frame of conversation not (0: none) fails it.
+func (c *wsClient) largeUntil(t testing.TB, not int64, ok func([]protocol.LargeConv) bool) []protocol.LargeConv {
+	t.Helper()
+	for {
+		f := c.next(t)
+		if f.Type == protocol.FrameMessages {
+			require.NotEqual(t, not, f.ConversationID, "a messages frame of %d: %+v", not, f)
+		}
+		if f.Type == protocol.FrameLarge && ok(f.Large) {
+			return f.Large
+		}
+	}
+}
+
 // noneOf reads frames for d and fails on one of type typ. The connection
 // is unusable after it (a read timed out).
 func (c *wsClient) noneOf(t testing.TB, typ string, d time.Duration) {
@@ -89,29 +128,26 @@ func TestWSLargeMessagesFrames(t *testing.T) {
 		sent = append(sent, b.send(t, big, fmt.Sprint("m", i)))
 	}
 	last, _ := lastSeq(t, tg, big)
+	// The projector's L tokens push them; one more (a repeat) pushes nothing.
 	notifyLarge(t, tg, func(e *projection.Encoder) { e.Large(projection.Large{Conv: big, LastSeq: last}) })
-	f := ca.nextTyped(t, protocol.FrameMessages)
-	require.Equal(t, big, f.ConversationID)
-	require.Equal(t, last, f.LastSeq)
-	require.Equal(t, []int64{sent[0].Seq, sent[1].Seq, sent[2].Seq}, seqsOf(f.Messages))
-	require.Equal(t, "m0", msgText(t, f.Messages[0]))
-	require.Empty(t, f.Changed)
+	msgs, changed := ca.gather(t, big, last, 0)
+	require.Equal(t, []int64{sent[0].Seq, sent[1].Seq, sent[2].Seq}, seqsOf(msgs))
+	require.Equal(t, "m0", msgText(t, msgs[0]))
+	require.Empty(t, changed)
 
 	// A change: the changed message, by changed_ord, and no new ones. A
 	// repeated token pushes nothing more.
 	setChanged(t, tg, big, sent[1].Seq, 1)
 	notifyLarge(t, tg, func(e *projection.Encoder) { e.Large(projection.Large{Conv: big, LastSeq: last, Changes: 1}) })
 	notifyLarge(t, tg, func(e *projection.Encoder) { e.Large(projection.Large{Conv: big, LastSeq: last, Changes: 1}) })
-	f = ca.nextTyped(t, protocol.FrameMessages)
-	require.EqualValues(t, 1, f.ChangeCount)
-	require.Empty(t, f.Messages)
-	require.Equal(t, []int64{sent[1].Seq}, seqsOf(f.Changed))
-	require.EqualValues(t, 1, f.Changed[0].ChangedOrd)
+	msgs, changed = ca.gather(t, big, last, 1)
+	require.Empty(t, msgs)
+	require.Equal(t, []int64{sent[1].Seq}, seqsOf(changed))
+	require.EqualValues(t, 1, changed[0].ChangedOrd)
 
 	more := b.send(t, big, "m3")
-	notifyLarge(t, tg, func(e *projection.Encoder) { e.Large(projection.Large{Conv: big, LastSeq: more.Seq, Changes: 1}) })
-	f = ca.nextTyped(t, protocol.FrameMessages)
-	require.Equal(t, []int64{more.Seq}, seqsOf(f.Messages), "only what is new since the last frame")
+	msgs, _ = ca.gather(t, big, more.Seq, 1)
+	require.Equal(t, []int64{more.Seq}, seqsOf(msgs), "only what is new since the last frame")
 
 	cb.noneOf(t, protocol.FrameMessages, 500*time.Millisecond)
 	ca.noneOf(t, protocol.FrameMessages, 300*time.Millisecond)
@@ -138,46 +174,39 @@ func TestWSLargeIndexMembership(t *testing.T) {
 	_, indexed := w.ws.LargeSessions(y)
 	require.False(t, indexed)
 
-	// a joins y.
+	// a joins y: the projector's M token re-reads a's list.
 	require.Equal(t, http.StatusAccepted, b.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/members", y), map[string]any{"user_id": 1}).status)
-	notifyLarge(t, tg, func(e *projection.Encoder) { e.Member(projection.Membership{Conv: y, User: 1, Joined: true}) })
-	f := ca.nextTyped(t, protocol.FrameLarge)
 	ys, _ := lastSeq(t, tg, y)
-	require.Equal(t, []protocol.LargeConv{{ConversationID: y, LastSeq: ys}}, f.Large)
-	n, _ := w.ws.LargeSessions(y)
-	require.Equal(t, 1, n)
+	ca.largeUntil(t, 0, func(l []protocol.LargeConv) bool {
+		return len(l) == 1 && l[0] == protocol.LargeConv{ConversationID: y, LastSeq: ys}
+	})
+	waitFor(t, 10*time.Second, "a indexed in y", func() bool { n, _ := w.ws.LargeSessions(y); return n == 1 })
 	m := b.send(t, y, "to the new member")
-	notifyLarge(t, tg, func(e *projection.Encoder) { e.Large(projection.Large{Conv: y, LastSeq: m.Seq}) })
-	f = ca.nextTyped(t, protocol.FrameMessages)
-	require.Equal(t, []int64{m.Seq}, seqsOf(f.Messages))
+	msgs, _ := ca.gather(t, y, m.Seq, 0)
+	require.Equal(t, m.Seq, msgs[len(msgs)-1].Seq)
 
-	// z switches to read mode.
+	// z switches to read mode (set by the test, with its S token).
 	setReadFanout(t, tg, z, true)
 	zs, _ := lastSeq(t, tg, z)
 	notifyLarge(t, tg, func(e *projection.Encoder) { e.Mode(projection.Mode{Conv: z, From: zs + 1, Read: true}) })
-	f = ca.nextTyped(t, protocol.FrameLarge)
-	require.Equal(t, []protocol.LargeConv{{ConversationID: y, LastSeq: m.Seq}, {ConversationID: z, LastSeq: zs}}, f.Large)
-	n, _ = w.ws.LargeSessions(z)
-	require.Equal(t, 1, n)
+	ca.largeUntil(t, 0, func(l []protocol.LargeConv) bool {
+		return len(l) == 2 && l[1] == protocol.LargeConv{ConversationID: z, LastSeq: zs}
+	})
+	waitFor(t, 10*time.Second, "a indexed in z", func() bool { n, _ := w.ws.LargeSessions(z); return n == 1 })
 
 	// a leaves y: out of the index, no frame of y any more.
 	require.Equal(t, http.StatusAccepted, a.do(t, "DELETE", fmt.Sprintf("/v1/conversations/%d/members/1", y), nil).status)
-	notifyLarge(t, tg, func(e *projection.Encoder) { e.Member(projection.Membership{Conv: y, User: 1, Joined: false}) })
-	f = ca.nextTyped(t, protocol.FrameLarge)
-	require.Equal(t, []protocol.LargeConv{{ConversationID: z, LastSeq: zs}}, f.Large)
-	_, indexed = w.ws.LargeSessions(y)
-	require.False(t, indexed)
-	m = b.send(t, y, "after a left")
-	notifyLarge(t, tg, func(e *projection.Encoder) { e.Large(projection.Large{Conv: y, LastSeq: m.Seq}) })
+	ca.largeUntil(t, 0, func(l []protocol.LargeConv) bool {
+		return len(l) == 1 && l[0] == protocol.LargeConv{ConversationID: z, LastSeq: zs}
+	})
+	waitFor(t, 10*time.Second, "a out of y's index", func() bool { _, ok := w.ws.LargeSessions(y); return !ok })
+	b.send(t, y, "after a left")
 
 	// z switches back: the list empties (and nothing of y came before).
-	time.Sleep(200 * time.Millisecond)
 	setReadFanout(t, tg, z, false)
 	notifyLarge(t, tg, func(e *projection.Encoder) { e.Mode(projection.Mode{Conv: z, From: zs + 5, Read: false}) })
-	f = ca.nextTypedNot(t, protocol.FrameLarge, protocol.FrameMessages)
-	require.Empty(t, f.Large)
-	_, indexed = w.ws.LargeSessions(z)
-	require.False(t, indexed)
+	ca.largeUntil(t, y, func(l []protocol.LargeConv) bool { return len(l) == 0 })
+	waitFor(t, 10*time.Second, "z's index gone", func() bool { _, ok := w.ws.LargeSessions(z); return !ok })
 }
 
 // A member who joined after the index's position never gets the messages
@@ -198,16 +227,15 @@ func TestWSLargeJoinedLaterSeesFromJoin(t *testing.T) {
 	require.Len(t, welcome.Large, 1)
 	waitFor(t, 10*time.Second, "c indexed", func() bool { n, _ := w.ws.LargeSessions(big); return n == 2 })
 	late := a.send(t, big, "after c")
-	notifyLarge(t, tg, func(e *projection.Encoder) { e.Large(projection.Large{Conv: big, LastSeq: late.Seq}) })
-	fa := ca.nextTyped(t, protocol.FrameMessages)
-	require.Equal(t, early.Seq, fa.Messages[0].Seq)
-	require.Equal(t, late.Seq, fa.Messages[len(fa.Messages)-1].Seq)
-	fc := cc.nextTyped(t, protocol.FrameMessages)
-	require.NotEmpty(t, fc.Messages)
-	for _, m := range fc.Messages {
+	fa, _ := ca.gather(t, big, late.Seq, 0)
+	require.Equal(t, early.Seq, fa[0].Seq)
+	require.Equal(t, late.Seq, fa[len(fa)-1].Seq)
+	fc, _ := cc.gather(t, big, late.Seq, 0)
+	require.NotEmpty(t, fc)
+	for _, m := range fc {
 		require.Greater(t, m.Seq, early.Seq, "c was not a member yet")
 	}
-	require.Equal(t, late.Seq, fc.Messages[len(fc.Messages)-1].Seq)
+	require.Equal(t, late.Seq, fc[len(fc)-1].Seq)
 }
 
 // Notifications lost with the LISTEN connection: once it is back, every

@@ -1,0 +1,398 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/client"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// End-to-end tests of issue 21 (docs/large-conversations.md): real
+// PostgreSQL, Kafka (kfake), fanout, gateway and Go SDK clients around
+// conversations that switch to read fan-out and back, and a channel.
+
+// lgThreshold is the fanouts' --large-threshold in these tests.
+const lgThreshold = 20
+
+// call makes one request of user to the gateway and returns the status
+// and the body.
+func (w *world) call(t testing.TB, user int64, method, path string, in any) (int, []byte) {
+	t.Helper()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		require.NoError(t, err)
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, w.url+path, body)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+w.token(t, user))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	out, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, out
+}
+
+// lgSend sends text as user (mentioning mentions) and returns the seq
+// (0 when the gateway answered 202: appended, not yet projected).
+func (w *world) lgSend(t testing.TB, user, cid int64, text string, mentions ...int64) int64 {
+	t.Helper()
+	in := map[string]any{"msg_id": uuid.NewString(), "body": text}
+	if len(mentions) > 0 {
+		in["mentions"] = mentions
+	}
+	st, out := w.call(t, user, http.MethodPost, fmt.Sprintf("/v1/conversations/%d/messages", cid), in)
+	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, st, "send of user %d: %s", user, out)
+	if st == http.StatusAccepted {
+		return 0
+	}
+	var m client.Message
+	require.NoError(t, json.Unmarshal(out, &m), "%s", out)
+	return m.Seq
+}
+
+// lgCreate creates a conversation of user with members (channel: a
+// channel) and returns its id.
+func (w *world) lgCreate(t testing.TB, user int64, title string, channel bool, members ...int64) int64 {
+	t.Helper()
+	st, out := w.call(t, user, http.MethodPost, "/v1/conversations",
+		map[string]any{"title": title, "members": members, "channel": channel})
+	require.Equal(t, http.StatusCreated, st, "%s", out)
+	var c struct {
+		ID int64 `json:"conversation_id"`
+	}
+	require.NoError(t, json.Unmarshal(out, &c), "%s", out)
+	require.NotZero(t, c.ID, "%s", out)
+	return c.ID
+}
+
+// lgAddBulk adds ids to cid in one request (user_ids).
+func (w *world) lgAddBulk(t testing.TB, user, cid int64, ids []int64) {
+	t.Helper()
+	st, out := w.call(t, user, http.MethodPost, fmt.Sprintf("/v1/conversations/%d/members", cid), map[string]any{"user_ids": ids})
+	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted, http.StatusOK}, st, "bulk add: %s", out)
+}
+
+// lgRemove removes target from cid.
+func (w *world) lgRemove(t testing.TB, user, cid, target int64) {
+	t.Helper()
+	st, out := w.call(t, user, http.MethodDelete, fmt.Sprintf("/v1/conversations/%d/members/%d", cid, target), nil)
+	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted, http.StatusOK, http.StatusNoContent}, st, "remove %d: %s", target, out)
+}
+
+// lgMode is conversation cid's read_fanout and its mode history
+// (from_seq:read_fanout).
+func (w *world) lgMode(t testing.TB, cid int64) (bool, []string) {
+	t.Helper()
+	ctx := context.Background()
+	var rf bool
+	require.NoError(t, w.env.Pool.QueryRow(ctx, `SELECT read_fanout FROM conversations WHERE id = $1`, cid).Scan(&rf))
+	rows, err := w.env.Pool.Query(ctx, `SELECT from_seq, read_fanout FROM conversation_modes WHERE conversation_id = $1 ORDER BY from_seq`, cid)
+	require.NoError(t, err)
+	defer rows.Close()
+	var hist []string
+	for rows.Next() {
+		var from int64
+		var r bool
+		require.NoError(t, rows.Scan(&from, &r))
+		hist = append(hist, fmt.Sprintf("%d:%v", from, r))
+	}
+	require.NoError(t, rows.Err())
+	return rf, hist
+}
+
+// lgDescribe is describe without the reactions' me: a messages frame
+// serves every member of a read-mode conversation and carries no me (a
+// documented limit, docs/large-conversations.md).
+func lgDescribe(m client.Message) string {
+	for i := range m.Reactions {
+		m.Reactions[i].Me = false
+	}
+	m.Reactions = slices.Clone(m.Reactions)
+	return describe(m)
+}
+
+// lgServerHistory is conversation cid as user sees it in GET …/messages.
+func lgServerHistory(t testing.TB, c *client.Client, cid int64) []client.Message {
+	t.Helper()
+	var server []client.Message
+	for before := int64(0); ; {
+		msgs, more, err := c.History(context.Background(), cid, before, 200)
+		require.NoError(t, err)
+		server = append(slices.Clone(msgs), server...)
+		if !more || len(msgs) == 0 {
+			break
+		}
+		before = msgs[0].Seq
+	}
+	return server
+}
+
+// lgViewProblems compares what device d was handed of conversation cid
+// with the history its user reads over HTTP: each message of the
+// history delivered once (OnEntry or OnHistory), the OnEntry deliveries in
+// seq order, no version handed twice or going back, and the last state of
+// each message equal to the server's (for the current span; a closed
+// span's may be older, never newer, equal when the versions are).
+func lgViewProblems(t testing.TB, w *world, d *rcDevice, cid int64) []string {
+	t.Helper()
+	ctx := context.Background()
+	var curFrom int64 = -1
+	require.NoError(t, w.env.Pool.QueryRow(ctx, `SELECT coalesce(max(joined_seq) FILTER (WHERE left_seq IS NULL), -1)
+FROM member_spans WHERE conversation_id = $1 AND user_id = $2`, cid, d.user).Scan(&curFrom))
+	current := func(seq int64) bool { return curFrom >= 0 && seq >= curFrom }
+
+	view := map[int64]client.Message{}
+	delivered := map[int64]bool{}
+	hows := map[int64][]string{}
+	var bad []string
+	var lastEntry int64
+	d.mu.Lock()
+	for _, h := range d.handed {
+		m := h.m
+		if m.ConversationID != cid {
+			continue
+		}
+		hows[m.Seq] = append(hows[m.Seq], fmt.Sprintf("%s v%d", h.how, m.CurrentVersion()))
+		had, seen := view[m.Seq]
+		update := h.how == "OnUpdate"
+		switch {
+		case !update && delivered[m.Seq]:
+			bad = append(bad, fmt.Sprintf("#%d delivered twice: %v", m.Seq, hows[m.Seq]))
+		case seen && m.CurrentVersion() < had.CurrentVersion(),
+			seen && m.CurrentVersion() == had.CurrentVersion() && (update || delivered[m.Seq]):
+			bad = append(bad, fmt.Sprintf("#%d handed v%d after v%d: %v", m.Seq, m.CurrentVersion(), had.CurrentVersion(), hows[m.Seq]))
+		}
+		if strings.HasPrefix(h.how, "OnEntry") {
+			if m.Seq <= lastEntry {
+				bad = append(bad, fmt.Sprintf("#%d handed to OnEntry after #%d: %v", m.Seq, lastEntry, hows[m.Seq]))
+			}
+			lastEntry = max(lastEntry, m.Seq)
+		}
+		delivered[m.Seq] = delivered[m.Seq] || !update
+		view[m.Seq] = m
+	}
+	d.mu.Unlock()
+
+	for _, sm := range lgServerHistory(t, d.c, cid) {
+		dm, ok := view[sm.Seq]
+		delete(view, sm.Seq)
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("#%d missing: server %s", sm.Seq, lgDescribe(sm)))
+		case current(sm.Seq) && lgDescribe(dm) != lgDescribe(sm):
+			bad = append(bad, fmt.Sprintf("#%d (current span) device %s, server %s", sm.Seq, lgDescribe(dm), lgDescribe(sm)))
+		case current(sm.Seq):
+		case dm.CurrentVersion() > sm.CurrentVersion():
+			bad = append(bad, fmt.Sprintf("#%d (closed span) device v%d newer than the server's v%d", sm.Seq, dm.CurrentVersion(), sm.CurrentVersion()))
+		case dm.CurrentVersion() == sm.CurrentVersion() && lgDescribe(dm) != lgDescribe(sm):
+			bad = append(bad, fmt.Sprintf("#%d (closed span) device %s, server %s", sm.Seq, lgDescribe(dm), lgDescribe(sm)))
+		}
+	}
+	for _, s := range slices.Sorted(maps.Keys(view)) {
+		bad = append(bad, fmt.Sprintf("#%d not in the user's history: device %s", s, lgDescribe(view[s])))
+	}
+	return bad
+}
+
+// lgConverge waits until every device's view of every conversation of
+// cids equals the server's, then fails the test with the differences of
+// those that do not.
+func lgConverge(t testing.TB, w *world, devs []*rcDevice, cids ...int64) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, d := range devs {
+		for _, cid := range cids {
+			for {
+				bad := lgViewProblems(t, w, d, cid)
+				if len(bad) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("%s, conversation %d: %d messages differ from the server's view:\n  %s",
+						d.name, cid, len(bad), strings.Join(bad, "\n  "))
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// lgRequireCounts checks each device user's record of cid (GET
+// /v1/conversations): its unread count is the text messages by others,
+// not deleted, after its read seq, of the history it reads.
+func lgRequireCounts(t testing.TB, devs []*rcDevice, cid int64) {
+	t.Helper()
+	for _, d := range devs {
+		recs, err := d.c.Conversations(context.Background())
+		require.NoError(t, err, d.name)
+		var rec *client.Record
+		for i := range recs {
+			if recs[i].ConversationID == cid {
+				rec = &recs[i]
+			}
+		}
+		require.NotNil(t, rec, "%s has no record of %d", d.name, cid)
+		if rec.Removed {
+			require.Zero(t, rec.UnreadCount, d.name)
+			continue
+		}
+		var want int64
+		for _, m := range lgServerHistory(t, d.c, cid) {
+			if m.Seq > rec.ReadSeq && m.Kind == "text" && m.SenderID != d.user && !m.Deleted {
+				want++
+			}
+		}
+		require.Equal(t, want, rec.UnreadCount, "%s: unread count of %d (read seq %d, last seq %d)", d.name, cid, rec.ReadSeq, rec.LastSeq)
+		require.LessOrEqual(t, rec.MentionCount, rec.UnreadCount, d.name)
+	}
+}
+
+// lgVerify runs projector.Verify (I*, M*, C*, L1–L4).
+func lgVerify(t testing.TB, w *world) {
+	t.Helper()
+	rep, err := projector.Verify(testenv.Ctx(t, time.Minute), w.env.Pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+}
+
+func lgDevice(t *testing.T, w *world, dir string, user int64, tr client.Transport, tag string) *rcDevice {
+	d := &rcDevice{name: fmt.Sprintf("user %d (%s, %s)", user, tr, tag), user: user, tr: tr,
+		path: filepath.Join(dir, fmt.Sprintf("u%d", user), "state.json"), app: newApp()}
+	d.up(t, w)
+	return d
+}
+
+// TestLargeConversationEndToEnd: a conversation grows past the threshold
+// by a bulk add, lives in read mode (sends, mentions, edits, reactions, a
+// delete, reads that arm), shrinks to half of it by removals and lives in
+// write mode again; a channel lives in read mode from its first seq.
+// Clients on the WebSocket and on long-polling, one offline through the
+// switches and started again on its saved store, and one removed on the
+// way, each end with every message they can see exactly once, in seq
+// order, in the server's state, with sane unread counts; Verify is OK.
+func TestLargeConversationEndToEnd(t *testing.T) {
+	noClientGoroutines(t)
+	env := testenv.New(t, testenv.Options{LargeThreshold: lgThreshold})
+	env.StartFanout(t)
+	w := serveWorld(t, env, nil, nil)
+	ctx := context.Background()
+	dir := t.TempDir()
+	actor := func(u int64) *client.Client { return w.direct(t, u) }
+
+	cid := w.lgCreate(t, 1, "grows", false, 2, 3, 4, 5)
+	u1 := lgDevice(t, w, dir, 1, client.TransportWebSocket, "owner")
+	u2 := lgDevice(t, w, dir, 2, client.TransportAuto, "reads")
+	u3 := lgDevice(t, w, dir, 3, client.TransportPolling, "long-poll")
+	u4 := lgDevice(t, w, dir, 4, client.TransportWebSocket, "offline for a while")
+	u5 := lgDevice(t, w, dir, 5, client.TransportWebSocket, "removed")
+	devs := []*rcDevice{u1, u2, u3, u4, u5}
+
+	// Write mode.
+	var seqs []int64
+	for i := 0; i < 8; i++ {
+		seqs = append(seqs, w.lgSend(t, int64(1+i%5), cid, fmt.Sprintf("write %d", i)))
+	}
+	_, err := actor(1).Edit(ctx, cid, seqs[0], "write 0, edited")
+	require.NoError(t, err)
+	_, err = actor(2).React(ctx, cid, seqs[0], "👍")
+	require.NoError(t, err)
+	lgConverge(t, w, devs, cid)
+	u4.down(t)
+
+	// Up: 20 more members in one request (25 > 20).
+	var bulk []int64
+	for u := int64(100); u < 119; u++ {
+		bulk = append(bulk, u)
+	}
+	bulk = append(bulk, 150)
+	w.lgAddBulk(t, 1, cid, bulk)
+	waitFor(t, 30*time.Second, "the switch up", func() bool { rf, _ := w.lgMode(t, cid); return rf })
+	u150 := lgDevice(t, w, dir, 150, client.TransportWebSocket, "joined in bulk")
+	devs = append(devs, u150)
+
+	// Read mode: traffic from old and new members, a mention, changes of
+	// messages of both modes, reads that arm.
+	for i := 0; i < 12; i++ {
+		from := []int64{1, 2, 3, 5, 100, 150}[i%6]
+		var mentions []int64
+		if i == 4 {
+			mentions = []int64{3, 4}
+		}
+		seqs = append(seqs, w.lgSend(t, from, cid, fmt.Sprintf("read %d", i), mentions...))
+	}
+	require.NoError(t, actor(2).MarkRead(ctx, cid, seqs[len(seqs)-1]))
+	require.NoError(t, actor(150).MarkRead(ctx, cid, seqs[len(seqs)-1]))
+	seqs = append(seqs, w.lgSend(t, 3, cid, "after the reads"))
+	_, err = actor(2).Edit(ctx, cid, seqs[1], "write 1, edited in read mode")
+	require.NoError(t, err)
+	_, err = actor(1).React(ctx, cid, seqs[8], "🎉")
+	require.NoError(t, err)
+	_, err = actor(150).React(ctx, cid, seqs[8], "👀")
+	require.NoError(t, err)
+	_, err = actor(5).Edit(ctx, cid, seqs[11], "read 3, edited")
+	require.NoError(t, err)
+	_, err = actor(1).Delete(ctx, cid, seqs[12])
+	require.NoError(t, err)
+	lgConverge(t, w, devs, cid)
+	lgRequireCounts(t, devs, cid)
+
+	// Down: removals to 10 members (half the threshold), u5 among them,
+	// sends in between.
+	for i, u := range append([]int64{5}, bulk[:14]...) {
+		w.lgRemove(t, 1, cid, u)
+		if i%5 == 0 {
+			w.lgSend(t, 2, cid, fmt.Sprintf("while shrinking %d", i))
+		}
+	}
+	waitFor(t, 30*time.Second, "the switch down", func() bool { rf, _ := w.lgMode(t, cid); return !rf })
+	for i := 0; i < 6; i++ {
+		seqs = append(seqs, w.lgSend(t, []int64{1, 3, 150}[i%3], cid, fmt.Sprintf("write again %d", i)))
+	}
+	_, err = actor(3).Edit(ctx, cid, seqs[10], "read 2, edited in write mode")
+	require.NoError(t, err)
+	_, err = actor(150).React(ctx, cid, seqs[8], "🔥")
+	require.NoError(t, err)
+
+	// A channel, read mode from its first seq.
+	ch := w.lgCreate(t, 1, "news", true, 2, 3)
+	for i := 0; i < 6; i++ {
+		w.lgSend(t, 1, ch, fmt.Sprintf("news %d", i))
+	}
+	cs := w.lgSend(t, 2, ch, "a reader speaks")
+	_, err = actor(1).React(ctx, ch, cs, "👍")
+	require.NoError(t, err)
+
+	// The offline device comes back on its saved store.
+	u4.up(t, w)
+	lgConverge(t, w, devs, cid)
+	lgConverge(t, w, []*rcDevice{u1, u2, u3}, ch)
+	rf, hist := w.lgMode(t, cid)
+	require.False(t, rf)
+	require.Len(t, hist, 3, "created in write mode, up, down: %v", hist)
+	rf, hist = w.lgMode(t, ch)
+	require.True(t, rf)
+	require.Len(t, hist, 1, "a channel never switches: %v", hist)
+	lgRequireCounts(t, devs, cid)
+	lgRequireCounts(t, []*rcDevice{u1, u2, u3}, ch)
+	lgVerify(t, w)
+}

@@ -292,6 +292,7 @@ func lgDevice(t *testing.T, w *world, dir string, user int64, tr client.Transpor
 // order, in the server's state, with sane unread counts; Verify is OK.
 func TestLargeConversationEndToEnd(t *testing.T) {
 	noClientGoroutines(t)
+	t0 := time.Now()
 	env := testenv.New(t, testenv.Options{LargeThreshold: lgThreshold})
 	env.StartFanout(t)
 	w := serveWorld(t, env, nil, nil)
@@ -318,6 +319,7 @@ func TestLargeConversationEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	lgConverge(t, w, devs, cid)
 	u4.down(t)
+	t.Logf("%v write mode done", time.Since(t0))
 
 	// Up: 20 more members in one request (25 > 20).
 	var bulk []int64
@@ -353,9 +355,11 @@ func TestLargeConversationEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	_, err = actor(1).Delete(ctx, cid, seqs[12])
 	require.NoError(t, err)
+	t.Logf("%v read mode sent", time.Since(t0))
 	online := []*rcDevice{u1, u2, u3, u5, u150}
 	lgConverge(t, w, online, cid)
 	lgRequireCounts(t, online, cid)
+	t.Logf("%v read mode converged", time.Since(t0))
 
 	// Down: removals to 10 members (half the threshold), u5 among them,
 	// sends in between.
@@ -374,6 +378,7 @@ func TestLargeConversationEndToEnd(t *testing.T) {
 	_, err = actor(150).React(ctx, cid, seqs[8], "🔥")
 	require.NoError(t, err)
 
+	t.Logf("%v down", time.Since(t0))
 	// A channel, read mode from its first seq.
 	ch := w.lgCreate(t, 1, "news", true, 2, 3)
 	for i := 0; i < 6; i++ {
@@ -385,6 +390,7 @@ func TestLargeConversationEndToEnd(t *testing.T) {
 
 	// The offline device comes back on its saved store.
 	u4.up(t, w)
+	t.Logf("%v channel", time.Since(t0))
 	lgConverge(t, w, devs, cid)
 	lgConverge(t, w, []*rcDevice{u1, u2, u3}, ch)
 	rf, hist := w.lgMode(t, cid)
@@ -395,5 +401,6 @@ func TestLargeConversationEndToEnd(t *testing.T) {
 	require.Len(t, hist, 1, "a channel never switches: %v", hist)
 	lgRequireCounts(t, devs, cid)
 	lgRequireCounts(t, []*rcDevice{u1, u2, u3}, ch)
+	t.Logf("%v converged", time.Since(t0))
 	lgVerify(t, w)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/client"
+	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/projector"
 )
@@ -29,44 +30,72 @@ import (
 // lgThreshold is the fanouts' --large-threshold in these tests.
 const lgThreshold = 20
 
+// callErr makes one request with token to the gateway and returns the
+// status and the body; usable off the test's goroutine.
+func (w *world) callErr(token, method, path string, in any) (int, []byte, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, w.url+path, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	out, err := io.ReadAll(res.Body)
+	return res.StatusCode, out, err
+}
+
 // call makes one request of user to the gateway and returns the status
 // and the body.
 func (w *world) call(t testing.TB, user int64, method, path string, in any) (int, []byte) {
 	t.Helper()
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		require.NoError(t, err)
-		body = bytes.NewReader(b)
+	st, out, err := w.callErr(w.token(t, user), method, path, in)
+	require.NoError(t, err)
+	return st, out
+}
+
+// trySend sends text with token (mentioning mentions) and returns the seq
+// (0 when the gateway answered 202: appended, not yet projected); usable
+// off the test's goroutine.
+func (w *world) trySend(token string, cid int64, text string, mentions ...int64) (int64, error) {
+	in := map[string]any{"msg_id": uuid.NewString(), "body": text}
+	if len(mentions) > 0 {
+		in["mentions"] = mentions
 	}
-	req, err := http.NewRequest(method, w.url+path, body)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+w.token(t, user))
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	out, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return res.StatusCode, out
+	st, out, err := w.callErr(token, http.MethodPost, fmt.Sprintf("/v1/conversations/%d/messages", cid), in)
+	switch {
+	case err != nil:
+		return 0, err
+	case st == http.StatusAccepted:
+		return 0, nil
+	case st != http.StatusCreated:
+		return 0, fmt.Errorf("send: status %d: %s", st, out)
+	}
+	var m client.Message
+	if err := json.Unmarshal(out, &m); err != nil {
+		return 0, fmt.Errorf("send: %w: %s", err, out)
+	}
+	return m.Seq, nil
 }
 
 // lgSend sends text as user (mentioning mentions) and returns the seq
 // (0 when the gateway answered 202: appended, not yet projected).
 func (w *world) lgSend(t testing.TB, user, cid int64, text string, mentions ...int64) int64 {
 	t.Helper()
-	in := map[string]any{"msg_id": uuid.NewString(), "body": text}
-	if len(mentions) > 0 {
-		in["mentions"] = mentions
-	}
-	st, out := w.call(t, user, http.MethodPost, fmt.Sprintf("/v1/conversations/%d/messages", cid), in)
-	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, st, "send of user %d: %s", user, out)
-	if st == http.StatusAccepted {
-		return 0
-	}
-	var m client.Message
-	require.NoError(t, json.Unmarshal(out, &m), "%s", out)
-	return m.Seq
+	seq, err := w.trySend(w.token(t, user), cid, text, mentions...)
+	require.NoError(t, err, "send of user %d", user)
+	return seq
 }
 
 // lgCreate creates a conversation of user with members (channel: a
@@ -84,18 +113,34 @@ func (w *world) lgCreate(t testing.TB, user int64, title string, channel bool, m
 	return c.ID
 }
 
-// lgAddBulk adds ids to cid in one request (user_ids).
-func (w *world) lgAddBulk(t testing.TB, user, cid int64, ids []int64) {
-	t.Helper()
-	st, out := w.call(t, user, http.MethodPost, fmt.Sprintf("/v1/conversations/%d/members", cid), map[string]any{"user_ids": ids})
-	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted, http.StatusOK}, st, "bulk add: %s", out)
+// addBulk adds ids to cid in one request (user_ids) with token; usable
+// off the test's goroutine.
+func (w *world) addBulk(token string, cid int64, ids []int64) error {
+	st, out, err := w.callErr(token, http.MethodPost, fmt.Sprintf("/v1/conversations/%d/members", cid), map[string]any{"user_ids": ids})
+	if err == nil && st != http.StatusAccepted {
+		err = fmt.Errorf("bulk add: status %d: %s", st, out)
+	}
+	return err
 }
 
-// lgRemove removes target from cid.
+// remove removes target from cid with token; usable off the test's
+// goroutine.
+func (w *world) remove(token string, cid, target int64) error {
+	st, out, err := w.callErr(token, http.MethodDelete, fmt.Sprintf("/v1/conversations/%d/members/%d", cid, target), nil)
+	if err == nil && st != http.StatusAccepted {
+		err = fmt.Errorf("remove %d: status %d: %s", target, st, out)
+	}
+	return err
+}
+
+func (w *world) lgAddBulk(t testing.TB, user, cid int64, ids []int64) {
+	t.Helper()
+	require.NoError(t, w.addBulk(w.token(t, user), cid, ids))
+}
+
 func (w *world) lgRemove(t testing.TB, user, cid, target int64) {
 	t.Helper()
-	st, out := w.call(t, user, http.MethodDelete, fmt.Sprintf("/v1/conversations/%d/members/%d", cid, target), nil)
-	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted, http.StatusOK, http.StatusNoContent}, st, "remove %d: %s", target, out)
+	require.NoError(t, w.remove(w.token(t, user), cid, target))
 }
 
 // lgMode is conversation cid's read_fanout and its mode history
@@ -403,4 +448,166 @@ func TestLargeConversationEndToEnd(t *testing.T) {
 	lgRequireCounts(t, []*rcDevice{u1, u2, u3}, ch)
 	t.Logf("%v converged", time.Since(t0))
 	lgVerify(t, w)
+}
+
+// lgMembers is conversation cid's current member count.
+func (w *world) lgMembers(t testing.TB, cid int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, w.env.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM member_spans WHERE conversation_id = $1 AND left_seq IS NULL`, cid).Scan(&n))
+	return n
+}
+
+// TestLargeSwitchesUnderFanoutKills is acceptance 3 of issue 21: a
+// conversation crosses the threshold up (a bulk add) and down (removals)
+// under a send load, with the fanout (an `inboxd fanout` process) killed
+// with SIGKILL during each switch and another started. At the end Verify is
+// OK (L1–L4 included), the mode history is write, read, write, and every
+// member's device (WebSocket, long-polling, one offline through both
+// switches, one removed on the way down) has every message it can see
+// exactly once, in seq order, in the server's state.
+func TestLargeSwitchesUnderFanoutKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills fanout processes")
+	}
+	noClientGoroutines(t)
+	t0 := time.Now()
+	env := testenv.New(t, testenv.Options{})
+	f := &fanoutProcs{t: t, env: []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
+		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=fanout-" + env.Topic, "INBOXD_INSTANCE_ID=fanout-large",
+		"INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_LOG_LEVEL=warn", "INBOXD_MAX_POLL_RECORDS=4",
+		fmt.Sprintf("INBOXD_LARGE_THRESHOLD=%d", lgThreshold)}}
+	f.start()
+	// A short ack wait: requests made while no fanout runs answer 202 soon.
+	w := serveWorld(t, env, func(c *gateway.Config) { c.AckWait = 2 * time.Second }, nil)
+	ctx := context.Background()
+	dir := t.TempDir()
+
+	cid := w.lgCreate(t, 1, "crosses", false, 2, 3, 4, 5, 6)
+	u1 := lgDevice(t, w, dir, 1, client.TransportWebSocket, "owner")
+	u2 := lgDevice(t, w, dir, 2, client.TransportAuto, "auto")
+	u3 := lgDevice(t, w, dir, 3, client.TransportPolling, "long-poll")
+	u4 := lgDevice(t, w, dir, 4, client.TransportWebSocket, "offline through both switches")
+	w.lgSend(t, 1, cid, "hello")
+	lgConverge(t, w, []*rcDevice{u4}, cid)
+	u4.down(t)
+
+	// The load: users 1-3 send all along (202s while no fanout runs).
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	loadDone := make(chan int, 3)
+	for _, u := range []int64{1, 2, 3} {
+		tok := w.token(t, u)
+		go func() {
+			n := 0
+			defer func() { loadDone <- n }()
+			for loadCtx.Err() == nil {
+				if _, err := w.trySend(tok, cid, fmt.Sprintf("load %d from %d", n, u)); err != nil {
+					t.Errorf("load of user %d: %v", u, err)
+					return
+				}
+				n++
+				sleepFor(loadCtx, 20*time.Millisecond)
+			}
+		}()
+	}
+	stopped := false
+	stopLoadWait := func() int {
+		if stopped {
+			return 0
+		}
+		stopped = true
+		stopLoad()
+		n := 0
+		for range 3 {
+			n += <-loadDone
+		}
+		return n
+	}
+	t.Cleanup(func() { stopLoadWait() })
+	waitFor(t, 30*time.Second, "some load", func() bool {
+		var l int64
+		_ = env.Pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = $1`, cid).Scan(&l)
+		return l > 20
+	})
+
+	// Up: 17 members in one request (6 + 17 = 23 > 20), appended while
+	// no fanout runs; the next fanout (4 records a batch) is killed as
+	// soon as the first join is visible, and again around the threshold.
+	var bulk []int64
+	for u := int64(100); u < 115; u++ {
+		bulk = append(bulk, u)
+	}
+	bulk = append(bulk, 200, 201)
+	tok1 := w.token(t, 1)
+	var kills []string
+	f.kill()
+	require.NoError(t, w.addBulk(tok1, cid, bulk)) // 202 after the ack wait
+	killAround := func(what string, cond func(n int) bool) {
+		f.start()
+		waitFor(t, 60*time.Second, what, func() bool { return cond(w.lgMembers(t, cid)) })
+		f.kill()
+		rf, _ := w.lgMode(t, cid)
+		kills = append(kills, fmt.Sprintf("%s: killed at %d members, read mode %v", what, w.lgMembers(t, cid), rf))
+	}
+	killAround("the first join", func(n int) bool { return n > 6 })
+	killAround("the threshold", func(n int) bool { return n >= lgThreshold })
+	f.start()
+	waitFor(t, 60*time.Second, "the switch up", func() bool { rf, _ := w.lgMode(t, cid); return rf })
+	waitFor(t, 60*time.Second, "every join", func() bool { return w.lgMembers(t, cid) == 6+len(bulk) })
+	u200 := lgDevice(t, w, dir, 200, client.TransportWebSocket, "removed on the way down")
+	u201 := lgDevice(t, w, dir, 201, client.TransportPolling, "joined in bulk")
+	t.Logf("%v up", time.Since(t0))
+
+	// Read mode under the load: changes, a mention, reads that arm.
+	s := w.lgSend(t, 201, cid, "a new member speaks", 4)
+	require.NotZero(t, s)
+	_, err := w.direct(t, 201).Edit(ctx, cid, s, "a new member speaks, edited")
+	require.NoError(t, err)
+	_, err = w.direct(t, 2).React(ctx, cid, s, "🎉")
+	require.NoError(t, err)
+	_, err = w.direct(t, 200).React(ctx, cid, s, "👀")
+	require.NoError(t, err)
+	require.NoError(t, w.direct(t, 2).MarkRead(ctx, cid, s))
+
+	// Down: 13 removals (u200 among them) to 10 members, appended while
+	// no fanout runs; the next fanout is killed as soon as the first is
+	// visible, and again around half the threshold.
+	f.kill()
+	removals := append([]int64{200}, bulk[:12]...)
+	errs := make(chan error, len(removals))
+	for _, u := range removals {
+		go func() { errs <- w.remove(tok1, cid, u) }()
+	}
+	for range removals {
+		require.NoError(t, <-errs) // 202s after the ack wait
+	}
+	killAround("the first removal", func(n int) bool { return n < 23 })
+	killAround("half the threshold", func(n int) bool { return n <= lgThreshold/2+2 })
+	f.start()
+	waitFor(t, 60*time.Second, "the switch down", func() bool { rf, _ := w.lgMode(t, cid); return !rf })
+	t.Logf("%v down; kills: %s", time.Since(t0), strings.Join(kills, "; "))
+	waitFor(t, 30*time.Second, "load after the switch down", func() bool {
+		var n int
+		_ = env.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND kind = 'text'
+AND seq > (SELECT max(from_seq) FROM conversation_modes WHERE conversation_id = $1)`, cid).Scan(&n)
+		return n >= 10
+	})
+	_, err = w.direct(t, 2).React(ctx, cid, s, "🔥")
+	require.NoError(t, err)
+	sent := stopLoadWait()
+	env.WaitCaughtUp(t, time.Minute)
+
+	u4.up(t, w)
+	devs := []*rcDevice{u1, u2, u3, u4, u200, u201}
+	lgConverge(t, w, devs, cid)
+	rf, hist := w.lgMode(t, cid)
+	require.False(t, rf)
+	require.Len(t, hist, 3, "write, read, write: %v", hist)
+	lgRequireCounts(t, devs, cid)
+	lgVerify(t, w)
+	var texts int
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND kind = 'text' AND body LIKE 'load %'`, cid).Scan(&texts))
+	require.Equal(t, sent, texts, "each load send projected once")
+	t.Logf("%v done: %d load sends, modes %v", time.Since(t0), sent, hist)
 }

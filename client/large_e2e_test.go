@@ -507,7 +507,7 @@ func TestLargeSwitchesUnderFanoutKills(t *testing.T) {
 					return
 				}
 				n++
-				sleepFor(loadCtx, 20*time.Millisecond)
+				sleepFor(loadCtx, 5*time.Millisecond)
 			}
 		}()
 	}
@@ -569,6 +569,12 @@ func TestLargeSwitchesUnderFanoutKills(t *testing.T) {
 	_, err = w.direct(t, 200).React(ctx, cid, s, "👀")
 	require.NoError(t, err)
 	require.NoError(t, w.direct(t, 2).MarkRead(ctx, cid, s))
+	waitFor(t, 30*time.Second, "load in read mode", func() bool {
+		var n int
+		_ = env.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND kind = 'text'
+AND seq >= (SELECT max(from_seq) FROM conversation_modes WHERE conversation_id = $1)`, cid).Scan(&n)
+		return n >= 40
+	})
 
 	// Down: 13 removals (u200 among them) to 10 members, appended while
 	// no fanout runs; the next fanout is killed as soon as the first is
@@ -591,7 +597,7 @@ func TestLargeSwitchesUnderFanoutKills(t *testing.T) {
 		var n int
 		_ = env.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND kind = 'text'
 AND seq > (SELECT max(from_seq) FROM conversation_modes WHERE conversation_id = $1)`, cid).Scan(&n)
-		return n >= 10
+		return n >= 30
 	})
 	_, err = w.direct(t, 2).React(ctx, cid, s, "🔥")
 	require.NoError(t, err)

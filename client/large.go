@@ -258,22 +258,36 @@ func (c *Client) readChangesLocked(ctx context.Context, cid, target int64) error
 	}
 }
 
-// gapBeforeLocked reads the messages of a read-mode conversation between
-// the last seq delivered and seq (exclusive), before an inbox entry or a
-// frame's message at seq is delivered, so that seq order holds without a
-// hole. For a conversation not known read-mode it does nothing: the entry
-// records a hole, as a client unaware of read mode does. Called with
-// deliverMu held.
+// gapBeforeLocked reads the messages of a conversation between the last
+// seq delivered and seq (exclusive), before an inbox entry or a frame's
+// message at seq is delivered, so that seq order holds without a hole.
+//
+// For a conversation known read-mode the gap is its messages without
+// entries. For one not (or no longer) known read-mode, a gap before an
+// entry means seqs the user could not see (the server returns none of
+// them: one empty read) or messages of a read-mode span the client did not
+// follow: the conversation switched down before the client read its tail
+// (the large list drops it at once), or it went up and down while the
+// client was away. Those are read too, and then the changes the client
+// lacks (?changed_after=): changes made in read mode write no update
+// entries. A conversation the client knows nothing of (its first entry)
+// has no gap. Called with deliverMu held.
 func (c *Client) gapBeforeLocked(ctx context.Context, cid, seq int64) error {
 	c.mu.Lock()
 	cs := c.st.Conversations[cid]
-	gap := cs != nil && cs.Large && seq > cs.LastSeq+1
+	gap := cs != nil && (cs.Large || cs.LastSeq > 0) && seq > cs.LastSeq+1
+	large := gap && cs.Large
 	c.mu.Unlock()
 	if !gap {
 		return nil
 	}
 	if err := c.readNewLocked(ctx, cid, seq-1, true); err != nil {
 		return c.largeReadFailed(ctx, cid, err)
+	}
+	if !large {
+		if err := c.readChangesLocked(ctx, cid, 0); err != nil {
+			return c.largeReadFailed(ctx, cid, err)
+		}
 	}
 	return nil
 }

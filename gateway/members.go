@@ -186,6 +186,9 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 	}
 	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
+	// In read mode the caller gets no entry of the join: the
+	// conversation's L token wakes the wait.
+	defer g.hub.WatchConversations(sub, []int64{cid})()
 	evs := make([]*events.Event, len(ids))
 	for i, id := range ids {
 		evs[i] = events.New(events.MemberAdded, cid, user)
@@ -266,6 +269,9 @@ func (g *Gateway) handleRemoveMember(w http.ResponseWriter, r *http.Request) err
 	}
 	sub := g.hub.SubscribeUser(user)
 	defer sub.Close()
+	// In read mode the caller gets no entry of the removal (only the
+	// removed member does): the conversation's L token wakes the wait.
+	defer g.hub.WatchConversations(sub, []int64{cid})()
 	e := events.New(events.MemberRemoved, cid, user)
 	e.UserID = uid
 	if err := g.app.appendEvent(ctx, e); err != nil {

@@ -34,12 +34,17 @@ type Env struct {
 	Partitions  int32
 	Producer    *producer.Producer
 	Logger      *slog.Logger
+	// LargeThreshold is the fanout's (FanoutConfig); 0: the default.
+	LargeThreshold int
 }
 
 // Options of New.
 type Options struct {
 	// Partitions of the topic. Default 4.
 	Partitions int32
+	// LargeThreshold is the member count above which the fanouts of
+	// FanoutConfig switch a conversation to read fan-out; 0: the default.
+	LargeThreshold int
 }
 
 var topicSeq atomic.Int64
@@ -79,7 +84,7 @@ func build(t testing.TB, o Options, adminURL string) *Env {
 	if o.Partitions == 0 {
 		o.Partitions = 4
 	}
-	e := &Env{Partitions: o.Partitions, Logger: Logger(t)}
+	e := &Env{Partitions: o.Partitions, Logger: Logger(t), LargeThreshold: o.LargeThreshold}
 	if adminURL == "" {
 		e.Pool, e.DatabaseURL = pgtest.NewPool(t)
 	} else {
@@ -114,7 +119,8 @@ func (e *Env) ProducerConfig() producer.Config {
 
 // FanoutConfig is the fanout configuration of this Env.
 func (e *Env) FanoutConfig() fanout.Config {
-	return fanout.Config{Brokers: e.Brokers, Topic: e.Topic, Group: "fanout-" + e.Topic, Logger: e.Logger}
+	return fanout.Config{Brokers: e.Brokers, Topic: e.Topic, Group: "fanout-" + e.Topic, Logger: e.Logger,
+		LargeThreshold: e.LargeThreshold}
 }
 
 // StartFanout runs an in-process fanout until the returned stop is called

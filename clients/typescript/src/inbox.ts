@@ -400,12 +400,21 @@ export class Inbox {
     this.noteVersion(m);
   }
 
-  /** gapBefore reads a read-mode conversation's messages between the last seq delivered and seq; other conversations keep a hole. */
+  /**
+   * gapBefore reads a conversation's messages between the last seq delivered
+   * and seq. For one not (or no longer) known read-mode the gap is seqs the
+   * user could not see (none returned) or a read-mode span the client did not
+   * follow (a switch down before it read the tail, an up and down while it
+   * was away): its changes are read too (read-mode changes write no update
+   * entries). A conversation the client knows nothing of has no gap.
+   */
   private async gapBefore(cid: number, seq: number): Promise<void> {
     const c = this.state.conversations[String(cid)];
-    if (!c?.large || seq <= c.lastSeq + 1) return;
+    if (!c || !(c.large || c.lastSeq > 0) || seq <= c.lastSeq + 1) return;
+    const large = !!c.large;
     try {
       await this.readNew(cid, seq - 1, true);
+      if (!large) await this.readChanges(cid, 0);
     } catch (err) {
       await this.largeReadFailed(cid, err);
     }

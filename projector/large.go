@@ -14,8 +14,9 @@ import (
 // writes inbox entries only for the members it mentions and the members
 // armed for it (they read to its end since their last entry from it). The
 // mode switches at membership messages: up after the join that takes the
-// count past the threshold, down after the removal that takes it to half
-// the threshold or below (never for a channel). Every rule is a function of
+// count past the threshold, down at the removal that takes it to half the
+// threshold or below (never for a channel); each of those two messages is
+// written to every member. Every rule is a function of
 // the log alone, never of how it is cut into batches, so that a replay
 // projects the same modes.
 
@@ -71,17 +72,28 @@ func (b *batch) joinedLarge(c *convState, user, seq int64) {
 	}
 }
 
-// leftLarge counts a removed member and switches a read-mode conversation
-// down after the removal message seq when the count fell to switchDown.
-func (b *batch) leftLarge(c *convState, user, seq int64) {
-	c.memberCount--
-	if !c.read {
-		return
-	}
-	b.members = append(b.members, projection.Membership{Conv: c.id, User: user})
-	if !c.channel && c.memberCount <= switchDown(b.threshold) {
+// switchingDown switches a read-mode conversation (not a channel) to
+// write fan-out from the removal about to be added, when the count after
+// it falls to switchDown: that removal is then the first message written
+// to every member's inbox again, so that no member waits for a later
+// message to learn of the switch (the mirror of a switch up, whose
+// crossing join is the last message written to all). The members are all
+// loaded: partialMembers keeps them whole whenever the batch's removals can
+// reach switchDown.
+func (b *batch) switchingDown(c *convState) {
+	if c.read && !c.channel && c.memberCount-1 <= switchDown(b.threshold) {
 		c.read = false
-		b.modes = append(b.modes, modeRow{conv: c.id, from: seq + 1, read: false})
+		b.modes = append(b.modes, modeRow{conv: c.id, from: c.lastSeq + 1, read: false})
+		b.lastGot = nil
+	}
+}
+
+// leftLarge counts a removed member; a removal from a read-mode
+// conversation is told to the gateways (M token).
+func (b *batch) leftLarge(c *convState, user int64) {
+	c.memberCount--
+	if c.read {
+		b.members = append(b.members, projection.Membership{Conv: c.id, User: user})
 	}
 }
 

@@ -49,7 +49,7 @@ func largeLog() []*events.Event {
 	ev(events.ReactionAdded, 1, 11, func(e *events.Event) { e.Seq, e.ChangeID, e.Emoji = 4, uuid.NewString(), "👍" })
 	member(events.MemberRemoved, 1, 10, 14) // seq 7, 4 members: still read (down at 2)
 	member(events.MemberRemoved, 1, 10, 13) // seq 8, 3
-	member(events.MemberRemoved, 1, 10, 12) // seq 9, 2: write from seq 10
+	member(events.MemberRemoved, 1, 10, 12) // seq 9, 2: write from seq 9 (this removal goes to all)
 	send(1, 11, "write again")              // seq 10: 10 and 11
 	ev(events.ConversationCreated, 2, 20, func(e *events.Event) { e.Members = []int64{21}; e.Channel = true })
 	send(2, 20, "channel post") // seq 2: nobody
@@ -111,7 +111,7 @@ func TestReadFanout(t *testing.T) {
 	require.Equal(t, dumps[0], dumps[1], "batches of 1 and of 3 project the same")
 	require.Equal(t, dumps[0], dumps[2], "batches of 1 and one batch project the same")
 	d := dumps[0]
-	require.Equal(t, []string{"1 from 1 read false", "1 from 10 read false", "1 from 4 read true", "2 from 1 read true"}, d["modes"])
+	require.Equal(t, []string{"1 from 1 read false", "1 from 4 read true", "1 from 9 read false", "2 from 1 read true"}, d["modes"])
 	require.Equal(t, []string{"1 last 10 read false members 2 changes 2", "2 last 2 read true members 2 changes 0"}, d["convs"])
 	require.Equal(t, []string{"1/4 v3 ord 2"}, d["changed"], "two changes in read mode: no update entries, changed_ord 2")
 
@@ -126,8 +126,8 @@ func TestReadFanout(t *testing.T) {
 	}
 	// Write fan-out up to seq 3 (the join that crossed is the last), then
 	// only armed, mentioned, joining and leaving members, then write again.
-	require.Equal(t, "1/1 kind 1, 1/2 kind 1, 1/3 kind 1, 1/10 kind 1", entries(10))
-	require.Equal(t, "1/1 kind 1, 1/2 kind 1, 1/3 kind 1, 1/5 kind 1, 1/10 kind 1", entries(11), "armed by its read: seq 5, not 6")
+	require.Equal(t, "1/1 kind 1, 1/2 kind 1, 1/3 kind 1, 1/9 kind 1, 1/10 kind 1", entries(10), "the removal that switches down goes to all")
+	require.Equal(t, "1/1 kind 1, 1/2 kind 1, 1/3 kind 1, 1/5 kind 1, 1/9 kind 1, 1/10 kind 1", entries(11), "armed by its read: seq 5, not 6")
 	require.Equal(t, "1/1 kind 1, 1/2 kind 1, 1/3 kind 1, 1/9 kind 1", entries(12), "its removal")
 	require.Equal(t, "1/2 kind 1, 1/3 kind 1, 1/5 kind 1, 1/8 kind 1", entries(13), "mentioned at seq 5, then its removal")
 	require.Equal(t, "1/3 kind 1, 1/7 kind 1", entries(14))

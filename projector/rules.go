@@ -301,7 +301,10 @@ func (b *batch) memberRemoved(r Record, c *convState) {
 	if !c.members[e.UserID] {
 		return // not a member: nothing changes
 	}
-	// The removed member receives its own removal, then leaves.
+	// The removed member receives its own removal, then leaves. A removal
+	// that takes a read-mode conversation down is already in write mode:
+	// every member gets it, and learns of the switch from it.
+	b.switchingDown(c)
 	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
 		"event": events.MemberRemoved, "user_id": e.UserID, "by": e.ActorID}), e.At)
 	b.fanTo(c, e.UserID, seq, e.At) // in read mode the removed member still gets its removal
@@ -311,7 +314,7 @@ func (b *batch) memberRemoved(r Record, c *convState) {
 		b.armedNow[recKey{e.UserID, c.id}] = false
 	}
 	b.closeSpan(c.id, e.UserID, seq)
-	b.leftLarge(c, e.UserID, seq)
+	b.leftLarge(c, e.UserID)
 	b.record(e.UserID, c.id, e.At, func(rs *recState) { rs.removed = true })
 }
 

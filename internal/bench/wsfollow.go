@@ -13,6 +13,7 @@ import (
 type wsHello struct {
 	Type  string `json:"type"`
 	After int64  `json:"after"`
+	Large bool   `json:"large,omitempty"` // ask for the frames of read-mode conversations
 }
 
 // wsFollower keeps one user's WebSocket up, reconnecting with its cursor,
@@ -23,6 +24,7 @@ type wsFollower struct {
 	dialer  *websocket.Dialer
 	addr    string
 	reconns *atomic.Int64
+	large   bool // say "large": true in the hello
 	frame   func(data []byte, now int64) (typ string, cursor int64)
 }
 
@@ -36,7 +38,7 @@ func (f *wsFollower) follow(ctx context.Context, tok string, sem chan struct{}, 
 		sem <- struct{}{}
 		conn, _, err := f.dialer.DialContext(ctx, "ws://"+f.addr+"/v1/ws", hdr)
 		if err == nil {
-			err = conn.WriteJSON(wsHello{Type: "hello", After: after})
+			err = conn.WriteJSON(wsHello{Type: "hello", After: after, Large: f.large})
 		}
 		<-sem
 		if err != nil {

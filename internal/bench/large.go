@@ -119,7 +119,8 @@ type LargeResult struct {
 	Connections    int             `json:"websockets"`
 	LargeConnected int             `json:"large_members_connected"`
 	ConnectSeconds float64         `json:"connect_seconds"`
-	Phases         []LargePhase    `json:"phases"` // the reference (small load only), then with the large traffic
+	ConnectRetries int             `json:"connect_retries"` // hellos that failed while connecting (tried again)
+	Phases         []LargePhase    `json:"phases"`          // the reference (small load only), then with the large traffic
 	Delivery       largeRecvResult `json:"delivery"`
 	FinalSeq       int64           `json:"large_last_seq"`
 	BaseSeq        int64           `json:"large_seq_before_run"`
@@ -164,8 +165,8 @@ func (r LargeResult) Rows() []Row {
 		Ratio:     ratio(div(float64(lg.LargeRows), largeMsgs), float64(r.MemberCount)),
 	}, {
 		Figure: "connected members of the large conversation that got every message once, in seq order (frames checked seq by seq)",
-		Value: fmt.Sprintf("%s of %s; %d duplicates, %d out of order, %d gaps, %d missing",
-			num(float64(d.Large.Complete)), num(float64(d.Large.Sessions)), d.Large.Dups, d.Large.OOO, d.Large.Gaps, d.Large.Missing),
+		Value: fmt.Sprintf("%s of %s; %d duplicates, %d out of order, %d gaps, %d missing; %d reconnects of all sessions during the run",
+			num(float64(d.Large.Complete)), num(float64(d.Large.Sessions)), d.Large.Dups, d.Large.OOO, d.Large.Gaps, d.Large.Missing, d.Reconnects),
 		Reference: fmt.Sprintf("pushes expected: %s messages x %s members = %s; received %s",
 			num(largeMsgs), num(float64(r.LargeConnected)), num(float64(lg.LargeExpected)), num(float64(lg.LargeReceived))),
 		Ratio: ratio(float64(lg.LargeReceived), float64(lg.LargeExpected)),
@@ -453,12 +454,37 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 		w := (cfg.Connected + i) % cfg.Workers
 		recvUsers[w] = append(recvUsers[w], u)
 	}
+	// Each receiver says hello with its head, as a client that was
+	// connected before.
+	heads := map[int64]int64{}
+	{
+		var all []int64
+		for _, us := range recvUsers {
+			all = append(all, us...)
+		}
+		rs, err := pl.pool.Query(ctx, `SELECT id, inbox_seq FROM users WHERE id = ANY($1)`, all)
+		if err != nil {
+			return res, err
+		}
+		for rs.Next() {
+			var u, h int64
+			if err := rs.Scan(&u, &h); err != nil {
+				rs.Close()
+				return res, err
+			}
+			heads[u] = h
+		}
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return res, err
+		}
+	}
 	var recvs children
 	defer func() { recvs.killAll() }()
 	tc := time.Now()
 	for w := 0; w < cfg.Workers; w++ {
 		c, err := env.Runner.start(pr, fmt.Sprintf("large-recv-%d", w+1), []string{"worker", "large"}, largeWorkerConfig{
-			Role: "recv", Addr: ready.Addr, Secret: secret, Users: recvUsers[w], LargeConv: cid,
+			Role: "recv", Addr: ready.Addr, Secret: secret, Users: recvUsers[w], Heads: headsOf(recvUsers[w], heads), LargeConv: cid,
 			SrcIPs: sourceIPs(10+2*w, 2), Deadline: time.Hour})
 		if err != nil {
 			return res, err
@@ -482,16 +508,18 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 	for _, c := range recvs {
 		var rd struct {
 			Connections int `json:"connections"`
+			Retries     int `json:"retries"`
 		}
 		if err := c.expectJSON(ctx, "ready", 10*time.Minute, &rd); err != nil {
 			return res, err
 		}
 		res.Connections += rd.Connections
+		res.ConnectRetries += rd.Retries
 	}
 	res.ConnectSeconds = time.Since(tc).Seconds()
 	res.LargeConnected = cfg.Connected
-	progressf(pr, "bench large: %d WebSockets connected in %.1fs (%d of the large conversation's members) from %d processes",
-		res.Connections, res.ConnectSeconds, cfg.Connected, len(recvs))
+	progressf(pr, "bench large: %d WebSockets connected in %.1fs (%d of the large conversation's members) from %d processes, %d hellos tried again",
+		res.Connections, res.ConnectSeconds, cfg.Connected, len(recvs), res.ConnectRetries)
 
 	groups := map[string]func() []int{
 		"gateway (child process)":       func() []int { return []int{ready.Pid} },
@@ -651,6 +679,14 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 	_ = gw.stop(20 * time.Second)
 	res.LoadAtEnd = loadAverage()
 	return res, nil
+}
+
+func headsOf(users []int64, heads map[int64]int64) []int64 {
+	out := make([]int64, len(users))
+	for i, u := range users {
+		out[i] = heads[u]
+	}
+	return out
 }
 
 func mergeSeq(s *seqSummary, o seqSummary) {

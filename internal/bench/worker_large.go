@@ -27,11 +27,12 @@ type largeWorkerConfig struct {
 	Addr         string
 	Secret       string
 	Users        []int64 // recv
+	Heads        []int64 // recv: each user's inbox head, the after of its first hello
 	LargeConv    int64
 	LargeSenders []int64   // send
 	Small        []e2eConv // send: Members[0] sends
 	SrcIPs       []string
-	Parallel     int // recv: handshakes in flight [128]
+	Parallel     int // recv: handshakes in flight [32]
 	MaxInflight  int // send: sends in flight [4000]
 	Deadline     time.Duration
 }
@@ -210,7 +211,7 @@ func runLargeWorker(ctx context.Context, cio *childIO, raw []byte) error {
 
 func runLargeRecv(ctx context.Context, cio *childIO, cfg largeWorkerConfig) error {
 	if cfg.Parallel == 0 {
-		cfg.Parallel = 128
+		cfg.Parallel = 32
 	}
 	dialer := &websocket.Dialer{NetDialContext: sourceDialer(cfg.SrcIPs, 15*time.Second), HandshakeTimeout: 30 * time.Second,
 		ReadBufferSize: 4096, WriteBufferSize: 512}
@@ -250,7 +251,11 @@ func runLargeRecv(ctx context.Context, cio *childIO, cfg largeWorkerConfig) erro
 			sh.counts[k][phase]++
 			sh.mu.Unlock()
 		}
-		f := &wsFollower{dialer: dialer, addr: cfg.Addr, reconns: &reconns, large: true,
+		var head int64
+		if i < len(cfg.Heads) {
+			head = cfg.Heads[i]
+		}
+		f := &wsFollower{dialer: dialer, addr: cfg.Addr, reconns: &reconns, large: true, start: head,
 			frame: func(data []byte, now int64) (string, int64) {
 				var fr largeFrame
 				if json.Unmarshal(data, &fr) != nil {
@@ -294,7 +299,10 @@ func runLargeRecv(ctx context.Context, cio *childIO, cfg largeWorkerConfig) erro
 						}
 						t := s.small[m.ConversationID]
 						if t == nil {
-							t = &seqTrack{}
+							// The hello was at the head: the first entry
+							// pushed starts the conversation's track (the
+							// counts of pushes say whether one was lost).
+							t = &seqTrack{base: m.Seq - 1, last: m.Seq - 1}
 							s.small[m.ConversationID] = t
 						}
 						if t.see(m.Seq) {
@@ -318,7 +326,9 @@ func runLargeRecv(ctx context.Context, cio *childIO, cfg largeWorkerConfig) erro
 	if err := waitGroupCtx(ctx, &welcomed); err != nil {
 		return fmt.Errorf("connect %d WebSockets: %w", len(cfg.Users), err)
 	}
-	cio.emit("ready", map[string]any{"connections": len(cfg.Users), "seconds": time.Since(t0).Seconds()})
+	// Failed hellos while the sessions come up are not reconnects of the run.
+	reconns0 := reconns.Load()
+	cio.emit("ready", map[string]any{"connections": len(cfg.Users), "seconds": time.Since(t0).Seconds(), "retries": reconns0})
 	counts := func() largeCounts {
 		c := largeCounts{Large: map[int]int64{}, Small: map[int]int64{}}
 		for i := range shards {
@@ -346,7 +356,7 @@ func runLargeRecv(ctx context.Context, cio *childIO, cfg largeWorkerConfig) erro
 		case "report":
 			// arg: the large conversation's last seq at the end.
 			final, _ := strconv.ParseInt(string(arg), 10, 64)
-			res := largeRecvResult{Sessions: len(sessions), Reconnects: reconns.Load(),
+			res := largeRecvResult{Sessions: len(sessions), Reconnects: reconns.Load() - reconns0,
 				LargeHist: map[int]*logHist{}, SmallHist: map[int]*logHist{}}
 			for i := range shards {
 				sh := &shards[i]

@@ -24,7 +24,8 @@ type wsFollower struct {
 	dialer  *websocket.Dialer
 	addr    string
 	reconns *atomic.Int64
-	large   bool // say "large": true in the hello
+	large   bool  // say "large": true in the hello
+	start   int64 // the cursor of the first hello (the user's head when known)
 	frame   func(data []byte, now int64) (typ string, cursor int64)
 }
 
@@ -32,7 +33,7 @@ type wsFollower struct {
 // is called after the first welcome.
 func (f *wsFollower) follow(ctx context.Context, tok string, sem chan struct{}, welcomed func()) {
 	hdr := http.Header{"Authorization": {"Bearer " + tok}}
-	var after int64
+	after := f.start
 	first := true
 	for ctx.Err() == nil {
 		sem <- struct{}{}

@@ -137,6 +137,7 @@ func bindLarge(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&c.SyncRequests, "sync-requests", 400, "timed GET /v1/sync per user (40/s)")
 	fs.IntVar(&c.Workers, "workers", 0, "receiving processes (0: one per 8,000 WebSockets, at least 2)")
 	fs.IntVar(&c.LargeThreshold, "large-threshold", 0, "the fanout's read fan-out threshold (0: its default)")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: pgx's default, as inboxd gateway)")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		return bench.Large(ctx, env, c)
 	}

@@ -46,6 +46,9 @@ type LargeConfig struct {
 	DrainSeconds     float64 // [15] longest wait for the last pushes after a phase
 	Partitions       int     // [12]
 	LargeThreshold   int     // [0: the fanout's default, 1000]
+	// DBMaxConns is the gateway's PostgreSQL pool size [0: pgx's default,
+	// max(4, CPUs), as `inboxd gateway` without --db-max-conns].
+	DBMaxConns int
 }
 
 func (c *LargeConfig) setDefaults() {
@@ -147,8 +150,8 @@ func (r LargeResult) Rows() []Row {
 		Reference: fmt.Sprintf("inbox rows it wrote: %s; all in write mode: %s", num(float64(r.BuildRows)), num(writeRows)),
 		Ratio:     ratio(float64(r.BuildRows), writeRows),
 	}, {
-		Figure: fmt.Sprintf("send -> push (messages frame) to the %s connected members of the large conversation at %s msg/s, p50 / p99 / max",
-			num(float64(r.LargeConnected)), num(c.Rate)),
+		Figure: fmt.Sprintf("send -> push (messages frame) to the %s connected members of the large conversation at %s msg/s offered (%s achieved, %d dropped at the in-flight cap, %d errors), p50 / p99 / max",
+			num(float64(r.LargeConnected)), num(c.Rate), num(div(float64(lg.Send.LargeOK), lg.Send.Seconds)), lg.Send.Dropped, lg.Send.Errors),
 		Value:     fmt.Sprintf("%s / %s / %s", ms(lg.LargePush.P50), ms(lg.LargePush.P99), ms(lg.LargePush.Max)),
 		Reference: fmt.Sprintf("small conversations' send -> push, same time: %s / %s / %s", ms(lg.SmallPush.P50), ms(lg.SmallPush.P99), ms(lg.SmallPush.Max)),
 		Ratio:     fmt.Sprintf("p50 %s, p99 %s", ratio(lg.LargePush.P50, lg.SmallPush.P50), ratio(lg.LargePush.P99, lg.SmallPush.P99)),
@@ -165,8 +168,9 @@ func (r LargeResult) Rows() []Row {
 		Ratio:     ratio(div(float64(lg.LargeRows), largeMsgs), float64(r.MemberCount)),
 	}, {
 		Figure: "connected members of the large conversation that got every message once, in seq order (frames checked seq by seq)",
-		Value: fmt.Sprintf("%s of %s; %d duplicates, %d out of order, %d gaps, %d missing; %d reconnects of all sessions during the run",
-			num(float64(d.Large.Complete)), num(float64(d.Large.Sessions)), d.Large.Dups, d.Large.OOO, d.Large.Gaps, d.Large.Missing, d.Reconnects),
+		Value: fmt.Sprintf("%s of %s; %d duplicates, %d out of order, %d gaps (frames starting beyond the last seq + 1: read with ?after=), %s seqs never pushed; %d reconnects and %d too_long frames over all sessions, %d entries of the large conversation",
+			num(float64(d.Large.Complete)), num(float64(d.Large.Sessions)), d.Large.Dups, d.Large.OOO, d.Large.Gaps, num(float64(d.Large.Missing)),
+			d.Reconnects, d.TooLong, d.LargeEntries),
 		Reference: fmt.Sprintf("pushes expected: %s messages x %s members = %s; received %s",
 			num(largeMsgs), num(float64(r.LargeConnected)), num(float64(lg.LargeExpected)), num(float64(lg.LargeReceived))),
 		Ratio: ratio(float64(lg.LargeReceived), float64(lg.LargeExpected)),
@@ -180,7 +184,8 @@ func (r LargeResult) Rows() []Row {
 	}}
 	o := r.Offline
 	verdict := "nothing missing"
-	if !o.Contiguous || o.Bench != lg.Send.LargeOK || !o.Listed {
+	inConv := r.FinalSeq - r.BaseSeq
+	if !o.Contiguous || o.Read != inConv || o.Bench < lg.Send.LargeOK || !o.Listed {
 		verdict = "INCOMPLETE"
 	}
 	rows = append(rows, Row{
@@ -188,8 +193,8 @@ func (r LargeResult) Rows() []Row {
 		Value: fmt.Sprintf("%s; read seqs %d..%d in %d pages (%.2f s), %s of the run's messages, %s",
 			map[bool]string{true: fmt.Sprintf("listed at seq %d", o.ListedSeq), false: "NOT listed"}[o.Listed], o.FromSeq+1, o.FromSeq+o.Read, o.Pages, o.Seconds,
 			num(float64(o.Bench)), verdict),
-		Reference: fmt.Sprintf("messages sent into it (accepted): %s", num(largeMsgs)),
-		Ratio:     ratio(float64(o.Bench), largeMsgs),
+		Reference: fmt.Sprintf("messages in the conversation since the run began: %s (sends answered 201/202: %s; a send that timed out may still be stored)", num(float64(inConv)), num(largeMsgs)),
+		Ratio:     ratio(float64(o.Read), float64(inConv)),
 	}, Row{
 		Figure: fmt.Sprintf("GET /v1/sync (nothing new) for a member of %d read-mode channels, p50 / p99 (%d requests)", c.Channels, r.SyncWith.N),
 		Value:  fmt.Sprintf("%s / %s", ms(r.SyncWith.P50), ms(r.SyncWith.P99)),
@@ -363,7 +368,7 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 	secret := randomSecret()
 	conns := cfg.Connected + cfg.Small
 	gw, ready, err := startServe(ctx, env, "gateway", serveConfig{Mode: "gateway", DatabaseURL: pl.url, Brokers: pl.brokers,
-		Partitions: cfg.Partitions, Secret: secret, MaxConns: conns + 500, Deadline: 2 * time.Hour})
+		Partitions: cfg.Partitions, Secret: secret, MaxConns: conns + 500, DBMaxConns: cfg.DBMaxConns, Deadline: 2 * time.Hour})
 	if err != nil {
 		return res, err
 	}
@@ -600,8 +605,8 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 			return p, err
 		}
 		p.InboxRows, p.LargeRows = all1-all0, large1-large0
-		progressf(pr, "bench large: %s: sent %d large + %d small (%d errors: %s), pushes %d/%d large, %d/%d small; %d inbox rows (%d of the large conversation); load average %.2f",
-			name, p.Send.LargeOK, p.Send.SmallOK, p.Send.Errors, p.Send.FirstErr, p.LargeReceived, p.LargeExpected, p.SmallReceived, p.SmallExpected,
+		progressf(pr, "bench large: %s: sent %d large + %d small (%d dropped, %d errors: %s), pushes %d/%d large, %d/%d small; %d inbox rows (%d of the large conversation); load average %.2f",
+			name, p.Send.LargeOK, p.Send.SmallOK, p.Send.Dropped, p.Send.Errors, p.Send.FirstErr, p.LargeReceived, p.LargeExpected, p.SmallReceived, p.SmallExpected,
 			p.InboxRows, p.LargeRows, p.LoadMax)
 		return p, nil
 	}
@@ -642,6 +647,7 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 		d.Sessions += r.Sessions
 		d.Reconnects += r.Reconnects
 		d.LargeEntries += r.LargeEntries
+		d.TooLong += r.TooLong
 		mergeSeq(&d.Large, r.Large)
 		mergeSeq(&d.Small, r.Small)
 	}
@@ -662,12 +668,9 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 	if err := largeCatchUp(ctx, api, cid, int64(cfg.Connected+2), res.BaseSeq, &res.Offline); err != nil {
 		return res, fmt.Errorf("catch-up: %w", err)
 	}
-	// GET /v1/sync with and without read-mode conversations.
+	// GET /v1/sync with and without read-mode conversations, in turn.
 	var err2 error
-	if res.SyncWith, res.SyncListed, err2 = largeTimeSync(ctx, api, withCh, cfg.SyncRequests); err2 != nil {
-		return res, err2
-	}
-	if res.SyncWithout, _, err2 = largeTimeSync(ctx, api, without, cfg.SyncRequests); err2 != nil {
+	if res.SyncWith, res.SyncWithout, res.SyncListed, err2 = largeTimeSync(ctx, api, withCh, without, cfg.SyncRequests); err2 != nil {
 		return res, err2
 	}
 	progressf(pr, "bench large: sync with %d channels (listed %d) p50 %s p99 %s; without p50 %s p99 %s",
@@ -747,36 +750,46 @@ func largeCatchUp(ctx context.Context, api *largeAPI, cid, user, from int64, o *
 }
 
 // largeTimeSync times n GET /v1/sync?after=<head> (nothing new, no
-// If-None-Match: the answer is computed) for user, paced under the
-// gateway's per-user read rate; it returns their distribution and the
-// length of the large list.
-func largeTimeSync(ctx context.Context, api *largeAPI, user int64, n int) (Dist, int, error) {
-	var first protocol.SyncAnswer
-	if _, err := api.do(ctx, "GET", "/v1/sync?after=0&limit=200", user, nil, &first); err != nil {
-		return Dist{}, 0, err
+// If-None-Match: the answer is computed) for each of two users, in turn
+// (so that both see the same machine), each paced under the gateway's
+// per-user read rate; it returns their distributions and the length of
+// the first one's large list.
+func largeTimeSync(ctx context.Context, api *largeAPI, userA, userB int64, n int) (Dist, Dist, int, error) {
+	users := []int64{userA, userB}
+	paths := make([]string, 2)
+	for i, u := range users {
+		var first protocol.SyncAnswer
+		if _, err := api.do(ctx, "GET", "/v1/sync?after=0&limit=200", u, nil, &first); err != nil {
+			return Dist{}, Dist{}, 0, err
+		}
+		paths[i] = fmt.Sprintf("/v1/sync?after=%d", first.Head)
 	}
-	path := fmt.Sprintf("/v1/sync?after=%d", first.Head)
-	var lat []float64
-	tick := time.NewTicker(25 * time.Millisecond) // 40/s: under the default 50/s
+	lat := make([][]float64, 2)
+	tick := time.NewTicker(25 * time.Millisecond) // 40/s per user: under the default 50/s
 	defer tick.Stop()
-	listed := len(first.Large)
-	for i := 0; i < n; i++ {
+	listed := 0
+	for k := 0; k < n; k++ {
 		select {
 		case <-ctx.Done():
-			return Dist{}, 0, ctx.Err()
+			return Dist{}, Dist{}, 0, ctx.Err()
 		case <-tick.C:
 		}
-		var sa protocol.SyncAnswer
-		t := time.Now()
-		code, err := api.do(ctx, "GET", path, user, nil, &sa)
-		if err != nil {
-			return Dist{}, 0, err
+		for j := range users {
+			i := (k + j) % 2 // alternate which goes first
+			var sa protocol.SyncAnswer
+			t := time.Now()
+			code, err := api.do(ctx, "GET", paths[i], users[i], nil, &sa)
+			if err != nil {
+				return Dist{}, Dist{}, 0, err
+			}
+			if code != http.StatusOK {
+				return Dist{}, Dist{}, 0, fmt.Errorf("sync: HTTP %d", code)
+			}
+			lat[i] = append(lat[i], float64(time.Since(t).Microseconds())/1000)
+			if i == 0 {
+				listed = len(sa.Large)
+			}
 		}
-		if code != http.StatusOK {
-			return Dist{}, 0, fmt.Errorf("sync: HTTP %d", code)
-		}
-		lat = append(lat, float64(time.Since(t).Microseconds())/1000)
-		listed = len(sa.Large)
 	}
-	return newDist(lat), listed, nil
+	return newDist(lat[0]), newDist(lat[1]), listed, nil
 }

@@ -182,6 +182,17 @@ func (r LargeResult) Rows() []Row {
 			num(float64(ref.SmallExpected+lg.SmallExpected)), num(float64(ref.SmallReceived+lg.SmallReceived))),
 		Ratio: ratio(float64(ref.SmallReceived+lg.SmallReceived), float64(ref.SmallExpected+lg.SmallExpected)),
 	}}
+	rows = append(rows, Row{
+		Figure:    "HTTP send round trip (201 once projected) of the small conversations, p50 / p99, with the large conversation's traffic",
+		Value:     fmt.Sprintf("%s / %s", ms(lg.Send.SmallSend.P50), ms(lg.Send.SmallSend.P99)),
+		Reference: fmt.Sprintf("without it: %s / %s", ms(ref.Send.SmallSend.P50), ms(ref.Send.SmallSend.P99)),
+		Ratio:     fmt.Sprintf("p50 %s, p99 %s", ratio(lg.Send.SmallSend.P50, ref.Send.SmallSend.P50), ratio(lg.Send.SmallSend.P99, ref.Send.SmallSend.P99)),
+	}, Row{
+		Figure:    "load average (1 min), highest during the phase with the large conversation's traffic (the machine's, other work included)",
+		Value:     fmt.Sprintf("%.2f", lg.LoadMax),
+		Reference: fmt.Sprintf("during the reference phase: %.2f; at the start of the run: %.2f", ref.LoadMax, r.LoadAtStart),
+		Ratio:     ratio(lg.LoadMax, ref.LoadMax),
+	})
 	o := r.Offline
 	verdict := "nothing missing"
 	inConv := r.FinalSeq - r.BaseSeq

@@ -135,10 +135,10 @@ type LargeResult struct {
 
 // Rows implements Result.
 func (r LargeResult) Rows() []Row {
-	if len(r.Phases) < 2 {
-		return nil
-	}
 	c := r.Config
+	if len(r.Phases) < 2 {
+		return r.partialRows()
+	}
 	ref, lg := r.Phases[0], r.Phases[1]
 	d := r.Delivery
 	writeRows := float64(c.Members) * float64(c.Members+1) / 2
@@ -225,6 +225,28 @@ func (r LargeResult) Rows() []Row {
 			Value:     fmt.Sprintf("%.2f cores", s.Cores),
 			Reference: fmt.Sprintf("without it (small load only): %.2f cores", refCores),
 			Ratio:     ratio(s.Cores, refCores),
+		})
+	}
+	return rows
+}
+
+// partialRows are the rows of a run that ended before its second phase.
+func (r LargeResult) partialRows() []Row {
+	var rows []Row
+	if r.BuildSeconds > 0 {
+		rows = append(rows, Row{
+			Figure:    fmt.Sprintf("build a conversation of %s members by bulk add, until projected (the run ended early)", num(float64(r.Config.Members))),
+			Value:     fmt.Sprintf("%.1f s", r.BuildSeconds),
+			Reference: fmt.Sprintf("inbox rows it wrote: %s", num(float64(r.BuildRows))),
+			Ratio:     "n/a",
+		})
+	}
+	for _, p := range r.Phases {
+		rows = append(rows, Row{
+			Figure:    fmt.Sprintf("%s: small conversations' send -> push p50 / p99 (the run ended early)", p.Name),
+			Value:     fmt.Sprintf("%s / %s", ms(p.SmallPush.P50), ms(p.SmallPush.P99)),
+			Reference: fmt.Sprintf("pushes %d of %d; load average up to %.2f", p.SmallReceived, p.SmallExpected, p.LoadMax),
+			Ratio:     "n/a",
 		})
 	}
 	return rows
@@ -559,7 +581,9 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 				return tot, err
 			}
 			var lc largeCounts
-			if err := c.expectJSON(ctx, "count", time.Minute, &lc); err != nil {
+			// A receiver far behind answers late: its commands wait
+			// behind its frames on a starved machine.
+			if err := c.expectJSON(ctx, "count", 5*time.Minute, &lc); err != nil {
 				return tot, err
 			}
 			for p, n := range lc.Large {
@@ -639,7 +663,7 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 			return res, err
 		}
 		var r largeRecvResult
-		if err := c.expectJSON(ctx, "result", 2*time.Minute, &r); err != nil {
+		if err := c.expectJSON(ctx, "result", 5*time.Minute, &r); err != nil {
 			return res, err
 		}
 		for p, h := range r.LargeHist {

@@ -229,20 +229,37 @@ func runLargeRecv(ctx context.Context, cio *childIO, cfg largeWorkerConfig) erro
 		s := &largeSess{small: map[int64]*seqTrack{}}
 		sessions[i] = s
 		sh := &shards[i%histShards]
+		// A frame's pushes are timed together, then recorded under one
+		// lock (a frame of the large conversation carries several).
+		type push struct {
+			kind  byte
+			phase int
+			ms    float64
+		}
+		var pending []push
 		record := func(kind byte, phase int, ms float64) {
+			pending = append(pending, push{kind, phase, ms})
+		}
+		flush := func() {
+			if len(pending) == 0 {
+				return
+			}
 			sh.mu.Lock()
-			m, k := sh.large, 0
-			if kind == 's' {
-				m, k = sh.small, 1
+			for _, p := range pending {
+				m, k := sh.large, 0
+				if p.kind == 's' {
+					m, k = sh.small, 1
+				}
+				h := m[p.phase]
+				if h == nil {
+					h = newLogHist()
+					m[p.phase] = h
+				}
+				h.add(p.ms)
+				sh.counts[k][p.phase]++
 			}
-			h := m[phase]
-			if h == nil {
-				h = newLogHist()
-				m[phase] = h
-			}
-			h.add(ms)
-			sh.counts[k][phase]++
 			sh.mu.Unlock()
+			pending = pending[:0]
 		}
 		var head int64
 		if i < len(cfg.Heads) {
@@ -256,6 +273,7 @@ func runLargeRecv(ctx context.Context, cio *childIO, cfg largeWorkerConfig) erro
 				}
 				s.mu.Lock()
 				defer s.mu.Unlock()
+				defer flush()
 				switch fr.Type {
 				case "welcome", "too_long", "large":
 					// The first list starts the track; a later one (a

@@ -31,6 +31,7 @@ var figures = map[string]figure{
 	"idle":    {"bytes per idle WebSocket of the gateway vs a bare gorilla/websocket echo server", bindIdle},
 	"storm":   {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
 	"changes": {"edit -> WebSocket push latency vs a send's; update entries written for a burst of reactions on one message", bindChanges},
+	"large":   {"issue 21: build of an N-member conversation, push latency to C connected members, small conversations' p99 with and without it, inbox rows per message, catch-up, sync cost of 50 channels", bindLarge},
 	"all":     {"every figure, then the tables and charts of docs/benchmarks.md", bindAll},
 }
 
@@ -121,13 +122,34 @@ func bindChanges(fs *flag.FlagSet) runFunc {
 	}
 }
 
+func bindLarge(fs *flag.FlagSet) runFunc {
+	var c bench.LargeConfig
+	fs.IntVar(&c.Members, "members", 100000, "N: members of the large conversation (built by bulk add, 1,000 per request)")
+	fs.IntVar(&c.Connected, "connected", 15000, "C: of them connected over WebSocket with \"large\": true")
+	fs.Float64Var(&c.Rate, "rate", 100, "R: messages/s sent into the large conversation")
+	fs.Float64Var(&c.Seconds, "seconds", 60, "D: length of each phase (the reference without the large traffic, then with it)")
+	fs.IntVar(&c.Small, "small", 2000, "S: small conversations carrying a normal load (one connected member each)")
+	fs.IntVar(&c.SmallMembers, "small-members", 3, "members per small conversation")
+	fs.Float64Var(&c.SmallRate, "small-rate", 100, "messages/s over all the small conversations, in both phases")
+	fs.IntVar(&c.Senders, "senders", 20, "members of the large conversation that send into it (never connected)")
+	fs.IntVar(&c.BuildConcurrency, "build-concurrency", 4, "bulk-add requests in flight during the build")
+	fs.IntVar(&c.Channels, "channels", 50, "read-mode channels of the user whose GET /v1/sync is timed")
+	fs.IntVar(&c.SyncRequests, "sync-requests", 400, "timed GET /v1/sync per user (40/s)")
+	fs.IntVar(&c.Workers, "workers", 0, "receiving processes (0: one per 8,000 WebSockets, at least 2)")
+	fs.IntVar(&c.LargeThreshold, "large-threshold", 0, "the fanout's read fan-out threshold (0: its default)")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: pgx's default, as inboxd gateway)")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		return bench.Large(ctx, env, c)
+	}
+}
+
 func bindAll(fs *flag.FlagSet) runFunc {
 	var c bench.AllConfig
 	var only string
 	var quick bool
 	fs.StringVar(&c.Docs, "docs", "docs/benchmarks.md", "report whose generated blocks are replaced (empty: none)")
 	fs.StringVar(&c.Images, "images", "docs/images", "directory of the charts (empty: none)")
-	fs.StringVar(&only, "only", "", "comma-separated figures to run (fanout,e2e,sync,idle,storm,changes); default all but changes, which runs only when named")
+	fs.StringVar(&only, "only", "", "comma-separated figures to run (fanout,e2e,sync,idle,storm,changes,large); default all but changes and large, which run only when named")
 	fs.BoolVar(&quick, "quick", false, "small sizes, to check the suite in a few minutes (the figures are not the report's)")
 	fs.BoolVar(&c.NoProfiles, "no-profiles", false, "skip the CPU profiles")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {

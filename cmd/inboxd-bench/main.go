@@ -12,7 +12,7 @@
 // this same executable again with two hidden commands:
 //
 //	inboxd-bench serve <json>          the gateway under test, or the bare echo server
-//	inboxd-bench worker <kind> <json>  a load generator (e2e, sync, idle, storm, changes)
+//	inboxd-bench worker <kind> <json>  a load generator (e2e, sync, idle, storm, changes, large)
 //
 // The server under test is the gateway package in a process of its own, not
 // the inboxd binary: it is built with gateway.New and served on an
@@ -49,6 +49,9 @@ figures:
   storm    reconnect storm after a gateway restart: the SDK vs a naive client
   changes  edit -> WebSocket push latency vs a send's at the same rate; update entries written
            for a burst of reactions on one message of a 500-member conversation
+  large    issue 21: an N-member conversation built by bulk add; send -> push to C connected members
+           at R msg/s, small conversations' push p99 with and without it; inbox rows per message;
+           delivery checked seq by seq; an offline member's catch-up; sync cost of 50 channels
   all      every figure, then the tables and charts of docs/benchmarks.md (make bench)
   report   the tables and charts again from the JSON of a bench all (--json)
 

@@ -21,9 +21,11 @@ type AllConfig struct {
 	Idle     IdleConfig
 	Storm    StormConfig
 	Changes  ChangesConfig
-	// Only runs these figures (fanout, e2e, sync, idle, storm, changes);
-	// empty: all but changes, which runs only when named (it would add
-	// about two minutes to the suite, and the report's tables predate it).
+	Large    LargeConfig
+	// Only runs these figures (fanout, e2e, sync, idle, storm, changes,
+	// large); empty: all but changes and large, which run only when named
+	// (changes would add about two minutes to the suite, large several,
+	// and the report's tables predate them).
 	Only []string
 	// Docs is the report to update between its marker comments (empty:
 	// none); Images the directory of its charts.
@@ -44,6 +46,7 @@ func (c AllConfig) Quick() AllConfig {
 	c.Storm = StormConfig{Clients: 400, Hold: 2500 * time.Millisecond, RecoverTimeout: 30 * time.Second}
 	c.Changes = ChangesConfig{Conversations: 60, Rate: 200, Seconds: 3, WarmupSeconds: 1, DrainSeconds: 2,
 		ReactionMembers: 100, ReactionRate: 200, ReactionSeconds: 2}
+	c.Large = LargeConfig{Members: 5000, Connected: 500, Seconds: 10, Small: 200, SmallRate: 50, SyncRequests: 100}
 	return c
 }
 
@@ -79,6 +82,7 @@ type AllResult struct {
 	Idle         *IdleResult        `json:"idle,omitempty"`
 	Storm        *StormResult       `json:"storm,omitempty"`
 	Changes      *ChangesResult     `json:"changes,omitempty"`
+	Large        *LargeResult       `json:"large,omitempty"`
 	Errors       map[string]string  `json:"errors,omitempty"`
 	Charts       []string           `json:"charts,omitempty"`
 }
@@ -116,6 +120,9 @@ func (r AllResult) sections() []section {
 	if r.Changes != nil {
 		s = append(s, section{"Changes of a message: edit -> push, reaction bursts (`inboxd-bench changes`)", r.Changes.Rows()})
 	}
+	if r.Large != nil {
+		s = append(s, section{"Large conversations, read fan-out (`inboxd-bench large`)", r.Large.Rows()})
+	}
 	return s
 }
 
@@ -145,7 +152,7 @@ func (r AllResult) Profiles() []Profile {
 
 func (c AllConfig) wants(fig string) bool {
 	if len(c.Only) == 0 {
-		return fig != "changes"
+		return fig != "changes" && fig != "large"
 	}
 	for _, o := range c.Only {
 		if o == fig {
@@ -278,6 +285,13 @@ func All(ctx context.Context, env *Env, cfg AllConfig) (AllResult, error) {
 		step("changes", func() error {
 			r, err := Changes(ctx, env, cfg.Changes)
 			res.Changes = &r
+			return err
+		})
+	}
+	if cfg.wants("large") {
+		step("large", func() error {
+			r, err := Large(ctx, env, cfg.Large)
+			res.Large = &r
 			return err
 		})
 	}

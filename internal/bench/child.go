@@ -46,6 +46,8 @@ func RunChild(ctx context.Context, args []string) error {
 			err = runStormWorker(ctx, cio, raw)
 		case "changes":
 			err = runChangesWorker(ctx, cio, raw)
+		case "large":
+			err = runLargeWorker(ctx, cio, raw)
 		default:
 			err = fmt.Errorf("unknown worker %q", args[1])
 		}

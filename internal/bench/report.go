@@ -107,7 +107,7 @@ func renderTables(r AllResult, charts []string, docDir string) string {
 	fmt.Fprintf(&b, "Load average (1 min) at the start %.2f, at the end %.2f, at most %.2f during the run", r.LoadAtStart, r.LoadAtEnd, r.LoadMax)
 	if len(r.LoadByFigure) > 0 {
 		var parts []string
-		for _, s := range []string{"fanout, 7 members", "fanout, 50 members", "e2e", "sync", "idle", "storm", "changes"} {
+		for _, s := range []string{"fanout, 7 members", "fanout, 50 members", "e2e", "sync", "idle", "storm", "changes", "large"} {
 			if l, ok := r.LoadByFigure[s]; ok {
 				parts = append(parts, fmt.Sprintf("%s %.2f", s, l))
 			}

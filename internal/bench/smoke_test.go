@@ -261,3 +261,59 @@ func TestBenchChangesSmoke(t *testing.T) {
 	WriteTable(&out, rows)
 	t.Log("\n" + out.String())
 }
+
+// The large figure at a tiny size, through `all --only large` (a low
+// read fan-out threshold so that the build is short): the conversation
+// switches to read mode, every connected member gets every message once
+// and in order, its messages write no inbox row per member, the offline
+// member catches up and both syncs are timed. A check that the figure
+// works, not a measurement.
+func TestBenchLargeSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a gateway and three load generators")
+	}
+	env, progress := testEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := All(ctx, env, AllConfig{Only: []string{"large"}, Large: LargeConfig{
+		Members: 1200, Connected: 150, Rate: 40, Seconds: 1.5, Small: 20, SmallRate: 20, Senders: 5,
+		Channels: 5, SyncRequests: 20, DrainSeconds: 10, Partitions: 4, LargeThreshold: 100}})
+	t.Log(progress.String())
+	require.NoError(t, err)
+	require.Nil(t, res.E2E, "only the large figure ran")
+	l := res.Large
+	require.NotNil(t, l)
+	require.True(t, l.ReadFanout)
+	require.Equal(t, int64(1200), l.MemberCount)
+	require.Equal(t, 170, l.Connections)
+	require.Len(t, l.Phases, 2)
+	ref, lg := l.Phases[0], l.Phases[1]
+	require.Zero(t, ref.Send.LargeSent)
+	require.Positive(t, lg.Send.LargeOK)
+	require.Zero(t, lg.Send.Errors, lg.Send.FirstErr)
+	require.Equal(t, lg.LargeExpected, lg.LargeReceived)
+	require.Positive(t, lg.LargePush.N)
+	require.Positive(t, ref.SmallPush.N)
+	require.Positive(t, lg.SmallPush.N)
+	d := l.Delivery
+	require.Equal(t, 150, d.Large.Sessions)
+	require.Equal(t, 150, d.Large.Complete)
+	require.Zero(t, d.Large.Missing)
+	require.Equal(t, 20, d.Small.Complete)
+	require.LessOrEqual(t, lg.LargeRows, lg.Send.LargeOK, "the bound: no row per member")
+	require.True(t, l.Offline.Listed)
+	require.True(t, l.Offline.Contiguous)
+	require.Equal(t, lg.Send.LargeOK, l.Offline.Bench)
+	require.Equal(t, 5, l.SyncListed)
+	require.Equal(t, 20, l.SyncWith.N)
+	require.Equal(t, 20, l.SyncWithout.N)
+	rows := res.Rows()
+	require.GreaterOrEqual(t, len(rows), 8)
+	for _, row := range rows {
+		require.NotEmpty(t, row.Reference, row.Figure)
+		require.NotEmpty(t, row.Ratio, row.Figure)
+	}
+	var out bytes.Buffer
+	WriteTable(&out, rows)
+	t.Log("\n" + out.String())
+}

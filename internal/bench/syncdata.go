@@ -67,16 +67,21 @@ func generateSyncData(ctx context.Context, pool *pgxpool.Pool, users, members, m
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// conversations, member spans and messages, by conversation.
 		c := 0
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"conversations"}, []string{"id", "title", "created_by", "created_at", "last_seq", "last_at", "text_count"},
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"conversations"}, []string{"id", "title", "created_by", "created_at", "last_seq", "last_at", "text_count", "member_count"},
 			pgx.CopyFromFunc(func() ([]any, error) {
 				if c == users {
 					return nil, nil
 				}
 				c++
-				return []any{int64(c), fmt.Sprintf("conversation %d", c), d.membersOf(c - 1)[0], at, lastSeq, at, lastSeq - 1}, nil
+				return []any{int64(c), fmt.Sprintf("conversation %d", c), d.membersOf(c - 1)[0], at, lastSeq, at, lastSeq - 1, int64(members)}, nil
 			}))
 		if err != nil {
 			return fmt.Errorf("copy conversations: %w", err)
+		}
+		// Each in write mode from its first seq, as a creation below the
+		// read fan-out threshold records it (docs/large-conversations.md).
+		if _, err := tx.Exec(ctx, `INSERT INTO conversation_modes (conversation_id, from_seq, read_fanout) SELECT id, 1, false FROM conversations`); err != nil {
+			return fmt.Errorf("conversation modes: %w", err)
 		}
 		c, k := 0, 0
 		_, err = tx.CopyFrom(ctx, pgx.Identifier{"member_spans"}, []string{"conversation_id", "user_id", "joined_seq"},

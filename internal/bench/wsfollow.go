@@ -13,6 +13,7 @@ import (
 type wsHello struct {
 	Type  string `json:"type"`
 	After int64  `json:"after"`
+	Large bool   `json:"large,omitempty"` // ask for the frames of read-mode conversations
 }
 
 // wsFollower keeps one user's WebSocket up, reconnecting with its cursor,
@@ -23,6 +24,8 @@ type wsFollower struct {
 	dialer  *websocket.Dialer
 	addr    string
 	reconns *atomic.Int64
+	large   bool  // say "large": true in the hello
+	start   int64 // the cursor of the first hello (the user's head when known)
 	frame   func(data []byte, now int64) (typ string, cursor int64)
 }
 
@@ -30,13 +33,13 @@ type wsFollower struct {
 // is called after the first welcome.
 func (f *wsFollower) follow(ctx context.Context, tok string, sem chan struct{}, welcomed func()) {
 	hdr := http.Header{"Authorization": {"Bearer " + tok}}
-	var after int64
+	after := f.start
 	first := true
 	for ctx.Err() == nil {
 		sem <- struct{}{}
 		conn, _, err := f.dialer.DialContext(ctx, "ws://"+f.addr+"/v1/ws", hdr)
 		if err == nil {
-			err = conn.WriteJSON(wsHello{Type: "hello", After: after})
+			err = conn.WriteJSON(wsHello{Type: "hello", After: after, Large: f.large})
 		}
 		<-sem
 		if err != nil {

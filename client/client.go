@@ -429,3 +429,21 @@ func serverAway(err error) bool {
 	}
 	return false
 }
+
+// latestRecords keeps one record per conversation, the highest version (a
+// conversation that moved while the list was paged can appear twice).
+func latestRecords(recs []Record) []Record {
+	idx := map[int64]int{}
+	out := recs[:0]
+	for _, r := range recs {
+		if i, ok := idx[r.ConversationID]; ok {
+			if r.Version > out[i].Version {
+				out[i] = r
+			}
+			continue
+		}
+		idx[r.ConversationID] = len(out)
+		out = append(out, r)
+	}
+	return out
+}

@@ -385,24 +385,6 @@ func (c *Client) applyTooLong(ctx context.Context, ans *protocol.SyncAnswer) err
 	return nil
 }
 
-// latestRecords keeps one record per conversation, the highest version (a
-// conversation that moved while the list was paged can appear twice).
-func latestRecords(recs []Record) []Record {
-	idx := map[int64]int{}
-	out := recs[:0]
-	for _, r := range recs {
-		if i, ok := idx[r.ConversationID]; ok {
-			if r.Version > out[i].Version {
-				out[i] = r
-			}
-			continue
-		}
-		idx[r.ConversationID] = len(out)
-		out = append(out, r)
-	}
-	return out
-}
-
 // BackfillResult is one Backfill step.
 type BackfillResult struct {
 	// Messages are the messages that filled holes, ascending by seq, in

@@ -376,26 +376,7 @@ func runTail(ctx context.Context, args []string) error {
 		},
 	}
 	if !f.jsonOut && !*once {
-		h.OnStatus = func(s client.Status) {
-			switch s.State {
-			case client.StateConnected:
-				fmt.Fprintf(os.Stderr, "-- connected (%s)\n", s.Transport)
-			case client.StateWaiting, client.StateCircuitOpen:
-				fmt.Fprintf(os.Stderr, "-- %s, retrying in %v: %v\n", s.State, time.Until(s.RetryAt).Round(time.Millisecond), s.Err)
-			}
-		}
-		// Others' typing, presence and receipts, and the totals, beside the
-		// entries (stderr: they are not inbox entries).
-		h.OnTyping = func(e client.TypingEvent) {
-			fmt.Fprintf(os.Stderr, "-- %s\n", typingLine("conv "+strconv.FormatInt(e.ConversationID, 10), e))
-		}
-		h.OnPresence = func(e client.PresenceEvent) { fmt.Fprintf(os.Stderr, "-- %s\n", presenceLine(e)) }
-		h.OnReceipt = func(r client.Receipt) {
-			fmt.Fprintf(os.Stderr, "-- user %d read conv %d up to #%d\n", r.UserID, r.ConversationID, r.ReadSeq)
-		}
-		h.OnCounts = func(n client.Counts) {
-			fmt.Fprintf(os.Stderr, "-- %d unread, %d mentions\n", n.UnreadTotal, n.MentionTotal)
-		}
+		tailLive(&h)
 	}
 	c, err := client.New(client.Config{BaseURL: l.URL, Token: l.Token, Store: store, Logger: log, Handler: h,
 		Transport: tr, StartupJitter: -1})
@@ -414,6 +395,30 @@ func runTail(ctx context.Context, args []string) error {
 		return c.Sync(ctx)
 	}
 	return c.Run(ctx)
+}
+
+// tailLive adds to h what a followed tail prints on stderr beside the
+// entries: the connection, others' typing, presence and receipts, and the
+// totals (they are not inbox entries).
+func tailLive(h *client.Handler) {
+	h.OnStatus = func(s client.Status) {
+		switch s.State {
+		case client.StateConnected:
+			fmt.Fprintf(os.Stderr, "-- connected (%s)\n", s.Transport)
+		case client.StateWaiting, client.StateCircuitOpen:
+			fmt.Fprintf(os.Stderr, "-- %s, retrying in %v: %v\n", s.State, time.Until(s.RetryAt).Round(time.Millisecond), s.Err)
+		}
+	}
+	h.OnTyping = func(e client.TypingEvent) {
+		fmt.Fprintf(os.Stderr, "-- %s\n", typingLine("conv "+strconv.FormatInt(e.ConversationID, 10), e))
+	}
+	h.OnPresence = func(e client.PresenceEvent) { fmt.Fprintf(os.Stderr, "-- %s\n", presenceLine(e)) }
+	h.OnReceipt = func(r client.Receipt) {
+		fmt.Fprintf(os.Stderr, "-- user %d read conv %d up to #%d\n", r.UserID, r.ConversationID, r.ReadSeq)
+	}
+	h.OnCounts = func(n client.Counts) {
+		fmt.Fprintf(os.Stderr, "-- %d unread, %d mentions\n", n.UnreadTotal, n.MentionTotal)
+	}
 }
 
 func isClientRefusal(err error) bool {

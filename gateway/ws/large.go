@@ -101,9 +101,14 @@ func (x *largeIndex) notified(rf hub.ReadFanout) {
 // add registers an aware session with its user's list (from its hello's
 // read). A conversation new to the index starts at the list's position:
 // what the client reads with ?after= covers what came before.
+//
+// The list was read before the session was registered, and an M token of
+// its user that came in between was dropped (no session here then): a
+// removal would leave the session subscribed to a conversation it left.
+// So the user's list is read again now that the session is registered
+// (relists run before pushes), and every later M token re-reads it too.
 func (x *largeIndex) add(s *session, list []inbox.LargeMembership) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	set := x.users[s.user]
 	if set == nil {
 		set = map[*session]struct{}{}
@@ -111,6 +116,12 @@ func (x *largeIndex) add(s *session, list []inbox.LargeMembership) {
 	}
 	set[s] = struct{}{}
 	x.setListLocked(s, list)
+	x.relist[s.user] = true
+	x.mu.Unlock()
+	select {
+	case x.kick <- struct{}{}:
+	default:
+	}
 }
 
 // setListLocked makes list the session's conversations.

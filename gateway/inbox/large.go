@@ -80,27 +80,31 @@ func (r *Reader) MembersAmong(ctx context.Context, conv int64, users []int64) ([
 // No reader's own reaction is marked: the messages go to many readers.
 var (
 	sqlLargeNew = `SELECT ` + rows.MessageCols + ` FROM messages m
-WHERE m.conversation_id = $1 AND m.seq > $2 ORDER BY m.seq DESC LIMIT $3`
+WHERE m.conversation_id = $1 AND m.seq > $2 AND m.seq <= $4 ORDER BY m.seq DESC LIMIT $3`
 	sqlLargeChanged = `SELECT ` + rows.MessageCols + ` FROM messages m
-WHERE m.conversation_id = $1 AND m.changed_ord > $2 AND m.changed_ord > 0 ORDER BY m.changed_ord DESC LIMIT $3`
+WHERE m.conversation_id = $1 AND m.changed_ord > $2 AND m.changed_ord <= $4 AND m.changed_ord > 0
+ORDER BY m.changed_ord DESC LIMIT $3`
 )
 
-// LargeNews reads what is new in read-mode conversation conv: the newest
-// limit messages with seq > afterSeq, ascending, and the newest limit
-// messages with changed_ord > afterChange, by changed_ord.
-func (r *Reader) LargeNews(ctx context.Context, conv, afterSeq, afterChange int64, limit int) (msgs, changed []protocol.Message, err error) {
-	if msgs, err = r.messagesOf(ctx, sqlLargeNew, conv, afterSeq, limit); err != nil {
+// LargeNews reads what is new in read-mode conversation conv up to the
+// position a notification announced: the newest limit messages with
+// afterSeq < seq <= uptoSeq, ascending, and the newest limit messages with
+// afterChange < changed_ord <= uptoChange, by changed_ord. Never beyond it:
+// what committed since comes with its own notification, together with the
+// membership tokens of its batch (a member removed there must not get it).
+func (r *Reader) LargeNews(ctx context.Context, conv, afterSeq, uptoSeq, afterChange, uptoChange int64, limit int) (msgs, changed []protocol.Message, err error) {
+	if msgs, err = r.messagesOf(ctx, sqlLargeNew, conv, afterSeq, uptoSeq, limit); err != nil {
 		return nil, nil, err
 	}
-	if changed, err = r.messagesOf(ctx, sqlLargeChanged, conv, afterChange, limit); err != nil {
+	if changed, err = r.messagesOf(ctx, sqlLargeChanged, conv, afterChange, uptoChange, limit); err != nil {
 		return nil, nil, err
 	}
 	return msgs, changed, nil
 }
 
 // messagesOf runs one of the reads of LargeNews and reverses its rows.
-func (r *Reader) messagesOf(ctx context.Context, sql string, conv, after int64, limit int) ([]protocol.Message, error) {
-	rs, err := r.db.Query(ctx, sql, conv, after, limit)
+func (r *Reader) messagesOf(ctx context.Context, sql string, conv, after, upto int64, limit int) ([]protocol.Message, error) {
+	rs, err := r.db.Query(ctx, sql, conv, after, limit, upto)
 	if err != nil {
 		return nil, fmt.Errorf("read the news of conversation %d: %w", conv, err)
 	}

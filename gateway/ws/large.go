@@ -302,7 +302,7 @@ func (x *largeIndex) push(ctx context.Context, moved map[int64]largePos) (failed
 		}
 		afterSeq, afterChange := lc.lastSeq, lc.changes
 		x.mu.Unlock()
-		msgs, changed, err := x.ws.deps.Inbox.LargeNews(ctx, c, afterSeq, afterChange, x.ws.cfg.PushBatch)
+		msgs, changed, err := x.ws.deps.Inbox.LargeNews(ctx, c, afterSeq, l.lastSeq, afterChange, l.changes, x.ws.cfg.PushBatch)
 		if err != nil {
 			if failed == nil {
 				failed = map[int64]largePos{}

@@ -23,6 +23,7 @@ const (
 	DefaultWSPushBatch        = ws.DefaultPushBatch
 	DefaultWSPushWindow       = ws.DefaultPushWindow
 	DefaultWSPushWorkers      = ws.DefaultPushWorkers
+	DefaultWSLargePushRate    = ws.DefaultLargePushRate
 	DefaultWSPushMaxSessions  = ws.DefaultPushMaxSessions
 	DefaultWSMaxConns         = ws.DefaultMaxConns
 	DefaultWSMaxConnsPerUser  = ws.DefaultMaxConnsPerUser

@@ -272,3 +272,34 @@ func TestWSLargeAfterListenLost(t *testing.T) {
 	f := ca.nextTyped(t, protocol.FrameMessages)
 	require.Equal(t, m.Seq, f.Messages[len(f.Messages)-1].Seq)
 }
+
+// LargePushRate paces a conversation's pushes: with one session here and
+// a rate of 2 writes/s, a frame at most every 500ms, the messages sent in
+// between in the next one, every seq once and in order.
+func TestWSLargePushPaced(t *testing.T) {
+	w := newWSGateway(t, nil, WSConfig{LargePushRate: 2})
+	tg := w.tgw
+	a, b := tg.user(t, 1), tg.user(t, 2)
+	big := a.create(t, "big", 2)
+	setReadFanout(t, tg, big, true)
+	ca := dialWS(t, w, a)
+	ca.helloLarge(t, 0)
+	waitFor(t, 10*time.Second, "a indexed", func() bool { n, _ := w.ws.LargeSessions(big); return n == 1 })
+
+	var want []int64
+	for i := range 8 {
+		want = append(want, b.send(t, big, fmt.Sprint("m", i)).Seq)
+	}
+	var got []int64
+	var at []time.Time
+	for len(got) < len(want) {
+		f := ca.nextTyped(t, protocol.FrameMessages)
+		at = append(at, time.Now())
+		got = append(got, seqsOf(f.Messages)...)
+	}
+	require.Equal(t, want, got, "every seq once, in order")
+	require.Less(t, len(at), len(want), "frames coalesce the messages sent within an interval")
+	for i := 1; i < len(at); i++ {
+		require.GreaterOrEqual(t, at[i].Sub(at[i-1]), 350*time.Millisecond, "frame %d came %v after the one before", i, at[i].Sub(at[i-1]))
+	}
+}

@@ -39,6 +39,7 @@ type gatewayFlags struct {
 	tokenCache       int
 	plainBodies      bool
 	mentionAllMax    int
+	wsLargePushRate  float64
 	// typing and presence
 	typingExpiry   time.Duration
 	typingInterval time.Duration
@@ -69,6 +70,7 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.tokenCache, "token-cache", gateway.DefaultTokenCache, "verified bearer tokens remembered until their expiry (negative: off)")
 	fs.BoolVar(&f.plainBodies, "plain-bodies", false, "append message bodies to the log in plain text instead of sealed with a key per message (outside consumers can read them, and deleting a message cannot erase its body from the log)")
 	fs.IntVar(&f.mentionAllMax, "mention-all-max", gateway.DefaultMentionAllMax, "most members a conversation may have for a send to mention them all (mention_all)")
+	fs.Float64Var(&f.wsLargePushRate, "ws-large-push-rate", gateway.DefaultWSLargePushRate, "paces the pushes of a read-mode conversation: one with n connected members here is pushed at most every n/rate seconds (at most 1s), so its frames cost about this many writes a second (negative: never paced)")
 	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", gateway.DefaultWSSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
 	f.bindEphemeral(fs)
 }
@@ -108,6 +110,7 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 			MaxConnsPerUser:   f.wsMaxPerUser,
 			WriteTimeout:      f.wsWriteTimeout,
 			SlowTimeout:       f.wsSlowTimeout,
+			LargePushRate:     f.wsLargePushRate,
 		},
 		Ephemeral: gateway.EphemeralConfig{
 			TypingExpiry:   f.typingExpiry,

@@ -27,6 +27,8 @@ const (
 	DefaultCloseGrace       = time.Second
 	DefaultRetryAfter       = 5 * time.Second
 	DefaultMaxFrameBytes    = 64 << 10
+	DefaultLargePushRate    = 50000
+	maxLargePushInterval    = time.Second
 )
 
 // Config configures the WebSocket endpoint GET /v1/ws (see Server).
@@ -91,6 +93,16 @@ type Config struct {
 	// one query. Negative disables the window (every signal is read at
 	// once, still batched with whatever is pending). Default 2ms.
 	PushWindow time.Duration
+
+	// LargePushRate paces the pushes of a read-mode conversation
+	// (docs/large-conversations.md): one with n aware sessions here is
+	// pushed at most once per n/LargePushRate seconds (at most 1s), the
+	// messages in between in its next frame, so its frames cost this
+	// process about LargePushRate writes a second however many members
+	// are connected (15,000 members: a frame every 300ms). A
+	// conversation with few sessions here is pushed at once. Negative:
+	// never paced. Default 50000.
+	LargePushRate float64
 
 	// PushWorkers is how many push queries may run at once. While all
 	// are busy, signalled sessions accumulate into bigger batches.
@@ -176,6 +188,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PushWorkers == 0 {
 		c.PushWorkers = DefaultPushWorkers
+	}
+	if c.LargePushRate == 0 {
+		c.LargePushRate = DefaultLargePushRate
 	}
 	if c.PushMaxSessions == 0 {
 		c.PushMaxSessions = DefaultPushMaxSessions

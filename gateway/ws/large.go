@@ -51,6 +51,10 @@ type largeIndex struct {
 	switched map[int64]bool // conversations whose local members' lists are
 	reset    bool           // re-read every list, reset every position
 	kick     chan struct{}
+
+	// due is when each conversation may be pushed again (LargePushRate);
+	// only run's goroutine uses it.
+	due map[int64]time.Time
 }
 
 // largePos is a position of a read-mode conversation (an L token's).
@@ -59,7 +63,7 @@ type largePos struct{ lastSeq, changes int64 }
 func newLargeIndex(ws *Server) *largeIndex {
 	return &largeIndex{ws: ws, convs: map[int64]*largeConv{}, users: map[int64]map[*session]struct{}{},
 		byConv: map[*session][]int64{}, moved: map[int64]largePos{}, relist: map[int64]bool{},
-		switched: map[int64]bool{}, kick: make(chan struct{}, 1)}
+		switched: map[int64]bool{}, kick: make(chan struct{}, 1), due: map[int64]time.Time{}}
 }
 
 // notified takes a notification's read-mode tokens (the hub's LISTEN
@@ -205,12 +209,20 @@ func (x *largeIndex) retry(relist, switched map[int64]bool, reset bool, moved ma
 	maps.Copy(x.relist, relist)
 	maps.Copy(x.switched, switched)
 	x.reset = x.reset || reset
+	x.mu.Unlock()
+	x.requeue(moved, pushRetryDelay)
+}
+
+// requeue puts moved conversations back, to be pushed after delay (or
+// with the next work, if sooner).
+func (x *largeIndex) requeue(moved map[int64]largePos, delay time.Duration) {
+	x.mu.Lock()
 	for c, p := range moved {
 		q := x.moved[c]
 		x.moved[c] = largePos{max(p.lastSeq, q.lastSeq), max(p.changes, q.changes)}
 	}
 	x.mu.Unlock()
-	time.AfterFunc(pushRetryDelay, func() {
+	time.AfterFunc(delay, func() {
 		select {
 		case x.kick <- struct{}{}:
 		default:
@@ -292,7 +304,12 @@ func wireList(list []inbox.LargeMembership) []protocol.LargeConv {
 
 // push reads the news of each moved conversation once and queues the
 // frame to its sessions; it returns the conversations whose read failed.
+// A conversation pushed less than its pacing interval ago (LargePushRate)
+// is put back and pushed when the interval is over, with what came since.
 func (x *largeIndex) push(ctx context.Context, moved map[int64]largePos) (failed map[int64]largePos) {
+	now := time.Now()
+	var later map[int64]largePos
+	var wake time.Time
 	for c, l := range moved {
 		x.mu.Lock()
 		lc := x.convs[c]
@@ -300,8 +317,18 @@ func (x *largeIndex) push(ctx context.Context, moved map[int64]largePos) (failed
 			x.mu.Unlock()
 			continue // nobody here, or already pushed
 		}
-		afterSeq, afterChange := lc.lastSeq, lc.changes
+		afterSeq, afterChange, subs := lc.lastSeq, lc.changes, len(lc.subs)
 		x.mu.Unlock()
+		if d := x.due[c]; now.Before(d) {
+			if later == nil {
+				later = map[int64]largePos{}
+			}
+			if later[c] = l; wake.IsZero() || d.Before(wake) {
+				wake = d
+			}
+			continue
+		}
+		x.due[c] = now.Add(x.interval(subs))
 		msgs, changed, err := x.ws.deps.Inbox.LargeNews(ctx, c, afterSeq, l.lastSeq, afterChange, l.changes, x.ws.cfg.PushBatch)
 		if err != nil {
 			if failed == nil {
@@ -313,7 +340,24 @@ func (x *largeIndex) push(ctx context.Context, moved map[int64]largePos) (failed
 		}
 		x.deliver(c, l, msgs, changed)
 	}
+	if later != nil {
+		x.requeue(later, time.Until(wake))
+	}
+	for c, d := range x.due {
+		if now.After(d) {
+			delete(x.due, c) // past: the map holds only conversations being paced
+		}
+	}
 	return failed
+}
+
+// interval is the pacing of a conversation with subs aware sessions here.
+func (x *largeIndex) interval(subs int) time.Duration {
+	r := x.ws.cfg.LargePushRate
+	if r <= 0 {
+		return 0
+	}
+	return min(time.Duration(float64(subs)/r*float64(time.Second)), maxLargePushInterval)
 }
 
 // deliver queues one conversation's news to its sessions, advancing the

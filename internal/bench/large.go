@@ -49,6 +49,9 @@ type LargeConfig struct {
 	// DBMaxConns is the gateway's PostgreSQL pool size [0: pgx's default,
 	// max(4, CPUs), as `inboxd gateway` without --db-max-conns].
 	DBMaxConns int
+	// LargePushRate is the gateway's --ws-large-push-rate [0: its
+	// default; negative: no pacing].
+	LargePushRate float64
 }
 
 func (c *LargeConfig) setDefaults() {
@@ -401,7 +404,8 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 	secret := randomSecret()
 	conns := cfg.Connected + cfg.Small
 	gw, ready, err := startServe(ctx, env, "gateway", serveConfig{Mode: "gateway", DatabaseURL: pl.url, Brokers: pl.brokers,
-		Partitions: cfg.Partitions, Secret: secret, MaxConns: conns + 500, DBMaxConns: cfg.DBMaxConns, Deadline: 2 * time.Hour})
+		Partitions: cfg.Partitions, Secret: secret, MaxConns: conns + 500, DBMaxConns: cfg.DBMaxConns,
+		LargePushRate: cfg.LargePushRate, Deadline: 2 * time.Hour})
 	if err != nil {
 		return res, err
 	}

@@ -41,7 +41,10 @@ type serveConfig struct {
 	Secret      string
 	MaxConns    int // WebSocket connections of the gateway; default 16384
 	DBMaxConns  int // 0: pgx's default, as `inboxd gateway`
-	Deadline    time.Duration
+	// LargePushRate is the WebSocket pacing of read-mode pushes (0: the
+	// gateway's default; negative: none).
+	LargePushRate float64
+	Deadline      time.Duration
 }
 
 // serveReady is the child's "ready" line.
@@ -141,7 +144,7 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 		if err != nil {
 			return err
 		}
-		ws, err := g.NewWebSocket(gateway.WSConfig{MaxConns: cfg.MaxConns})
+		ws, err := g.NewWebSocket(gateway.WSConfig{MaxConns: cfg.MaxConns, LargePushRate: cfg.LargePushRate})
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"sync/atomic"
@@ -26,7 +27,8 @@ type wsFollower struct {
 	reconns *atomic.Int64
 	large   bool  // say "large": true in the hello
 	start   int64 // the cursor of the first hello (the user's head when known)
-	frame   func(data []byte, now int64) (typ string, cursor int64)
+	// frame must not keep data past its return (the buffer is reused).
+	frame func(data []byte, now int64) (typ string, cursor int64)
 }
 
 // follow runs until ctx ends; sem bounds the connects in flight, welcomed
@@ -35,6 +37,7 @@ func (f *wsFollower) follow(ctx context.Context, tok string, sem chan struct{}, 
 	hdr := http.Header{"Authorization": {"Bearer " + tok}}
 	after := f.start
 	first := true
+	var buf bytes.Buffer
 	for ctx.Err() == nil {
 		sem <- struct{}{}
 		conn, _, err := f.dialer.DialContext(ctx, "ws://"+f.addr+"/v1/ws", hdr)
@@ -51,11 +54,18 @@ func (f *wsFollower) follow(ctx context.Context, tok string, sem chan struct{}, 
 		}
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
 		for {
-			_, data, err := conn.ReadMessage()
+			// One buffer per follower, reused frame to frame (ReadMessage
+			// allocates each frame anew: hundreds of MB/s of garbage in
+			// the large figure). No frame function keeps data.
+			_, r, err := conn.NextReader()
+			if err == nil {
+				buf.Reset()
+				_, err = buf.ReadFrom(r)
+			}
 			if err != nil {
 				break
 			}
-			switch typ, cursor := f.frame(data, time.Now().UnixNano()); typ {
+			switch typ, cursor := f.frame(buf.Bytes(), time.Now().UnixNano()); typ {
 			case "welcome":
 				if first {
 					first = false

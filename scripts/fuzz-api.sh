@@ -15,6 +15,8 @@
 #   INBOXD_FUZZ_SEED      schemathesis seed (default: random, printed)
 #   INBOXD_FUZZ_CHECKS    schemathesis checks (default: the ones below)
 #   INBOXD_FUZZ_VENV      the venv (default ~/.cache/inboxd/fuzz-venv)
+#   INBOXD_FUZZ_PYTHON    the Python of the venv (default: the newest 3.12+
+#                         found on PATH or under ~/.pyenv, else python3)
 #   INBOXD_FUZZ_OUT       where the server log, schemathesis' output and
 #                         JUnit report are kept (default /tmp/inboxd-fuzz)
 set -euo pipefail
@@ -62,17 +64,42 @@ json() { python3 -c 'import json,sys; v=json.load(sys.stdin).get(sys.argv[1]); p
 uuid() { python3 -c 'import uuid; print(uuid.uuid4())'; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# 1. The fuzzer, from the lockfile (the venv is reused while it matches).
+# fuzz_python prints the interpreter of the venv. Python 3.11 (Debian's and
+# pyenv's 3.11.7 here) has CPython bug gh-106905: ast.parse, which
+# hypothesis calls to describe the lambdas of schemathesis' filters, fails
+# now and then with "SystemError: AST constructor recursion depth
+# mismatch"; schemathesis reports it as a runtime error and the run fails
+# with no failing request (CI at 37282f4). 3.12+ has the fix.
+fuzz_python() {
+	if [[ -n "${INBOXD_FUZZ_PYTHON:-}" ]]; then
+		echo "$INBOXD_FUZZ_PYTHON"
+		return
+	fi
+	local c
+	for c in python3.14 python3.13 python3.12 \
+		"$HOME"/.pyenv/versions/3.14*/bin/python3 "$HOME"/.pyenv/versions/3.13*/bin/python3 \
+		"$HOME"/.pyenv/versions/3.12*/bin/python3; do
+		if command -v "$c" >/dev/null 2>&1; then
+			echo "$c"
+			return
+		fi
+	done
+	echo python3
+}
+
+# 1. The fuzzer, from the lockfile (the venv is reused while it matches the
+# lockfile and the interpreter).
 t0=$SECONDS
-stamp="$(sha256sum "$REQS" | cut -d' ' -f1)"
+PY="$(fuzz_python)"
+stamp="$(sha256sum "$REQS" | cut -d' ' -f1) $("$PY" -c 'import sys; print(sys.version.split()[0])')"
 if [[ "$(cat "$VENV/.inboxd-requirements" 2>/dev/null)" != "$stamp" ]]; then
-	say "installing schemathesis into $VENV (pinned, hashed: $REQS)"
+	say "installing schemathesis into $VENV with $PY (pinned, hashed: $REQS)"
 	rm -rf "$VENV"
-	python3 -m venv "$VENV"
+	"$PY" -m venv "$VENV"
 	"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes -r "$REQS"
 	echo "$stamp" >"$VENV/.inboxd-requirements"
 fi
-say "$("$VENV/bin/schemathesis" --version) ready ($((SECONDS - t0))s)"
+say "$("$VENV/bin/schemathesis" --version) on $("$VENV/bin/python" --version) ready ($((SECONDS - t0))s)"
 
 # 2. inboxd dev on a fresh data directory and free ports.
 t0=$SECONDS

@@ -138,6 +138,7 @@ func bindLarge(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&c.Workers, "workers", 0, "receiving processes (0: one per 8,000 WebSockets, at least 2)")
 	fs.IntVar(&c.LargeThreshold, "large-threshold", 0, "the fanout's read fan-out threshold (0: its default)")
 	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: pgx's default, as inboxd gateway)")
+	fs.BoolVar(&c.Profile, "profile", false, "a CPU profile of the gateway per phase (in the output directory) and a sample of PostgreSQL's active statements")
 	fs.Float64Var(&c.LargePushRate, "ws-large-push-rate", 0, "the gateway's pacing of read-mode pushes, writes/s per conversation (0: its default; negative: none)")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		return bench.Large(ctx, env, c)

@@ -15,14 +15,15 @@ import (
 // presence a change of the hide_presence setting publishes.
 
 // sqlLookup is the presence of the users $2 that $1 may see: $1 itself
-// and the users sharing a current conversation with $1, in user id order,
-// with whether each hides its presence.
+// and the users sharing a current write-mode conversation with $1 (as
+// sqlPartners), in user id order, with whether each hides its presence.
 var sqlLookup = fmt.Sprintf(`SELECT q.u, %s, ls.last_seen, COALESCE(st.hide_presence, false)
 FROM (SELECT DISTINCT u FROM unnest($2::bigint[]) u) q
 LEFT JOIN presence_last_seen ls ON ls.user_id = q.u
 LEFT JOIN user_settings st ON st.user_id = q.u
-WHERE q.u = $1 OR EXISTS (SELECT 1 FROM member_spans a JOIN member_spans b
-	ON b.conversation_id = a.conversation_id AND b.left_seq IS NULL AND b.user_id = q.u
+WHERE q.u = $1 OR EXISTS (SELECT 1 FROM member_spans a
+	JOIN conversations c ON c.id = a.conversation_id AND NOT c.read_fanout
+	JOIN member_spans b ON b.conversation_id = a.conversation_id AND b.left_seq IS NULL AND b.user_id = q.u
 	WHERE a.user_id = $1 AND a.left_seq IS NULL)
 ORDER BY q.u`, fmt.Sprintf(liveRow, "q.u", "'00000000-0000-0000-0000-000000000000'::uuid", "$3"))
 

@@ -235,9 +235,14 @@ func (s *Service) deliverPresence(ctx context.Context, p projection.Presence) er
 	return nil
 }
 
-// sqlPartners are the users of $2 who share a current conversation with
-// $1, but $1.
+// sqlPartners are the users of $2 who share a current write-mode
+// conversation with $1, but $1. Read-mode conversations (large ones and
+// channels, docs/large-conversations.md) share no presence: a member of a
+// 100,000-member channel going online would be a frame to every connected
+// member and a join over all of them (measured: the statement took most of
+// PostgreSQL's time while 15,000 members connected).
 const sqlPartners = `SELECT DISTINCT b.user_id FROM member_spans a
+JOIN conversations c ON c.id = a.conversation_id AND NOT c.read_fanout
 JOIN member_spans b ON b.conversation_id = a.conversation_id AND b.left_seq IS NULL
 WHERE a.user_id = $1 AND a.left_seq IS NULL AND b.user_id = ANY($2) AND b.user_id <> $1`
 

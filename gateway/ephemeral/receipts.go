@@ -15,10 +15,13 @@ import (
 // again (GET .../receipts), so a dropped frame loses nothing for good.
 
 // sqlReceiptAudience is who of $2 (this gateway's users) sees the receipt
-// of $3 in $1: the current members, none when $3 hides its receipts.
+// of $3 in $1: the current members, none when $3 hides its receipts or $1
+// is in read mode (docs/large-conversations.md: every member's read would
+// be a frame to every connected member; GET …/receipts still answers).
 const sqlReceiptAudience = `SELECT s.user_id FROM member_spans s
 WHERE s.conversation_id = $1 AND s.left_seq IS NULL AND s.user_id = ANY($2::bigint[])
-	AND NOT EXISTS (SELECT 1 FROM user_settings us WHERE us.user_id = $3 AND us.hide_receipts)`
+	AND NOT EXISTS (SELECT 1 FROM user_settings us WHERE us.user_id = $3 AND us.hide_receipts)
+	AND NOT EXISTS (SELECT 1 FROM conversations c WHERE c.id = $1 AND c.read_fanout)`
 
 // Receipt queues the receipt of user, who read conv up to seq, for
 // delivery (the hub's Config.Read). It never blocks: a full queue drops

@@ -52,6 +52,9 @@ type LargeConfig struct {
 	// LargePushRate is the gateway's --ws-large-push-rate [0: its
 	// default; negative: no pacing].
 	LargePushRate float64
+	// Profile takes a CPU profile of the gateway in each phase (files in
+	// the output directory) and samples PostgreSQL's active statements.
+	Profile bool
 }
 
 func (c *LargeConfig) setDefaults() {
@@ -612,6 +615,11 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 		progressf(pr, "bench large: %s: %g msg/s into the large conversation, %g msg/s into the small ones, for %gs ...", name, largeRate, cfg.SmallRate, cfg.Seconds)
 		meter := newCPUMeter(groups)
 		load := loadAverage()
+		stopProfiles := func() {}
+		if cfg.Profile {
+			stopProfiles = largeProfiles(ctx, env, pl.pool, ready.Ctl, idx, cfg.Seconds)
+		}
+		defer stopProfiles()
 		cmd, _ := json.Marshal(largePhaseCmd{Idx: idx, LargeRate: largeRate, SmallRate: cfg.SmallRate, Seconds: cfg.Seconds})
 		if err := sender.send("phase " + string(cmd)); err != nil {
 			return p, err

@@ -168,6 +168,13 @@ func (s *Service) localUsers() []int64 {
 	return out
 }
 
+// localCount is the number of users with a session here.
+func (s *Service) localCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.local)
+}
+
 // deliver hands frame to the local sessions of users.
 func (s *Service) deliver(users []int64, kind string, frame []byte) {
 	var ls []*listener

@@ -248,10 +248,16 @@ func (s *Service) deliverPresence(ctx context.Context, p projection.Presence) er
 // 100,000-member channel going online would be a frame to every connected
 // member and a join over all of them (measured: the statement took most of
 // PostgreSQL's time while 15,000 members connected).
-const sqlPartners = `SELECT DISTINCT b.user_id FROM member_spans a
-JOIN conversations c ON c.id = a.conversation_id AND NOT c.read_fanout
-JOIN member_spans b ON b.conversation_id = a.conversation_id AND b.left_seq IS NULL
-WHERE a.user_id = $1 AND a.left_seq IS NULL AND b.user_id <> $1`
+//
+// The write-mode conversations are picked first (MATERIALIZED): joined in
+// one query, the planner may read the members of every conversation of
+// $1, a 100,000-member one included, before dropping it.
+const sqlPartners = `WITH mine AS MATERIALIZED (SELECT a.conversation_id FROM member_spans a
+	JOIN conversations c ON c.id = a.conversation_id AND NOT c.read_fanout
+	WHERE a.user_id = $1 AND a.left_seq IS NULL)
+SELECT DISTINCT b.user_id FROM mine
+JOIN member_spans b ON b.conversation_id = mine.conversation_id AND b.left_seq IS NULL
+WHERE b.user_id <> $1`
 
 // queryUsers runs a query of user ids with parameters $1 and $2.
 func (s *Service) queryUsers(ctx context.Context, sql string, a int64, local []int64, more ...any) ([]int64, error) {

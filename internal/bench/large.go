@@ -117,26 +117,29 @@ type LargeOffline struct {
 
 // LargeResult is the outcome of Large.
 type LargeResult struct {
-	Config         LargeConfig     `json:"config"`
-	LoadAtStart    float64         `json:"load_average_1m_at_start"`
-	LoadAtEnd      float64         `json:"load_average_1m_at_end"`
-	BuildSeconds   float64         `json:"build_seconds"`
-	BuildRequests  int             `json:"build_requests"`
-	BuildRows      int64           `json:"build_inbox_rows"`
-	MemberCount    int64           `json:"member_count"`
-	ReadFanout     bool            `json:"read_fanout"`
-	Connections    int             `json:"websockets"`
-	LargeConnected int             `json:"large_members_connected"`
-	ConnectSeconds float64         `json:"connect_seconds"`
-	ConnectRetries int             `json:"connect_retries"` // hellos that failed while connecting (tried again)
-	Phases         []LargePhase    `json:"phases"`          // the reference (small load only), then with the large traffic
-	Delivery       largeRecvResult `json:"delivery"`
-	FinalSeq       int64           `json:"large_last_seq"`
-	BaseSeq        int64           `json:"large_seq_before_run"`
-	Offline        LargeOffline    `json:"offline"`
-	SyncWith       Dist            `json:"sync_with_channels"`
-	SyncWithout    Dist            `json:"sync_without"`
-	SyncListed     int             `json:"sync_large_list_length"`
+	Config         LargeConfig `json:"config"`
+	LoadAtStart    float64     `json:"load_average_1m_at_start"`
+	LoadAtEnd      float64     `json:"load_average_1m_at_end"`
+	BuildSeconds   float64     `json:"build_seconds"`
+	BuildRequests  int         `json:"build_requests"`
+	BuildRows      int64       `json:"build_inbox_rows"`
+	MemberCount    int64       `json:"member_count"`
+	ReadFanout     bool        `json:"read_fanout"`
+	Connections    int         `json:"websockets"`
+	LargeConnected int         `json:"large_members_connected"`
+	ConnectSeconds float64     `json:"connect_seconds"`
+	// PresenceSeconds is from the first connect until the gateway had
+	// published every connected user online (the phases start after it).
+	PresenceSeconds float64         `json:"presence_seconds"`
+	ConnectRetries  int             `json:"connect_retries"` // hellos that failed while connecting (tried again)
+	Phases          []LargePhase    `json:"phases"`          // the reference (small load only), then with the large traffic
+	Delivery        largeRecvResult `json:"delivery"`
+	FinalSeq        int64           `json:"large_last_seq"`
+	BaseSeq         int64           `json:"large_seq_before_run"`
+	Offline         LargeOffline    `json:"offline"`
+	SyncWith        Dist            `json:"sync_with_channels"`
+	SyncWithout     Dist            `json:"sync_without"`
+	SyncListed      int             `json:"sync_large_list_length"`
 }
 
 // Rows implements Result.
@@ -565,6 +568,14 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 	res.LargeConnected = cfg.Connected
 	progressf(pr, "bench large: %d WebSockets connected in %.1fs (%d of the large conversation's members) from %d processes, %d hellos tried again",
 		res.Connections, res.ConnectSeconds, cfg.Connected, len(recvs), res.ConnectRetries)
+	tp := time.Now()
+	online, err := waitPresence(ctx, ready.Addr, res.Connections, 5*time.Minute)
+	if err != nil {
+		return res, err
+	}
+	res.PresenceSeconds = time.Since(tc).Seconds()
+	progressf(pr, "bench large: presence: %d users published online %.1fs after the first connect (waited %.1fs more); the phases start now",
+		online, res.PresenceSeconds, time.Since(tp).Seconds())
 
 	groups := map[string]func() []int{
 		"gateway (child process)":       func() []int { return []int{ready.Pid} },

@@ -289,3 +289,45 @@ func TestCountsNoInboxRows(t *testing.T) {
 	require.Equal(t, int64(2), tl.Conversations[0].UnreadCount)
 	require.Equal(t, int64(1), tl.Conversations[0].MentionCount)
 }
+
+// The send check counts mentioned members one id at a time and takes the
+// member count for mention_all from the conversation (sqlSendCheck): a
+// mention of a non-member (or a former member) is refused, a mention
+// named twice too, and mention_all above MentionAllMax; nothing is
+// appended for any of them.
+func TestMentionChecks(t *testing.T) {
+	tg := newGateway(t, func(c *Config) { c.MentionAllMax = 3 })
+	a, b := tg.user(t, 1), tg.user(t, 2)
+	small := a.create(t, "small", 2, 3)
+	big := a.create(t, "big", 2, 3, 4)
+	r := a.do(t, "DELETE", fmt.Sprintf("/v1/conversations/%d/members/3", small), nil)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+	waitFor(t, 10*time.Second, "3 removed", func() bool {
+		var list protocol.MemberList
+		r := a.do(t, "GET", fmt.Sprintf("/v1/conversations/%d/members", small), nil)
+		r.decode(t, &list)
+		return len(list.Members) == 2
+	})
+	send := func(cid int64, body map[string]any) resp {
+		body["msg_id"] = uuid.NewString()
+		body["body"] = "hi"
+		return a.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", cid), body)
+	}
+	before := tg.snapshot(t)
+	for _, bad := range []struct {
+		cid  int64
+		body map[string]any
+	}{
+		{small, map[string]any{"mentions": []int64{9}}},
+		{small, map[string]any{"mentions": []int64{2, 3}}}, // 3 left
+		{small, map[string]any{"mentions": []int64{2, 2}}},
+		{big, map[string]any{"mention_all": true}}, // 4 members > 3
+	} {
+		r := send(bad.cid, bad.body)
+		require.Equal(t, http.StatusBadRequest, r.status, "%v: %s", bad.body, r)
+	}
+	require.Equal(t, before, tg.snapshot(t), "nothing appended")
+	r = send(small, map[string]any{"mentions": []int64{2}, "mention_all": true})
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	require.Equal(t, int64(1), b.sync(t, "after=0&limit=1").MentionTotal)
+}

@@ -27,7 +27,7 @@ const (
 	DefaultCloseGrace       = time.Second
 	DefaultRetryAfter       = 5 * time.Second
 	DefaultMaxFrameBytes    = 64 << 10
-	DefaultLargePushRate    = 50000
+	DefaultLargePushRate    = 10000
 	maxLargePushInterval    = time.Second
 )
 
@@ -99,9 +99,10 @@ type Config struct {
 	// pushed at most once per n/LargePushRate seconds (at most 1s), the
 	// messages in between in its next frame, so its frames cost this
 	// process about LargePushRate writes a second however many members
-	// are connected (15,000 members: a frame every 300ms). A
-	// conversation with few sessions here is pushed at once. Negative:
-	// never paced. Default 50000.
+	// are connected (1,000 members: a frame every 100ms; 15,000: every
+	// second, the cap). A conversation with few sessions here is pushed
+	// at once. Negative: never paced. Default 10000 (about 0.1 core of
+	// write syscalls: docs/large-conversations.md has the measurements).
 	LargePushRate float64
 
 	// PushWorkers is how many push queries may run at once. While all

@@ -98,6 +98,9 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := g.admitSync(wait); err != nil {
+		return err
+	}
 	if wait == 0 && g.notModified(w, r, user, p) {
 		return nil
 	}
@@ -111,7 +114,13 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if res.TooLong || len(res.Entries) > 0 || sub == nil || g.isDraining() || largeNews(r, res) {
+	news := res.TooLong || len(res.Entries) > 0 || largeNews(r, res)
+	if sub != nil && !news && g.isDraining() {
+		if err := g.drainedPoll(); err != nil {
+			return err
+		}
+	}
+	if news || sub == nil || g.isDraining() {
 		return g.writeSync(w, r, user, p, res, sub == nil)
 	}
 	if !g.acquireHold() {
@@ -145,6 +154,9 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 		case <-g.draining:
 			g.metrics.polls.WithLabelValues("drained").Inc()
 			w.Header().Set("Connection", "close")
+			if err := g.drainedPoll(); err != nil {
+				return err // nothing new since the read: the 503 loses nothing
+			}
 			return g.writeSync(w, r, user, p, res, false)
 		case <-ctx.Done():
 			g.metrics.polls.WithLabelValues("gone").Inc()

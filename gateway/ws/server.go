@@ -253,9 +253,22 @@ func (ws *Server) closeAll() {
 		sessions = append(sessions, s)
 	}
 	ws.mu.Unlock()
-	for _, s := range sessions {
-		s.closeWith(protocol.CloseServiceRestart, "service restart", nil)
+	var delays []time.Duration
+	if a := ws.deps.Admission; a != nil {
+		delays = a.Spread(len(sessions))
 	}
+	for i, s := range sessions {
+		s.closeWith(protocol.CloseServiceRestart, "service restart", ws.restartFrame(delays, i))
+	}
+}
+
+// restartFrame is the error frame before a drain's 1012: when to come back
+// (delays[i]), or nil without reconnect hints.
+func (ws *Server) restartFrame(delays []time.Duration, i int) []byte {
+	if i >= len(delays) {
+		return nil
+	}
+	return errorFrame(apierr.ComeBack("service restart, reconnect after retry_after_ms", delays[i]), "")
 }
 
 func (ws *Server) isDraining() bool {
@@ -274,6 +287,14 @@ func (ws *Server) isStopping() bool {
 	default:
 		return false
 	}
+}
+
+// reconnectHint is the welcome's hint, nil without reconnect hints.
+func (ws *Server) reconnectHint() *protocol.Reconnect {
+	if ws.deps.Admission == nil {
+		return nil
+	}
+	return ws.deps.Admission.Hint(ws.Sessions())
 }
 
 // Running reports whether Run runs (ServeHTTP admits connections).
@@ -330,7 +351,11 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader answered with an HTTP error
 	}
 	if ws.isDraining() || ws.isStopping() {
-		ws.reject(conn, protocol.CloseServiceRestart, "service restart", nil)
+		var delays []time.Duration
+		if a := ws.deps.Admission; a != nil {
+			delays = a.Spread(1)
+		}
+		ws.reject(conn, protocol.CloseServiceRestart, "service restart", restartError(delays))
 		return
 	}
 	if !ws.originAllowed(r) {
@@ -349,6 +374,16 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ws.reject(conn, protocol.CloseRateLimited, "rate limited", st.Err())
 		return
 	}
+	// A new session costs a hello and its catch-up read: a starting
+	// gateway admits them at the rate it can serve and gives the others a
+	// slot to come back on.
+	if a := ws.deps.Admission; a != nil {
+		if ok, after := a.Admit(); !ok {
+			ws.reject(conn, protocol.CloseTryAgainLater, "try again later",
+				apierr.ComeBack("gateway starting, reconnect after retry_after_ms", after))
+			return
+		}
+	}
 	s, refusal := ws.register(conn, hj.nc, user)
 	if refusal != nil {
 		ws.reject(conn, protocol.CloseRateLimited, "too many connections", refusal)
@@ -363,9 +398,22 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.start()
 	if ws.isDraining() || ws.isStopping() {
 		// closeAll may have taken its list before this registration.
-		s.closeWith(protocol.CloseServiceRestart, "service restart", nil)
+		var delays []time.Duration
+		if a := ws.deps.Admission; a != nil {
+			delays = a.Spread(1)
+		}
+		s.closeWith(protocol.CloseServiceRestart, "service restart", ws.restartFrame(delays, 0))
 	}
 	go s.read()
+}
+
+// restartError is the cause told to a connection refused by a draining
+// gateway: when to come back, or nil without reconnect hints.
+func restartError(delays []time.Duration) error {
+	if len(delays) == 0 {
+		return nil
+	}
+	return apierr.ComeBack("service restart, reconnect after retry_after_ms", delays[0])
 }
 
 // parseOrigins turns Config.AllowedOrigins into "any" or a set.

@@ -182,6 +182,12 @@ func (c *Controller) Spread(n int, rnd *rand.Rand) []time.Duration {
 	return out
 }
 
+// Draw returns one reconnect delay drawn uniformly over the window of n
+// sessions after RestartDelay: for sessions drained one by one.
+func (c *Controller) Draw(n int, rnd *rand.Rand) time.Duration {
+	return c.cfg.RestartDelay + time.Duration(rnd.Int64N(int64(c.Window(n))+1))
+}
+
 // Hint is what a session is told to do if it loses the gateway without a
 // word (a crash, a kill -9, a network cut): come back after After, at a
 // moment drawn uniformly over Window, the time n sessions take to be

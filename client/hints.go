@@ -4,6 +4,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -63,10 +65,14 @@ func exactRetryAfter(err error) bool {
 }
 
 // lostWithoutWord reports whether a session that was up ended without the
-// server saying why (no close frame): a crash, a kill, a network cut.
+// server saying why (no close frame: 1006, which is never sent, stands for
+// a connection that ended without one): a crash, a kill, a network cut.
 func lostWithoutWord(err error) bool {
 	var ce *CloseError
-	return err != nil && !errors.As(err, &ce)
+	if errors.As(err, &ce) {
+		return ce.Code == websocket.CloseAbnormalClosure
+	}
+	return err != nil
 }
 
 // armCrashPlan arms the welcome's hint when an established session was

@@ -90,6 +90,11 @@ func TestCrashPlan(t *testing.T) {
 	_, ok = l.crashWait(syncSession{err: &APIError{Status: 500}})
 	require.False(t, ok)
 
+	// A TCP close without a close frame (1006, what a killed gateway
+	// leaves) arms it too.
+	l.armCrashPlan(syncSession{upAt: time.Now(), err: &CloseError{Code: 1006}})
+	require.NotNil(t, l.crash)
+
 	// A close frame said why: no plan.
 	l.armCrashPlan(syncSession{upAt: time.Now(), err: &CloseError{Code: CloseTooSlow}})
 	require.Nil(t, l.crash)

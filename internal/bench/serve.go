@@ -42,6 +42,13 @@ type serveConfig struct {
 	MaxConns    int // WebSocket connections of the gateway; default 16384
 	DBMaxConns  int // 0: pgx's default, as `inboxd gateway`
 	Deadline    time.Duration
+	// Hints turns the gateway's reconnect hints and start-up admission on
+	// (gateway.ReconnectConfig), with RestartDelay and AdmitRate (0: the
+	// default); off, as for every figure but the storm's hinted runs, the
+	// gateway behaves as before hints.
+	Hints        bool
+	RestartDelay time.Duration
+	AdmitRate    float64
 }
 
 // serveReady is the child's "ready" line.
@@ -137,7 +144,8 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 			return err
 		}
 		g, err := gateway.New(gateway.Config{Addr: cfg.Addr, AuthSecret: []byte(cfg.Secret), Logger: log,
-			Registerer: prometheus.NewRegistry()}, pool, prod)
+			Registerer: prometheus.NewRegistry(), Reconnect: gateway.ReconnectConfig{Disabled: !cfg.Hints,
+				RestartDelay: cfg.RestartDelay, AdmitRate: cfg.AdmitRate}}, pool, prod)
 		if err != nil {
 			return err
 		}

@@ -111,7 +111,7 @@ func TestBenchAllSmoke(t *testing.T) {
 	require.Equal(t, 300, res.Idle.Gateway.Held)
 	require.Equal(t, 300, res.Idle.Echo.Held)
 	require.Positive(t, res.Idle.Gateway.RSSPerConn)
-	require.Len(t, res.Storm.Runs, 3)
+	require.Len(t, res.Storm.Runs, 5)
 	for _, r := range res.Storm.Runs {
 		require.Equal(t, 100, r.ConnectedAtCut, r.Mode)
 		require.Positive(t, r.PeakPerSec, r.Mode)

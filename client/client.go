@@ -275,7 +275,7 @@ func (l *syncLoop) countWSFailure(s syncSession) {
 		return
 	}
 	switch {
-	case !s.established() && serverAway(s.err):
+	case (!s.established() && serverAway(s.err)) || closedWithHint(s.err):
 		// The gateway is down or restarting: long-polling would
 		// fail the same way, so this says nothing against the
 		// WebSocket (a restart must not send every client to
@@ -429,8 +429,7 @@ func serverAway(err error) bool {
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
-	var ce *CloseError
-	if errors.As(err, &ce) && (ce.Code == CloseTryAgainLater || (ce.Code == CloseServiceRestart && ce.RetryAfter > 0)) {
+	if closedWithHint(err) {
 		return true // a starting or draining gateway saying when to come back
 	}
 	var api *APIError

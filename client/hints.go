@@ -64,6 +64,14 @@ func exactRetryAfter(err error) bool {
 	return false
 }
 
+// closedWithHint reports whether err is a WebSocket closed by a starting
+// (1013) or draining (1012 with retry_after_ms) gateway that said when to
+// come back: the WebSocket path works, the gateway is away for a while.
+func closedWithHint(err error) bool {
+	var ce *CloseError
+	return errors.As(err, &ce) && (ce.Code == CloseTryAgainLater || (ce.Code == CloseServiceRestart && ce.RetryAfter > 0))
+}
+
 // lostWithoutWord reports whether a session that was up ended without the
 // server saying why (no close frame: 1006, which is never sent, stands for
 // a connection that ended without one): a crash, a kill, a network cut.

@@ -232,14 +232,58 @@ func TestRollingRestart(t *testing.T) {
 		convs = append(convs, cid)
 	}
 
-	logs := make([]*requestLog, clients)
-	runs := make([]*running, clients)
+	logs, runs := startCountedClients(t, w, lb.url(), clients)
+	waitFor(t, 60*time.Second, "every client connected on its WebSocket", func() bool {
+		return gwA.WS.Sessions()+gwB.WS.Sessions() == clients
+	})
+	onA := gwA.WS.Sessions()
+	require.Positive(t, onA)
+	require.Positive(t, gwB.WS.Sessions())
+
+	// Traffic: a message every 10 ms, round the conversations, sent to B
+	// directly (the sender is not what this test moves).
+	stopTraffic := startTraffic(t, w.token(t, sender), gwB.URL, convs)
+	time.Sleep(time.Second)
+
+	// The rolling restart of A: out of the balancer, then SIGTERM's drain.
+	cut := time.Now()
+	lb.takeOut(hostOf(gwA.URL))
+	gwA.Stop()
+	waitFor(t, 60*time.Second, "every client back on B", func() bool { return gwB.WS.Sessions() == clients })
+	time.Sleep(time.Second)
+	require.Positive(t, stopTraffic(), "messages sent during the restart")
+
+	// Every client has every entry exactly once, in order.
+	for i, r := range runs {
+		converge(t, w, int64(1+i), r, nil)
+		requireExactlyOnce(t, w, int64(1+i), r.app.snapshot())
+	}
+
+	moved, requests, backAt := movedClients(logs, cut)
+	require.Equal(t, onA, moved, "the clients of A, and only they, moved")
+	perClient := float64(requests) / float64(moved)
+	slices.Sort(backAt)
+	window := time.Duration(moved) * time.Second / admitRate
+	t.Logf("%d clients moved with %d requests (%.2f per client), back from %v to %v after the cut (window %v)",
+		moved, requests, perClient, backAt[0], backAt[len(backAt)-1], window)
+	require.LessOrEqual(t, perClient, 1.1, "requests per moved client")
+	// Gradually, never all at once: spread over the window, none at once.
+	require.Greater(t, backAt[len(backAt)-1]-backAt[0], window/2, "the moves are spread over the window")
+	require.Less(t, backAt[len(backAt)-1], window+5*time.Second, "and done within it")
+}
+
+// startCountedClients runs n SDK clients (users 1..n) through url, each
+// counting its requests.
+func startCountedClients(t *testing.T, w *world, url string, n int) ([]*requestLog, []*running) {
+	t.Helper()
+	logs := make([]*requestLog, n)
+	runs := make([]*running, n)
 	for i := range runs {
 		user := int64(1 + i)
 		l := &requestLog{}
 		logs[i] = l
 		a := newApp()
-		c := w.config(t, lb.url(), user, a)
+		c := w.config(t, url, user, a)
 		c.BackoffInitial, c.BackoffMax = 500*time.Millisecond, 5*time.Second // the SDK's defaults' order
 		tr := &http.Transport{MaxIdleConnsPerHost: 4}
 		t.Cleanup(tr.CloseIdleConnections)
@@ -255,59 +299,46 @@ func TestRollingRestart(t *testing.T) {
 		require.NoError(t, err)
 		runs[i] = start(t, cl, a)
 	}
-	waitFor(t, 60*time.Second, "every client connected on its WebSocket", func() bool {
-		return gwA.WS.Sessions()+gwB.WS.Sessions() == clients
-	})
-	onA := gwA.WS.Sessions()
-	require.Positive(t, onA)
-	require.Positive(t, gwB.WS.Sessions())
+	return logs, runs
+}
 
-	// Traffic: a message every 10 ms, round the conversations, sent to B
-	// directly (the sender is not what this test moves).
-	tok := w.token(t, sender)
+// startTraffic posts a message every 10 ms, round convs, until the
+// returned stop, which fails the test on a refused post and returns the
+// messages sent.
+func startTraffic(t *testing.T, tok, base string, convs []int64) (stop func() int64) {
+	t.Helper()
 	hc := &http.Client{Timeout: 30 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
 	var sent atomic.Int64
-	stopTraffic := make(chan struct{})
-	trafficDone := make(chan error, 1)
+	quit := make(chan struct{})
+	done := make(chan error, 1)
 	go func() {
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ; i++ {
 			select {
-			case <-stopTraffic:
-				trafficDone <- nil
+			case <-quit:
+				done <- nil
 				return
 			case <-tick.C:
 			}
-			if err := postOne(hc, gwB.URL, tok, convs[i%len(convs)], fmt.Sprintf("during the restart %d", i)); err != nil {
-				trafficDone <- err
+			if err := postOne(hc, base, tok, convs[i%len(convs)], fmt.Sprintf("during the restart %d", i)); err != nil {
+				done <- err
 				return
 			}
 			sent.Add(1)
 		}
 	}()
-	time.Sleep(time.Second)
-
-	// The rolling restart of A: out of the balancer, then SIGTERM's drain.
-	cut := time.Now()
-	lb.takeOut(hostOf(gwA.URL))
-	gwA.Stop()
-	waitFor(t, 60*time.Second, "every client back on B", func() bool { return gwB.WS.Sessions() == clients })
-	time.Sleep(time.Second)
-	close(stopTraffic)
-	require.NoError(t, <-trafficDone)
-	require.Positive(t, sent.Load())
-
-	// Every client has every entry exactly once, in order.
-	for i, r := range runs {
-		converge(t, w, int64(1+i), r, nil)
-		requireExactlyOnce(t, w, int64(1+i), r.app.snapshot())
+	return func() int64 {
+		close(quit)
+		require.NoError(t, <-done)
+		return sent.Load()
 	}
+}
 
-	// The moved clients: those that left StateConnected after the cut.
-	var moved, requests int
-	var backAt []time.Duration
+// movedClients finds the clients that came up again after cut, their
+// requests from cut until then, and when each was back.
+func movedClients(logs []*requestLog, cut time.Time) (moved, requests int, backAt []time.Duration) {
 	for _, l := range logs {
 		l.mu.Lock()
 		var upAfter time.Time
@@ -328,14 +359,5 @@ func TestRollingRestart(t *testing.T) {
 		}
 		l.mu.Unlock()
 	}
-	require.Equal(t, onA, moved, "the clients of A, and only they, moved")
-	perClient := float64(requests) / float64(moved)
-	slices.Sort(backAt)
-	window := time.Duration(moved) * time.Second / admitRate
-	t.Logf("%d clients moved with %d requests (%.2f per client), back from %v to %v after the cut (window %v)",
-		moved, requests, perClient, backAt[0], backAt[len(backAt)-1], window)
-	require.LessOrEqual(t, perClient, 1.1, "requests per moved client")
-	// Gradually, never all at once: spread over the window, none at once.
-	require.Greater(t, backAt[len(backAt)-1]-backAt[0], window/2, "the moves are spread over the window")
-	require.Less(t, backAt[len(backAt)-1], window+5*time.Second, "and done within it")
+	return moved, requests, backAt
 }

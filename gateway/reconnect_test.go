@@ -27,32 +27,7 @@ func TestStartupAdmission(t *testing.T) {
 	for i := range users {
 		users[i] = w.user(t, int64(500+i))
 	}
-	type answer struct {
-		status int
-		wait   time.Duration
-		header string
-	}
-	first := make([]answer, crowd)
-	var wg sync.WaitGroup
-	for i, u := range users {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := u.doE("GET", "/v1/sync", nil)
-			if err != nil {
-				first[i].status = -1
-				return
-			}
-			first[i] = answer{status: r.status, header: r.header.Get("Retry-After")}
-			if r.status == http.StatusServiceUnavailable {
-				var e protocol.ErrorBody
-				if decodeInto(r.body, &e) == nil {
-					first[i].wait = time.Duration(e.Error.RetryAfterMS) * time.Millisecond
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	first := crowdSync(users)
 	var admitted int
 	var waits []time.Duration
 	for i, a := range first {
@@ -80,30 +55,7 @@ func TestStartupAdmission(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 
 	// Every refused client comes back on its slot: admitted at once.
-	var again sync.WaitGroup
-	refused := 0
-	for i, a := range first {
-		if a.status != http.StatusServiceUnavailable {
-			continue
-		}
-		refused++
-		again.Add(1)
-		go func() {
-			defer again.Done()
-			time.Sleep(a.wait)
-			r, err := users[i].doE("GET", "/v1/sync", nil)
-			if err == nil {
-				first[i].status = r.status
-			}
-		}()
-	}
-	again.Wait()
-	back := 0
-	for _, a := range first {
-		if a.status == http.StatusOK {
-			back++
-		}
-	}
+	refused, back := comeBack(users, first)
 	require.Equal(t, crowd, back, "clients admitted on their slot (%d were refused)", refused)
 	decided := w.g.reconnects.decided
 	require.Equal(t, float64(refused), counterValue(decided.WithLabelValues("refused")))
@@ -188,4 +140,66 @@ func TestDrainHints(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syncAnswer is how a catch-up sync was answered: status, the body's
+// retry_after_ms and the Retry-After header.
+type syncAnswer struct {
+	status int
+	wait   time.Duration
+	header string
+}
+
+// crowdSync sends one catch-up sync (no wait) per user, all at once.
+func crowdSync(users []*user) []syncAnswer {
+	first := make([]syncAnswer, len(users))
+	var wg sync.WaitGroup
+	for i, u := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := u.doE("GET", "/v1/sync", nil)
+			if err != nil {
+				first[i].status = -1
+				return
+			}
+			first[i] = syncAnswer{status: r.status, header: r.header.Get("Retry-After")}
+			if r.status == http.StatusServiceUnavailable {
+				var e protocol.ErrorBody
+				if decodeInto(r.body, &e) == nil {
+					first[i].wait = time.Duration(e.Error.RetryAfterMS) * time.Millisecond
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// comeBack sends each refused user's sync again after its retry_after_ms
+// and returns how many were refused and how many are admitted in all.
+func comeBack(users []*user, first []syncAnswer) (refused, admitted int) {
+	var wg sync.WaitGroup
+	for i, a := range first {
+		if a.status != http.StatusServiceUnavailable {
+			continue
+		}
+		refused++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(a.wait)
+			r, err := users[i].doE("GET", "/v1/sync", nil)
+			if err == nil {
+				first[i].status = r.status
+			}
+		}()
+	}
+	wg.Wait()
+	for _, a := range first {
+		if a.status == http.StatusOK {
+			admitted++
+		}
+	}
+	return refused, admitted
 }

@@ -351,11 +351,7 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader answered with an HTTP error
 	}
 	if ws.isDraining() || ws.isStopping() {
-		var delays []time.Duration
-		if a := ws.deps.Admission; a != nil {
-			delays = a.Spread(1)
-		}
-		ws.reject(conn, protocol.CloseServiceRestart, "service restart", restartError(delays))
+		ws.reject(conn, protocol.CloseServiceRestart, "service restart", ws.restartCause())
 		return
 	}
 	if !ws.originAllowed(r) {
@@ -374,15 +370,8 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ws.reject(conn, protocol.CloseRateLimited, "rate limited", st.Err())
 		return
 	}
-	// A new session costs a hello and its catch-up read: a starting
-	// gateway admits them at the rate it can serve and gives the others a
-	// slot to come back on.
-	if a := ws.deps.Admission; a != nil {
-		if ok, after := a.Admit(); !ok {
-			ws.reject(conn, protocol.CloseTryAgainLater, "try again later",
-				apierr.ComeBack("gateway starting, reconnect after retry_after_ms", after))
-			return
-		}
+	if !ws.admit(conn) {
+		return
 	}
 	s, refusal := ws.register(conn, hj.nc, user)
 	if refusal != nil {
@@ -407,13 +396,30 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go s.read()
 }
 
-// restartError is the cause told to a connection refused by a draining
+// restartCause is the cause told to a connection refused by a draining
 // gateway: when to come back, or nil without reconnect hints.
-func restartError(delays []time.Duration) error {
-	if len(delays) == 0 {
+func (ws *Server) restartCause() error {
+	if ws.deps.Admission == nil {
 		return nil
 	}
-	return apierr.ComeBack("service restart, reconnect after retry_after_ms", delays[0])
+	return apierr.ComeBack("service restart, reconnect after retry_after_ms", ws.deps.Admission.Spread(1)[0])
+}
+
+// admit applies the admission: a new session costs a hello and its
+// catch-up read, so a starting gateway admits them at the rate it can
+// serve and tells the others (error frame, close 1013) the slot to come
+// back on. False: conn was refused and closed.
+func (ws *Server) admit(conn *websocket.Conn) bool {
+	a := ws.deps.Admission
+	if a == nil {
+		return true
+	}
+	ok, after := a.Admit()
+	if !ok {
+		ws.reject(conn, protocol.CloseTryAgainLater, "try again later",
+			apierr.ComeBack("gateway starting, reconnect after retry_after_ms", after))
+	}
+	return ok
 }
 
 // parseOrigins turns Config.AllowedOrigins into "any" or a set.

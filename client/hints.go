@@ -64,6 +64,15 @@ func exactRetryAfter(err error) bool {
 	return false
 }
 
+// unanswered reports whether err is a network failure: no HTTP answer and
+// no close frame (a connection refused or reset while a killed gateway's
+// socket goes away, a handshake that timed out).
+func unanswered(err error) bool {
+	var ae *APIError
+	var ce *CloseError
+	return err != nil && !errors.As(err, &ae) && (!errors.As(err, &ce) || ce.Code == websocket.CloseAbnormalClosure)
+}
+
 // closedWithHint reports whether err is a WebSocket closed by a starting
 // (1013) or draining (1012 with retry_after_ms) gateway that said when to
 // come back: the WebSocket path works, the gateway is away for a while.
@@ -101,7 +110,8 @@ func (l *syncLoop) armCrashPlan(s syncSession) {
 
 // crashWait is the wait the armed hint asks for after a failed attempt,
 // false when the backoff decides: only the first attempt after the loss,
-// only when it found the gateway away.
+// only when it found the gateway away (refused, reset, timed out, or a
+// 429/5xx: anything but an answer that says something else).
 func (l *syncLoop) crashWait(s syncSession) (time.Duration, bool) {
 	p := l.crash
 	if p == nil || s.established() {
@@ -109,7 +119,7 @@ func (l *syncLoop) crashWait(s syncSession) (time.Duration, bool) {
 		return 0, false
 	}
 	p.attempts++
-	if p.attempts > 1 || !serverAway(s.err) {
+	if p.attempts > 1 || !(serverAway(s.err) || unanswered(s.err)) {
 		l.crash = nil
 		return 0, false
 	}

@@ -85,6 +85,11 @@ func TestCrashPlan(t *testing.T) {
 	require.False(t, ok, "after the hinted attempt, the backoff again")
 	require.Nil(t, l.crash)
 
+	// A reset or a timeout (no answer at all) finds the gateway away too.
+	l.armCrashPlan(lost)
+	_, ok = l.crashWait(syncSession{err: errors.New("read: connection reset by peer")})
+	require.True(t, ok)
+
 	// The first attempt got an answer other than "away": no plan.
 	l.armCrashPlan(lost)
 	_, ok = l.crashWait(syncSession{err: &APIError{Status: 500}})

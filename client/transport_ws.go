@@ -414,6 +414,9 @@ func (st *wsStream) frame(ctx context.Context, f *protocol.ServerFrame, up func(
 		st.serverHead = max(st.serverHead, f.Head)
 	case protocol.FrameHeartbeat:
 		st.serverHead = max(st.serverHead, f.Head)
+		if f.Reconnect != nil {
+			c.noteReconnect(f.Reconnect) // the window grew with the gateway's sessions
+		}
 	case protocol.FrameReceipt:
 		c.noteReceipt(f)
 		return nil

@@ -94,7 +94,7 @@ func TestDrainHints(t *testing.T) {
 			delay := 2 * time.Second
 			w := newWSGateway(t, func(c *Config) {
 				c.Reconnect = ReconnectConfig{AdmitRate: rate, AdmitBurst: 100, RestartDelay: delay, Disabled: !hints}
-			}, WSConfig{})
+			}, WSConfig{HeartbeatInterval: 300 * time.Millisecond})
 			clients := make([]*wsClient, n)
 			for i := range clients {
 				clients[i] = dialWS(t, w, w.user(t, int64(100+i)))
@@ -108,6 +108,17 @@ func TestDrainHints(t *testing.T) {
 				require.NotNil(t, wel.Reconnect)
 				require.Equal(t, delay.Milliseconds(), wel.Reconnect.AfterMS)
 				require.Equal(t, int64(i+1)*1000/rate, wel.Reconnect.WindowMS, "the window of the sessions then")
+			}
+			// Heartbeats refresh the hint: the window of every session now.
+			hb := clients[0].next(t)
+			for hb.Type != protocol.FrameHeartbeat {
+				hb = clients[0].next(t)
+			}
+			if hints {
+				require.NotNil(t, hb.Reconnect)
+				require.Equal(t, int64(n)*1000/rate, hb.Reconnect.WindowMS)
+			} else {
+				require.Nil(t, hb.Reconnect)
 			}
 			w.g.Drain()
 			var waits []int64

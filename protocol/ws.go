@@ -201,6 +201,9 @@ type TooLongFrame struct {
 type Heartbeat struct {
 	Type string `json:"type"` // FrameHeartbeat
 	Head int64  `json:"head"`
+	// Reconnect refreshes the welcome's hint (the window grows with the
+	// gateway's sessions). Absent from gateways without reconnect hints.
+	Reconnect *Reconnect `json:"reconnect,omitempty"`
 }
 
 // SendAck answers a send with the seq the message got (the original one
@@ -247,7 +250,7 @@ type ServerFrame struct {
 	Conversations []Record `json:"conversations"`
 	NextPage      *string  `json:"next_page"`
 	Polling       *Polling `json:"_polling"`
-	// welcome
+	// welcome, heartbeat
 	Reconnect *Reconnect `json:"reconnect"`
 	// send_ack, change_ack, error
 	MsgID          string          `json:"msg_id"`

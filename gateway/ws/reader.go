@@ -199,7 +199,7 @@ func (s *session) hello(in *protocol.ClientFrame) {
 		return
 	}
 
-	hint := s.ws.reconnectHint() // before s.mu: it takes the server's lock
+	hint := s.ws.reconnectHint()
 	s.mu.Lock()
 	s.startLocked()
 	s.large = in.Large

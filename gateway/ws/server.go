@@ -64,6 +64,7 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[*session]struct{}
 	perUser  map[int64]int
+	count    atomic.Int64 // len(sessions), read without mu (reconnectHint)
 	running  bool
 	stopped  bool
 	base     context.Context // the sessions' parent: Run's, lasting until every session ended
@@ -289,12 +290,13 @@ func (ws *Server) isStopping() bool {
 	}
 }
 
-// reconnectHint is the welcome's hint, nil without reconnect hints.
+// reconnectHint is the hint of a welcome or a heartbeat, nil without
+// reconnect hints. It takes no lock (callers hold a session's).
 func (ws *Server) reconnectHint() *protocol.Reconnect {
 	if ws.deps.Admission == nil {
 		return nil
 	}
-	return ws.deps.Admission.Hint(ws.Sessions())
+	return ws.deps.Admission.Hint(int(ws.count.Load()))
 }
 
 // Running reports whether Run runs (ServeHTTP admits connections).
@@ -468,6 +470,7 @@ func (ws *Server) register(conn *websocket.Conn, nc *stallConn, user int64) (*se
 	ws.sessions[s] = struct{}{}
 	ws.perUser[user]++
 	ws.m.conns.Inc()
+	ws.count.Add(1)
 	return s, nil
 }
 
@@ -482,6 +485,7 @@ func (ws *Server) unregister(s *session) {
 		delete(ws.perUser, s.user)
 	}
 	ws.m.conns.Dec()
+	ws.count.Add(-1)
 }
 
 // reject ends a connection that never became a session: an error frame

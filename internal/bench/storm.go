@@ -16,7 +16,12 @@ type StormConfig struct {
 	// Hold is how long the clients stay connected before the cut [3s]; it
 	// exceeds StablePeriod [2s] of the SDK, so the connections count as
 	// long-lived ones (the SDK's default is 30s).
-	Hold         time.Duration
+	Hold time.Duration
+	// KillHold is Hold for sdk-kill [25s]: longer than the gateway's
+	// heartbeat (20s ±10%), so that every client has the crash hint of
+	// the whole crowd (a welcome's window counts the sessions connected
+	// before it; the heartbeats refresh it), as long-lived connections do.
+	KillHold     time.Duration
 	StablePeriod time.Duration
 	// RecoverTimeout bounds the wait for every client to be back [45s].
 	RecoverTimeout time.Duration
@@ -52,6 +57,9 @@ func (c *StormConfig) setDefaults() {
 	}
 	if c.Hold == 0 {
 		c.Hold = 3 * time.Second
+	}
+	if c.KillHold == 0 {
+		c.KillHold = 25 * time.Second
 	}
 	if c.StablePeriod == 0 {
 		c.StablePeriod = 2 * time.Second
@@ -320,8 +328,12 @@ func (st *stormBench) run(ctx context.Context, mi int, mode string) (StormRun, e
 		}
 		run.ConnectedAtCut += r.Connected
 	}
-	progressf(pr, "bench storm: %s: %d connected; holding %v, then restarting the gateway", mode, run.ConnectedAtCut, cfg.Hold)
-	sleepCtx(ctx, cfg.Hold)
+	hold := cfg.Hold
+	if mode == "sdk-kill" {
+		hold = max(hold, cfg.KillHold)
+	}
+	progressf(pr, "bench storm: %s: %d connected; holding %v, then restarting the gateway", mode, run.ConnectedAtCut, hold)
+	sleepCtx(ctx, hold)
 	cut := time.Now()
 	for _, w := range ws {
 		if err := w.send("cut " + strconv.FormatInt(cut.UnixNano(), 10)); err != nil {

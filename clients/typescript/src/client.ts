@@ -452,6 +452,7 @@ export class Client {
         this.status({ state: "connected", transport: "websocket", head: f.head });
         void this.inbox.adoptEpoch(f.epoch ?? 0);
       },
+      onHint: (h) => { this.reconnectHint = h; },
       counts: (f) => this.inbox.setCounts(f),
       channel: (ch) => {
         this.wsChannel = ch;

@@ -198,8 +198,18 @@ func postOne(hc *http.Client, base, tok string, cid int64, body string) error {
 // Its sessions move to the other one gradually (each told its own slot
 // over the window of the admission rate), every client receives every
 // entry exactly once and in order, and a moved client costs about one
-// request.
+// request. Run with the clients on WebSockets, then on long-polling (the
+// drained gateway answers their held polls 503 with retry_after_ms).
 func TestRollingRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		transport client.Transport
+	}{{"websocket", client.TransportAuto}, {"long-polling", client.TransportPolling}} {
+		t.Run(tc.name, func(t *testing.T) { rollingRestart(t, tc.transport) })
+	}
+}
+
+func rollingRestart(t *testing.T, transport client.Transport) {
 	noClientGoroutines(t)
 	const (
 		clients   = 40
@@ -216,40 +226,37 @@ func TestRollingRestart(t *testing.T) {
 	hostOf := func(u string) string { return u[len("http://"):] }
 	lb := newRoundRobin(t, hostOf(gwA.URL), hostOf(gwB.URL))
 	w := &world{env: env, g: gwB.G, ws: gwB.WS, url: gwB.URL}
-
-	// Conversations of 10 members each; a sender outside the clients.
 	const sender = 999
-	ctx := context.Background()
-	boss := w.direct(t, sender)
-	var convs []int64
-	for k := 0; k < clients/10; k++ {
-		var members []int64
-		for i := 0; i < 10; i++ {
-			members = append(members, int64(1+k*10+i))
-		}
-		cid, err := boss.CreateConversation(ctx, fmt.Sprintf("rolling %d", k), members...)
-		require.NoError(t, err)
-		convs = append(convs, cid)
-	}
+	convs := rollingConversations(t, w, sender, clients)
 
-	logs, runs := startCountedClients(t, w, lb.url(), clients)
-	waitFor(t, 60*time.Second, "every client connected on its WebSocket", func() bool {
+	logs, runs := startCountedClients(t, w, lb.url(), clients, transport)
+	polling := transport == client.TransportPolling
+	waitFor(t, 60*time.Second, "every client connected", func() bool {
+		if polling {
+			return gwA.G.HeldPolls() > 0 && gwB.G.HeldPolls() > 0 && allUp(logs)
+		}
 		return gwA.WS.Sessions()+gwB.WS.Sessions() == clients
 	})
-	onA := gwA.WS.Sessions()
-	require.Positive(t, onA)
-	require.Positive(t, gwB.WS.Sessions())
-
 	// Traffic: a message every 10 ms, round the conversations, sent to B
-	// directly (the sender is not what this test moves).
-	stopTraffic := startTraffic(t, w.token(t, sender), gwB.URL, convs)
+	// directly (the sender is not what this test moves). Long-polling
+	// clients: half the conversations stay quiet, so that their members'
+	// polls are held at the cut, as idle clients' are.
+	busy := convs
+	if polling {
+		busy = convs[:len(convs)/2]
+	}
+	stopTraffic := startTraffic(t, w.token(t, sender), gwB.URL, busy)
 	time.Sleep(time.Second)
 
 	// The rolling restart of A: out of the balancer, then SIGTERM's drain.
+	onA := gwA.WS.Sessions() + gwA.G.HeldPolls()
+	require.Positive(t, onA)
 	cut := time.Now()
 	lb.takeOut(hostOf(gwA.URL))
 	gwA.Stop()
-	waitFor(t, 60*time.Second, "every client back on B", func() bool { return gwB.WS.Sessions() == clients })
+	waitFor(t, 60*time.Second, "every client back on B", func() bool {
+		return allUp(logs) && (polling || gwB.WS.Sessions() == clients)
+	})
 	time.Sleep(time.Second)
 	require.Positive(t, stopTraffic(), "messages sent during the restart")
 
@@ -260,21 +267,59 @@ func TestRollingRestart(t *testing.T) {
 	}
 
 	moved, requests, backAt := movedClients(logs, cut)
-	require.Equal(t, onA, moved, "the clients of A, and only they, moved")
+	require.Positive(t, moved)
 	perClient := float64(requests) / float64(moved)
 	slices.Sort(backAt)
 	window := time.Duration(moved) * time.Second / admitRate
-	t.Logf("%d clients moved with %d requests (%.2f per client), back from %v to %v after the cut (window %v)",
-		moved, requests, perClient, backAt[0], backAt[len(backAt)-1], window)
+	t.Logf("%d of %d clients on A (sessions and held polls at the cut) moved with %d requests (%.2f per client), back from %v to %v after the cut (window %v)",
+		moved, onA, requests, perClient, backAt[0], backAt[len(backAt)-1], window)
 	require.LessOrEqual(t, perClient, 1.1, "requests per moved client")
-	// Gradually, never all at once: spread over the window, none at once.
-	require.Greater(t, backAt[len(backAt)-1]-backAt[0], window/2, "the moves are spread over the window")
-	require.Less(t, backAt[len(backAt)-1], window+5*time.Second, "and done within it")
+	require.Less(t, backAt[len(backAt)-1], window+5*time.Second, "done within the window")
+	if !polling {
+		require.Equal(t, onA, moved, "the clients of A, and only they, moved")
+		// Gradually, never all at once: spread over the window.
+		require.Greater(t, backAt[len(backAt)-1]-backAt[0], window/2, "the moves are spread over the window")
+	} else {
+		// Held polls were told their moment; a busy client between two
+		// polls just sends its next one to B.
+		require.GreaterOrEqual(t, moved, onA, "the clients held on A moved")
+	}
+}
+
+// rollingConversations makes conversations of 10 members each (users
+// 1..clients), created by sender.
+func rollingConversations(t *testing.T, w *world, sender int64, clients int) []int64 {
+	t.Helper()
+	boss := w.direct(t, sender)
+	var convs []int64
+	for k := 0; k < clients/10; k++ {
+		var members []int64
+		for i := 0; i < 10; i++ {
+			members = append(members, int64(1+k*10+i))
+		}
+		cid, err := boss.CreateConversation(context.Background(), fmt.Sprintf("rolling %d", k), members...)
+		require.NoError(t, err)
+		convs = append(convs, cid)
+	}
+	return convs
+}
+
+// allUp says whether every client is connected.
+func allUp(logs []*requestLog) bool {
+	for _, l := range logs {
+		l.mu.Lock()
+		up := len(l.ups) > 0 && l.down.IsZero()
+		l.mu.Unlock()
+		if !up {
+			return false
+		}
+	}
+	return true
 }
 
 // startCountedClients runs n SDK clients (users 1..n) through url, each
 // counting its requests.
-func startCountedClients(t *testing.T, w *world, url string, n int) ([]*requestLog, []*running) {
+func startCountedClients(t *testing.T, w *world, url string, n int, transport client.Transport) ([]*requestLog, []*running) {
 	t.Helper()
 	logs := make([]*requestLog, n)
 	runs := make([]*running, n)
@@ -285,6 +330,7 @@ func startCountedClients(t *testing.T, w *world, url string, n int) ([]*requestL
 		a := newApp()
 		c := w.config(t, url, user, a)
 		c.BackoffInitial, c.BackoffMax = 500*time.Millisecond, 5*time.Second // the SDK's defaults' order
+		c.Transport = transport
 		tr := &http.Transport{MaxIdleConnsPerHost: 4}
 		t.Cleanup(tr.CloseIdleConnections)
 		c.HTTPClient = &http.Client{Transport: countingRT{log: l, rt: tr}}

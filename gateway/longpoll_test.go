@@ -122,7 +122,7 @@ func TestLongPollCap(t *testing.T) {
 // shuts down; no goroutine is left behind.
 func TestHeldPollsReleasedAtShutdown(t *testing.T) {
 	const polls, users = 2000, 200
-	tg := buildGateway(t, func(c *Config) { c.Reconnect.AdmitRate = 1000 })
+	tg := buildGateway(t, func(c *Config) { c.Reconnect.AdmitRate = 500 })
 	tg.hc = &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: polls}}
 	stop := tg.serve(t)
 	t0 := time.Now()
@@ -156,8 +156,8 @@ func TestHeldPollsReleasedAtShutdown(t *testing.T) {
 	wg.Wait()
 	t.Logf("released after %v", time.Since(t0))
 	// Each is told when to come back (docs/protocol.md, "Reconnect
-	// hints"): 503, Retry-After and retry_after_ms drawn over the window
-	// the polls take to be admitted at the admission rate.
+	// hints"): 503, Retry-After and retry_after_ms, a slot of its own over
+	// the window the polls take to be admitted at the admission rate.
 	window := time.Duration(polls) * time.Second / time.Duration(tg.g.cfg.Reconnect.AdmitRate)
 	var waits []int64
 	for i, an := range answers {
@@ -175,6 +175,9 @@ func TestHeldPollsReleasedAtShutdown(t *testing.T) {
 	}
 	slices.Sort(waits)
 	require.Greater(t, waits[len(waits)-1]-waits[0], window.Milliseconds()/2, "spread over the window, not lumped")
+	// One slot each (2 ms at 500/s): no two polls told the same moment
+	// within a slot's width.
+	require.Len(t, slices.Compact(slices.Clone(waits)), len(waits), "a slot of its own for every poll")
 	require.Zero(t, tg.g.HeldPolls())
 	require.Zero(t, tg.g.hub.Waiters())
 	tg.hc.CloseIdleConnections()

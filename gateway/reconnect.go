@@ -63,8 +63,9 @@ type reconnects struct {
 	until   time.Time // end of the start-up window
 	decided *prometheus.CounterVec
 
-	mu  sync.Mutex
-	rnd *rand.Rand
+	mu    sync.Mutex
+	rnd   *rand.Rand
+	slots int // the drain's slots handed out so far (Spread, drainedPoll)
 }
 
 func newReconnects(cfg ReconnectConfig, reg prometheus.Registerer) (*reconnects, error) {
@@ -115,11 +116,13 @@ func (r *reconnects) Admit() (bool, time.Duration) {
 	return d.Admitted, d.RetryAfter
 }
 
-// Spread implements ws.Admission.
+// Spread implements ws.Admission: the next n slots of the drain.
 func (r *reconnects) Spread(n int) []time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.ctrl.Spread(n, r.rnd)
+	d := r.ctrl.SpreadFrom(r.slots, n, r.rnd)
+	r.slots += n
+	return d
 }
 
 // Hint implements ws.Admission.
@@ -142,18 +145,13 @@ func (g *Gateway) admitSync(wait time.Duration) error {
 }
 
 // drainedPoll is the answer of a long-poll held when the gateway drains:
-// with hints, 503 and when to come back, one delay per poll drawn from the
-// spread of the polls held; without, nil (the poll answers at once).
+// with hints, 503 and when to come back, the next slot of the drain (after
+// those of the WebSockets closed before it); without, nil (the poll
+// answers at once).
 func (g *Gateway) drainedPoll() error {
 	if g.reconnects == nil {
 		return nil
 	}
-	n := max(1, int(g.held.Load())+g.ws.Sessions())
-	r := g.reconnects
-	// The polls are drained one by one, each unaware of the others: each
-	// draws its moment over the window of everything leaving this gateway.
-	r.mu.Lock()
-	after := r.ctrl.Draw(n, r.rnd)
-	r.mu.Unlock()
+	after := g.reconnects.Spread(1)[0]
 	return apierr.ComeBack("service restart, come back after Retry-After (retry_after_ms)", after)
 }

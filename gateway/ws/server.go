@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,6 +255,13 @@ func (ws *Server) closeAll() {
 		sessions = append(sessions, s)
 	}
 	ws.mu.Unlock()
+	// Those already closing (the drain and Run's end both close all) keep
+	// the slot they were told.
+	sessions = slices.DeleteFunc(sessions, func(s *session) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.endingLocked()
+	})
 	var delays []time.Duration
 	if a := ws.deps.Admission; a != nil {
 		delays = a.Spread(len(sessions))

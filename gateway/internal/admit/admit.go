@@ -175,17 +175,18 @@ func (c *Controller) Window(n int) time.Duration {
 // order, each jittered within its slot. Sessions that come back on these
 // delays arrive at the rate a gateway admits, so none is refused.
 func (c *Controller) Spread(n int, rnd *rand.Rand) []time.Duration {
-	out := make([]time.Duration, n)
-	for i, k := range rnd.Perm(n) {
-		out[i] = c.cfg.RestartDelay + time.Duration(k)*c.interval + time.Duration(rnd.Int64N(int64(c.interval)))
-	}
-	return out
+	return c.SpreadFrom(0, n, rnd)
 }
 
-// Draw returns one reconnect delay drawn uniformly over the window of n
-// sessions after RestartDelay: for sessions drained one by one.
-func (c *Controller) Draw(n int, rnd *rand.Rand) time.Duration {
-	return c.cfg.RestartDelay + time.Duration(rnd.Int64N(int64(c.Window(n))+1))
+// SpreadFrom is Spread for the slots first..first+n-1: a drain that hands
+// out its slots in several calls (the WebSockets at once, then each held
+// long-poll as it is released) gives each slot once.
+func (c *Controller) SpreadFrom(first, n int, rnd *rand.Rand) []time.Duration {
+	out := make([]time.Duration, n)
+	for i, k := range rnd.Perm(n) {
+		out[i] = c.cfg.RestartDelay + time.Duration(first+k)*c.interval + time.Duration(rnd.Int64N(int64(c.interval)))
+	}
+	return out
 }
 
 // Hint is what a session is told to do if it loses the gateway without a

@@ -263,8 +263,10 @@ func (ws *Server) closeAll() {
 		return s.endingLocked()
 	})
 	var delays []time.Duration
-	if a := ws.deps.Admission; a != nil {
+	if a := ws.deps.Admission; a != nil && len(sessions) > 0 {
 		delays = a.Spread(len(sessions))
+		ws.log.Info("closing sessions with reconnect hints", "sessions", len(sessions),
+			"first_ms", slices.Min(delays).Milliseconds(), "last_ms", slices.Max(delays).Milliseconds())
 	}
 	for i, s := range sessions {
 		s.closeWith(protocol.CloseServiceRestart, "service restart", ws.restartFrame(delays, i))

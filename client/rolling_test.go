@@ -37,6 +37,7 @@ type roundRobin struct {
 	mu       sync.Mutex
 	backends []string
 	out      map[string]bool
+	down     bool // every connection is closed at once: the gateway crashed
 	next     int
 	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
@@ -62,9 +63,29 @@ func (lb *roundRobin) takeOut(backend string) {
 	lb.out[backend] = true
 }
 
+// crash cuts every connection (no close frame, no answer) and closes
+// new ones at once until recover: a gateway killed and restarting.
+func (lb *roundRobin) crash() {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.down = true
+	for c := range lb.conns {
+		_ = c.Close()
+	}
+}
+
+func (lb *roundRobin) recover() {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.down = false
+}
+
 func (lb *roundRobin) pick() string {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
+	if lb.down {
+		return ""
+	}
 	for range lb.backends {
 		b := lb.backends[lb.next%len(lb.backends)]
 		lb.next++
@@ -406,4 +427,48 @@ func movedClients(logs []*requestLog, cut time.Time) (moved, requests int, backA
 		l.mu.Unlock()
 	}
 	return moved, requests, backAt
+}
+
+// TestCrashHint: the gateway vanishes without a word (every connection cut,
+// new ones closed at once, as while a killed gateway restarts) and is back
+// after a second. The SDK makes one attempt at once, finds it away, and
+// then follows the hint of its welcome and heartbeats (RestartDelay plus a
+// draw over the window of the gateway's sessions) instead of guessing:
+// two requests per client, every one back within the hinted window.
+func TestCrashHint(t *testing.T) {
+	noClientGoroutines(t)
+	const (
+		clients   = 30
+		admitRate = 20
+		delay     = 1500 * time.Millisecond
+	)
+	env := testenv.New(t, testenv.Options{})
+	env.StartFanout(t)
+	cfg := gateway.Config{AuthSecret: testSecret, AckWait: 10 * time.Second, SendRate: rate.Inf, SyncRate: rate.Inf,
+		SendBurst: 1000, SyncBurst: 1000, Logger: env.Logger,
+		// A burst of a quarter second: a tenth, the default, is 2 at this
+		// test's small rate, less than the clumps of random arrivals.
+		Reconnect: gateway.ReconnectConfig{AdmitRate: admitRate, AdmitBurst: admitRate / 4, RestartDelay: delay}}
+	gw := testworld.Serve(t, env, cfg, gateway.WSConfig{HeartbeatInterval: 300 * time.Millisecond})
+	lb := newRoundRobin(t, gw.URL[len("http://"):])
+	w := &world{env: env, g: gw.G, ws: gw.WS, url: gw.URL}
+	logs, _ := startCountedClients(t, w, lb.url(), clients, client.TransportWebSocket)
+	waitFor(t, 60*time.Second, "every client connected", func() bool { return gw.WS.Sessions() == clients })
+	time.Sleep(time.Second) // a heartbeat brings every client the window of all
+
+	cut := time.Now()
+	lb.crash()
+	time.Sleep(time.Second)
+	lb.recover()
+	waitFor(t, 60*time.Second, "every client back", func() bool { return allUp(logs) && gw.WS.Sessions() == clients })
+
+	moved, requests, backAt := movedClients(logs, cut)
+	require.Equal(t, clients, moved)
+	slices.Sort(backAt)
+	window := time.Duration(clients) * time.Second / admitRate * 5 / 4
+	t.Logf("%d clients back with %d requests (%.2f per client), from %v to %v after the cut (hint: %v + a draw over %v)",
+		moved, requests, float64(requests)/float64(moved), backAt[0], backAt[len(backAt)-1], delay, window)
+	require.LessOrEqual(t, float64(requests)/float64(moved), 2.0, "one attempt at once, one on the hint")
+	require.GreaterOrEqual(t, backAt[0], delay, "nobody back before the hint said")
+	require.Less(t, backAt[len(backAt)-1], delay+window+time.Second, "everyone back within the hinted window")
 }

@@ -107,7 +107,7 @@ func TestDrainHints(t *testing.T) {
 				}
 				require.NotNil(t, wel.Reconnect)
 				require.Equal(t, delay.Milliseconds(), wel.Reconnect.AfterMS)
-				require.Equal(t, int64(i+1)*1000/rate, wel.Reconnect.WindowMS, "the window of the sessions then")
+				require.Equal(t, int64(i+1)*1000/rate*5/4, wel.Reconnect.WindowMS, "the window of the sessions then")
 			}
 			// Heartbeats refresh the hint: the window of every session now.
 			hb := clients[0].next(t)
@@ -116,7 +116,7 @@ func TestDrainHints(t *testing.T) {
 			}
 			if hints {
 				require.NotNil(t, hb.Reconnect)
-				require.Equal(t, int64(n)*1000/rate, hb.Reconnect.WindowMS)
+				require.Equal(t, int64(n)*1000/rate*5/4, hb.Reconnect.WindowMS)
 			} else {
 				require.Nil(t, hb.Reconnect)
 			}

@@ -191,10 +191,12 @@ func (c *Controller) SpreadFrom(first, n int, rnd *rand.Rand) []time.Duration {
 
 // Hint is what a session is told to do if it loses the gateway without a
 // word (a crash, a kill -9, a network cut): come back after After, at a
-// moment drawn uniformly over Window, the time n sessions take to be
-// admitted.
+// moment drawn uniformly over Window. Window is a quarter longer than the
+// time n sessions take to be admitted: independent uniform draws arrive
+// in clumps, and at exactly the admission rate the clumps would be refused
+// (and come back on a slot: one request more each).
 func (c *Controller) Hint(n int) (after, window time.Duration) {
-	return c.cfg.RestartDelay, c.Window(n)
+	return c.cfg.RestartDelay, c.Window(n) * 5 / 4
 }
 
 func later(a, b time.Time) time.Time {

@@ -117,7 +117,7 @@ func TestSpread(t *testing.T) {
 	}
 	after, window := c.Hint(3000)
 	require.Equal(t, 4*time.Second, after)
-	require.Equal(t, 3*time.Second, window)
+	require.Equal(t, 3*time.Second*5/4, window, "the admission window and a quarter")
 }
 
 func TestConfigInvalid(t *testing.T) {

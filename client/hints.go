@@ -82,15 +82,10 @@ func closedWithHint(err error) bool {
 }
 
 // lostWithoutWord reports whether a session that was up ended without the
-// server saying why (no close frame: 1006, which is never sent, stands for
-// a connection that ended without one): a crash, a kill, a network cut.
-func lostWithoutWord(err error) bool {
-	var ce *CloseError
-	if errors.As(err, &ce) {
-		return ce.Code == websocket.CloseAbnormalClosure
-	}
-	return err != nil
-}
+// server saying why: no close frame (1006, which is never sent, stands for
+// a connection that ended without one) and no HTTP answer. A crash, a
+// kill, a network cut.
+func lostWithoutWord(err error) bool { return unanswered(err) }
 
 // armCrashPlan arms the welcome's hint when an established session was
 // lost without a word.

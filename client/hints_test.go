@@ -104,6 +104,10 @@ func TestCrashPlan(t *testing.T) {
 	l.armCrashPlan(syncSession{upAt: time.Now(), err: &CloseError{Code: CloseTooSlow}})
 	require.Nil(t, l.crash)
 
+	// An HTTP answer said why (a long-poll's 503): no plan.
+	l.armCrashPlan(syncSession{upAt: time.Now(), err: &APIError{Status: 503}})
+	require.Nil(t, l.crash)
+
 	// No hint from the gateway: no plan.
 	c.noteReconnect(nil)
 	l.armCrashPlan(lost)

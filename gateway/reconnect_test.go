@@ -53,6 +53,11 @@ func TestStartupAdmission(t *testing.T) {
 	// Held long-polls go through, admission or not.
 	r := users[0].do(t, "GET", "/v1/sync?wait=1", nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	// And carry the crash hint for long-polling clients.
+	var ans protocol.SyncAnswer
+	r.decode(t, &ans)
+	require.NotNil(t, ans.Polling)
+	require.NotNil(t, ans.Polling.Reconnect)
 
 	// Every refused client comes back on its slot: admitted at once.
 	refused, back := comeBack(users, first)

@@ -19,7 +19,13 @@ import (
 
 // pollingHint is the hint of the answers of g (see polling).
 func (g *Gateway) pollingHint() protocol.Polling {
-	return polling(g.held.Load(), g.cfg.MaxHeldPolls, g.cfg.PollInterval)
+	p := polling(g.held.Load(), g.cfg.MaxHeldPolls, g.cfg.PollInterval)
+	if g.reconnects != nil {
+		// The crash hint, for long-polling clients: the window of the
+		// WebSockets and the held polls of this gateway.
+		p.Reconnect = g.reconnects.Hint(g.ws.Sessions() + int(g.held.Load()))
+	}
+	return p
 }
 
 // polling grows interval with the held long-polls: 1x idle, 5x at the cap

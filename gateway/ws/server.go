@@ -306,7 +306,7 @@ func (ws *Server) reconnectHint() *protocol.Reconnect {
 	if ws.deps.Admission == nil {
 		return nil
 	}
-	return ws.deps.Admission.Hint(int(ws.count.Load()))
+	return ws.deps.Admission.Hint(ws.Sessions())
 }
 
 // Running reports whether Run runs (ServeHTTP admits connections).
@@ -316,12 +316,8 @@ func (ws *Server) Running() bool {
 	return ws.running && !ws.stopped
 }
 
-// Sessions returns the number of open sessions.
-func (ws *Server) Sessions() int {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	return len(ws.sessions)
-}
+// Sessions returns the number of open sessions. It takes no lock.
+func (ws *Server) Sessions() int { return int(ws.count.Load()) }
 
 // heartbeatDelay is HeartbeatInterval jittered by ±10%.
 func (ws *Server) heartbeatDelay() time.Duration {

@@ -503,6 +503,7 @@ export class Client {
         const started = Date.now();
         const p: SyncParams = { after: this.inbox.cursor, epoch: this.inbox.epoch || undefined, limit: this.cfg.pageSize, waitSec };
         const ans = await this.syncOnce(p, signal);
+        if (ans?._polling?.reconnect) this.reconnectHint = ans._polling.reconnect;
         if (!a.gotThrough) this.status({ state: "connected", transport: "polling", head: ans?.head });
         a.gotThrough = true;
         upSince ||= Date.now();
@@ -517,6 +518,8 @@ export class Client {
     } catch (err) {
       if (signal.aborted) return a;
       a.stable = upSince > 0 && Date.now() - upSince >= this.cfg.stablePeriodMs;
+      // A poll lost without an answer (not an ApiError): the crash hint applies.
+      if (a.gotThrough && !(err instanceof ApiError)) a.lost = true;
       return { ...a, ...classify(err) };
     }
     return a;

@@ -68,6 +68,7 @@ export interface Entry {
 
 export interface Polling {
   next_interval_ms: number;
+  reconnect?: Reconnect; // the crash hint, as a welcome's
 }
 
 /** SyncAnswer is the body of GET /v1/sync: a page of entries or a too-long answer. */

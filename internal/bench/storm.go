@@ -123,8 +123,8 @@ var stormNames = map[string]string{
 	"sdk":       "SDK (client package, defaults)",
 	"sdk-ws":    "SDK on WebSocket only",
 	"naive":     "naive client (reconnects at once)",
-	"sdk-hints": "SDK with reconnect hints, planned restart (SIGTERM)",
-	"sdk-kill":  "SDK with reconnect hints, gateway killed (kill -9)",
+	"sdk-hints": "SDK with hints, SIGTERM (planned)",
+	"sdk-kill":  "SDK with hints, kill -9 (no word)",
 }
 
 // Rows implements Result.

@@ -126,6 +126,7 @@ func (a *api) once(ctx context.Context, method, path string, q url.Values, body 
 	var eb protocol.ErrorBody
 	if json.Unmarshal(raw, &eb) == nil {
 		ae.Code, ae.Message, ae.Retryable = eb.Error.Code, eb.Error.Message, eb.Error.Retryable
+		ae.noteRetryAfterMS(eb.Error.RetryAfterMS)
 	} else if len(raw) > 0 {
 		ae.Message = strings.TrimSpace(string(raw[:min(len(raw), 200)]))
 	}

@@ -44,6 +44,8 @@ type Client struct {
 	ownHTTP bool          // HTTPClient is the default one: Run closes its idle connections
 	running atomic.Bool
 	seed    atomic.Uint64
+	// crashHint is the last welcome's reconnect hint (hints.go).
+	crashHint atomic.Pointer[protocol.Reconnect]
 }
 
 // New checks cfg, applies the defaults and loads the saved state from
@@ -155,6 +157,9 @@ func (c *Client) runSync(ctx context.Context) error {
 			continue
 		}
 		l.countWSFailure(s)
+		if s.established() {
+			l.armCrashPlan(s)
+		}
 		if !l.waitToReconnect(ctx, s) {
 			return nil
 		}
@@ -171,6 +176,7 @@ type syncLoop struct {
 	pollUntil    time.Time // long-poll until then (TransportAuto)
 	lastErr      error     // why the last session ended, for Status
 	tokenRetried bool      // the TokenSource was asked again after a 401
+	crash        *crashPlan
 }
 
 func newSyncLoop(c *Client) *syncLoop {
@@ -269,7 +275,7 @@ func (l *syncLoop) countWSFailure(s syncSession) {
 		return
 	}
 	switch {
-	case !s.established() && serverAway(s.err):
+	case (!s.established() && serverAway(s.err)) || closedWithHint(s.err):
 		// The gateway is down or restarting: long-polling would
 		// fail the same way, so this says nothing against the
 		// WebSocket (a restart must not send every client to
@@ -291,6 +297,9 @@ func (l *syncLoop) countWSFailure(s syncSession) {
 func (l *syncLoop) waitToReconnect(ctx context.Context, s syncSession) bool {
 	c := l.c
 	wait, opened := l.pol.failed(s.err, s.established(), s.lasted)
+	if d, ok := l.crashWait(s); ok && !opened {
+		wait = d // the welcome's hint, armed by a loss without a word
+	}
 	l.lastErr = s.err
 	st := StateWaiting
 	if opened {
@@ -419,6 +428,9 @@ func serverAway(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
+	}
+	if closedWithHint(err) {
+		return true // a starting or draining gateway saying when to come back
 	}
 	var api *APIError
 	if errors.As(err, &api) {

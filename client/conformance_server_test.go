@@ -193,6 +193,18 @@ func (s *scriptServer) answer(w http.ResponseWriter, path string, a *httpAnswer)
 			s.mu.Unlock()
 		}
 	}
+	// An error body's retry_after_ms is the precise form of Retry-After
+	// (docs/protocol.md, "Reconnect hints"): it wins.
+	var eb struct {
+		Error struct {
+			RetryAfterMS int64 `json:"retry_after_ms"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(a.Body, &eb) == nil && eb.Error.RetryAfterMS > 0 {
+		s.mu.Lock()
+		s.notBefore[path] = time.Now().Add(time.Duration(eb.Error.RetryAfterMS) * time.Millisecond)
+		s.mu.Unlock()
+	}
 	status := a.Status
 	if status == 0 {
 		status = http.StatusOK

@@ -31,7 +31,8 @@ const (
 	CloseNotAllowed     = protocol.CloseNotAllowed     // stop: the connection is not allowed
 	CloseTooSlow        = protocol.CloseTooSlow        // reconnect with the cursor
 	CloseRateLimited    = protocol.CloseRateLimited    // reconnect after retry_after
-	CloseServiceRestart = protocol.CloseServiceRestart // reconnect with jittered backoff
+	CloseServiceRestart = protocol.CloseServiceRestart // reconnect after retry_after_ms when given, else with jittered backoff
+	CloseTryAgainLater  = protocol.CloseTryAgainLater  // not admitted yet: reconnect after retry_after_ms
 	CloseGoingAway      = protocol.CloseGoingAway      // reconnect with jittered backoff
 )
 
@@ -56,6 +57,9 @@ type APIError struct {
 	Message    string
 	Retryable  bool          // the server's retryable flag
 	RetryAfter time.Duration // Retry-After, 0 when absent
+	// hinted: RetryAfter is the body's retry_after_ms, a moment the
+	// server picked for this client (hints.go).
+	hinted bool
 }
 
 func (e *APIError) Error() string {

@@ -66,8 +66,12 @@ func (p *policy) failed(err error, established bool, lasted time.Duration) (wait
 	wait = p.jitter(p.exp.NextBackOff()) // full jitter: uniform in [0, cap]
 	if ra := retryAfter(err); ra > 0 {
 		// The server knows better; a little jitter on top so that the
-		// clients it told the same thing do not come back at once.
-		wait = ra + p.jitter(ra/5)
+		// clients it told the same thing do not come back at once,
+		// unless it picked this moment for this client (hints.go).
+		wait = ra
+		if !exactRetryAfter(err) {
+			wait += p.jitter(ra / 5)
+		}
 	}
 	if established {
 		p.fails, p.state = 0, breakerClosed

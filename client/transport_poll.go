@@ -49,6 +49,9 @@ func (c *Client) runPoll(ctx context.Context, up func(), until time.Time, rnd fu
 		if ans != nil {
 			c.noteCounts(ans.Counts)
 		}
+		if ans != nil && ans.Polling != nil && ans.Polling.Reconnect != nil {
+			c.noteReconnect(ans.Polling.Reconnect) // the crash hint, as a welcome's
+		}
 		interval := defaultPollInterval
 		if ans != nil && ans.Polling != nil && ans.Polling.NextIntervalMS > 0 {
 			interval = time.Duration(ans.Polling.NextIntervalMS) * time.Millisecond

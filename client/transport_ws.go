@@ -121,6 +121,7 @@ func handshakeError(err error, resp *http.Response) error {
 	var eb protocol.ErrorBody
 	if json.Unmarshal(raw, &eb) == nil {
 		ae.Code, ae.Message, ae.Retryable = eb.Error.Code, eb.Error.Message, eb.Error.Retryable
+		ae.noteRetryAfterMS(eb.Error.RetryAfterMS)
 	} else {
 		ae.Message = strings.TrimSpace(string(raw))
 	}
@@ -373,6 +374,7 @@ func (st *wsStream) frame(ctx context.Context, f *protocol.ServerFrame, up func(
 	switch f.Type {
 	case protocol.FrameWelcome:
 		st.welcomed = true
+		c.noteReconnect(f.Reconnect)
 		c.noteCounts(f.Counts)
 		c.noteEpoch(f.Epoch)
 		st.serverHead = max(st.serverHead, f.Head)
@@ -412,6 +414,9 @@ func (st *wsStream) frame(ctx context.Context, f *protocol.ServerFrame, up func(
 		st.serverHead = max(st.serverHead, f.Head)
 	case protocol.FrameHeartbeat:
 		st.serverHead = max(st.serverHead, f.Head)
+		if f.Reconnect != nil {
+			c.noteReconnect(f.Reconnect) // the window grew with the gateway's sessions
+		}
 	case protocol.FrameReceipt:
 		c.noteReceipt(f)
 		return nil

@@ -199,6 +199,10 @@ type Config struct {
 	// WebSocket configures GET /v1/ws; see WSConfig.
 	WebSocket WSConfig
 
+	// Reconnect configures the reconnect hints and the start-up admission
+	// of new sessions; see ReconnectConfig.
+	Reconnect ReconnectConfig
+
 	// Ephemeral configures typing and presence (channel, expiries, grace);
 	// see EphemeralConfig. Its Registerer and Logger default to this
 	// Config's.

@@ -48,11 +48,14 @@ type Gateway struct {
 	sendLimits *ratelimit.Limiters
 	syncLimits *ratelimit.Limiters
 
-	ws        *WebSocket         // GET /v1/ws, run by Listen
-	eph       *ephemeral.Service // typing and presence, run by Listen
-	held      atomic.Int64       // long-polls currently held
-	draining  chan struct{}      // closed by Drain
-	drainOnce sync.Once
+	ws   *WebSocket         // GET /v1/ws, run by Listen
+	eph  *ephemeral.Service // typing and presence, run by Listen
+	held atomic.Int64       // long-polls currently held
+	// reconnects is the admission and the reconnect hints; nil when
+	// Config.Reconnect.Disabled.
+	reconnects *reconnects
+	draining   chan struct{} // closed by Drain
+	drainOnce  sync.Once
 
 	// beforeConnect, when set (tests), runs before each attempt to open
 	// the LISTEN connection.
@@ -90,6 +93,9 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	g.metrics = m
+	if g.reconnects, err = newReconnects(cfg.Reconnect, cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("gateway: reconnect hints: %w", err)
+	}
 	if g.eph, err = ephemeral.New(cfg.Ephemeral, pool, g.sendLimits); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,7 +122,7 @@ func TestLongPollCap(t *testing.T) {
 // shuts down; no goroutine is left behind.
 func TestHeldPollsReleasedAtShutdown(t *testing.T) {
 	const polls, users = 2000, 200
-	tg := buildGateway(t, nil)
+	tg := buildGateway(t, func(c *Config) { c.Reconnect.AdmitRate = 500 })
 	tg.hc = &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: polls}}
 	stop := tg.serve(t)
 	t0 := time.Now()
@@ -154,14 +155,29 @@ func TestHeldPollsReleasedAtShutdown(t *testing.T) {
 	require.NoError(t, stop())
 	wg.Wait()
 	t.Logf("released after %v", time.Since(t0))
+	// Each is told when to come back (docs/protocol.md, "Reconnect
+	// hints"): 503, Retry-After and retry_after_ms, a slot of its own over
+	// the window the polls take to be admitted at the admission rate.
+	window := time.Duration(polls) * time.Second / time.Duration(tg.g.cfg.Reconnect.AdmitRate)
+	var waits []int64
 	for i, an := range answers {
 		require.NoError(t, an.err, "poll %d", i)
-		require.Equal(t, http.StatusOK, an.r.status, "poll %d: %s", i, an.r)
+		require.Equal(t, http.StatusServiceUnavailable, an.r.status, "poll %d: %s", i, an.r)
 		require.True(t, an.r.close, "Connection: close")
-		var s protocol.SyncAnswer
-		an.r.decode(t, &s)
-		require.Empty(t, s.Entries)
+		require.NotEmpty(t, an.r.header.Get("Retry-After"))
+		var e protocol.ErrorBody
+		an.r.decode(t, &e)
+		require.Equal(t, protocol.CodeUnavailable, e.Error.Code)
+		require.True(t, e.Error.Retryable)
+		require.Positive(t, e.Error.RetryAfterMS)
+		require.LessOrEqual(t, e.Error.RetryAfterMS, window.Milliseconds()+1)
+		waits = append(waits, e.Error.RetryAfterMS)
 	}
+	slices.Sort(waits)
+	require.Greater(t, waits[len(waits)-1]-waits[0], window.Milliseconds()/2, "spread over the window, not lumped")
+	// One slot each (2 ms at 500/s): no two polls told the same moment
+	// within a slot's width.
+	require.Len(t, slices.Compact(slices.Clone(waits)), len(waits), "a slot of its own for every poll")
 	require.Zero(t, tg.g.HeldPolls())
 	require.Zero(t, tg.g.hub.Waiters())
 	tg.hc.CloseIdleConnections()

@@ -19,7 +19,13 @@ import (
 
 // pollingHint is the hint of the answers of g (see polling).
 func (g *Gateway) pollingHint() protocol.Polling {
-	return polling(g.held.Load(), g.cfg.MaxHeldPolls, g.cfg.PollInterval)
+	p := polling(g.held.Load(), g.cfg.MaxHeldPolls, g.cfg.PollInterval)
+	if g.reconnects != nil {
+		// The crash hint, for long-polling clients: the window of the
+		// WebSockets and the held polls of this gateway.
+		p.Reconnect = g.reconnects.Hint(g.ws.Sessions() + int(g.held.Load()))
+	}
+	return p
 }
 
 // polling grows interval with the held long-polls: 1x idle, 5x at the cap
@@ -98,6 +104,9 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := g.admitSync(wait); err != nil {
+		return err
+	}
 	if wait == 0 && g.notModified(w, r, user, p) {
 		return nil
 	}
@@ -111,7 +120,13 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if res.TooLong || len(res.Entries) > 0 || sub == nil || g.isDraining() || largeNews(r, res) {
+	news := res.TooLong || len(res.Entries) > 0 || largeNews(r, res)
+	if sub != nil && !news && g.isDraining() {
+		if err := g.drainedPoll(); err != nil {
+			return err
+		}
+	}
+	if news || sub == nil || g.isDraining() {
 		return g.writeSync(w, r, user, p, res, sub == nil)
 	}
 	if !g.acquireHold() {
@@ -145,6 +160,9 @@ func (g *Gateway) handleSync(w http.ResponseWriter, r *http.Request) error {
 		case <-g.draining:
 			g.metrics.polls.WithLabelValues("drained").Inc()
 			w.Header().Set("Connection", "close")
+			if err := g.drainedPoll(); err != nil {
+				return err // nothing new since the read: the 503 loses nothing
+			}
 			return g.writeSync(w, r, user, p, res, false)
 		case <-ctx.Done():
 			g.metrics.polls.WithLabelValues("gone").Inc()

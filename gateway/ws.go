@@ -44,12 +44,17 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 	if cfg.Registerer == nil {
 		cfg.Registerer = g.cfg.Registerer
 	}
+	var adm ws.Admission
+	if g.reconnects != nil {
+		adm = g.reconnects
+	}
 	s, err := ws.New(cfg, ws.Deps{
-		Inbox:   g.inbox,
-		Hub:     g.hub,
-		Auth:    g.auth,
-		Sender:  g.sends,
-		Changer: g.changes,
+		Admission: adm,
+		Inbox:     g.inbox,
+		Hub:       g.hub,
+		Auth:      g.auth,
+		Sender:    g.sends,
+		Changer:   g.changes,
 		Rebaser: &rebaser{db: g.pool, limit: g.cfg.PageDefault, held: &g.held, maxHeld: g.cfg.MaxHeldPolls,
 			interval: g.cfg.PollInterval},
 		ConnectLimits: g.syncLimits,

@@ -49,6 +49,8 @@ func wsTestConfig(env *testenv.Env, tweak func(*Config)) Config {
 		SendBurst:  1000,
 		SyncBurst:  1000,
 		Logger:     env.Logger,
+		// Tests open sessions in crowds: admission is TestAdmission's.
+		Reconnect: ReconnectConfig{AdmitRate: 1e6},
 	}
 	if tweak != nil {
 		tweak(&cfg)

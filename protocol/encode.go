@@ -74,6 +74,13 @@ func AppendSyncPage(b []byte, epoch, head int64, hasMore bool, c Counts, p Polli
 	b = strconv.AppendInt(b, c.MentionTotal, 10)
 	b = append(b, `,"_polling":{"next_interval_ms":`...)
 	b = strconv.AppendInt(b, p.NextIntervalMS, 10)
+	if r := p.Reconnect; r != nil {
+		b = append(b, `,"reconnect":{"after_ms":`...)
+		b = strconv.AppendInt(b, r.AfterMS, 10)
+		b = append(b, `,"window_ms":`...)
+		b = strconv.AppendInt(b, r.WindowMS, 10)
+		b = append(b, '}')
+	}
 	b = append(b, '}')
 	if len(large) > 0 {
 		b = append(b, `,"large":`...)

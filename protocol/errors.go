@@ -26,4 +26,9 @@ type ErrorDetail struct {
 	Code      string `json:"code"`
 	Message   string `json:"message"`
 	Retryable bool   `json:"retryable"`
+	// RetryAfterMS is the wait of a 503 that says when to come back (a
+	// drained long-poll, a session not admitted yet) in milliseconds,
+	// which Retry-After (whole seconds) cannot say: a crowd told to come
+	// back at one-second steps would come back in lumps. Absent elsewhere.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }

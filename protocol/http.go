@@ -10,6 +10,10 @@ import "time"
 // does not long-poll should wait before asking again.
 type Polling struct {
 	NextIntervalMS int64 `json:"next_interval_ms"`
+	// Reconnect is the crash hint of a WebSocket's welcome for a polling
+	// client (docs/protocol.md, "Reconnect hints"). Absent from gateways
+	// without reconnect hints.
+	Reconnect *Reconnect `json:"reconnect,omitempty"`
 }
 
 // SyncPage is the 200 answer of GET /v1/sync with entries: those with

@@ -175,6 +175,9 @@ func TestAppenders(t *testing.T) {
 		sp := SyncPage{Epoch: rng.Int64N(5), Head: rng.Int64(), Entries: entries, HasMore: rng.IntN(2) == 0,
 			Counts:  Counts{UnreadTotal: rng.Int64N(1000), MentionTotal: rng.Int64N(10)},
 			Polling: Polling{NextIntervalMS: rng.Int64N(5000)}}
+		if rng.IntN(2) == 0 {
+			sp.Polling.Reconnect = &Reconnect{AfterMS: rng.Int64N(10000), WindowMS: rng.Int64N(10000)}
+		}
 		for range rng.IntN(3) {
 			sp.Large = append(sp.Large, LargeConv{ConversationID: rng.Int64(), LastSeq: rng.Int64N(1e6), ChangeCount: rng.Int64N(100)})
 		}

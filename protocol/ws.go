@@ -45,7 +45,8 @@ const (
 	CloseNotAllowed     = 4003 // the origin is not allowed: do not reconnect
 	CloseTooSlow        = 4008 // the client could not keep up: reconnect with the cursor
 	CloseRateLimited    = 4029 // reconnect after the error frame's retry_after_ms
-	CloseServiceRestart = 1012 // shutdown or drain: reconnect with jittered backoff
+	CloseServiceRestart = 1012 // shutdown or drain: reconnect after the error frame's retry_after_ms, if any, else with jittered backoff
+	CloseTryAgainLater  = 1013 // not admitted now (a starting or crowded gateway): reconnect after the error frame's retry_after_ms
 	CloseGoingAway      = 1001 // sent by proxies, never by the server: as 1012
 	CloseProtocol       = 1008 // no hello in time, or a hello HTTP would refuse: reconnect with backoff
 	CloseInternal       = 1011 // the hello could not be answered: reconnect with backoff
@@ -134,6 +135,21 @@ type Welcome struct {
 	HeartbeatMS int64  `json:"heartbeat_ms"`
 	Counts
 	Large []LargeConv `json:"large,omitempty"`
+	// Reconnect says what to do if this connection is lost without a
+	// close frame (a crash of the gateway, a network cut). Absent from
+	// gateways without reconnect hints.
+	Reconnect *Reconnect `json:"reconnect,omitempty"`
+}
+
+// Reconnect is the welcome's hint for a connection lost without a word:
+// after one attempt at once (within the backoff's first interval) that
+// fails, come back AfterMS after the loss plus a moment drawn uniformly
+// in [0, WindowMS] (the time the gateway needs to admit its sessions),
+// instead of the backoff's guesses. A later attempt that fails falls back
+// to the backoff. docs/protocol.md, "Reconnect hints".
+type Reconnect struct {
+	AfterMS  int64 `json:"after_ms"`
+	WindowMS int64 `json:"window_ms"`
 }
 
 // MessagesFrame pushes what is new in a read-mode conversation to a
@@ -185,6 +201,9 @@ type TooLongFrame struct {
 type Heartbeat struct {
 	Type string `json:"type"` // FrameHeartbeat
 	Head int64  `json:"head"`
+	// Reconnect refreshes the welcome's hint (the window grows with the
+	// gateway's sessions). Absent from gateways without reconnect hints.
+	Reconnect *Reconnect `json:"reconnect,omitempty"`
 }
 
 // SendAck answers a send with the seq the message got (the original one
@@ -231,6 +250,8 @@ type ServerFrame struct {
 	Conversations []Record `json:"conversations"`
 	NextPage      *string  `json:"next_page"`
 	Polling       *Polling `json:"_polling"`
+	// welcome, heartbeat
+	Reconnect *Reconnect `json:"reconnect"`
 	// send_ack, change_ack, error
 	MsgID          string          `json:"msg_id"`
 	ChangeID       string          `json:"change_id"`

@@ -100,7 +100,9 @@ func bindStorm(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&c.Workers, "workers", 2, "client processes")
 	fs.DurationVar(&c.RecoverTimeout, "recover-timeout", 45*time.Second, "longest wait for every client to be back")
 	fs.DurationVar(&c.Down, "down", 3*time.Second, "how long the gateway stays down between the old process's exit and the new one's start")
-	fs.StringVar(&modes, "modes", "sdk,sdk-ws,naive", "kinds of client, in order: sdk (client package defaults), sdk-ws (WebSocket only), naive")
+	fs.StringVar(&modes, "modes", "sdk,sdk-ws,naive,sdk-hints,sdk-kill", "kinds of client, in order: sdk (client package defaults), sdk-ws (WebSocket only), naive, all three against a gateway without reconnect hints; sdk-hints (the SDK, a gateway with hints stopped by SIGTERM), sdk-kill (the same killed with SIGKILL)")
+	fs.DurationVar(&c.RestartDelay, "restart-delay", 0, "the gateway's --restart-delay in the hinted runs (0: --down + 1s, the time a restart takes here)")
+	fs.Float64Var(&c.AdmitRate, "admit-rate", 0, "the gateway's --admit-rate in the hinted runs (0: its default)")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		c.Modes = config.SplitList(modes)
 		return bench.Storm(ctx, env, c)

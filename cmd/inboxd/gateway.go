@@ -40,6 +40,12 @@ type gatewayFlags struct {
 	plainBodies      bool
 	mentionAllMax    int
 	wsLargePushRate  float64
+	// reconnect hints and start-up admission
+	reconnectHints bool
+	admitRate      float64
+	admitBurst     int
+	admitStartup   time.Duration
+	restartDelay   time.Duration
 	// typing and presence
 	typingExpiry   time.Duration
 	typingInterval time.Duration
@@ -73,6 +79,17 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.Float64Var(&f.wsLargePushRate, "ws-large-push-rate", gateway.DefaultWSLargePushRate, "paces the pushes of a read-mode conversation: one with n connected members here is pushed at most every n/rate seconds (at most 1s), so its frames cost about this many writes a second (negative: never paced)")
 	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", gateway.DefaultWSSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
 	f.bindEphemeral(fs)
+	f.bindReconnect(fs)
+}
+
+// bindReconnect binds the settings of the reconnect hints and the start-up
+// admission (docs/operations.md, "Restarts and deploys").
+func (f *gatewayFlags) bindReconnect(fs *flag.FlagSet) {
+	fs.BoolVar(&f.reconnectHints, "reconnect-hints", true, "tell clients when to come back: a drain's 1012 and 503s carry retry_after_ms spread at --admit-rate, the welcome a hint for a crash, and a starting gateway admits sessions at --admit-rate (false: bare 1012, no admission)")
+	fs.Float64Var(&f.admitRate, "admit-rate", gateway.DefaultAdmitRate, "sessions per second (WebSocket hellos, HTTP catch-up syncs) a starting gateway admits, and the rate a drain spreads its clients' reconnects at")
+	fs.IntVar(&f.admitBurst, "admit-burst", 0, "sessions admitted at once above --admit-rate (0: a tenth of the rate)")
+	fs.DurationVar(&f.admitStartup, "admit-startup", gateway.DefaultAdmitStartup, "how long after start the admission applies (and until the clients it refused are back)")
+	fs.DurationVar(&f.restartDelay, "restart-delay", 0, "when a drained client should come back, before the spread: 0 behind a load balancer with other gateways, the time a restart takes where one gateway serves alone; also the after_ms of the welcome's crash hint")
 }
 
 // bindEphemeral binds the settings of typing and presence.
@@ -111,6 +128,13 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 			WriteTimeout:      f.wsWriteTimeout,
 			SlowTimeout:       f.wsSlowTimeout,
 			LargePushRate:     f.wsLargePushRate,
+		},
+		Reconnect: gateway.ReconnectConfig{
+			Disabled:     !f.reconnectHints,
+			AdmitRate:    f.admitRate,
+			AdmitBurst:   f.admitBurst,
+			AdmitStartup: f.admitStartup,
+			RestartDelay: f.restartDelay,
 		},
 		Ephemeral: gateway.EphemeralConfig{
 			TypingExpiry:   f.typingExpiry,

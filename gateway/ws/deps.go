@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/inbox"
@@ -54,8 +55,28 @@ type Deps struct {
 	// with 1012 and new connections are told the same. Nil never closes.
 	Draining <-chan struct{}
 
+	// Admission admits new sessions and gives the reconnect hints
+	// (docs/protocol.md, "Reconnect hints"). Nil: every session is
+	// admitted, a drain closes with a bare 1012 and the welcome has no
+	// reconnect hint.
+	Admission Admission
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+}
+
+// Admission is the gateway's admission of new sessions and its reconnect
+// hints. Safe for concurrent use.
+type Admission interface {
+	// Admit decides on a new session: false and when to come back if it
+	// must wait.
+	Admit() (ok bool, retryAfter time.Duration)
+	// Spread returns the reconnect delays of n sessions closed by a drain,
+	// spread so that they come back at the rate a gateway admits.
+	Spread(n int) []time.Duration
+	// Hint is the welcome's hint for a connection lost without a close
+	// frame, n being the sessions of this gateway.
+	Hint(n int) *protocol.Reconnect
 }
 
 func (d *Deps) validate() error {

@@ -105,7 +105,7 @@ func (s *session) takeFetch(r *pushResult, tl *protocol.TooLong) fetchNext {
 	if r.err != nil {
 		if s.hbDue && s.cursor >= s.head {
 			s.hbDue = false
-			s.pushDataLocked(queued{kind: protocol.FrameHeartbeat, b: encodeFrame(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Head: s.head})})
+			s.pushDataLocked(queued{kind: protocol.FrameHeartbeat, b: encodeFrame(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Head: s.head, Reconnect: s.ws.reconnectHint()})})
 		}
 		s.fetch, s.dirty = fetchPending, false
 		s.mu.Unlock()
@@ -134,7 +134,7 @@ func (s *session) takeFetch(r *pushResult, tl *protocol.TooLong) fetchNext {
 		s.signalAt = time.Time{}
 		if s.hbDue {
 			s.hbDue = false
-			s.pushDataLocked(queued{kind: protocol.FrameHeartbeat, b: encodeFrame(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Head: r.Head})})
+			s.pushDataLocked(queued{kind: protocol.FrameHeartbeat, b: encodeFrame(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Head: r.Head, Reconnect: s.ws.reconnectHint()})})
 		}
 	}
 	enq := false

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer, stalled func() float64) (*metrics, er
 		conns: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections",
 			Help: "WebSocket connections open (upgraded and accepted)."}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "closes_total",
-			Help: "Close frames sent by the server, by close code (4001, 4003, 4008, 4029, 1008, 1011, 1012)."}, []string{"code"}),
+			Help: "Close frames sent by the server, by close code (4001, 4003, 4008, 4029, 1008, 1011, 1012, 1013)."}, []string{"code"}),
 		frames: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "frames_written_total",
 			Help: "Frames written, by type (welcome, entries, too_long, heartbeat, send_ack, error, pong)."}, []string{"type"}),
 		entries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "pushed_entries_total",

@@ -199,13 +199,14 @@ func (s *session) hello(in *protocol.ClientFrame) {
 		return
 	}
 
+	hint := s.ws.reconnectHint()
 	s.mu.Lock()
 	s.startLocked()
 	s.large = in.Large
 	s.epoch = res.Epoch
 	s.head = max(s.head, res.Head, s.sub.Head())
 	s.pushDataLocked(queued{kind: protocol.FrameWelcome, b: encodeFrame(protocol.Welcome{Type: protocol.FrameWelcome, Epoch: res.Epoch, Head: res.Head,
-		HeartbeatMS: cfg.HeartbeatInterval.Milliseconds(), Counts: res.Counts, Large: res.Large})})
+		HeartbeatMS: cfg.HeartbeatInterval.Milliseconds(), Counts: res.Counts, Large: res.Large, Reconnect: hint})})
 	if tl != nil {
 		s.pushDataLocked(queued{kind: protocol.FrameTooLong, b: encodeFrame(protocol.TooLongFrame{Type: protocol.FrameTooLong, TooLong: tl})})
 		s.cursor, s.head = res.Head, res.Head

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,7 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[*session]struct{}
 	perUser  map[int64]int
+	count    atomic.Int64 // len(sessions), read without mu (reconnectHint)
 	running  bool
 	stopped  bool
 	base     context.Context // the sessions' parent: Run's, lasting until every session ended
@@ -253,9 +255,31 @@ func (ws *Server) closeAll() {
 		sessions = append(sessions, s)
 	}
 	ws.mu.Unlock()
-	for _, s := range sessions {
-		s.closeWith(protocol.CloseServiceRestart, "service restart", nil)
+	// Those already closing (the drain and Run's end both close all) keep
+	// the slot they were told.
+	sessions = slices.DeleteFunc(sessions, func(s *session) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.endingLocked()
+	})
+	var delays []time.Duration
+	if a := ws.deps.Admission; a != nil && len(sessions) > 0 {
+		delays = a.Spread(len(sessions))
+		ws.log.Info("closing sessions with reconnect hints", "sessions", len(sessions),
+			"first_ms", slices.Min(delays).Milliseconds(), "last_ms", slices.Max(delays).Milliseconds())
 	}
+	for i, s := range sessions {
+		s.closeWith(protocol.CloseServiceRestart, "service restart", ws.restartFrame(delays, i))
+	}
+}
+
+// restartFrame is the error frame before a drain's 1012: when to come back
+// (delays[i]), or nil without reconnect hints.
+func (ws *Server) restartFrame(delays []time.Duration, i int) []byte {
+	if i >= len(delays) {
+		return nil
+	}
+	return errorFrame(apierr.ComeBack("service restart, reconnect after retry_after_ms", delays[i]), "")
 }
 
 func (ws *Server) isDraining() bool {
@@ -276,6 +300,15 @@ func (ws *Server) isStopping() bool {
 	}
 }
 
+// reconnectHint is the hint of a welcome or a heartbeat, nil without
+// reconnect hints. It takes no lock (callers hold a session's).
+func (ws *Server) reconnectHint() *protocol.Reconnect {
+	if ws.deps.Admission == nil {
+		return nil
+	}
+	return ws.deps.Admission.Hint(ws.Sessions())
+}
+
 // Running reports whether Run runs (ServeHTTP admits connections).
 func (ws *Server) Running() bool {
 	ws.mu.Lock()
@@ -283,12 +316,8 @@ func (ws *Server) Running() bool {
 	return ws.running && !ws.stopped
 }
 
-// Sessions returns the number of open sessions.
-func (ws *Server) Sessions() int {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	return len(ws.sessions)
-}
+// Sessions returns the number of open sessions. It takes no lock.
+func (ws *Server) Sessions() int { return int(ws.count.Load()) }
 
 // heartbeatDelay is HeartbeatInterval jittered by ±10%.
 func (ws *Server) heartbeatDelay() time.Duration {
@@ -330,7 +359,7 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader answered with an HTTP error
 	}
 	if ws.isDraining() || ws.isStopping() {
-		ws.reject(conn, protocol.CloseServiceRestart, "service restart", nil)
+		ws.reject(conn, protocol.CloseServiceRestart, "service restart", ws.restartCause())
 		return
 	}
 	if !ws.originAllowed(r) {
@@ -349,6 +378,9 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ws.reject(conn, protocol.CloseRateLimited, "rate limited", st.Err())
 		return
 	}
+	if !ws.admit(conn) {
+		return
+	}
 	s, refusal := ws.register(conn, hj.nc, user)
 	if refusal != nil {
 		ws.reject(conn, protocol.CloseRateLimited, "too many connections", refusal)
@@ -363,9 +395,39 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.start()
 	if ws.isDraining() || ws.isStopping() {
 		// closeAll may have taken its list before this registration.
-		s.closeWith(protocol.CloseServiceRestart, "service restart", nil)
+		var delays []time.Duration
+		if a := ws.deps.Admission; a != nil {
+			delays = a.Spread(1)
+		}
+		s.closeWith(protocol.CloseServiceRestart, "service restart", ws.restartFrame(delays, 0))
 	}
 	go s.read()
+}
+
+// restartCause is the cause told to a connection refused by a draining
+// gateway: when to come back, or nil without reconnect hints.
+func (ws *Server) restartCause() error {
+	if ws.deps.Admission == nil {
+		return nil
+	}
+	return apierr.ComeBack("service restart, reconnect after retry_after_ms", ws.deps.Admission.Spread(1)[0])
+}
+
+// admit applies the admission: a new session costs a hello and its
+// catch-up read, so a starting gateway admits them at the rate it can
+// serve and tells the others (error frame, close 1013) the slot to come
+// back on. False: conn was refused and closed.
+func (ws *Server) admit(conn *websocket.Conn) bool {
+	a := ws.deps.Admission
+	if a == nil {
+		return true
+	}
+	ok, after := a.Admit()
+	if !ok {
+		ws.reject(conn, protocol.CloseTryAgainLater, "try again later",
+			apierr.ComeBack("gateway starting, reconnect after retry_after_ms", after))
+	}
+	return ok
 }
 
 // parseOrigins turns Config.AllowedOrigins into "any" or a set.
@@ -414,6 +476,7 @@ func (ws *Server) register(conn *websocket.Conn, nc *stallConn, user int64) (*se
 	ws.sessions[s] = struct{}{}
 	ws.perUser[user]++
 	ws.m.conns.Inc()
+	ws.count.Add(1)
 	return s, nil
 }
 
@@ -428,6 +491,7 @@ func (ws *Server) unregister(s *session) {
 		delete(ws.perUser, s.user)
 	}
 	ws.m.conns.Dec()
+	ws.count.Add(-1)
 }
 
 // reject ends a connection that never became a session: an error frame

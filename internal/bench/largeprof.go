@@ -6,8 +6,8 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 

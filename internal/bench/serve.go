@@ -45,6 +45,13 @@ type serveConfig struct {
 	// gateway's default; negative: none).
 	LargePushRate float64
 	Deadline      time.Duration
+	// Hints turns the gateway's reconnect hints and start-up admission on
+	// (gateway.ReconnectConfig), with RestartDelay and AdmitRate (0: the
+	// default); off, as for every figure but the storm's hinted runs, the
+	// gateway behaves as before hints.
+	Hints        bool
+	RestartDelay time.Duration
+	AdmitRate    float64
 }
 
 // serveReady is the child's "ready" line.
@@ -140,7 +147,8 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 			return err
 		}
 		g, err := gateway.New(gateway.Config{Addr: cfg.Addr, AuthSecret: []byte(cfg.Secret), Logger: log,
-			Registerer: prometheus.NewRegistry()}, pool, prod)
+			Registerer: prometheus.NewRegistry(), Reconnect: gateway.ReconnectConfig{Disabled: !cfg.Hints,
+				RestartDelay: cfg.RestartDelay, AdmitRate: cfg.AdmitRate}}, pool, prod)
 		if err != nil {
 			return err
 		}

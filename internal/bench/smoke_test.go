@@ -86,7 +86,7 @@ func TestBenchAllSmoke(t *testing.T) {
 			DrainSeconds: 1},
 		Sync:   SyncConfig{Users: 100, Messages: 10, Seconds: 1, Conns: 4},
 		Idle:   IdleConfig{Conns: 300, Workers: 2, Settle: 0.2},
-		Storm:  StormConfig{Clients: 100, Hold: 2200 * time.Millisecond, Down: 300 * time.Millisecond, Tail: 300 * time.Millisecond, RecoverTimeout: 20 * time.Second},
+		Storm:  StormConfig{Clients: 100, Hold: 2200 * time.Millisecond, KillHold: 2200 * time.Millisecond, Down: 300 * time.Millisecond, Tail: 300 * time.Millisecond, RecoverTimeout: 20 * time.Second},
 		Docs:   doc,
 		Images: dir,
 	})
@@ -111,7 +111,7 @@ func TestBenchAllSmoke(t *testing.T) {
 	require.Equal(t, 300, res.Idle.Gateway.Held)
 	require.Equal(t, 300, res.Idle.Echo.Held)
 	require.Positive(t, res.Idle.Gateway.RSSPerConn)
-	require.Len(t, res.Storm.Runs, 3)
+	require.Len(t, res.Storm.Runs, 5)
 	for _, r := range res.Storm.Runs {
 		require.Equal(t, 100, r.ConnectedAtCut, r.Mode)
 		require.Positive(t, r.PeakPerSec, r.Mode)

@@ -16,7 +16,12 @@ type StormConfig struct {
 	// Hold is how long the clients stay connected before the cut [3s]; it
 	// exceeds StablePeriod [2s] of the SDK, so the connections count as
 	// long-lived ones (the SDK's default is 30s).
-	Hold         time.Duration
+	Hold time.Duration
+	// KillHold is Hold for sdk-kill [25s]: longer than the gateway's
+	// heartbeat (20s ±10%), so that every client has the crash hint of
+	// the whole crowd (a welcome's window counts the sessions connected
+	// before it; the heartbeats refresh it), as long-lived connections do.
+	KillHold     time.Duration
 	StablePeriod time.Duration
 	// RecoverTimeout bounds the wait for every client to be back [45s].
 	RecoverTimeout time.Duration
@@ -27,9 +32,17 @@ type StormConfig struct {
 	Down time.Duration
 	Nice int // of the client processes [10]
 	// Modes to run, of "sdk" (the client package with its defaults),
-	// "sdk-ws" (the same on WebSocket only, no long-polling fallback) and
-	// "naive" [all three].
+	// "sdk-ws" (the same on WebSocket only, no long-polling fallback),
+	// "naive" (these three against a gateway without reconnect hints),
+	// "sdk-hints" (the SDK, a gateway with hints stopped by SIGTERM) and
+	// "sdk-kill" (the same gateway killed with SIGKILL) [all five].
 	Modes []string
+	// RestartDelay is the gateway's --restart-delay in the hinted runs:
+	// the operator's estimate of how long a restart takes [Down + 1s].
+	RestartDelay time.Duration
+	// AdmitRate is the gateway's --admit-rate in the hinted runs [0: the
+	// gateway's default].
+	AdmitRate float64
 }
 
 func (c *StormConfig) setDefaults() {
@@ -44,6 +57,9 @@ func (c *StormConfig) setDefaults() {
 	}
 	if c.Hold == 0 {
 		c.Hold = 3 * time.Second
+	}
+	if c.KillHold == 0 {
+		c.KillHold = 25 * time.Second
 	}
 	if c.StablePeriod == 0 {
 		c.StablePeriod = 2 * time.Second
@@ -61,7 +77,10 @@ func (c *StormConfig) setDefaults() {
 		c.Nice = 10
 	}
 	if len(c.Modes) == 0 {
-		c.Modes = []string{"sdk", "sdk-ws", "naive"}
+		c.Modes = []string{"sdk", "sdk-ws", "naive", "sdk-hints", "sdk-kill"}
+	}
+	if c.RestartDelay == 0 {
+		c.RestartDelay = c.Down + time.Second
 	}
 }
 
@@ -101,9 +120,11 @@ func (r StormResult) run(mode string) (StormRun, bool) {
 
 // stormNames names the kinds of client.
 var stormNames = map[string]string{
-	"sdk":    "SDK (client package, defaults)",
-	"sdk-ws": "SDK on WebSocket only",
-	"naive":  "naive client (reconnects at once)",
+	"sdk":       "SDK (client package, defaults)",
+	"sdk-ws":    "SDK on WebSocket only",
+	"naive":     "naive client (reconnects at once)",
+	"sdk-hints": "SDK with hints, SIGTERM (planned)",
+	"sdk-kill":  "SDK with hints, kill -9 (no word)",
 }
 
 // Rows implements Result.
@@ -142,6 +163,7 @@ func (r StormResult) Rows() []Row {
 			Ratio:     "naive/SDK " + ratio(nv.RecoverSeconds, x.RecoverSeconds),
 		})
 	}
+	rows = append(rows, r.hintedRows(nv)...)
 	for _, x := range r.Runs {
 		rows = append(rows, Row{
 			Figure:    "reconnect storm: time until every client is back, " + stormNames[x.Mode],
@@ -153,16 +175,50 @@ func (r StormResult) Rows() []Row {
 	return rows
 }
 
-// Storm connects cfg.Clients clients (SDK, then naive) split over
-// cfg.Workers processes, restarts the gateway (SIGTERM: its sessions are
-// closed with 1012; cfg.Down later a new process on the same address), and records
-// the requests per 100 ms the clients make until every one is back.
-// Requests are counted at the clients: WebSocket handshakes attempted
-// (connects refused included) and HTTP requests.
+// hintedRows compares the runs with reconnect hints to the SDK without
+// them (and the naive client nv) of the same run.
+func (r StormResult) hintedRows(nv StormRun) []Row {
+	var rows []Row
+	sdk, okSDK := r.run("sdk")
+	for _, mode := range []string{"sdk-hints", "sdk-kill"} {
+		x, ok := r.run(mode)
+		if !ok || !okSDK {
+			continue
+		}
+		rows = append(rows, Row{
+			Figure:    fmt.Sprintf("reconnect storm, %s clients: requests per client until every client is back, %s", num(float64(r.Clients)), stormNames[mode]),
+			Value:     fmt.Sprintf("%.2f", perClient(x)),
+			Reference: fmt.Sprintf("SDK without hints, same run: %.2f (naive client: %.1f)", perClient(sdk), perClient(nv)),
+			Ratio:     "SDK/hinted " + ratio(perClient(sdk), perClient(x)),
+		}, Row{
+			Figure:    "reconnect storm: peak request rate (1 s window), " + stormNames[mode],
+			Value:     num(x.PeakPerSec) + " req/s",
+			Reference: "SDK without hints, same run: " + num(sdk.PeakPerSec) + " req/s",
+			Ratio:     "SDK/hinted " + ratio(sdk.PeakPerSec, x.PeakPerSec),
+		})
+	}
+	return rows
+}
+
+// perClient is the requests until every client was back, per client.
+func perClient(x StormRun) float64 {
+	if x.Clients == 0 {
+		return 0
+	}
+	return float64(x.Requests) / float64(x.Clients)
+}
+
+// Storm connects cfg.Clients clients of each mode split over cfg.Workers
+// processes, restarts the gateway (SIGTERM: its sessions are closed with
+// 1012; SIGKILL for sdk-kill; cfg.Down later a new process on the same
+// address), and records the requests per 100 ms the clients make until
+// every one is back. Requests are counted at the clients: WebSocket
+// handshakes attempted (connects refused included) and HTTP requests. The
+// gateway runs without reconnect hints for sdk, sdk-ws and naive (the
+// behaviour before them), with them for sdk-hints and sdk-kill.
 func Storm(ctx context.Context, env *Env, cfg StormConfig) (StormResult, error) {
 	cfg.setDefaults()
 	res := StormResult{Clients: cfg.Clients, Workers: cfg.Workers}
-	pr := env.Progress
 	url, drop, err := env.newDatabase(ctx, "storm")
 	if err != nil {
 		return res, err
@@ -173,100 +229,166 @@ func Storm(ctx context.Context, env *Env, cfg StormConfig) (StormResult, error) 
 		return res, err
 	}
 	defer cluster.Close()
-	scfg := serveConfig{Mode: "gateway", DatabaseURL: url, Brokers: cluster.ListenAddrs(), Partitions: 4,
-		Secret: randomSecret(), MaxConns: cfg.Clients + 1000}
-	gw, ready, err := startServe(ctx, env, "gateway", scfg)
-	if err != nil {
-		return res, err
-	}
-	defer func() { gw.kill() }()
-	scfg.Addr = ready.Addr // restarts listen where the clients connect
-
+	st := &stormBench{env: env, cfg: cfg, scfg: serveConfig{Mode: "gateway", DatabaseURL: url,
+		Brokers: cluster.ListenAddrs(), Partitions: 4, Secret: randomSecret(), MaxConns: cfg.Clients + 1000,
+		RestartDelay: cfg.RestartDelay, AdmitRate: cfg.AdmitRate}}
+	defer st.stopGateway()
 	for mi, mode := range cfg.Modes {
-		run := StormRun{Mode: mode, Clients: cfg.Clients}
-		var ws children
-		per := (cfg.Clients + cfg.Workers - 1) / cfg.Workers
-		for i := 0; i < cfg.Workers; i++ {
-			n := min(per, cfg.Clients-i*per)
-			if n <= 0 {
-				break
-			}
-			w, err := env.Runner.start(pr, fmt.Sprintf("storm-%s-%d", mode, i+1), []string{"worker", "storm"}, stormWorkerConfig{
-				Addr: ready.Addr, Secret: scfg.Secret, FirstUser: int64(1 + i*per + mi*cfg.Clients), Count: n, Mode: mode,
-				SrcIPs: sourceIPs(30+(mi*cfg.Workers+i)*cfg.IPs, cfg.IPs), StablePeriod: cfg.StablePeriod, Nice: cfg.Nice,
-				Deadline: 4 * time.Minute})
-			if err != nil {
-				ws.killAll()
-				return res, err
-			}
-			ws = append(ws, w)
-		}
-		err := func() error {
-			defer ws.killAll()
-			progressf(pr, "bench storm: %s: connecting %s clients from %d processes ...", mode, num(float64(cfg.Clients)), len(ws))
-			for _, w := range ws {
-				var r struct {
-					Connected int `json:"connected"`
-				}
-				if err := w.expectJSON(ctx, "ready", 3*time.Minute, &r); err != nil {
-					return err
-				}
-				run.ConnectedAtCut += r.Connected
-			}
-			progressf(pr, "bench storm: %s: %d connected; holding %v, then restarting the gateway", mode, run.ConnectedAtCut, cfg.Hold)
-			sleepCtx(ctx, cfg.Hold)
-			cut := time.Now()
-			for _, w := range ws {
-				if err := w.send("cut " + strconv.FormatInt(cut.UnixNano(), 10)); err != nil {
-					return err
-				}
-			}
-			_ = gw.stop(30 * time.Second)
-			run.StopSeconds = time.Since(cut).Seconds()
-			sleepCtx(ctx, cfg.Down)
-			ngw, _, err := startServe(ctx, env, "gateway", scfg)
-			if err != nil {
-				return fmt.Errorf("restart the gateway: %w", err)
-			}
-			gw = ngw
-			run.Downtime = time.Since(cut).Seconds()
-			progressf(pr, "bench storm: %s: gateway back after %.1fs (old one gone after %.1fs); waiting for the clients", mode, run.Downtime, run.StopSeconds)
-			deadline := cut.Add(cfg.RecoverTimeout)
-			for _, w := range ws {
-				if _, err := w.expect(ctx, "recovered", max(time.Until(deadline), time.Millisecond)); err != nil {
-					progressf(pr, "bench storm: %s: %v", mode, err)
-					break
-				}
-			}
-			sleepCtx(ctx, cfg.Tail)
-			var series []stormSeries
-			for _, w := range ws {
-				if err := w.send("stop"); err != nil {
-					return err
-				}
-			}
-			for _, w := range ws {
-				var s stormSeries
-				if err := w.expectJSON(ctx, "result", time.Minute, &s); err != nil {
-					return err
-				}
-				series = append(series, s)
-			}
-			for _, w := range ws {
-				_ = w.stop(30 * time.Second)
-			}
-			mergeStorm(&run, cut, series)
-			return nil
-		}()
+		run, err := st.run(ctx, mi, mode)
 		if err != nil {
 			return res, err
 		}
-		progressf(pr, "bench storm: %s: peak %s req/s, %s requests, all back after %.1fs (%d recovered, %d on long-polling)",
-			mode, num(run.PeakPerSec), num(float64(run.Requests)), run.RecoverSeconds, run.Recovered, run.Polling)
+		progressf(env.Progress, "bench storm: %s: peak %s req/s, %s requests (%.2f per client), all back after %.1fs (%d recovered, %d on long-polling)",
+			mode, num(run.PeakPerSec), num(float64(run.Requests)), float64(run.Requests)/float64(run.Clients), run.RecoverSeconds, run.Recovered, run.Polling)
 		res.Runs = append(res.Runs, run)
 	}
-	_ = gw.stop(30 * time.Second)
 	return res, nil
+}
+
+// stormBench is the state of Storm across its runs: the gateway process
+// and the settings it was started with.
+type stormBench struct {
+	env  *Env
+	cfg  StormConfig
+	scfg serveConfig // Addr set once the first gateway listens
+	gw   *child
+}
+
+// hinted says whether mode runs against a gateway with reconnect hints.
+func hinted(mode string) bool { return mode == "sdk-hints" || mode == "sdk-kill" }
+
+// ensureGateway makes sure a gateway with (or without) hints serves.
+func (st *stormBench) ensureGateway(ctx context.Context, hints bool) error {
+	if st.gw != nil && st.scfg.Hints == hints {
+		return nil
+	}
+	st.stopGateway()
+	st.scfg.Hints = hints
+	return st.startGateway(ctx)
+}
+
+func (st *stormBench) startGateway(ctx context.Context) error {
+	gw, ready, err := startServe(ctx, st.env, "gateway", st.scfg)
+	if err != nil {
+		return fmt.Errorf("start the gateway: %w", err)
+	}
+	st.gw, st.scfg.Addr = gw, ready.Addr // restarts listen where the clients connect
+	return nil
+}
+
+func (st *stormBench) stopGateway() {
+	if st.gw != nil {
+		_ = st.gw.stop(30 * time.Second)
+		st.gw = nil
+	}
+}
+
+// startClients starts the worker processes of one run.
+func (st *stormBench) startClients(mi int, mode string) (children, error) {
+	cfg := st.cfg
+	var ws children
+	per := (cfg.Clients + cfg.Workers - 1) / cfg.Workers
+	for i := 0; i < cfg.Workers; i++ {
+		n := min(per, cfg.Clients-i*per)
+		if n <= 0 {
+			break
+		}
+		w, err := st.env.Runner.start(st.env.Progress, fmt.Sprintf("storm-%s-%d", mode, i+1), []string{"worker", "storm"}, stormWorkerConfig{
+			Addr: st.scfg.Addr, Secret: st.scfg.Secret, FirstUser: int64(1 + i*per + mi*cfg.Clients), Count: n, Mode: mode,
+			SrcIPs: sourceIPs(30+(mi*cfg.Workers+i)*cfg.IPs, cfg.IPs), StablePeriod: cfg.StablePeriod, Nice: cfg.Nice,
+			Deadline: 4 * time.Minute})
+		if err != nil {
+			ws.killAll()
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	return ws, nil
+}
+
+// run is one kind of client through one gateway restart.
+func (st *stormBench) run(ctx context.Context, mi int, mode string) (StormRun, error) {
+	cfg, pr := st.cfg, st.env.Progress
+	run := StormRun{Mode: mode, Clients: cfg.Clients}
+	if err := st.ensureGateway(ctx, hinted(mode)); err != nil {
+		return run, err
+	}
+	ws, err := st.startClients(mi, mode)
+	if err != nil {
+		return run, err
+	}
+	defer ws.killAll()
+	progressf(pr, "bench storm: %s: connecting %s clients from %d processes ...", mode, num(float64(cfg.Clients)), len(ws))
+	for _, w := range ws {
+		var r struct {
+			Connected int `json:"connected"`
+		}
+		if err := w.expectJSON(ctx, "ready", 3*time.Minute, &r); err != nil {
+			return run, err
+		}
+		run.ConnectedAtCut += r.Connected
+	}
+	hold := cfg.Hold
+	if mode == "sdk-kill" {
+		hold = max(hold, cfg.KillHold)
+	}
+	progressf(pr, "bench storm: %s: %d connected; holding %v, then restarting the gateway", mode, run.ConnectedAtCut, hold)
+	sleepCtx(ctx, hold)
+	cut := time.Now()
+	for _, w := range ws {
+		if err := w.send("cut " + strconv.FormatInt(cut.UnixNano(), 10)); err != nil {
+			return run, err
+		}
+	}
+	if mode == "sdk-kill" {
+		st.gw.kill() // kill -9: no close frame, no hint
+	} else {
+		_ = st.gw.stop(30 * time.Second)
+	}
+	st.gw = nil
+	run.StopSeconds = time.Since(cut).Seconds()
+	sleepCtx(ctx, cfg.Down)
+	if err := st.startGateway(ctx); err != nil {
+		return run, err
+	}
+	run.Downtime = time.Since(cut).Seconds()
+	progressf(pr, "bench storm: %s: gateway back after %.1fs (old one gone after %.1fs); waiting for the clients", mode, run.Downtime, run.StopSeconds)
+	series, err := st.collect(ctx, ws, mode, cut)
+	if err != nil {
+		return run, err
+	}
+	mergeStorm(&run, cut, series)
+	return run, nil
+}
+
+// collect waits for the clients to be back (or the timeout), then for the
+// tail, and gathers the workers' series.
+func (st *stormBench) collect(ctx context.Context, ws children, mode string, cut time.Time) ([]stormSeries, error) {
+	deadline := cut.Add(st.cfg.RecoverTimeout)
+	for _, w := range ws {
+		if _, err := w.expect(ctx, "recovered", max(time.Until(deadline), time.Millisecond)); err != nil {
+			progressf(st.env.Progress, "bench storm: %s: %v", mode, err)
+			break
+		}
+	}
+	sleepCtx(ctx, st.cfg.Tail)
+	for _, w := range ws {
+		if err := w.send("stop"); err != nil {
+			return nil, err
+		}
+	}
+	var series []stormSeries
+	for _, w := range ws {
+		var s stormSeries
+		if err := w.expectJSON(ctx, "result", time.Minute, &s); err != nil {
+			return nil, err
+		}
+		series = append(series, s)
+	}
+	for _, w := range ws {
+		_ = w.stop(30 * time.Second)
+	}
+	return series, nil
 }
 
 // mergeStorm sums the workers' series on one grid relative to the cut.

@@ -29,7 +29,7 @@ type stormWorkerConfig struct {
 	Secret    string
 	FirstUser int64
 	Count     int
-	Mode      string // "sdk", "sdk-ws" (the SDK on WebSocket only) or "naive"
+	Mode      string // "sdk", "sdk-hints", "sdk-kill" (the SDK, defaults), "sdk-ws" (the SDK on WebSocket only) or "naive"
 	SrcIPs    []string
 	BucketMS  int
 	// StablePeriod of the SDK: how long a connection must have lasted to
@@ -158,7 +158,7 @@ func runStormWorker(ctx context.Context, cio *childIO, raw []byte) error {
 			return err
 		}
 		switch cfg.Mode {
-		case "sdk", "sdk-ws":
+		case "sdk", "sdk-ws", "sdk-hints", "sdk-kill":
 			tr := client.TransportAuto
 			if cfg.Mode == "sdk-ws" {
 				tr = client.TransportWebSocket

@@ -25,6 +25,11 @@ type Gateway struct {
 	G   *gateway.Gateway
 	WS  *gateway.WebSocket
 	URL string // http://127.0.0.1:port
+	// Stop shuts the gateway down as `inboxd gateway` does on SIGTERM
+	// (drain: sessions closed with 1012, held long-polls answered; then
+	// the HTTP server's graceful shutdown) and waits for it. The test's
+	// end calls it too; it is idempotent.
+	Stop func()
 }
 
 // Serve builds a gateway of cfg (its Registerer is replaced) on env's
@@ -51,16 +56,20 @@ func Serve(t testing.TB, env *testenv.Env, cfg gateway.Config, wcfg gateway.WSCo
 	go func() { defer wg.Done(); _ = g.Listen(ctx) }()
 	go func() { defer wg.Done(); _ = ws.Run(ctx) }()
 	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		cancel()
-		g.Drain()
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		if srv.Shutdown(sctx) != nil {
-			_ = srv.Close()
-		}
-		wg.Wait()
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			g.Drain()
+			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer scancel()
+			if srv.Shutdown(sctx) != nil {
+				_ = srv.Close()
+			}
+			wg.Wait()
+		})
+	}
+	t.Cleanup(stop)
 	deadline := time.Now().Add(30 * time.Second)
 	for !listening(reg) {
 		if time.Now().After(deadline) {
@@ -68,7 +77,7 @@ func Serve(t testing.TB, env *testenv.Env, cfg gateway.Config, wcfg gateway.WSCo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return &Gateway{G: g, WS: ws, URL: "http://" + ln.Addr().String()}
+	return &Gateway{G: g, WS: ws, URL: "http://" + ln.Addr().String(), Stop: stop}
 }
 
 // listening reads the gateway's listener_connected gauge.

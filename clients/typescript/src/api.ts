@@ -141,12 +141,14 @@ export async function toApiError(res: Response): Promise<ApiError> {
   let code = "http_" + res.status;
   let message = res.statusText;
   let retryable = res.status === 408 || res.status === 429 || res.status >= 500;
+  let hintMs = 0;
   try {
     const b = (await res.json()) as ErrorBody;
     if (b?.error?.code) {
       code = b.error.code;
       message = b.error.message;
       retryable = b.error.retryable || retryable;
+      hintMs = b.error.retry_after_ms ?? 0;
     }
   } catch {
     // not the error shape (a proxy's page): keep the status
@@ -156,6 +158,7 @@ export async function toApiError(res: Response): Promise<ApiError> {
   if (after === undefined && res.status === 429 && reset && /^\d+$/.test(reset)) {
     after = Math.max(0, Number(reset) * 1000 - Date.now());
   }
+  if (hintMs > 0) return new ApiError(res.status, code, message, retryable, hintMs, true);
   return new ApiError(res.status, code, message, retryable, after);
 }
 

@@ -128,3 +128,33 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     signal?.addEventListener("abort", done, { once: true });
   });
 }
+
+/**
+ * CrashPlan is the welcome's reconnect hint (docs/protocol.md, "Reconnect
+ * hints") armed by a session lost without a close frame: the first attempt
+ * after the loss is the backoff's (a network blip); if it finds the gateway
+ * away, the client waits until after_ms plus a draw over window_ms from the
+ * loss; the attempt after that is the backoff's again.
+ */
+export class CrashPlan {
+  private at = 0;
+  private attempts = 0;
+
+  /** arm after a session lost without a word; disarm otherwise. */
+  arm(lostWithoutWord: boolean, hint: { after_ms: number; window_ms: number } | undefined, random: () => number = Math.random): void {
+    this.attempts = 0;
+    this.at = lostWithoutWord && hint ? Date.now() + hint.after_ms + random() * hint.window_ms : 0;
+  }
+
+  /** waitMs after an attempt that did not get through (away: it found the gateway away): the hinted wait, or undefined for the backoff's. */
+  waitMs(away: boolean): number | undefined {
+    if (this.at === 0) return undefined;
+    this.attempts++;
+    const at = this.at;
+    if (this.attempts > 1 || !away) {
+      this.at = 0;
+      return undefined;
+    }
+    return Math.max(0, at - Date.now());
+  }
+}

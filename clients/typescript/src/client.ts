@@ -2,7 +2,7 @@
 // contract, shared with the Go SDK). start() runs until stop() or a fatal
 // error: a PermanentError, a handler's error, a store's error.
 import { Api, type FetchLike, type SyncParams, type TokenSource } from "./api.js";
-import { Backoff, CircuitBreaker, jitterUp, sleep } from "./backoff.js";
+import { Backoff, CircuitBreaker, CrashPlan, jitterUp, sleep } from "./backoff.js";
 import { ApiError, PermanentError, isFatal } from "./errors.js";
 import { Inbox, Saver, type Handlers } from "./inbox.js";
 import { Outbox, type SendOptions, type SendResult } from "./outbox.js";
@@ -10,7 +10,7 @@ import { emptyState, MemoryStore, type Hole, type Store } from "./store.js";
 import { runWsSession, type WebSocketCtor, type WsEnd } from "./transport_ws.js";
 import * as app from "./app.js";
 import type { Change, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, Settings, SettingsPatch, TypingEvent } from "./app.js";
-import type { Counts, History, Message, Record, ServerFrame, SyncAnswer, TooLongAnswer } from "./protocol.js";
+import type { Counts, History, Message, Reconnect, Record, ServerFrame, SyncAnswer, TooLongAnswer } from "./protocol.js";
 
 export type Transport = "auto" | "websocket" | "polling";
 
@@ -81,6 +81,9 @@ interface Attempt {
   gotThrough: boolean; // a welcome or a 2xx came back
   stable: boolean; // it stayed up for stablePeriodMs (or polled its whole period)
   retryAfterMs?: number;
+  exact?: boolean; // retryAfterMs is a moment the server picked for this client: no jitter on top
+  away?: boolean; // the gateway is away (hinted close, refused connection): no count against the WebSocket
+  lost?: boolean; // a session that was up ended without a close frame: the crash hint applies
   fallback?: boolean; // the upgrade was refused: long-poll now
   periodEnded?: boolean; // the polling period is over: try the WebSocket at once
   fatal?: unknown;
@@ -101,6 +104,8 @@ export class Client {
   private readonly inbox: Inbox;
   private readonly outbox: Outbox;
   private readonly backoff: Backoff;
+  private readonly crash = new CrashPlan();
+  private reconnectHint?: Reconnect; // the last welcome's
   private readonly breaker: CircuitBreaker;
   private abort?: AbortController;
   private running?: Promise<void>;
@@ -402,8 +407,10 @@ export class Client {
       if (a.gotThrough) this.breaker.success();
       else this.breaker.failure();
       if (a.stable) this.backoff.reset();
+      if (a.gotThrough) this.crash.arm(a.lost === true, this.reconnectHint);
       if (useWs) {
-        wsFailures = a.stable ? 0 : wsFailures + 1;
+        if (a.stable) wsFailures = 0;
+        else if (!a.away) wsFailures++;
         if (this.cfg.transport === "auto" && (a.fallback || wsFailures >= this.cfg.wsFallbackAfter)) {
           pollUntil = Date.now() + this.cfg.pollingPeriodMs;
           wsFailures = 0;
@@ -417,7 +424,11 @@ export class Client {
   }
 
   private async pause(a: Attempt, signal: AbortSignal): Promise<void> {
-    const wait = a.retryAfterMs !== undefined ? jitterUp(a.retryAfterMs, 0.2) : this.backoff.next();
+    let wait = a.retryAfterMs !== undefined ? (a.exact ? a.retryAfterMs : jitterUp(a.retryAfterMs, 0.2)) : this.backoff.next();
+    // A browser cannot tell a refused connection from a refused upgrade:
+    // any attempt that did not get through counts as finding the gateway away.
+    const crash = a.gotThrough ? undefined : this.crash.waitMs(true);
+    if (crash !== undefined && a.retryAfterMs === undefined) wait = crash; // the welcome's hint, after a loss without a word
     this.status({ state: "waiting", untilMs: Date.now() + wait, reason: a.retryAfterMs !== undefined ? "retry-after" : "backoff" });
     await sleep(wait, signal);
   }
@@ -437,9 +448,11 @@ export class Client {
       messages: (f, trusted) => this.inbox.messages(f, trusted),
       changeCount: (cid) => this.inbox.changeCount(cid),
       onWelcome: (f) => {
+        this.reconnectHint = f.reconnect;
         this.status({ state: "connected", transport: "websocket", head: f.head });
         void this.inbox.adoptEpoch(f.epoch ?? 0);
       },
+      onHint: (h) => { this.reconnectHint = h; },
       counts: (f) => this.inbox.setCounts(f),
       channel: (ch) => {
         this.wsChannel = ch;
@@ -459,7 +472,12 @@ export class Client {
       a.fatal = new PermanentError(undefined, end.closeCode, end.lastError?.code ?? "closed", `websocket closed ${end.closeCode}: ${end.closeReason ?? ""}`);
     } else if (end.closeCode === 4029 && end.lastError?.retry_after_ms) {
       a.retryAfterMs = end.lastError.retry_after_ms;
+    } else if ((end.closeCode === 1012 || end.closeCode === 1013) && end.lastError?.retry_after_ms) {
+      // A draining (1012) or starting (1013) gateway's reconnect hint.
+      a.retryAfterMs = end.lastError.retry_after_ms;
+      a.exact = a.away = true;
     }
+    if (end.welcomed && (end.closeCode === undefined || end.closeCode === 1006)) a.lost = true;
     if (end.upgradeRetryAfterMs !== undefined) a.retryAfterMs = end.upgradeRetryAfterMs;
     const st = end.upgradeStatus;
     if (st !== undefined && st >= 400 && st < 500 && st !== 408 && st !== 429) {
@@ -485,6 +503,7 @@ export class Client {
         const started = Date.now();
         const p: SyncParams = { after: this.inbox.cursor, epoch: this.inbox.epoch || undefined, limit: this.cfg.pageSize, waitSec };
         const ans = await this.syncOnce(p, signal);
+        if (ans?._polling?.reconnect) this.reconnectHint = ans._polling.reconnect;
         if (!a.gotThrough) this.status({ state: "connected", transport: "polling", head: ans?.head });
         a.gotThrough = true;
         upSince ||= Date.now();
@@ -499,6 +518,8 @@ export class Client {
     } catch (err) {
       if (signal.aborted) return a;
       a.stable = upSince > 0 && Date.now() - upSince >= this.cfg.stablePeriodMs;
+      // A poll lost without an answer (not an ApiError): the crash hint applies.
+      if (a.gotThrough && !(err instanceof ApiError)) a.lost = true;
       return { ...a, ...classify(err) };
     }
     return a;
@@ -520,7 +541,7 @@ function classify(err: unknown): Partial<Attempt> {
     if (err.status >= 400 && err.status < 500 && !err.retryable) {
       return { fatal: new PermanentError(err.status, undefined, err.code, err.message) };
     }
-    return { retryAfterMs: err.retryAfterMs };
+    return { retryAfterMs: err.retryAfterMs, exact: err.hinted, away: err.hinted };
   }
   return {}; // a network error, an undecodable answer: backoff
 }

@@ -9,6 +9,8 @@ export class ApiError extends Error {
     message: string,
     readonly retryable: boolean,
     readonly retryAfterMs?: number,
+    /** hinted: retryAfterMs is the body's retry_after_ms, a moment the server picked for this client. */
+    readonly hinted: boolean = false,
   ) {
     super(`inboxd: ${status} ${code}: ${message}`);
     this.name = "ApiError";

@@ -68,6 +68,7 @@ export interface Entry {
 
 export interface Polling {
   next_interval_ms: number;
+  reconnect?: Reconnect; // the crash hint, as a welcome's
 }
 
 /** SyncAnswer is the body of GET /v1/sync: a page of entries or a too-long answer. */
@@ -123,7 +124,14 @@ export interface SendPending {
 }
 
 export interface ErrorBody {
-  error: { code: string; message: string; retryable: boolean };
+  /** retry_after_ms: a 503's reconnect hint, the precise form of Retry-After (docs/protocol.md, "Reconnect hints"). */
+  error: { code: string; message: string; retryable: boolean; retry_after_ms?: number };
+}
+
+/** Reconnect is the welcome's hint for a connection lost without a close frame. */
+export interface Reconnect {
+  after_ms: number;
+  window_ms: number;
 }
 
 export interface DevToken {
@@ -167,6 +175,7 @@ export interface ServerFrame extends Partial<Counts> {
   last_seen?: string; // presence
   read_seq?: number; // receipt
   large?: LargeHead[]; // welcome, too_long, large
+  reconnect?: Reconnect; // welcome
   last_seq?: number; // messages
   change_count?: number; // messages
   messages?: Message[]; // messages: new ones, ascending
@@ -186,4 +195,5 @@ export const CloseNotAllowed = 4003;
 export const CloseTooSlow = 4008;
 export const CloseRateLimited = 4029;
 export const CloseServiceRestart = 1012;
+export const CloseTryAgainLater = 1013;
 export const CloseGoingAway = 1001;

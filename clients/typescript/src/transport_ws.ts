@@ -3,7 +3,7 @@
 // feeds the Inbox; gaps and heads beyond the cursor are repaired over HTTP by
 // the pull the client passes in.
 import type { ApplyResult } from "./inbox.js";
-import type { Entry, LargeHead, ServerFrame, TooLongAnswer } from "./protocol.js";
+import type { Entry, LargeHead, Reconnect, ServerFrame, TooLongAnswer } from "./protocol.js";
 
 /** WebSocketLike is the part of the WHATWG WebSocket the client uses (browsers' WebSocket, Node's `ws`). */
 export interface WebSocketLike {
@@ -27,6 +27,8 @@ export interface WsSessionDeps {
   tooLong(t: TooLongAnswer): Promise<void>;
   pull(): Promise<void>;
   onWelcome(f: ServerFrame): void;
+  /** onHint: a heartbeat's refreshed reconnect hint. */
+  onHint?(h: Reconnect): void;
   /** large: the list of read-mode conversations of a welcome, too_long or large frame (whole). */
   large(list: LargeHead[]): Promise<void>;
   /** messages: a messages frame; trusted: this session saw the conversation's previous change count. */
@@ -185,6 +187,7 @@ class WsSession {
         return;
       }
       case "heartbeat":
+        if (f.reconnect) this.d.onHint?.(f.reconnect); // the window grew with the gateway's sessions
         this.checkHead(f.head ?? 0);
         return;
       case "error":

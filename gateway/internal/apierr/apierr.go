@@ -34,6 +34,11 @@ type Error struct {
 	// RetryAfter is sent as Retry-After (whole seconds, at least 1) on 429
 	// and 503.
 	RetryAfter time.Duration
+	// Hint says RetryAfter is a reconnect hint computed for this client (a
+	// slot of the admission, a spread of a drain): the body also carries
+	// it in milliseconds, retry_after_ms, since whole seconds would send a
+	// crowd back in lumps.
+	Hint bool
 	// Err is the cause, logged and never shown to the client.
 	Err error
 }
@@ -90,6 +95,13 @@ func Unavailable(msg string, retryAfter time.Duration, cause error) *Error {
 		Retryable: true, RetryAfter: retryAfter, Err: cause}
 }
 
+// ComeBack is a 503 unavailable whose RetryAfter is a reconnect hint
+// (docs/protocol.md, "Reconnect hints").
+func ComeBack(msg string, after time.Duration) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Code: protocol.CodeUnavailable, Message: msg,
+		Retryable: true, RetryAfter: after, Hint: true}
+}
+
 // ErrClientGone marks a request whose client went away; nothing is written.
 var ErrClientGone = errors.New("client gone")
 
@@ -142,7 +154,11 @@ func Write(w http.ResponseWriter, e *Error) {
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
-	WriteJSON(w, e.Status, protocol.ErrorBody{Error: protocol.ErrorDetail{Code: e.Code, Message: e.Message, Retryable: e.Retryable}})
+	d := protocol.ErrorDetail{Code: e.Code, Message: e.Message, Retryable: e.Retryable}
+	if e.Hint {
+		d.RetryAfterMS = max(1, e.RetryAfter.Milliseconds())
+	}
+	WriteJSON(w, e.Status, protocol.ErrorBody{Error: d})
 }
 
 // WriteJSON writes v with status. HTML escaping is off: bodies are JSON for

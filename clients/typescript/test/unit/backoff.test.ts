@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Backoff, CircuitBreaker, parseRetryAfter, jitterUp } from "../../src/backoff.js";
+import { Backoff, CircuitBreaker, CrashPlan, parseRetryAfter, jitterUp } from "../../src/backoff.js";
+import { toApiError } from "../../src/api.js";
 
 test("backoff: the cap doubles from initial to max and the wait is uniform in [0, cap]", () => {
   let r = 1;
@@ -54,4 +55,30 @@ test("retry-after: seconds, an HTTP date, garbage", () => {
   assert.equal(parseRetryAfter("soon"), undefined);
   assert.equal(parseRetryAfter(null), undefined);
   assert.equal(jitterUp(1000, 0.2, () => 0.5), 1100);
+});
+
+test("crash plan: after a loss without a close frame, the first attempt is the backoff's, the second waits for the welcome's hint, the third is the backoff's again", () => {
+  const p = new CrashPlan();
+  const t0 = Date.now();
+  p.arm(true, { after_ms: 4000, window_ms: 1000 }, () => 0.5);
+  const w = p.waitMs(true);
+  assert.ok(w !== undefined && w >= 4500 - (Date.now() - t0) - 5 && w <= 4500, `hinted wait ${w}`);
+  assert.equal(p.waitMs(true), undefined, "after the hinted attempt, the backoff again");
+  p.arm(true, { after_ms: 4000, window_ms: 1000 });
+  assert.equal(p.waitMs(false), undefined, "an attempt that did not find the gateway away: no plan");
+  p.arm(false, { after_ms: 4000, window_ms: 1000 });
+  assert.equal(p.waitMs(true), undefined, "a close frame said why: no plan");
+  p.arm(true, undefined);
+  assert.equal(p.waitMs(true), undefined, "no hint: no plan");
+});
+
+test("toApiError: an error body's retry_after_ms wins over Retry-After and is marked hinted", async () => {
+  const res = new Response(JSON.stringify({ error: { code: "unavailable", message: "starting", retryable: true, retry_after_ms: 1250 } }),
+    { status: 503, headers: { "Retry-After": "2", "Content-Type": "application/json" } });
+  const e = await toApiError(res);
+  assert.equal(e.retryAfterMs, 1250);
+  assert.equal(e.hinted, true);
+  const plain = await toApiError(new Response("{}", { status: 503, headers: { "Retry-After": "2" } }));
+  assert.equal(plain.retryAfterMs, 2000);
+  assert.equal(plain.hinted, false);
 });

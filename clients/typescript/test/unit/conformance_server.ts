@@ -165,6 +165,10 @@ export class ScriptServer {
     }
     const a = st.respond;
     this.retryAfter(lr.path, a.headers);
+    // An error body's retry_after_ms is the precise form of Retry-After
+    // (docs/protocol.md, "Reconnect hints"): it wins.
+    const ms = (a.body as { error?: { retry_after_ms?: number } } | undefined)?.error?.retry_after_ms ?? 0;
+    if (ms > 0) this.notBefore.set(lr.path, Date.now() + ms);
     const headers: { [k: string]: string } = { ...(a.headers ?? {}) };
     if (a.body !== undefined) headers["Content-Type"] = "application/json";
     res.writeHead(a.status ?? 200, headers);

@@ -79,7 +79,9 @@ fuzz_python() {
 	for c in python3.14 python3.13 python3.12 \
 		"$HOME"/.pyenv/versions/3.14*/bin/python3 "$HOME"/.pyenv/versions/3.13*/bin/python3 \
 		"$HOME"/.pyenv/versions/3.12*/bin/python3; do
-		if command -v "$c" >/dev/null 2>&1; then
+		# Run it: a pyenv shim exists for every installed version but
+		# fails unless that version is selected.
+		if "$c" -c 'import sys' >/dev/null 2>&1; then
 			echo "$c"
 			return
 		fi

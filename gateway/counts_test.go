@@ -331,3 +331,14 @@ func TestMentionChecks(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.status, "%s", r)
 	require.Equal(t, int64(1), b.sync(t, "after=0&limit=1").MentionTotal)
 }
+
+// mention_all to a conversation that does not exist is its 404, not a
+// failed scan of the member count the send check reads (found by the
+// fuzzer).
+func TestMentionAllUnknownConversation(t *testing.T) {
+	tg := newGateway(t, nil)
+	a := tg.user(t, 1)
+	r := a.do(t, "POST", "/v1/conversations/987654/messages",
+		map[string]any{"msg_id": uuid.NewString(), "body": "@all", "mention_all": true})
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r)
+}

@@ -116,7 +116,7 @@ SELECT ` + rows.MessageColsFor("$3") + `,
 	COALESCE((SELECT key FROM k), (SELECT key FROM body_keys WHERE msg_id = $1)),
 	(SELECT count(DISTINCT u.id) FROM unnest($5::bigint[]) u(id)
 		WHERE EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = u.id AND left_seq IS NULL)),
-	CASE WHEN $6::boolean THEN (SELECT member_count FROM conversations WHERE id = $2) ELSE 0 END
+	CASE WHEN $6::boolean THEN COALESCE((SELECT member_count FROM conversations WHERE id = $2), 0) ELSE 0 END
 FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
 
 // sqlSendOutcome says whether msg_id is projected (the message) or the event

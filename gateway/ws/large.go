@@ -55,6 +55,8 @@ type largeIndex struct {
 	// due is when each conversation may be pushed again (LargePushRate);
 	// only run's goroutine uses it.
 	due map[int64]time.Time
+
+	lanes *laneSet // the frames leave through them (lanes.go)
 }
 
 // largePos is a position of a read-mode conversation (an L token's).
@@ -63,7 +65,8 @@ type largePos struct{ lastSeq, changes int64 }
 func newLargeIndex(ws *Server) *largeIndex {
 	return &largeIndex{ws: ws, convs: map[int64]*largeConv{}, users: map[int64]map[*session]struct{}{},
 		byConv: map[*session][]int64{}, moved: map[int64]largePos{}, relist: map[int64]bool{},
-		switched: map[int64]bool{}, kick: make(chan struct{}, 1), due: map[int64]time.Time{}}
+		switched: map[int64]bool{}, kick: make(chan struct{}, 1), due: map[int64]time.Time{},
+		lanes: newLaneSet()}
 }
 
 // notified takes a notification's read-mode tokens (the hub's LISTEN
@@ -176,6 +179,12 @@ func (x *largeIndex) remove(s *session) {
 // that just joined a conversation then gets its messages), then the moved
 // conversations.
 func (x *largeIndex) run(ctx context.Context) {
+	lanesDone := make(chan struct{})
+	go func() {
+		defer close(lanesDone)
+		x.lanes.run(ctx)
+	}()
+	defer func() { <-lanesDone }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -283,9 +292,7 @@ func (x *largeIndex) relists(ctx context.Context, users, switched map[int64]bool
 		}
 	}
 	x.mu.Unlock()
-	for i, s := range deliver {
-		s.pushLarge(frames[i], protocol.FrameLarge)
-	}
+	x.lanes.send(ctx, deliver, frames, protocol.FrameLarge, 0)
 	return nil
 }
 
@@ -338,7 +345,7 @@ func (x *largeIndex) push(ctx context.Context, moved map[int64]largePos) (failed
 			x.ws.log.Warn("WebSocket large push read failed", "conversation_id", c, "err", err)
 			continue
 		}
-		x.deliver(c, l, msgs, changed)
+		x.deliver(ctx, c, l, msgs, changed)
 	}
 	if later != nil {
 		x.requeue(later, time.Until(wake))
@@ -363,7 +370,7 @@ func (x *largeIndex) interval(subs int) time.Duration {
 // deliver queues one conversation's news to its sessions, advancing the
 // index's position. A session that joined after some of the messages gets
 // a frame without them.
-func (x *largeIndex) deliver(c int64, l largePos, msgs, changed []protocol.Message) {
+func (x *largeIndex) deliver(ctx context.Context, c int64, l largePos, msgs, changed []protocol.Message) {
 	x.mu.Lock()
 	lc := x.convs[c]
 	if lc == nil {
@@ -384,6 +391,7 @@ func (x *largeIndex) deliver(c int64, l largePos, msgs, changed []protocol.Messa
 		return
 	}
 	frames := map[int64][]byte{} // by the first seq shown
+	to, out := make([]*session, 0, len(subs)), make([][]byte, 0, len(subs))
 	for s, joined := range subs {
 		from := int64(0)
 		if len(msgs) > 0 && msgs[0].Seq < joined || len(changed) > 0 && changed[0].Seq < joined {
@@ -395,8 +403,11 @@ func (x *largeIndex) deliver(c int64, l largePos, msgs, changed []protocol.Messa
 				ChangeCount: changes, Messages: visibleFrom(msgs, from), Changed: visibleFrom(changed, from)})
 			frames[from] = b
 		}
-		s.pushLarge(b, protocol.FrameMessages)
+		to, out = append(to, s), append(out, b)
 	}
+	// Spread over the pacing interval (lanes.go): the next push of c
+	// comes an interval later, after every lane has delivered this one.
+	x.lanes.send(ctx, to, out, protocol.FrameMessages, x.interval(len(subs)))
 }
 
 // visibleFrom is msgs without those before seq from (never nil: the

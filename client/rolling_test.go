@@ -469,6 +469,14 @@ func TestCrashHint(t *testing.T) {
 	t.Logf("%d clients back with %d requests (%.2f per client), from %v to %v after the cut (hint: %v + a draw over %v)",
 		moved, requests, float64(requests)/float64(moved), backAt[0], backAt[len(backAt)-1], delay, window)
 	require.LessOrEqual(t, float64(requests)/float64(moved), 2.0, "one attempt at once, one on the hint")
-	require.GreaterOrEqual(t, backAt[0], delay, "nobody back before the hint said")
+	// Nobody back before the hint said, but by its attempt at once: a
+	// client that noticed the cut late (up to the recovery, a second
+	// here, on a loaded machine) is back with that one request (CI).
+	for i, l := range logs {
+		_, reqs, back := movedClients([]*requestLog{l}, cut)
+		if back[0] < delay {
+			require.Equal(t, 1, reqs, "client %d back %v after the cut, before the hint: only by its attempt at once", i, back[0])
+		}
+	}
 	require.Less(t, backAt[len(backAt)-1], delay+window+time.Second, "everyone back within the hinted window")
 }

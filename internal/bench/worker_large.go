@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -34,6 +35,7 @@ type largeWorkerConfig struct {
 	SrcIPs       []string
 	Parallel     int // recv: handshakes in flight [32]
 	MaxInflight  int // send: sends in flight, past it a send is dropped [500]
+	Nice         int // recv: the process's scheduling priority (setpriority)
 	Deadline     time.Duration
 }
 
@@ -190,6 +192,9 @@ func runLargeWorker(ctx context.Context, cio *childIO, raw []byte) error {
 	var cfg largeWorkerConfig
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return err
+	}
+	if cfg.Nice != 0 {
+		_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, cfg.Nice)
 	}
 	ctx, cancel := withDeadline(ctx, cfg.Deadline)
 	defer cancel()

@@ -127,7 +127,7 @@ func bindChanges(fs *flag.FlagSet) runFunc {
 func bindLarge(fs *flag.FlagSet) runFunc {
 	var c bench.LargeConfig
 	fs.IntVar(&c.Members, "members", 100000, "N: members of the large conversation (built by bulk add, 1,000 per request)")
-	fs.IntVar(&c.Connected, "connected", 15000, "C: of them connected over WebSocket with \"large\": true")
+	fs.IntVar(&c.Connected, "connected", 15000, "C: of them connected over WebSocket with \"large\": true (negative: none, the cost of the large conversation's sends alone)")
 	fs.Float64Var(&c.Rate, "rate", 100, "R: messages/s sent into the large conversation")
 	fs.Float64Var(&c.Seconds, "seconds", 60, "D: length of each phase (the reference without the large traffic, then with it)")
 	fs.IntVar(&c.Small, "small", 2000, "S: small conversations carrying a normal load (one connected member each)")

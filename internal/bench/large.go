@@ -28,7 +28,7 @@ import (
 // Zero fields take the defaults in brackets.
 type LargeConfig struct {
 	Members   int     // [100000] N: members of the large conversation, built by bulk add
-	Connected int     // [15000] C: of them connected to the gateway over WebSocket ("large": true)
+	Connected int     // [15000; negative: none] C: of them connected to the gateway over WebSocket ("large": true)
 	Rate      float64 // [100] R: messages/s sent into the large conversation
 	Seconds   float64 // [60] D: length of each phase (the reference, then with the large traffic)
 	Small     int     // [2000] S: small conversations carrying a normal load
@@ -77,6 +77,7 @@ func (c *LargeConfig) setDefaults() {
 	}
 	def(&c.Members, 100000)
 	def(&c.Connected, 15000)
+	c.Connected = max(c.Connected, 0)
 	deff(&c.Rate, 100)
 	deff(&c.Seconds, 60)
 	def(&c.Small, 2000)

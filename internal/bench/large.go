@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -39,20 +40,20 @@ type LargeConfig struct {
 	// Senders of the large conversation: members never connected, so
 	// that no sender exceeds the gateway's per-user send rate [20].
 	Senders          int
-	BuildConcurrency int     // [4] bulk-add requests in flight
-	Channels         int     // [50] read-mode conversations (channels) of the user whose sync is timed
-	SyncRequests     int     // [400] timed GET /v1/sync per user (paced under the per-user rate)
-	Workers          int     // [0: one per 8,000 WebSockets, at least 2] processes receiving the large conversation
+	BuildConcurrency int // [4] bulk-add requests in flight
+	Channels         int // [50] read-mode conversations (channels) of the user whose sync is timed
+	SyncRequests     int // [400] timed GET /v1/sync per user (paced under the per-user rate)
+	Workers          int // [0: one per 8,000 WebSockets, at least 2] processes receiving the large conversation
 	// Nice is the scheduling priority of the large conversation's
 	// receiving processes [10; negative: 0]. They stand for devices on
 	// other machines: here they share the gateway's two cores, and at
 	// normal priority the acceptance's comparison measures them as much
 	// as the gateway. The small conversations' receivers (one process)
 	// and the sender keep the normal priority, as in the reference phase.
-	Nice int
-	DrainSeconds     float64 // [15] longest wait for the last pushes after a phase
-	Partitions       int     // [12]
-	LargeThreshold   int     // [0: the fanout's default, 1000]
+	Nice           int
+	DrainSeconds   float64 // [15] longest wait for the last pushes after a phase
+	Partitions     int     // [12]
+	LargeThreshold int     // [0: the fanout's default, 1000]
 	// DBMaxConns is the gateway's PostgreSQL pool size [0: pgx's default,
 	// max(4, CPUs), as `inboxd gateway` without --db-max-conns].
 	DBMaxConns int
@@ -205,6 +206,10 @@ func (r LargeResult) Rows() []Row {
 			num(float64(ref.SmallExpected+lg.SmallExpected)), num(float64(ref.SmallReceived+lg.SmallReceived))),
 		Ratio: ratio(float64(ref.SmallReceived+lg.SmallReceived), float64(ref.SmallExpected+lg.SmallExpected)),
 	}}
+	if r.LargeConnected == 0 { // --connected -1: no push to time or check
+		rows = slices.Delete(rows, 4, 5)
+		rows = slices.Delete(rows, 1, 2)
+	}
 	rows = append(rows, Row{
 		Figure:    "HTTP send round trip (201 once projected) of the small conversations, p50 / p99, with the large conversation's traffic",
 		Value:     fmt.Sprintf("%s / %s", ms(lg.Send.SmallSend.P50), ms(lg.Send.SmallSend.P99)),

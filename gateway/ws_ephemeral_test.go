@@ -342,3 +342,32 @@ func (u *user) lookupSettings(t *testing.T) protocol.Settings {
 	r.decode(t, &s)
 	return s
 }
+
+// TestTypingAudienceBySide: the members a typing frame goes to are read
+// by the smaller side (ephemeral.audience): the conversation's members
+// when it has no more members than the gateway has users, else the
+// gateway's users among the members. A 5-member conversation on a
+// gateway of two users takes the second way, a 2-member one on a gateway
+// of three the first; both deliver to the member here and to no one else.
+func TestTypingAudienceBySide(t *testing.T) {
+	_, b := twoEphemeralGateways(t)
+	u1, u2, u3 := b.user(t, 1), b.user(t, 2), b.user(t, 3)
+	wide := u1.create(t, "more members than users here", 2, 5, 6, 7)
+	s1, s2 := connect(t, b, u1), connect(t, b, u2)
+	s1.c.writeJSON(t, protocol.Typing{Type: protocol.FrameTyping, ConversationID: wide})
+	f := s2.waitEphemeral(t, "typing in the conversation wider than the gateway", func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.FrameTyping && f.ConversationID == wide
+	})
+	require.Equal(t, int64(1), f.UserID)
+
+	narrow := u1.create(t, "fewer members than users here", 2)
+	s3 := connect(t, b, u3)
+	s1.c.writeJSON(t, protocol.Typing{Type: protocol.FrameTyping, ConversationID: narrow})
+	s2.waitEphemeral(t, "typing in the conversation narrower than the gateway", func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.FrameTyping && f.ConversationID == narrow
+	})
+	time.Sleep(300 * time.Millisecond) // anything still on its way arrives
+	for _, f := range append(s3.ephemeralFrames(), s1.ephemeralFrames()...) {
+		require.NotEqual(t, protocol.FrameTyping, f.Type, "typing to a non-member or to the typer: %+v", f)
+	}
+}

@@ -1,0 +1,165 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/gateway/apikey"
+	"github.com/inboxd/inboxd/protocol"
+)
+
+// idem is the header pair of an Idempotency-Key.
+func idem(k string) []string { return []string{"Idempotency-Key", k} }
+
+// messagesOf is the messages of entries.
+func messagesOf(entries []protocol.Entry) []*protocol.Message {
+	var ms []*protocol.Message
+	for _, e := range entries {
+		if e.Kind == protocol.KindMessage {
+			ms = append(ms, e.Message)
+		}
+	}
+	return ms
+}
+
+// serverState reads a conversation's state through the server API.
+func serverState(t testing.TB, svc *user, cid int64) protocol.ServerConversation {
+	t.Helper()
+	r := svc.do(t, "GET", fmt.Sprintf("/v1/server/conversations/%d", cid), nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var s protocol.ServerConversation
+	r.decode(t, &s)
+	return s
+}
+
+// TestServerAPIConversation runs every route of the server API once, and
+// each again with the same Idempotency-Key (the same answer, no second
+// effect), and checks the effects through the users' own API: their sync
+// and history see the conversation, the system sender's message and the
+// record. The invariants hold after.
+func TestServerAPIConversation(t *testing.T) {
+	tg := newGateway(t, serverTestConfig)
+	svc, _ := tg.service(t, "support", apikey.Scopes...)
+	alice, bob, carol := tg.user(t, 1), tg.user(t, 2), tg.user(t, 3)
+
+	// Create, twice with one key: one conversation.
+	var first, again protocol.ConversationCreated
+	r := svc.do(t, "POST", "/v1/server/conversations", protocol.CreateConversation{Title: "help", Members: []int64{1, 2}}, idem("create-1")...)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	r.decode(t, &first)
+	r = svc.do(t, "POST", "/v1/server/conversations", protocol.CreateConversation{Title: "help", Members: []int64{1, 2}}, idem("create-1")...)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	r.decode(t, &again)
+	require.Equal(t, first, again)
+	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+	cid := first.ConversationID
+	st := serverState(t, svc, cid)
+	require.Equal(t, protocol.ServerConversation{ConversationID: cid, Title: "help", LastSeq: 1, MemberCount: 2, Mode: protocol.ModeWrite}, st)
+	created := messagesOf(alice.sync(t, "after=0").Entries)
+	require.Len(t, created, 1, "one creation")
+	sys := msgSystem(t, created[0])
+	require.Equal(t, float64(0), sys["by"], "created by the service, no user")
+	require.Equal(t, []any{float64(1), float64(2)}, sys["members"], "the service is no member")
+
+	// Members in bulk, each call twice.
+	for _, c := range []struct {
+		path, key string
+		ids       []int64
+		members   int64
+	}{
+		{"members", "add-1", []int64{3, 4}, 4},
+		{"members/remove", "remove-1", []int64{4}, 3},
+	} {
+		for range 2 {
+			r := svc.do(t, "POST", fmt.Sprintf("/v1/server/conversations/%d/%s", cid, c.path), protocol.ServerMembers{UserIDs: c.ids}, idem(c.key)...)
+			require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+		}
+		require.Equal(t, c.members, serverState(t, svc, cid).MemberCount, c.path)
+	}
+	require.Equal(t, int64(4), serverState(t, svc, cid).LastSeq, "created, 2 joins, 1 removal: retries added nothing")
+	require.NotEmpty(t, carol.sync(t, "after=0").Entries, "carol sees her join")
+
+	// A system sender's message, twice: one message, the same answer.
+	var m1, m2 protocol.Message
+	sendPath := fmt.Sprintf("/v1/server/conversations/%d/messages", cid)
+	r = svc.do(t, "POST", sendPath, protocol.ServerSend{SenderName: "Support", Body: "we are on it"}, idem("send-1")...)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	r.decode(t, &m1)
+	r = svc.do(t, "POST", sendPath, protocol.ServerSend{SenderName: "Support", Body: "we are on it"}, idem("send-1")...)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+	r.decode(t, &m2)
+	require.Equal(t, m1, m2)
+	require.Equal(t, int64(0), m1.SenderID)
+	require.Equal(t, "Support", m1.SenderName)
+	h, hr := historyOf(t, bob, cid, "")
+	require.Equal(t, http.StatusOK, hr.status, "%s", hr)
+	last := h.Messages[len(h.Messages)-1]
+	require.Equal(t, m1.Seq, last.Seq)
+	require.Equal(t, "Support", last.SenderName)
+	require.Equal(t, "we are on it", msgText(t, last))
+
+	// As a member; as a non-member, refused.
+	r = svc.do(t, "POST", sendPath, protocol.ServerSend{AsUser: 2, Body: "thanks"}, idem("send-2")...)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	var m3 protocol.Message
+	r.decode(t, &m3)
+	require.Equal(t, int64(2), m3.SenderID)
+	require.Empty(t, m3.SenderName)
+	r = svc.do(t, "POST", sendPath, protocol.ServerSend{AsUser: 9, Body: "x"}, idem("send-3")...)
+	require.Equal(t, http.StatusForbidden, r.status, "%s", r)
+	require.Equal(t, protocol.CodeNotMember, errCode(t, r))
+
+	// Alice's record, pinned for her, twice: one record change.
+	before := alice.sync(t, "after=0")
+	for range 2 {
+		r = svc.do(t, "PATCH", fmt.Sprintf("/v1/server/users/1/conversations/%d/record", cid), map[string]any{"pinned": true}, idem("pin-1")...)
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+	}
+	after := alice.sync(t, fmt.Sprintf("after=%d", before.Head))
+	require.Len(t, after.Entries, 1, "one record entry")
+	require.Equal(t, protocol.KindRecord, after.Entries[0].Kind)
+	require.True(t, after.Entries[0].Record.Pinned)
+
+	// Alice's inbox head as the server API reads it is her sync's.
+	var in protocol.ServerInbox
+	r = svc.do(t, "GET", "/v1/server/users/1/inbox", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	r.decode(t, &in)
+	require.Equal(t, protocol.ServerInbox{UserID: 1, Head: after.Head}, in)
+	tg.verify(t)
+}
+
+// TestServerAPIBadInput: refused writes answer 4xx and change nothing.
+func TestServerAPIBadInput(t *testing.T) {
+	tg := newGateway(t, serverTestConfig)
+	svc, _ := tg.service(t, "svc", apikey.Scopes...)
+	cid := tg.user(t, 1).create(t, "a")
+	send := fmt.Sprintf("/v1/server/conversations/%d/messages", cid)
+	cases := []struct {
+		name, method, path string
+		body               any
+		hdr                []string
+		status             int
+	}{
+		{"no idempotency key", "POST", send, protocol.ServerSend{SenderName: "S", Body: "x"}, nil, 400},
+		{"idempotency key with a space", "POST", send, protocol.ServerSend{SenderName: "S", Body: "x"}, idem("a b"), 400},
+		{"two senders", "POST", send, protocol.ServerSend{AsUser: 1, SenderName: "S", Body: "x"}, idem("k"), 400},
+		{"no sender", "POST", send, protocol.ServerSend{Body: "x"}, idem("k"), 400},
+		{"create without members", "POST", "/v1/server/conversations", protocol.CreateConversation{}, idem("k"), 400},
+		{"members of no conversation", "POST", "/v1/server/conversations/999999/members", protocol.ServerMembers{UserIDs: []int64{2}}, idem("k"), 404},
+		{"repeated member", "POST", fmt.Sprintf("/v1/server/conversations/%d/members", cid), protocol.ServerMembers{UserIDs: []int64{2, 2}}, idem("k"), 400},
+		{"record of a non-member", "PATCH", fmt.Sprintf("/v1/server/users/5/conversations/%d/record", cid), map[string]any{"muted": true}, idem("k"), 403},
+		{"state of no conversation", "GET", "/v1/server/conversations/999999", nil, nil, 404},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := svc.do(t, c.method, c.path, c.body, c.hdr...)
+			require.Equal(t, c.status, r.status, "%s", r)
+		})
+	}
+	require.Equal(t, int64(1), serverState(t, svc, cid).LastSeq, "nothing changed")
+}

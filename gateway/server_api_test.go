@@ -1,13 +1,18 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/apikey"
+	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -42,7 +47,7 @@ func serverState(t testing.TB, svc *user, cid int64) protocol.ServerConversation
 // record. The invariants hold after.
 func TestServerAPIConversation(t *testing.T) {
 	tg := newGateway(t, serverTestConfig)
-	svc, _ := tg.service(t, "support", apikey.Scopes...)
+	svc, key := tg.service(t, "support", apikey.Scopes...)
 	alice, bob, carol := tg.user(t, 1), tg.user(t, 2), tg.user(t, 3)
 
 	// Create, twice with one key: one conversation.
@@ -131,6 +136,48 @@ func TestServerAPIConversation(t *testing.T) {
 	r.decode(t, &in)
 	require.Equal(t, protocol.ServerInbox{UserID: 1, Head: after.Head}, in)
 	tg.verify(t)
+
+	// The log names the service on every event: as the actor (0) where it
+	// acted as itself, beside the user it acted for otherwise.
+	actors := map[string]int64{}
+	for _, e := range logEvents(t, tg.env, cid, events.RecordUpdated) {
+		require.Equal(t, key.Actor(), e.Service, "%s", e.Type)
+		actors[e.Type] = e.ActorID
+		if e.Type == events.MessageSent && e.ActorID == 0 {
+			require.Equal(t, "Support", e.SenderName)
+		}
+	}
+	require.Equal(t, map[string]int64{events.ConversationCreated: 0, events.MemberAdded: 0, events.MemberRemoved: 0,
+		events.MessageSent: 2, events.RecordUpdated: 1}, actors, "the last actor of each type")
+}
+
+// logEvents reads the topic from its start until an event of type last
+// in conversation cid, and returns cid's events up to it.
+func logEvents(t testing.TB, env *testenv.Env, cid int64, last string) []*events.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.ConsumeTopics(env.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	var out []*events.Event
+	for {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "no %s of conversation %d in the log", last, cid)
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			e, err := events.Decode(r.Value, 0)
+			if err != nil || e.ConversationID != cid || done {
+				return
+			}
+			out = append(out, e)
+			done = e.Type == last
+		})
+		if done {
+			return out
+		}
+	}
 }
 
 // TestServerAPIBadInput: refused writes answer 4xx and change nothing.

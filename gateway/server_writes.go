@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/apikey"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/gateway/ws"
@@ -151,12 +152,8 @@ func (g *Gateway) handleServerRemoveMembers(w http.ResponseWriter, r *http.Reque
 // service as itself, and waits as handleAddMember does. Adding a member
 // twice, or removing a non-member, changes nothing.
 func (g *Gateway) serverMembers(w http.ResponseWriter, r *http.Request, typ string) error {
-	ctx, k := r.Context(), serviceFrom(r.Context())
-	idem, err := idempotencyKey(r)
-	if err != nil {
-		return err
-	}
-	cid, err := pathID(r, "cid")
+	ctx := r.Context()
+	k, idem, cid, err := serverWrite(r)
 	if err != nil {
 		return err
 	}
@@ -201,12 +198,8 @@ func (g *Gateway) serverMembers(w http.ResponseWriter, r *http.Request, typ stri
 // retry (with Idempotent-Replayed); 202 when not projected within
 // AckWait.
 func (g *Gateway) handleServerSend(w http.ResponseWriter, r *http.Request) error {
-	ctx, k := r.Context(), serviceFrom(r.Context())
-	idem, err := idempotencyKey(r)
-	if err != nil {
-		return err
-	}
-	cid, err := pathID(r, "cid")
+	ctx := r.Context()
+	k, idem, cid, err := serverWrite(r)
 	if err != nil {
 		return err
 	}
@@ -250,12 +243,11 @@ func checkServerSender(req *protocol.ServerSend) error {
 }
 
 // handleServerRecord is PATCH /v1/server/users/{uid}/conversations/{cid}/record
-// (scope records): the user's record change, made by the service for it.
-// Setting what a record already is changes nothing, so a retry is
-// harmless; its event id still derives from the Idempotency-Key.
+// (scope records): the user's record change (setRecord), made by the
+// service for it. Setting what a record already is changes nothing, so a
+// retry is harmless; its event id still derives from the Idempotency-Key.
 func (g *Gateway) handleServerRecord(w http.ResponseWriter, r *http.Request) error {
-	ctx, k := r.Context(), serviceFrom(r.Context())
-	idem, err := idempotencyKey(r)
+	k, idem, cid, err := serverWrite(r)
 	if err != nil {
 		return err
 	}
@@ -263,26 +255,20 @@ func (g *Gateway) handleServerRecord(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	cid, err := pathID(r, "cid")
-	if err != nil {
-		return err
+	return g.setRecord(w, r, uid, cid, func(e *events.Event) {
+		e.EventID, e.Service = derivedID(k, "record", idem, uid, cid), k.Actor()
+	})
+}
+
+// serverWrite is what every server API write on a conversation reads
+// first: its key, its Idempotency-Key and the {cid} of its path.
+func serverWrite(r *http.Request) (k *apikey.Key, idem string, cid int64, err error) {
+	k = serviceFrom(r.Context())
+	if idem, err = idempotencyKey(r); err != nil {
+		return nil, "", 0, err
 	}
-	var req protocol.SetRecord
-	if err := g.decodeBody(w, r, &req); err != nil {
-		return err
+	if cid, err = pathID(r, "cid"); err != nil {
+		return nil, "", 0, err
 	}
-	if req.Pinned == nil && req.Muted == nil {
-		return apierr.BadRequest("give pinned and/or muted")
-	}
-	if err := g.requireMember(ctx, uid, cid); err != nil {
-		return err
-	}
-	e := events.New(events.RecordUpdated, cid, uid)
-	e.EventID, e.Service = derivedID(k, "record", idem, uid, cid), k.Actor()
-	e.Pinned, e.Muted = req.Pinned, req.Muted
-	if err := g.appendRecordChange(ctx, e, sqlRecordSettled, req.Pinned, req.Muted); err != nil {
-		return err
-	}
-	writeAccepted(w)
-	return nil
+	return k, idem, cid, nil
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/apikey"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/protocol"
+	"github.com/inboxd/inboxd/replay"
 )
 
 // idem is the header pair of an Idempotency-Key.
@@ -149,6 +151,19 @@ func TestServerAPIConversation(t *testing.T) {
 	}
 	require.Equal(t, map[string]int64{events.ConversationCreated: 0, events.MemberAdded: 0, events.MemberRemoved: 0,
 		events.MessageSent: 2, events.RecordUpdated: 1}, actors, "the last actor of each type")
+
+	// A replay rebuilds the projections from the log (its bulk path):
+	// the same conversation, the system sender's name included.
+	tg.stopFanout()
+	_, err := replay.Run(context.Background(), replay.Config{Brokers: tg.env.Brokers, Topic: tg.env.Topic,
+		Logger: tg.env.Logger, Progress: &bytes.Buffer{}}, tg.env.Pool)
+	require.NoError(t, err)
+	tg.g.inbox.ForgetAll()
+	h2, _ := historyOf(t, bob, cid, "")
+	require.Len(t, h2.Messages, 6, "created, 2 joins, 1 removal, 2 sends")
+	require.Equal(t, last, h2.Messages[m1.Seq-1], "the system sender's message, rebuilt")
+	require.Equal(t, st.ConversationID, serverState(t, svc, cid).ConversationID)
+	tg.verify(t)
 }
 
 // logEvents reads the topic from its start until an event of type last
@@ -209,4 +224,38 @@ func TestServerAPIBadInput(t *testing.T) {
 		})
 	}
 	require.Equal(t, int64(1), serverState(t, svc, cid).LastSeq, "nothing changed")
+}
+
+// TestServerAPIReplayBulk: a replay whose batch is large enough to be
+// copied (projector.copyRows: above 2,000 inbox rows) rebuilds a service's
+// conversation and its system sender's messages as they were.
+func TestServerAPIReplayBulk(t *testing.T) {
+	tg := newGateway(t, serverTestConfig)
+	svc, _ := tg.service(t, "bulk", apikey.Scopes...)
+	members := make([]int64, 900)
+	for i := range members {
+		members[i] = int64(i + 1)
+	}
+	var c protocol.ConversationCreated
+	r := svc.do(t, "POST", "/v1/server/conversations", protocol.CreateConversation{Title: "all hands", Members: members}, idem("c")...)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	r.decode(t, &c)
+	for i := range 3 {
+		r := svc.do(t, "POST", fmt.Sprintf("/v1/server/conversations/%d/messages", c.ConversationID),
+			protocol.ServerSend{SenderName: "Announcements", Body: fmt.Sprintf("notice %d", i)}, idem(fmt.Sprint("n", i))...)
+		require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	}
+	u := tg.user(t, 900)
+	before, _ := historyOf(t, u, c.ConversationID, "")
+	require.Len(t, before.Messages, 4)
+
+	tg.stopFanout()
+	_, err := replay.Run(context.Background(), replay.Config{Brokers: tg.env.Brokers, Topic: tg.env.Topic,
+		Logger: tg.env.Logger, Progress: &bytes.Buffer{}}, tg.env.Pool)
+	require.NoError(t, err)
+	tg.g.inbox.ForgetAll()
+	after, _ := historyOf(t, u, c.ConversationID, "")
+	require.Equal(t, before, after)
+	require.Equal(t, "Announcements", after.Messages[3].SenderName)
+	tg.verify(t)
 }

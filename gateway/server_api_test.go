@@ -259,3 +259,50 @@ func TestServerAPIReplayBulk(t *testing.T) {
 	require.Equal(t, "Announcements", after.Messages[3].SenderName)
 	tg.verify(t)
 }
+
+// TestServerAPIConcurrentRetries: calls with one Idempotency-Key at once
+// (a client that retried before the first answer) answer the same
+// conversation and the same message, and make each once, even when their
+// conversation ids, allocated before the append, land in different
+// partitions.
+func TestServerAPIConcurrentRetries(t *testing.T) {
+	tg := newGateway(t, serverTestConfig)
+	svc, _ := tg.service(t, "svc", apikey.Scopes...)
+	const n = 8
+	cids := make([]int64, n)
+	parallel(t, n, n, func(i int) error {
+		r, err := svc.doE("POST", "/v1/server/conversations", protocol.CreateConversation{Members: []int64{1, 2}}, idem("same")...)
+		if err != nil || r.status != http.StatusCreated {
+			return fmt.Errorf("create %d: %v %s", i, err, r)
+		}
+		var c protocol.ConversationCreated
+		if err := decodeInto(r.body, &c); err != nil {
+			return err
+		}
+		cids[i] = c.ConversationID
+		return nil
+	})
+	for _, cid := range cids {
+		require.Equal(t, cids[0], cid, "every call answers the conversation the key made")
+	}
+	seqs := make([]int64, n)
+	parallel(t, n, n, func(i int) error {
+		r, err := svc.doE("POST", fmt.Sprintf("/v1/server/conversations/%d/messages", cids[0]),
+			protocol.ServerSend{SenderName: "S", Body: "once"}, idem("same")...)
+		if err != nil || r.status != http.StatusCreated {
+			return fmt.Errorf("send %d: %v %s", i, err, r)
+		}
+		var m protocol.Message
+		if err := decodeInto(r.body, &m); err != nil {
+			return err
+		}
+		seqs[i] = m.Seq
+		return nil
+	})
+	for _, s := range seqs {
+		require.Equal(t, int64(2), s, "one message, after the creation")
+	}
+	tg.env.WaitCaughtUp(t, time.Minute)
+	require.Len(t, messagesOf(tg.user(t, 1).sync(t, "after=0").Entries), 2, "one creation, one message")
+	tg.verify(t)
+}

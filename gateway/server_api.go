@@ -125,6 +125,9 @@ func (g *Gateway) serviceKey(r *http.Request) (*apikey.Key, error) {
 	case err != nil:
 		return nil, err
 	}
+	if err := apikey.MarkUsed(r.Context(), g.pool, k, time.Now()); err != nil {
+		g.log.Warn("API key use not recorded", "key_id", k.ID, "err", err) // the call goes on
+	}
 	return k, nil
 }
 

@@ -53,6 +53,10 @@ func TestServerAPIAuthorization(t *testing.T) {
 	for _, h := range []string{"Access-Control-Allow-Origin", "Access-Control-Allow-Headers", "Access-Control-Allow-Methods"} {
 		require.Empty(t, r.header.Get(h), "no CORS header on the server API")
 	}
+	ks, err := apikey.List(context.Background(), tg.env.Pool)
+	require.NoError(t, err)
+	require.Len(t, ks, 1)
+	require.NotNil(t, ks[0].LastUsedAt, "a key's use is recorded (apikey list shows it)")
 
 	bad := []struct {
 		name   string

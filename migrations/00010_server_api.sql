@@ -6,6 +6,9 @@
 -- keeps it, and only `inboxd apikey` writes it. hash is SHA-256 of the
 -- key's secret (the secret itself is shown once, at creation); a revoked
 -- key keeps its row (revoked_at) so that `apikey list` shows what it was.
+-- last_used_at is when a call last used the key, to the minute (a gateway
+-- writes it at most once a minute per key), so that an operator rotating
+-- a key sees when the old one went idle.
 -- The gateways read the row on every server API call, so a revocation
 -- holds on every gateway from the next request.
 CREATE TABLE api_keys (
@@ -13,8 +16,9 @@ CREATE TABLE api_keys (
     name       text        NOT NULL CHECK (name <> '' AND length(name) <= 64),
     scopes     text[]      NOT NULL,
     hash       bytea       NOT NULL CHECK (length(hash) = 32),
-    created_at timestamptz NOT NULL DEFAULT now(),
-    revoked_at timestamptz
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    revoked_at   timestamptz,
+    last_used_at timestamptz
 );
 
 -- sender_name: a message a service sent as a named system or bot sender

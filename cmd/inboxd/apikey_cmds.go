@@ -91,21 +91,23 @@ func printKeys(w io.Writer, ks []apikey.Key, jsonOut bool) error {
 	if jsonOut {
 		for _, k := range ks {
 			if err := printJSON(w, map[string]any{"id": k.ID, "name": k.Name, "scopes": k.Scopes,
-				"created_at": k.CreatedAt.UTC(), "revoked_at": k.RevokedAt}); err != nil {
+				"created_at": k.CreatedAt.UTC(), "revoked_at": k.RevokedAt, "last_used_at": k.LastUsedAt}); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tREVOKED")
-	for _, k := range ks {
-		revoked := "-"
-		if k.RevokedAt != nil {
-			revoked = k.RevokedAt.UTC().Format(time.RFC3339)
+	fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tLAST USED\tREVOKED")
+	when := func(t *time.Time) string {
+		if t == nil {
+			return "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", k.ID, k.Name, strings.Join(k.Scopes, ","),
-			k.CreatedAt.UTC().Format(time.RFC3339), revoked)
+		return t.UTC().Format(time.RFC3339)
+	}
+	for _, k := range ks {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, strings.Join(k.Scopes, ","),
+			k.CreatedAt.UTC().Format(time.RFC3339), when(k.LastUsedAt), when(k.RevokedAt))
 	}
 	return tw.Flush()
 }

@@ -49,6 +49,9 @@ type Key struct {
 	Scopes    []string
 	CreatedAt time.Time
 	RevokedAt *time.Time // nil while active
+	// LastUsedAt is when a call last used the key, to UsedEvery; nil if
+	// never.
+	LastUsedAt *time.Time
 }
 
 // Has says whether k holds scope.

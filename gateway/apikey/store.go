@@ -42,7 +42,7 @@ func Create(ctx context.Context, db Querier, name string, scopes []string) (*Key
 	return k, format(k.ID, secret), nil
 }
 
-const sqlList = `SELECT id, name, scopes, created_at, revoked_at FROM api_keys ORDER BY id`
+const sqlList = `SELECT id, name, scopes, created_at, revoked_at, last_used_at FROM api_keys ORDER BY id`
 
 // List returns every key, revoked ones too, in id order.
 func List(ctx context.Context, db Querier) ([]Key, error) {
@@ -52,7 +52,7 @@ func List(ctx context.Context, db Querier) ([]Key, error) {
 	}
 	ks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
 		var k Key
-		err := r.Scan(&k.ID, &k.Name, &k.Scopes, &k.CreatedAt, &k.RevokedAt)
+		err := r.Scan(&k.ID, &k.Name, &k.Scopes, &k.CreatedAt, &k.RevokedAt, &k.LastUsedAt)
 		return k, err
 	})
 	if err != nil {
@@ -77,7 +77,7 @@ func Revoke(ctx context.Context, db Querier, id int64) (time.Time, error) {
 	return at, nil
 }
 
-const sqlVerify = `SELECT name, scopes, hash, created_at, revoked_at FROM api_keys WHERE id = $1`
+const sqlVerify = `SELECT name, scopes, hash, created_at, revoked_at, last_used_at FROM api_keys WHERE id = $1`
 
 // Verify returns the key raw presents: ErrInvalid unless it is well
 // formed, names a key and its secret matches; ErrRevoked for a revoked
@@ -90,7 +90,7 @@ func Verify(ctx context.Context, db Querier, raw string) (*Key, error) {
 	}
 	k := &Key{ID: id}
 	var h []byte
-	err = db.QueryRow(ctx, sqlVerify, id).Scan(&k.Name, &k.Scopes, &h, &k.CreatedAt, &k.RevokedAt)
+	err = db.QueryRow(ctx, sqlVerify, id).Scan(&k.Name, &k.Scopes, &h, &k.CreatedAt, &k.RevokedAt, &k.LastUsedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrInvalid
 	}
@@ -104,4 +104,25 @@ func Verify(ctx context.Context, db Querier, raw string) (*Key, error) {
 		return nil, ErrRevoked
 	}
 	return k, nil
+}
+
+// UsedEvery is how often a key's last_used_at is written at most: a key
+// used a thousand times a second costs one write a minute, and an
+// operator still sees when a key went idle (a rotation's old key).
+const UsedEvery = time.Minute
+
+const sqlUsed = `UPDATE api_keys SET last_used_at = now()
+WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < now() - $2::interval)`
+
+// MarkUsed records that k was used now, unless Verify found it used
+// within UsedEvery (then it writes nothing). The conditional UPDATE keeps
+// concurrent gateways to about one write per UsedEvery.
+func MarkUsed(ctx context.Context, db Querier, k *Key, now time.Time) error {
+	if k.LastUsedAt != nil && now.Sub(*k.LastUsedAt) < UsedEvery {
+		return nil
+	}
+	if _, err := db.Exec(ctx, sqlUsed, k.ID, UsedEvery); err != nil {
+		return fmt.Errorf("mark API key %d used: %w", k.ID, err)
+	}
+	return nil
 }

@@ -98,7 +98,25 @@ type Event struct {
 	Seq      int64  `json:"seq,omitempty"`
 	ChangeID string `json:"change_id,omitempty"`
 	Emoji    string `json:"emoji,omitempty"`
+
+	// Service (any type) names the server API key that made the event,
+	// "<key id>:<key name>" (docs/protocol.md, "Server API"): the actor
+	// is that service. With ActorID set the service acted for that user
+	// (the projection applies the user's rules); with ActorID 0
+	// (conversation.created, member.added, member.removed, message.sent)
+	// it acted as itself: it is no member, needs none, and a message it
+	// sends has sender_id 0 and SenderName. Absent on users' events.
+	Service string `json:"service,omitempty"`
+	// SenderName (message.sent with ActorID 0): the system or bot sender
+	// the message shows, 1..MaxSenderName bytes.
+	SenderName string `json:"sender_name,omitempty"`
 }
+
+// MaxService bounds Event.Service in bytes.
+const MaxService = 96
+
+// MaxSenderName bounds Event.SenderName in bytes.
+const MaxSenderName = 64
 
 // ErrInvalid is wrapped by every validation failure of Decode and Validate.
 var ErrInvalid = errors.New("invalid event")
@@ -168,8 +186,8 @@ func (e *Event) Validate(maxBody int) error {
 	if e.ConversationID <= 0 {
 		return invalid("conversation_id must be positive")
 	}
-	if e.ActorID <= 0 {
-		return invalid("actor_id must be positive")
+	if err := e.validateActor(); err != nil {
+		return err
 	}
 	if e.At.IsZero() {
 		return invalid("missing at")
@@ -223,6 +241,45 @@ func (e *Event) Validate(maxBody int) error {
 		return invalid("unknown type %q", e.Type)
 	}
 	return nil
+}
+
+// validateActor checks actor_id and what a service adds: actor_id is a
+// user, or 0 for a service acting as itself on the types that allow it;
+// sender_name only on a service's own message.sent.
+func (e *Event) validateActor() error {
+	if len(e.Service) > MaxService {
+		return invalid("service over %d bytes", MaxService)
+	}
+	if err := storableText("service", e.Service); err != nil {
+		return err
+	}
+	switch {
+	case e.ActorID < 0:
+		return invalid("actor_id must be positive")
+	case e.ActorID == 0 && e.Service == "":
+		return invalid("actor_id must be positive")
+	case e.ActorID == 0 && !ServiceMayAct(e.Type):
+		return invalid("actor_id 0 (a service) is not allowed on %s", e.Type)
+	}
+	own := e.ActorID == 0 && e.Type == MessageSent
+	switch {
+	case own && (e.SenderName == "" || len(e.SenderName) > MaxSenderName):
+		return invalid("a service's message needs a sender_name of 1..%d bytes", MaxSenderName)
+	case !own && e.SenderName != "":
+		return invalid("sender_name is only for a service's own message")
+	}
+	return storableText("sender_name", e.SenderName)
+}
+
+// ServiceMayAct says whether a service may make an event of type typ as
+// itself (actor_id 0). Records and read positions are a user's own, and
+// a message's changes are its sender's or a member's: those name the user.
+func ServiceMayAct(typ string) bool {
+	switch typ {
+	case ConversationCreated, MemberAdded, MemberRemoved, MessageSent:
+		return true
+	}
+	return false
 }
 
 // validateMentions checks a message's mentioned users: distinct, positive,

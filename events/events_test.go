@@ -112,3 +112,53 @@ func TestValidateRefusesUnstorableText(t *testing.T) {
 	_, err = Decode([]byte(strings.Replace(string(good), `"body":"hi"`, `"body":"\ufffd"`, 1)), 0)
 	require.NoError(t, err)
 }
+
+// TestServiceEvents: a service may act as itself (actor 0) on the four
+// types that allow it, with sender_name exactly on its own message.sent.
+func TestServiceEvents(t *testing.T) {
+	ev := func(typ string, actor int64, service, name string) *Event {
+		e := New(typ, 7, actor)
+		e.Service, e.SenderName = service, name
+		switch typ {
+		case MessageSent:
+			e.MsgID, e.Body = "5f0c6c1e-4a59-4b8e-9a2b-1c0d1f2e3a4b", Ptr("hi")
+		case MemberAdded, MemberRemoved:
+			e.UserID = 3
+		case RecordUpdated:
+			e.Pinned = Ptr(true)
+		}
+		return e
+	}
+	for _, c := range []struct {
+		name string
+		e    *Event
+		ok   bool
+	}{
+		{"created by a service", ev(ConversationCreated, 0, "1:svc", ""), true},
+		{"added by a service", ev(MemberAdded, 0, "1:svc", ""), true},
+		{"removed by a service", ev(MemberRemoved, 0, "1:svc", ""), true},
+		{"system sender", ev(MessageSent, 0, "1:svc", "Support"), true},
+		{"sent for a user", ev(MessageSent, 5, "1:svc", ""), true},
+		{"record for a user", ev(RecordUpdated, 5, "1:svc", ""), true},
+		{"actor 0 without service", ev(MemberAdded, 0, "", ""), false},
+		{"system sender without name", ev(MessageSent, 0, "1:svc", ""), false},
+		{"sender name on a user's message", ev(MessageSent, 5, "1:svc", "Support"), false},
+		{"sender name too long", ev(MessageSent, 0, "1:svc", strings.Repeat("x", MaxSenderName+1)), false},
+		{"record of actor 0", ev(RecordUpdated, 0, "1:svc", ""), false},
+		{"service too long", ev(MemberAdded, 0, strings.Repeat("x", MaxService+1), ""), false},
+		{"negative actor", ev(MemberAdded, -1, "1:svc", ""), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			raw, err := Encode(c.e, 0)
+			if !c.ok {
+				require.ErrorIs(t, err, ErrInvalid)
+				return
+			}
+			require.NoError(t, err)
+			back, err := Decode(raw, 0)
+			require.NoError(t, err)
+			require.Equal(t, c.e.Service, back.Service)
+			require.Equal(t, c.e.SenderName, back.SenderName)
+		})
+	}
+}

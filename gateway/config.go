@@ -208,6 +208,10 @@ type Config struct {
 	// Config's.
 	Ephemeral EphemeralConfig
 
+	// ServerAPI configures the server API (server_api.go): its per-key
+	// rate limit; see ServerAPIConfig.
+	ServerAPI ServerAPIConfig
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 
@@ -273,6 +277,7 @@ func (c *Config) setDefaults() {
 	if c.Ephemeral.Registerer == nil {
 		c.Ephemeral.Registerer = c.Registerer
 	}
+	c.ServerAPI.setDefaults()
 	if c.Gatherer == nil {
 		if g, ok := c.Registerer.(prometheus.Gatherer); ok {
 			c.Gatherer = g
@@ -316,5 +321,5 @@ func (c *Config) validate() error {
 	case c.WakeBurst < 1:
 		return errors.New("gateway: WakeBurst must be positive")
 	}
-	return nil
+	return c.ServerAPI.validate()
 }

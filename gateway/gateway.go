@@ -47,6 +47,8 @@ type Gateway struct {
 
 	sendLimits *ratelimit.Limiters
 	syncLimits *ratelimit.Limiters
+	// serverLimits is the server API's buckets, one per API key.
+	serverLimits *ratelimit.Limiters
 
 	ws   *WebSocket         // GET /v1/ws, run by Listen
 	eph  *ephemeral.Service // typing and presence, run by Listen
@@ -93,6 +95,7 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	g.metrics = m
+	g.serverLimits = newServerLimits(cfg.ServerAPI)
 	if g.reconnects, err = newReconnects(cfg.Reconnect, cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("gateway: reconnect hints: %w", err)
 	}

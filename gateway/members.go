@@ -312,12 +312,18 @@ const sqlReadSettled = `SELECT COALESCE((SELECT record_version FROM users WHERE 
 
 // handleRecord is PATCH /v1/conversations/{cid}/record.
 func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	user := userFrom(ctx)
 	cid, err := pathID(r, "cid")
 	if err != nil {
 		return err
 	}
+	return g.setRecord(w, r, userFrom(r.Context()), cid, nil)
+}
+
+// setRecord changes user's record of cid as r's body (a SetRecord) says,
+// and answers 202: the change of PATCH .../record, and of the server
+// API's for a user. stamp, when set, marks the event (a service's).
+func (g *Gateway) setRecord(w http.ResponseWriter, r *http.Request, user, cid int64, stamp func(*events.Event)) error {
+	ctx := r.Context()
 	var req protocol.SetRecord
 	if err := g.decodeBody(w, r, &req); err != nil {
 		return err
@@ -330,6 +336,9 @@ func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) error {
 	}
 	e := events.New(events.RecordUpdated, cid, user)
 	e.Pinned, e.Muted = req.Pinned, req.Muted
+	if stamp != nil {
+		stamp(e)
+	}
 	if err := g.appendRecordChange(ctx, e, sqlRecordSettled, req.Pinned, req.Muted); err != nil {
 		return err
 	}

@@ -126,7 +126,11 @@ func TestOpenAPIDocument(t *testing.T) {
 		hasCid := strings.Contains(rt.path, "{cid}")
 
 		want := []string{"431"}
-		if rt.auth {
+		// The server API authenticates in its handlers, with its own
+		// scheme (server_api.go): it lists what an authenticated route
+		// does, and 403 (Origin, scope).
+		server := strings.HasPrefix(rt.path, ServerPrefix)
+		if rt.auth || server {
 			want = append(want, "400", "401", "429", "500", "503")
 		}
 		if hasBody {
@@ -147,7 +151,12 @@ func TestOpenAPIDocument(t *testing.T) {
 		for _, s := range sec {
 			anonymous = anonymous || len(s.(map[string]any)) == 0
 		}
-		require.Equal(t, !rt.auth, anonymous, "%s: anonymous exactly on the routes without a token", rt.pattern())
+		require.Equal(t, !rt.auth && !server, anonymous, "%s: anonymous exactly on the routes without a token", rt.pattern())
+		if server {
+			require.Equal(t, []any{map[string]any{"serverKey": []any{}}}, sec, "%s: the server API takes API keys only", rt.pattern())
+			require.Contains(t, responses, "403", "%s", rt.pattern())
+			require.Equal(t, []any{"server"}, op["tags"], "%s: tagged server", rt.pattern())
+		}
 
 		for code, v := range responses {
 			resp := doc.resolve(t, v)
@@ -159,7 +168,7 @@ func TestOpenAPIDocument(t *testing.T) {
 					schema = doc.resolve(t, all[0])
 				}
 				require.Contains(t, schema["required"], "error", "%s %s has the Error shape", rt.pattern(), code)
-			case code >= "200" && code < "300" && rt.auth:
+			case code >= "200" && code < "300" && (rt.auth || server):
 				for _, h := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
 					require.Contains(t, headers, h, "%s %s lists the rate-limit headers", rt.pattern(), code)
 				}
@@ -203,10 +212,16 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		// (omitted when they do not apply): documented, not required.
 		optional []string
 	}{
-		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, []string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord"}, nil},
+		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, []string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "sender_name"}, nil},
+		{"system sender's Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`), SenderName: "Support"},
+			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord"}, []string{"sender_name"}},
+		{"server conversation", response("/v1/server/conversations/{cid}", "get", "200"), protocol.ServerConversation{}, nil, nil},
+		{"server inbox", response("/v1/server/users/{uid}/inbox", "get", "200"), protocol.ServerInbox{}, nil, nil},
+		{"server create", response("/v1/server/conversations", "post", "201"), protocol.ConversationCreated{}, nil, nil},
+		{"server pending", response("/v1/server/conversations/{cid}/messages", "post", "202"), protocol.SendPending{}, nil, nil},
 		{"changed Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`), Version: 2, EditedAt: &time.Time{},
-			Deleted: true, ReplyTo: 1, Reactions: []protocol.Reaction{{Emoji: "x", Count: 1}}, Mentions: []int64{1}, MentionAll: true, ChangedOrd: 3}, nil,
-			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord"}},
+			Deleted: true, ReplyTo: 1, Reactions: []protocol.Reaction{{Emoji: "x", Count: 1}}, Mentions: []int64{1}, MentionAll: true, ChangedOrd: 3, SenderName: "S"}, nil,
+			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "sender_name"}},
 		{"UpdateEntry (inbox.AppendEntries)", schema("UpdateEntry"), protocol.Entry{Kind: protocol.KindUpdate, Message: &protocol.Message{Body: json.RawMessage(`"x"`)}}, nil, nil},
 		{"change pending", response("/v1/conversations/{cid}/messages/{seq}", "patch", "202"), protocol.ChangePending{}, nil, nil},
 		{"Record", schema("Record"), protocol.Record{}, nil, nil},

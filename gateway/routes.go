@@ -65,6 +65,7 @@ func (g *Gateway) routeTable() []route {
 		{"GET", "/metrics", false, bucketNone, g.handleMetrics},
 		{"GET", "/openapi.yaml", false, bucketNone, g.handleOpenAPI},
 	}
+	rs = append(rs, g.serverRoutes()...) // the server API (server_api.go)
 	if g.cfg.DevMode {
 		rs = append(rs, route{"POST", "/v1/dev/token", false, bucketNone, g.handleDevToken})
 	}

@@ -151,6 +151,13 @@ func deadLetteredSend(msgID string) *Error {
 // rejection of the msg_id; those two read the outcome, as does the end of
 // the wait.
 func (s *sender) send(ctx context.Context, user int64, req ws.SendRequest) (*sendResult, error) {
+	return s.sendAs(ctx, user, req, nil)
+}
+
+// sendAs is send for the server API: stamp, when set, marks the event as
+// a service's (Service, and SenderName with user 0: a named system
+// sender, no member) before it is checked and appended.
+func (s *sender) sendAs(ctx context.Context, user int64, req ws.SendRequest, stamp func(*events.Event)) (*sendResult, error) {
 	cid, msgID, body, replyTo := req.ConversationID, req.MsgID, req.Body, req.ReplyTo
 	if len(body) > s.maxBody {
 		return nil, apierr.TooLarge("body is %d bytes, over the limit of %d", len(body), s.maxBody)
@@ -174,6 +181,9 @@ func (s *sender) send(ctx context.Context, user int64, req ws.SendRequest) (*sen
 		return nil, err
 	}
 	e.Mentions, e.MentionAll = mentions, req.MentionAll
+	if stamp != nil {
+		stamp(e)
+	}
 	ack := s.hub.SubscribeEvent(e.EventID)
 	defer ack.Close()
 	rej := s.hub.SubscribeRejection(msgID)
@@ -225,7 +235,7 @@ func (s *sender) checkSend(ctx context.Context, user int64, e *events.Event) (*s
 	if !exists {
 		return nil, nil, apierr.NotFound("conversation %d does not exist", cid)
 	}
-	if !member {
+	if !member && user != 0 { // user 0: a service's system sender, no member
 		return nil, nil, apierr.NotMember("user %d is not a member of conversation %d", user, cid)
 	}
 	if m != nil {
@@ -327,7 +337,7 @@ func (s *sender) projectedSend(e *events.Event, body string, seq int64) *sendRes
 	cid, user, msgID := e.ConversationID, e.ActorID, e.MsgID
 	m := &protocol.Message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: protocol.MessageText,
 		Body: rows.MessageBody(protocol.MessageText, body), CreatedAt: e.At.UTC(), ReplyTo: e.ReplyTo,
-		Mentions: e.Mentions, MentionAll: e.MentionAll}
+		Mentions: e.Mentions, MentionAll: e.MentionAll, SenderName: e.SenderName}
 	// The members' pushes read it next: from the cache.
 	if epoch := s.hub.Heads().CurrentEpoch(); epoch != 0 {
 		s.inbox.CacheMessage(epoch, m)

@@ -68,6 +68,8 @@ type msgRow struct {
 	body      string
 	at        time.Time
 	st        *msgState // its state at the end of the batch
+	// senderName is a service's system or bot sender (sender 0), "" else.
+	senderName string
 	// ord counts the conversation's text messages up to this one
 	// (migrations/00006_counts.sql). mentions are the users it mentions as
 	// sent (the message's column, what its sender saw answered);
@@ -234,8 +236,12 @@ func (b *batch) conversationCreated(r Record, c *convState) {
 		b.reject(r, projection.ReasonExists)
 		return
 	}
-	members := []int64{e.ActorID}
-	seen := map[int64]bool{e.ActorID: true}
+	// A service creating a conversation for users (actor 0) is no member.
+	members := []int64{}
+	seen := map[int64]bool{}
+	if e.ActorID > 0 {
+		members, seen[e.ActorID] = append(members, e.ActorID), true
+	}
 	for _, m := range e.Members {
 		if !seen[m] {
 			seen[m] = true
@@ -257,7 +263,7 @@ func (b *batch) conversationCreated(r Record, c *convState) {
 
 // membershipRefused says whether a member event is a duplicate or
 // refused (and rejects it then): the conversation must exist and the actor
-// be a member.
+// be a member, unless the actor is a service acting as itself (actor 0).
 func (b *batch) membershipRefused(r Record, c *convState) bool {
 	e := r.Event
 	if b.known.has(e.EventID) {
@@ -267,7 +273,7 @@ func (b *batch) membershipRefused(r Record, c *convState) bool {
 		b.reject(r, projection.ReasonNoConversation)
 		return true
 	}
-	if !c.members[e.ActorID] {
+	if e.ActorID != 0 && !c.members[e.ActorID] {
 		b.reject(r, projection.ReasonNotMember)
 		return true
 	}
@@ -328,7 +334,9 @@ func (b *batch) messageSent(r Record, c *convState) {
 		b.reject(r, projection.ReasonNoConversation)
 		return
 	}
-	if !c.members[e.ActorID] {
+	// A service's own message (actor 0, a named system sender) needs no
+	// membership, and sees every message to reply to.
+	if e.ActorID != 0 && !c.members[e.ActorID] {
 		b.reject(r, projection.ReasonNotMember)
 		return
 	}
@@ -341,8 +349,11 @@ func (b *batch) messageSent(r Record, c *convState) {
 		return
 	}
 	seq := b.message(c, e.MsgID, e.ActorID, "text", body, e.At)
+	b.msgs[len(b.msgs)-1].senderName = e.SenderName
 	b.mention(c, e)
-	b.readOwn(e.ActorID, c.id, seq)
+	if e.ActorID != 0 {
+		b.readOwn(e.ActorID, c.id, seq)
+	}
 	st := b.msgStates[msgKey{c.id, seq}]
 	st.replyTo = e.ReplyTo
 	st.deleted = erased // its key is gone: deleted after this send, before this projection (a replay)

@@ -57,6 +57,11 @@ type Message struct {
 	// last change set (docs/large-conversations.md): what ?changed_after
 	// orders by. Absent when 0 (never changed in read mode).
 	ChangedOrd int64 `json:"changed_ord,omitempty"`
+
+	// SenderName is set on a message a back-end service sent as a named
+	// system or bot sender (docs/protocol.md, "Server API"): its SenderID
+	// is 0, no user. Absent on every user's message.
+	SenderName string `json:"sender_name,omitempty"`
 }
 
 // LargeConv is a read-mode conversation the user is a current member of,

@@ -23,6 +23,8 @@ type gatewayFlags struct {
 	maxHeldPolls     int
 	sendRate         float64
 	sendBurst        int
+	serverRate       float64
+	serverBurst      int
 	syncRate         float64
 	syncBurst        int
 	tooLongLag       int64
@@ -63,6 +65,8 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.sendBurst, "send-burst", gateway.DefaultSendBurst, "per-user write burst")
 	fs.Float64Var(&f.syncRate, "sync-rate", gateway.DefaultSyncRate, "per-user reads per second (token bucket)")
 	fs.IntVar(&f.syncBurst, "sync-burst", gateway.DefaultSyncBurst, "per-user read burst")
+	fs.Float64Var(&f.serverRate, "server-rate", gateway.DefaultServerRate, "server API calls per second per API key (token bucket)")
+	fs.IntVar(&f.serverBurst, "server-burst", gateway.DefaultServerBurst, "server API burst per API key")
 	fs.Int64Var(&f.tooLongLag, "too-long-lag", gateway.DefaultTooLongLag, "lag above which sync answers too long")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", gateway.DefaultShutdownTimeout, "time for requests in flight at shutdown")
 	fs.DurationVar(&f.wsHeartbeat, "ws-heartbeat", gateway.DefaultWSHeartbeat, "mean interval of WebSocket heartbeats (each carries the head)")
@@ -136,6 +140,7 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 			AdmitStartup: f.admitStartup,
 			RestartDelay: f.restartDelay,
 		},
+		ServerAPI: gateway.ServerAPIConfig{Rate: rate.Limit(f.serverRate), Burst: f.serverBurst},
 		Ephemeral: gateway.EphemeralConfig{
 			TypingExpiry:   f.typingExpiry,
 			TypingInterval: f.typingInterval,

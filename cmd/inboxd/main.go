@@ -26,6 +26,7 @@ var commands = map[string]command{
 	"notifier":      {"notify members who are not connected of new messages through a webhook", runNotifier},
 	"migrate":       {"apply the database migrations", runMigrate},
 	"verify":        {"check invariants I1-I8 on the projections", runVerify},
+	"apikey":        {"create, list or revoke the server API's keys (apikey create|list|revoke)", runAPIKey},
 	"offsets":       {"compare the fanout's stored offsets with the log, or reset them (offsets reset)", runOffsets},
 	"login":         {"get a dev token (or store one) for send, tail and conversations", runLogin},
 	"send":          {"send a message to a conversation and print its seq", runSend},

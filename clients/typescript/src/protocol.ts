@@ -30,6 +30,8 @@ export interface Message {
   mention_all?: boolean;
   /** changed_ord: in a read-mode conversation, its change count at the message's last change (?changed_after= order). */
   changed_ord?: number;
+  /** sender_name: a back-end service's named system or bot sender (server API); sender_id is 0 then. */
+  sender_name?: string;
 }
 
 /** LargeHead: where a read-mode conversation is (docs/large-conversations.md). */

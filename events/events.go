@@ -98,7 +98,19 @@ type Event struct {
 	Seq      int64  `json:"seq,omitempty"`
 	ChangeID string `json:"change_id,omitempty"`
 	Emoji    string `json:"emoji,omitempty"`
+
+	// ImportedAt marks an event appended by `inboxd import`
+	// (docs/import.md): At is then the original time in the system the
+	// history comes from, and ImportedAt the time of the import, which the
+	// event's inbox entries carry (retention counts from it). Set on
+	// conversation.created, member.added and message.sent; an imported
+	// message takes a seq but no inbox entry, and an imported join is an
+	// entry of its joiner only.
+	ImportedAt *time.Time `json:"imported_at,omitempty"`
 }
+
+// Imported says whether e was appended by an import.
+func (e *Event) Imported() bool { return e.ImportedAt != nil }
 
 // ErrInvalid is wrapped by every validation failure of Decode and Validate.
 var ErrInvalid = errors.New("invalid event")
@@ -174,6 +186,9 @@ func (e *Event) Validate(maxBody int) error {
 	if e.At.IsZero() {
 		return invalid("missing at")
 	}
+	if err := e.validateImported(); err != nil {
+		return err
+	}
 	switch e.Type {
 	case ConversationCreated:
 		if len(e.Title) > 256 {
@@ -223,6 +238,22 @@ func (e *Event) Validate(maxBody int) error {
 		return invalid("unknown type %q", e.Type)
 	}
 	return nil
+}
+
+// validateImported checks imported_at: a time, on the types an import
+// appends.
+func (e *Event) validateImported() error {
+	if e.ImportedAt == nil {
+		return nil
+	}
+	if e.ImportedAt.IsZero() {
+		return invalid("imported_at is zero")
+	}
+	switch e.Type {
+	case ConversationCreated, MemberAdded, MessageSent:
+		return nil
+	}
+	return invalid("imported_at on %s", e.Type)
 }
 
 // validateMentions checks a message's mentioned users: distinct, positive,

@@ -96,9 +96,10 @@ func (k *checker) conversation(l *Line) (*events.Event, error) {
 		}
 		c.members[m] = true
 	}
-	if err := k.setTime(c, "created_at", l.CreatedAt); err != nil {
+	if err := k.checkTime(c, "created_at", l.CreatedAt); err != nil {
 		return nil, err
 	}
+	c.last = *l.CreatedAt
 	if k.ids != nil {
 		c.id = k.ids[l.ID]
 	}
@@ -135,7 +136,7 @@ func (k *checker) member(l *Line) (*events.Event, error) {
 	if !c.members[by] {
 		return nil, fmt.Errorf("added_by %d is not a member of %q", by, c.ext)
 	}
-	if err := k.setTime(c, "joined_at", l.JoinedAt); err != nil {
+	if err := k.checkTime(c, "joined_at", l.JoinedAt); err != nil {
 		return nil, err
 	}
 	e := k.event(events.MemberAdded, c, by, derive(k.ns, "member", c.ext, strconv.FormatInt(l.UserID, 10)), *l.JoinedAt)
@@ -143,7 +144,7 @@ func (k *checker) member(l *Line) (*events.Event, error) {
 	if err := k.valid(e); err != nil {
 		return nil, err
 	}
-	c.members[l.UserID] = true
+	c.members[l.UserID], c.last = true, *l.JoinedAt
 	k.members++
 	return e, nil
 }
@@ -169,7 +170,7 @@ func (k *checker) message(l *Line) (*events.Event, error) {
 	if l.Body == nil {
 		return nil, errors.New("missing body")
 	}
-	if err := k.setTime(c, "sent_at", l.SentAt); err != nil {
+	if err := k.checkTime(c, "sent_at", l.SentAt); err != nil {
 		return nil, err
 	}
 	e := k.event(events.MessageSent, c, l.Sender, derive(k.ns, "message.sent", c.ext, l.ID), *l.SentAt)
@@ -177,7 +178,7 @@ func (k *checker) message(l *Line) (*events.Event, error) {
 	if err := k.valid(e); err != nil {
 		return nil, err
 	}
-	c.msgs[l.ID] = struct{}{}
+	c.msgs[l.ID], c.last = struct{}{}, *l.SentAt
 	k.messages++
 	return e, nil
 }
@@ -194,9 +195,10 @@ func (k *checker) conv(l *Line) (*conv, error) {
 	return c, nil
 }
 
-// setTime checks a line's time: present, not in the future, and not before
-// the conversation's previous line (its history is in order).
-func (k *checker) setTime(c *conv, field string, t *time.Time) error {
+// checkTime checks a line's time: present, not in the future, and not
+// before the conversation's previous line (its history is in order). A
+// refused line changes nothing of the checker's state.
+func (k *checker) checkTime(c *conv, field string, t *time.Time) error {
 	switch {
 	case t == nil || t.IsZero():
 		return fmt.Errorf("missing %s", field)
@@ -206,7 +208,6 @@ func (k *checker) setTime(c *conv, field string, t *time.Time) error {
 		return fmt.Errorf("%s %s is before the previous line of %q (%s): history must be in order", field,
 			t.Format(time.RFC3339Nano), c.ext, c.last.Format(time.RFC3339Nano))
 	}
-	c.last = *t
 	return nil
 }
 

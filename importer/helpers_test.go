@@ -74,7 +74,13 @@ func convExt(i int) string { return "room-" + strconv.Itoa(i) }
 func body(i, j int) string { return fmt.Sprintf("message %d of room %d", j, i) }
 
 // snapshot is the row counts and checksums of the projections.
-type snapshot map[string]string
+type snapshot map[string]tableSum
+
+// tableSum is one table's row count and the md5 of its rows in order.
+type tableSum struct {
+	Rows int64
+	MD5  string
+}
 
 // snapshotTables are the projection tables compared before and after a
 // second run, each read in a total order.
@@ -98,7 +104,7 @@ func takeSnapshot(t testing.TB, pool *pgxpool.Pool) snapshot {
 		err := pool.QueryRow(context.Background(),
 			`SELECT count(*), coalesce(md5(string_agg(x::text, E'\n')), '') FROM (`+q+`) x`).Scan(&n, &sum)
 		require.NoError(t, err, name)
-		s[name] = fmt.Sprintf("%d rows, md5 %s", n, sum)
+		s[name] = tableSum{Rows: n, MD5: sum}
 	}
 	return s
 }

@@ -3,12 +3,14 @@ package importer
 import (
 	"context"
 	"errors"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/replay"
 )
 
 // TestImportResumes cancels an import in the middle of a chunk (after a
@@ -66,4 +68,11 @@ func TestImportResumes(t *testing.T) {
 	for _, table := range []string{"inbox", "users", "records", "rejections"} {
 		require.Equal(t, want[table].Rows, got[table].Rows, table)
 	}
+
+	// The import is in the log: a replay rebuilds the same projections
+	// from it, duplicates and all.
+	rep, err := replay.Run(ctx, replay.Config{Brokers: env.Brokers, Topic: env.Topic, Logger: env.Logger,
+		Progress: io.Discard, Verify: true}, env.Pool)
+	require.NoError(t, err)
+	require.True(t, rep.Diff.Empty(), rep.Diff.String())
 }

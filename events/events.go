@@ -110,6 +110,15 @@ type Event struct {
 	// SenderName (message.sent with ActorID 0): the system or bot sender
 	// the message shows, 1..MaxSenderName bytes.
 	SenderName string `json:"sender_name,omitempty"`
+
+	// ImportedAt marks an event appended by `inboxd import`
+	// (docs/import.md): At is then the original time in the system the
+	// history comes from, and ImportedAt the time of the import, which the
+	// event's inbox entries carry (retention counts from it). Set on
+	// conversation.created, member.added and message.sent; an imported
+	// message takes a seq but no inbox entry, and an imported join is an
+	// entry of its joiner only.
+	ImportedAt *time.Time `json:"imported_at,omitempty"`
 }
 
 // MaxService bounds Event.Service in bytes.
@@ -117,6 +126,9 @@ const MaxService = 96
 
 // MaxSenderName bounds Event.SenderName in bytes.
 const MaxSenderName = 64
+
+// Imported says whether e was appended by an import.
+func (e *Event) Imported() bool { return e.ImportedAt != nil }
 
 // ErrInvalid is wrapped by every validation failure of Decode and Validate.
 var ErrInvalid = errors.New("invalid event")
@@ -191,6 +203,9 @@ func (e *Event) Validate(maxBody int) error {
 	}
 	if e.At.IsZero() {
 		return invalid("missing at")
+	}
+	if err := e.validateImported(); err != nil {
+		return err
 	}
 	switch e.Type {
 	case ConversationCreated:
@@ -280,6 +295,22 @@ func ServiceMayAct(typ string) bool {
 		return true
 	}
 	return false
+}
+
+// validateImported checks imported_at: a time, on the types an import
+// appends.
+func (e *Event) validateImported() error {
+	if e.ImportedAt == nil {
+		return nil
+	}
+	if e.ImportedAt.IsZero() {
+		return invalid("imported_at is zero")
+	}
+	switch e.Type {
+	case ConversationCreated, MemberAdded, MessageSent:
+		return nil
+	}
+	return invalid("imported_at on %s", e.Type)
 }
 
 // validateMentions checks a message's mentioned users: distinct, positive,

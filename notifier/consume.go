@@ -123,8 +123,8 @@ func (n *Notifier) handle(ctx context.Context, p int32, recs []*kgo.Record) erro
 	var msgIDs []string
 	for _, r := range recs {
 		e, err := events.Decode(r.Value, 0)
-		if err != nil || e.Type != events.MessageSent {
-			continue // undecodable records are the fanout's (DLQ); other events notify nobody
+		if err != nil || e.Type != events.MessageSent || e.Imported() {
+			continue // undecodable records are the fanout's (DLQ); other events and imported history notify nobody
 		}
 		msgIDs = append(msgIDs, e.MsgID)
 	}

@@ -11,7 +11,9 @@
 // rules_test.go), load.go (locking the offsets and reading the state a
 // batch depends on), write.go (locking users, numbering entries, writing
 // rows and offsets, the NOTIFY), errors.go (failure classes, probing,
-// isolating a bad record), verify.go (invariants I1-I8), retention.go.
+// isolating a bad record), verify.go (invariants I1-I8), retention.go,
+// imported.go (history appended by inboxd import: no inbox entries, read
+// positions past it; docs/import.md).
 //
 // # Transactions and locks
 //

@@ -79,6 +79,7 @@ type msgRow struct {
 	mentions   []int64
 	mentioned  []int64
 	mentionAll bool
+	imported   bool // appended by an import: no inbox entries (docs/import.md)
 }
 
 type rejection struct {
@@ -144,6 +145,13 @@ type batch struct {
 	members   []projection.Membership
 	armedNow  map[recKey]bool
 	lastGot   map[int64]bool
+
+	// Imported history (docs/import.md): importing is set while an
+	// imported event is applied; importedRead is, per conversation, the
+	// last imported message seq, every current member's read position is
+	// moved to.
+	importing    bool
+	importedRead map[int64]int64
 }
 
 // ack is a message.sent event and the seq its message got.
@@ -169,6 +177,7 @@ func newBatch(threshold int64) *batch {
 		bodyKeys:     map[string][]byte{},
 		reads:        map[recKey]int64{},
 		knownChanges: idSet{},
+		importedRead: map[int64]int64{},
 	}
 }
 
@@ -203,6 +212,10 @@ func (b *batch) reject(r Record, reason string) {
 // conversation is in b.convs (loaded, or known not to exist).
 func (b *batch) step(r Record) {
 	c := b.convs[r.Event.ConversationID]
+	if r.Event.Imported() {
+		defer b.imported(r.Event, len(b.fan))
+		b.importing = true
+	}
 	switch r.Event.Type {
 	case events.ConversationCreated:
 		b.conversationCreated(r, c)
@@ -291,7 +304,12 @@ func (b *batch) memberAdded(r Record, c *convState) {
 	c.members[e.UserID] = true
 	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
 		"event": events.MemberAdded, "user_id": e.UserID, "by": e.ActorID}), e.At)
-	b.fanTo(c, e.UserID, seq, e.At) // in read mode the joiner still gets its join
+	if b.importing {
+		// An imported join is an entry of its joiner only.
+		b.fan = append(b.fan, fanRow{user: e.UserID, conv: c.id, kind: projection.KindMessage, seq: seq, at: e.At})
+	} else {
+		b.fanTo(c, e.UserID, seq, e.At) // in read mode the joiner still gets its join
+	}
 	b.openSpan(c.id, e.UserID, seq)
 	b.joinedLarge(c, e.UserID, seq)
 	// A member's read position starts at its join: what was sent before
@@ -350,7 +368,11 @@ func (b *batch) messageSent(r Record, c *convState) {
 	}
 	seq := b.message(c, e.MsgID, e.ActorID, "text", body, e.At)
 	b.msgs[len(b.msgs)-1].senderName = e.SenderName
-	b.mention(c, e)
+	if b.importing {
+		b.importedRead[c.id] = seq // history is read: no entry, no mention
+	} else {
+		b.mention(c, e)
+	}
 	if e.ActorID != 0 {
 		b.readOwn(e.ActorID, c.id, seq)
 	}
@@ -414,7 +436,13 @@ func (b *batch) message(c *convState, msgID string, sender int64, kind, body str
 		version: 1, body: body, mine: map[int64]string{}, mineChanged: map[int64]bool{}}
 	b.msgStates[st.key] = st
 	b.msgs = append(b.msgs, msgRow{conv: c.id, seq: c.lastSeq, msgID: msgID, sender: sender, kind: kind, body: body, at: at, st: st,
-		ord: c.texts})
+		ord: c.texts, imported: b.importing})
+	if b.importing && c.lastSeq > 1 {
+		// Imported history past the creation: no member gets it (a join:
+		// its joiner, see memberAdded).
+		b.lastGot = nil
+		return c.lastSeq
+	}
 	if c.read {
 		b.lastGot = b.fanRead(c, c.lastSeq, at)
 		return c.lastSeq

@@ -81,7 +81,7 @@ SELECT format('conversation %s: last_seq %s, %s messages from %s to %s', c.id, c
 FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id
 GROUP BY c.id, c.last_seq
 HAVING count(m.seq) <> c.last_seq OR (count(m.seq) > 0 AND (min(m.seq) <> 1 OR max(m.seq) <> c.last_seq))`},
-	{"I3", "every member has every message of its spans in write fan-out (above its floor)", `
+	{"I3", "every member has every message of its spans in write fan-out (above its floor), imported history aside", `
 WITH written AS (
   SELECT conversation_id, from_seq,
          coalesce(lead(from_seq) OVER (PARTITION BY conversation_id ORDER BY from_seq) - 1, 9223372036854775807) AS to_seq,
@@ -95,7 +95,8 @@ WITH written AS (
   JOIN written w ON w.conversation_id = s.conversation_id AND NOT w.read_fanout
     AND w.from_seq <= coalesce(s.left_seq, 9223372036854775807) AND w.to_seq >= s.joined_seq
   CROSS JOIN LATERAL (SELECT seq FROM messages m WHERE m.conversation_id = s.conversation_id
-    AND m.seq >= greatest(s.joined_seq, w.from_seq) AND m.seq <= least(coalesce(s.left_seq, w.to_seq), w.to_seq)) m
+    AND m.seq >= greatest(s.joined_seq, w.from_seq) AND m.seq <= least(coalesce(s.left_seq, w.to_seq), w.to_seq)
+    AND NOT m.imported) m
 ), actual AS (
   SELECT user_id, conversation_id, seq FROM inbox WHERE kind = 1
 )

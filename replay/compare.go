@@ -75,12 +75,12 @@ SELECT format('conversation %s: shadow (%s, %s, last_seq %s), live %s', s.id, s.
   coalesce(format('(%s, %s, last_seq %s)', l.title, l.created_by, l.last_seq), 'missing'))
 FROM {shadow}.conversations s LEFT JOIN public.conversations l ON l.id = s.id
 WHERE l.id IS NULL OR (l.title, l.created_by, l.created_at) IS DISTINCT FROM (s.title, s.created_by, s.created_at) OR l.last_seq < s.last_seq`},
-	{"messages (seq, msg_id, sender, kind, body, time, and the changes: version, deleted, edited, reply, reactions; ord, mentions and a system sender's name)", `
+	{"messages (seq, msg_id, sender, kind, body, time, imported, and the changes: version, deleted, edited, reply, reactions; ord, mentions and a system sender's name)", `
 SELECT format('conversation %s seq %s: shadow %s/%s %L, live %s', s.conversation_id, s.seq, s.msg_id, s.sender_id, left(s.body, 40),
   coalesce(format('%s/%s %L', l.msg_id, l.sender_id, left(l.body, 40)), 'missing'))
 FROM {shadow}.messages s LEFT JOIN public.messages l ON l.conversation_id = s.conversation_id AND l.seq = s.seq
-WHERE l.seq IS NULL OR (l.msg_id, l.sender_id, l.kind, l.created_at, l.reply_to, l.ord, l.mentions, l.mention_all, l.sender_name)
-     IS DISTINCT FROM (s.msg_id, s.sender_id, s.kind, s.created_at, s.reply_to, s.ord, s.mentions, s.mention_all, s.sender_name)
+WHERE l.seq IS NULL OR (l.msg_id, l.sender_id, l.kind, l.created_at, l.reply_to, l.ord, l.mentions, l.mention_all, l.sender_name, l.imported)
+     IS DISTINCT FROM (s.msg_id, s.sender_id, s.kind, s.created_at, s.reply_to, s.ord, s.mentions, s.mention_all, s.sender_name, s.imported)
    OR l.version < s.version
    OR (l.version = s.version AND (l.body, l.deleted, l.edited_at, l.reactions) IS DISTINCT FROM (s.body, s.deleted, s.edited_at, s.reactions))
 UNION ALL

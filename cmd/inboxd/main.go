@@ -46,6 +46,7 @@ var commands = map[string]command{
 	"presence":      {"print who of the given users is online (those you share a conversation with)", runPresence},
 	"analytics":     {"live figures from the event log in its own consumer group", runAnalytics},
 	"replay":        {"rebuild the projections from the log (or --verify them)", runReplay},
+	"import":        {"import conversations, members and history from another chat system (NDJSON) through the log", runImport},
 	"healthcheck":   {"exit 0 when a health endpoint answers 2xx (for container health checks)", runHealthcheck},
 }
 

@@ -238,9 +238,10 @@ func TestIdentityKeyRotationUnderLoad(t *testing.T) {
 }
 
 // TestIdentityJWKSOnly: a gateway with only a JWKS URL whose provider is
-// unreachable at start serves, answers 503 to its tokens and /readyz until
-// the first fetch, refuses HS256, and recovers without a restart; its
-// fetches are in /metrics. DevMode needs the HS256 secret.
+// unreachable at start serves, answers 503 to its tokens and /readyz (and
+// closes a WebSocket 1013) until the first fetch, refuses HS256, and
+// recovers without a restart; its fetches are in /metrics. DevMode needs
+// the HS256 secret.
 func TestIdentityJWKSOnly(t *testing.T) {
 	p := authtest.New(t)
 	p.AddKey(t, "ec-1", "ES256")
@@ -257,6 +258,12 @@ func TestIdentityJWKSOnly(t *testing.T) {
 	r = (&user{tg: tg}).do(t, "GET", "/readyz", nil)
 	require.Equal(t, http.StatusServiceUnavailable, r.status)
 	require.Contains(t, string(r.body), `"jwks"`)
+	ws, err := dialWSE((&wsgw{tgw: tg}).wsURL()+"?access_token="+u.token, nil, nil)
+	require.NoError(t, err)
+	code, frames := ws.closeCode(t)
+	require.Equal(t, protocol.CloseTryAgainLater, code, "a WebSocket is told to come back, not refused")
+	require.Len(t, frames, 1)
+	require.Equal(t, protocol.CodeUnavailable, frames[0].Code)
 
 	p.SetFailing(false)
 	waitFor(t, 30*time.Second, "readiness", func() bool {
@@ -272,7 +279,7 @@ func TestIdentityJWKSOnly(t *testing.T) {
 	require.Contains(t, m, `inboxd_gateway_jwks_fetches_total{result="ok"}`)
 	require.Contains(t, m, "inboxd_gateway_jwks_keys 1")
 
-	_, err := New(Config{AuthJWKSURL: p.URL(), DevMode: true}, tg.env.Pool, tg.env.Producer)
+	_, err = New(Config{AuthJWKSURL: p.URL(), DevMode: true}, tg.env.Pool, tg.env.Producer)
 	require.ErrorContains(t, err, "DevMode needs AuthSecret")
 	_, err = New(Config{}, tg.env.Pool, tg.env.Producer)
 	require.ErrorContains(t, err, "AuthSecret or AuthJWKSURL")

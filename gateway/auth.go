@@ -1,12 +1,8 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/auth"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -33,106 +30,28 @@ func userFrom(ctx context.Context) int64 {
 // token endpoint does. Tools and tests use it; production tokens come from
 // the deployment's identity service with the same claims (sub, exp).
 func IssueToken(secret []byte, user int64, ttl time.Duration) (string, error) {
+	return issueToken(secret, user, ttl, "", "")
+}
+
+// issueToken is IssueToken with an iss and an aud when they are not
+// empty: the dev tokens carry those the gateway requires.
+func issueToken(secret []byte, user int64, ttl time.Duration, iss, aud string) (string, error) {
 	now := time.Now()
 	claims := jwt.RegisteredClaims{
+		Issuer:    iss,
 		Subject:   strconv.FormatInt(user, 10),
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 	}
+	if aud != "" {
+		claims.Audience = jwt.ClaimStrings{aud}
+	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
-}
-
-// verifyToken returns the user id of a valid token: HS256 with our secret,
-// exp required and in the future, sub a positive decimal user id.
-func verifyToken(secret []byte, raw string) (int64, error) {
-	u, _, err := verifyClaims(secret, raw)
-	return u, err
-}
-
-// verifyClaims is verifyToken that also returns the token's expiry.
-func verifyClaims(secret []byte, raw string) (user int64, exp time.Time, err error) {
-	if err := checkTokenJSON(raw); err != nil {
-		return 0, exp, err
-	}
-	var claims jwt.RegisteredClaims
-	_, err = jwt.ParseWithClaims(raw, &claims, func(*jwt.Token) (any, error) { return secret, nil },
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
-		jwt.WithExpirationRequired(),
-	)
-	if err != nil {
-		return 0, exp, err
-	}
-	u, err := strconv.ParseInt(claims.Subject, 10, 64)
-	if err != nil || u <= 0 || strconv.FormatInt(u, 10) != claims.Subject {
-		return 0, exp, errors.New("sub is not a user id")
-	}
-	return u, claims.ExpiresAt.Time, nil
-}
-
-// errTokenJSON is the cause of a 401 for a token whose header or claims
-// are ambiguous or of the wrong type.
-var errTokenJSON = errors.New("token JSON refused")
-
-// checkTokenJSON refuses what jwt's decoding would let through silently:
-// a member repeated in the header or the claims (Go's decoder keeps the
-// last one, and matches names case-insensitively, so {"sub":"1","SUB":"2"}
-// is a duplicate too: another verifier could read the other one), and a
-// time claim (exp, nbf, iat) that is not a JSON number (jwt accepts
-// "exp":"1700000000", a string). The signature is checked after this, by
-// jwt; either failure is the same 401.
-func checkTokenJSON(raw string) error {
-	parts := strings.Split(raw, ".")
-	if len(parts) != 3 {
-		return nil // jwt says what is wrong with it
-	}
-	for i, part := range parts[:2] {
-		b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(part, "="))
-		if err != nil {
-			return nil
-		}
-		if err := checkJSONMembers(b, i == 1); err != nil {
-			return fmt.Errorf("%w: %v", errTokenJSON, err)
-		}
-	}
-	return nil
-}
-
-// checkJSONMembers checks the members of the JSON object b: no name twice
-// (compared case-insensitively) and, for claims, numeric time claims.
-func checkJSONMembers(b []byte, claims bool) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil // not an object: jwt refuses it
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		name, _ := t.(string)
-		key := strings.ToLower(name)
-		if seen[key] {
-			return fmt.Errorf("%q given twice", name)
-		}
-		seen[key] = true
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return nil
-		}
-		if claims && (key == "exp" || key == "nbf" || key == "iat") {
-			if _, ok := v.(json.Number); !ok {
-				return fmt.Errorf("%s must be a number", name)
-			}
-		}
-	}
-	return nil
 }
 
 // tokenCache remembers verified tokens until their expiry, so that a
 // client's token is verified (HMAC, base64, JSON claims) once rather than
-// on every request. Only tokens that passed verifyToken enter it, keyed by
+// on every request. Only tokens that passed the verifier enter it, keyed by
 // the whole token; a forged or altered token never matches one. A shard
 // that fills up is emptied. A nil *tokenCache remembers nothing.
 type tokenCache struct {
@@ -204,12 +123,28 @@ func (c *tokenCache) put(tok string, user int64, exp time.Time) {
 	sh.mu.Unlock()
 }
 
-// authenticator resolves bearer tokens: verified once, then remembered
-// (tokenCache) until their expiry. It serves the API routes (bearer) and
-// the WebSocket server (Authenticate, its ws.Authenticator).
+// clear forgets every token (the key set lost a key that may have signed
+// some of them).
+func (c *tokenCache) clear() {
+	if c == nil {
+		return
+	}
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.mu.Unlock()
+	}
+}
+
+// authenticator resolves bearer tokens: verified once (auth.Verifier: the
+// shared secret or the identity provider's key set), then remembered
+// (tokenCache) until their expiry or until the key set loses a key. It
+// serves the API routes (bearer) and the WebSocket server (Authenticate,
+// its ws.Authenticator): every token goes through resolve.
 type authenticator struct {
-	secret []byte
-	tokens *tokenCache // nil when disabled
+	verifier *auth.Verifier
+	tokens   *tokenCache // nil when disabled
 }
 
 // bearer resolves the bearer token of r's Authorization header.
@@ -222,22 +157,29 @@ func (a *authenticator) bearer(r *http.Request) (int64, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 		return 0, apierr.Unauthorized("authorization is not a bearer token")
 	}
-	tok = strings.TrimSpace(tok)
+	return a.resolve(r.Context(), strings.TrimSpace(tok))
+}
+
+// resolve returns the user of tok: from the cache, or verified and then
+// cached. A refusal is a 401 whose message says "token expired" when that
+// is the reason; a token that needs the key set before any fetch of it
+// succeeded is a 503 (it may be good).
+func (a *authenticator) resolve(ctx context.Context, tok string) (int64, error) {
 	if u, ok := a.tokens.get(tok, time.Now()); ok {
 		return u, nil
 	}
-	u, exp, err := verifyClaims(a.secret, tok)
-	if err == nil {
+	u, exp, err := a.verifier.Verify(ctx, tok)
+	switch {
+	case err == nil:
 		a.tokens.put(tok, u, exp)
+		return u, nil
+	case errors.Is(err, auth.ErrKeysUnavailable):
+		return 0, apierr.Unavailable("the identity provider's keys are not loaded yet", time.Second, err)
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "token expired", Err: err}
+	default:
+		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "invalid token", Err: err}
 	}
-	if err != nil {
-		msg := "invalid token"
-		if errors.Is(err, jwt.ErrTokenExpired) {
-			msg = "token expired"
-		}
-		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: msg, Err: err}
-	}
-	return u, nil
 }
 
 // Authenticate reads a WebSocket upgrade's token from the Authorization
@@ -250,11 +192,7 @@ func (a *authenticator) Authenticate(r *http.Request) (int64, error) {
 	if tok == "" {
 		return 0, apierr.Unauthorized("missing bearer token (Authorization header or access_token parameter)")
 	}
-	u, err := verifyToken(a.secret, tok)
-	if err != nil {
-		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "invalid token", Err: err}
-	}
-	return u, nil
+	return a.resolve(r.Context(), tok)
 }
 
 // handleDevToken is POST /v1/dev/token, registered only in dev mode.
@@ -266,7 +204,11 @@ func (g *Gateway) handleDevToken(w http.ResponseWriter, r *http.Request) error {
 	if req.UserID <= 0 {
 		return apierr.BadRequest("user_id must be a positive integer")
 	}
-	tok, err := IssueToken(g.cfg.AuthSecret, req.UserID, g.cfg.DevTokenTTL)
+	if len(g.cfg.AuthSecret) == 0 {
+		// validate refuses DevMode without a secret; this is a guard.
+		return apierr.Unavailable("dev tokens need an HS256 secret", time.Second, nil)
+	}
+	tok, err := issueToken(g.cfg.AuthSecret, req.UserID, g.cfg.DevTokenTTL, g.cfg.AuthIssuer, g.cfg.AuthAudience)
 	if err != nil {
 		return err
 	}

@@ -14,36 +14,40 @@ import (
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/inbox"
+	"github.com/inboxd/inboxd/gateway/internal/auth"
 	"github.com/inboxd/inboxd/projection"
 )
 
 // Defaults of Config.
 const (
-	DefaultAddr             = "127.0.0.1:8080"
-	DefaultAckWait          = 2 * time.Second
-	DefaultAppendTimeout    = 10 * time.Second
-	DefaultLongPollMax      = 30 * time.Second
-	DefaultMaxHeldPolls     = 20000
-	DefaultPollInterval     = time.Second
-	DefaultTooLongLag       = inbox.DefaultTooLongLag
-	DefaultPageDefault      = 50
-	DefaultPageMax          = 200
-	DefaultSendRate         = 50
-	DefaultSendBurst        = 200
-	DefaultSyncRate         = 50
-	DefaultSyncBurst        = 200
-	DefaultWakeJitter       = hub.DefaultWakeJitter
-	DefaultWakeBurst        = hub.DefaultWakeBurst
-	DefaultDevTokenTTL      = 24 * time.Hour
-	DefaultShutdownTimeout  = 10 * time.Second
-	DefaultListenBackoff    = 5 * time.Second
-	DefaultMaxTitle         = 256
-	DefaultMentionAllMax    = 100
-	DefaultMaxHeaderBytes   = 64 << 10
-	DefaultMessageCache     = inbox.DefaultMessageCacheBytes
-	DefaultTokenCache       = 1 << 16
-	DefaultHeadCacheUsers   = hub.DefaultHeadCacheUsers
-	DefaultCountsCacheUsers = inbox.DefaultCountsCacheUsers
+	DefaultAddr               = "127.0.0.1:8080"
+	DefaultAckWait            = 2 * time.Second
+	DefaultAppendTimeout      = 10 * time.Second
+	DefaultLongPollMax        = 30 * time.Second
+	DefaultMaxHeldPolls       = 20000
+	DefaultPollInterval       = time.Second
+	DefaultTooLongLag         = inbox.DefaultTooLongLag
+	DefaultPageDefault        = 50
+	DefaultPageMax            = 200
+	DefaultSendRate           = 50
+	DefaultSendBurst          = 200
+	DefaultSyncRate           = 50
+	DefaultSyncBurst          = 200
+	DefaultWakeJitter         = hub.DefaultWakeJitter
+	DefaultWakeBurst          = hub.DefaultWakeBurst
+	DefaultDevTokenTTL        = 24 * time.Hour
+	DefaultShutdownTimeout    = 10 * time.Second
+	DefaultListenBackoff      = 5 * time.Second
+	DefaultMaxTitle           = 256
+	DefaultMentionAllMax      = 100
+	DefaultMaxHeaderBytes     = 64 << 10
+	DefaultMessageCache       = inbox.DefaultMessageCacheBytes
+	DefaultTokenCache         = 1 << 16
+	DefaultAuthJWKSRefresh    = auth.DefaultJWKSRefresh
+	DefaultAuthJWKSMinRefresh = auth.DefaultJWKSMinRefresh
+	DefaultAuthUserClaim      = auth.DefaultUserClaim
+	DefaultHeadCacheUsers     = hub.DefaultHeadCacheUsers
+	DefaultCountsCacheUsers   = inbox.DefaultCountsCacheUsers
 )
 
 // Config configures a Gateway. The zero value of every field means its
@@ -53,8 +57,48 @@ type Config struct {
 	// ("127.0.0.1:8080"; INBOXD_HTTP_ADDR in cmd/inboxd).
 	Addr string
 
-	// AuthSecret is the HS256 key of the bearer tokens. Required.
+	// AuthSecret is the HS256 key of the bearer tokens. Empty: HS256
+	// tokens are refused. AuthSecret, AuthJWKSURL or both are required;
+	// DevMode requires AuthSecret (dev tokens are HS256). It is never
+	// used with another algorithm, nor taken from the key set.
 	AuthSecret []byte
+
+	// AuthJWKSURL is the http(s) URL of the identity provider's JSON Web
+	// Key Set: tokens signed RS256, ES256 or EdDSA (Ed25519) by one of
+	// its keys, named by the token's kid, are accepted. Listen fetches it
+	// at once, every AuthJWKSRefresh, and when a token names an unknown
+	// kid. Until the first fetch succeeds the gateway serves (HS256
+	// tokens work), GET /readyz is 503 (check "jwks") and a token that
+	// needs the key set is a 503; later failures keep the last good set.
+	// Default none (docs/operations.md, "Identity").
+	AuthJWKSURL string
+
+	// AuthJWKSRefresh is the period of the key set's fetch: a key the
+	// provider removed stops verifying within it. Default 5m.
+	AuthJWKSRefresh time.Duration
+
+	// AuthJWKSMinRefresh is the least time between two fetches of the key
+	// set: a token with an unknown kid waits (at most this long) for the
+	// next fetch allowed, so a storm of unknown kids makes at most one
+	// fetch per interval. Default 10s.
+	AuthJWKSMinRefresh time.Duration
+
+	// AuthIssuer, when set, is the iss every token must carry. Default:
+	// not checked.
+	AuthIssuer string
+
+	// AuthAudience, when set, must be in every token's aud (a string or a
+	// list). Default: not checked.
+	AuthAudience string
+
+	// AuthLeeway is the clock skew allowed on exp, nbf and iat. Default 0
+	// (docs/protocol.md: a token is expired at its exp).
+	AuthLeeway time.Duration
+
+	// AuthUserClaim names the claim holding the user id, a positive
+	// decimal string ("42"); a claim other than sub may also be a JSON
+	// integer. Default "sub".
+	AuthUserClaim string
 
 	// DevMode enables POST /v1/dev/token, which hands out a token for any
 	// user id. Never enable it where real users connect. (The demo page
@@ -297,8 +341,10 @@ func setDefault[T comparable](p *T, def T) {
 
 func (c *Config) validate() error {
 	switch {
-	case len(c.AuthSecret) == 0:
-		return errors.New("gateway: AuthSecret is required")
+	case len(c.AuthSecret) == 0 && c.AuthJWKSURL == "":
+		return errors.New("gateway: AuthSecret or AuthJWKSURL is required")
+	case c.DevMode && len(c.AuthSecret) == 0:
+		return errors.New("gateway: DevMode needs AuthSecret (dev tokens are HS256)")
 	case c.AckWait < 0, c.AppendTimeout < 0, c.DevTokenTTL < 0, c.PollInterval < 0,
 		c.ListenBackoffMax < 0, c.ShutdownTimeout < 0:
 		return errors.New("gateway: durations must not be negative")

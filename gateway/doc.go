@@ -49,8 +49,11 @@
 //	              long-poll's view of it (docs/large-conversations.md)
 //	members.go    create, add/remove members (one or in bulk), record and
 //	              read changes, the appender
-//	auth.go       JWT verification, the token cache, the authenticator
-//	              (also the WebSocket's ws.Authenticator), the dev token
+//	auth.go       the token cache, the authenticator (also the
+//	              WebSocket's ws.Authenticator: every token goes through
+//	              one verifier, internal/auth), the dev token
+//	identity.go   the verifier of Config (HS256 secret, the identity
+//	              provider's JWKS) and its metrics
 //	errors.go     writeError, the error shape of every HTTP answer
 //	rawerrors.go  the error shape for what net/http answers by itself
 //	decode.go     request body, query and path decoding

@@ -114,8 +114,9 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	g.inbox = inbox.New(pool, inbox.Config{MessageCacheBytes: cfg.MessageCacheBytes, TooLongLag: cfg.TooLongLag,
 		CountsCacheUsers: cfg.CountsCacheUsers, Heads: g.hub.Heads(), CacheHit: m.cache.WithLabelValues("messages", "hit").Inc,
 		CacheMiss: m.cache.WithLabelValues("messages", "miss").Inc})
-	g.auth = &authenticator{secret: cfg.AuthSecret, tokens: newTokenCache(cfg.TokenCache,
-		m.cache.WithLabelValues("tokens", "hit").Inc, m.cache.WithLabelValues("tokens", "miss").Inc)}
+	if g.auth, err = g.newAuthenticator(); err != nil {
+		return nil, err
+	}
 	g.app = &appender{prod: prod, timeout: cfg.AppendTimeout}
 	g.sends = &sender{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.sends,
 		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies,
@@ -137,8 +138,10 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Listen runs the notification hub (one dedicated LISTEN connection,
-// reconnected with backoff) and the WebSocket pusher until ctx ends. Without it, long-polls only end
-// by their timeout and sends answer 202. Run calls it; tests that serve
+// reconnected with backoff), the WebSocket pusher and the fetches of the
+// identity provider's key set (Config.AuthJWKSURL) until ctx ends. Without
+// it, long-polls only end by their timeout, sends answer 202 and tokens
+// that need the key set are refused. Run calls it; tests that serve
 // Handler themselves run it beside.
 func (g *Gateway) Listen(ctx context.Context) error {
 	cc := g.pool.Config().ConnConfig.Copy()
@@ -161,6 +164,7 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	// ctx ends every session is closed with 1012.
 	eg.Go(func() error { return g.ws.Run(ctx) })
 	eg.Go(func() error { return g.eph.Run(ctx) })
+	eg.Go(func() error { return g.auth.verifier.Run(ctx) })
 	return eg.Wait()
 }
 

@@ -25,7 +25,8 @@ func (g *Gateway) handleHealthz(w http.ResponseWriter, r *http.Request) error {
 }
 
 // handleReadyz is GET /readyz: PostgreSQL answers a ping, a Kafka broker
-// answers, and (while Listen runs) the LISTEN connection is up. Each check
+// answers, (while Listen runs) the LISTEN connection is up, and (with
+// AuthJWKSURL) a key set of the identity provider was fetched. Each check
 // has a short timeout; a failure is a 503 naming the failing checks.
 func (g *Gateway) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -42,6 +43,12 @@ func (g *Gateway) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 		checks["listen"] = "ok"
 		if !g.hub.Connected() {
 			checks["listen"], ready = "not connected", false
+		}
+	}
+	if g.cfg.AuthJWKSURL != "" {
+		checks["jwks"] = "ok"
+		if err := g.auth.verifier.Ready(); err != nil {
+			checks["jwks"], ready = err.Error(), false
 		}
 	}
 	for name, check := range g.cfg.ReadyChecks {

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/internal/auth"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
@@ -430,4 +431,14 @@ func TestRewritePlainError(t *testing.T) {
 	} {
 		require.Nil(t, rewritePlainError(b), "%q", b)
 	}
+}
+
+// verifyToken verifies raw as a gateway with only the HS256 secret does.
+func verifyToken(secret []byte, raw string) (int64, error) {
+	v, err := auth.New(auth.Config{Secret: secret})
+	if err != nil {
+		return 0, err
+	}
+	u, _, err := v.Verify(context.Background(), raw)
+	return u, err
 }

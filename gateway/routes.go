@@ -171,7 +171,9 @@ func (g *Gateway) wrap(rt route) http.Handler {
 		if rt.auth {
 			user, err := g.auth.bearer(r)
 			if err != nil {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="inboxd"`)
+				if apierr.From(err).Status == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="inboxd"`)
+				}
 				g.writeError(w, r, err)
 				return
 			}

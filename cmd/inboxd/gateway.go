@@ -16,32 +16,40 @@ import (
 
 // gatewayFlags are the settings of a gateway.
 type gatewayFlags struct {
-	httpAddr         string
-	authSecret       string
-	ackWait          time.Duration
-	longPollMax      time.Duration
-	maxHeldPolls     int
-	sendRate         float64
-	sendBurst        int
-	serverRate       float64
-	serverBurst      int
-	syncRate         float64
-	syncBurst        int
-	tooLongLag       int64
-	shutdownTimeout  time.Duration
-	wsHeartbeat      time.Duration
-	wsOrigins        string
-	wsMaxConns       int
-	wsMaxPerUser     int
-	wsWriteTimeout   time.Duration
-	wsSlowTimeout    time.Duration
-	msgCacheBytes    int64
-	headCacheUsers   int
-	countsCacheUsers int
-	tokenCache       int
-	plainBodies      bool
-	mentionAllMax    int
-	wsLargePushRate  float64
+	httpAddr   string
+	authSecret string
+	// identity provider (docs/operations.md, "Identity")
+	authJWKSURL        string
+	authJWKSRefresh    time.Duration
+	authJWKSMinRefresh time.Duration
+	authIssuer         string
+	authAudience       string
+	authLeeway         time.Duration
+	authUserClaim      string
+	ackWait            time.Duration
+	longPollMax        time.Duration
+	maxHeldPolls       int
+	sendRate           float64
+	sendBurst          int
+	serverRate         float64
+	serverBurst        int
+	syncRate           float64
+	syncBurst          int
+	tooLongLag         int64
+	shutdownTimeout    time.Duration
+	wsHeartbeat        time.Duration
+	wsOrigins          string
+	wsMaxConns         int
+	wsMaxPerUser       int
+	wsWriteTimeout     time.Duration
+	wsSlowTimeout      time.Duration
+	msgCacheBytes      int64
+	headCacheUsers     int
+	countsCacheUsers   int
+	tokenCache         int
+	plainBodies        bool
+	mentionAllMax      int
+	wsLargePushRate    float64
 	// reconnect hints and start-up admission
 	reconnectHints bool
 	admitRate      float64
@@ -57,7 +65,7 @@ type gatewayFlags struct {
 
 func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.httpAddr, "http-addr", gateway.DefaultAddr, "HTTP address of the API and the operator endpoints")
-	fs.StringVar(&f.authSecret, "auth-secret", "", "HS256 secret of the bearer tokens (required outside dev)")
+	fs.StringVar(&f.authSecret, "auth-secret", "", "HS256 secret of the bearer tokens (outside dev, this or --auth-jwks-url is required; empty: HS256 tokens refused)")
 	fs.DurationVar(&f.ackWait, "ack-wait", gateway.DefaultAckWait, "how long a send waits for its projection before answering 202 pending")
 	fs.DurationVar(&f.longPollMax, "long-poll-max", gateway.DefaultLongPollMax, "longest accepted long-poll wait")
 	fs.IntVar(&f.maxHeldPolls, "max-held-polls", gateway.DefaultMaxHeldPolls, "long-polls held at once per process; beyond it 503 + Retry-After")
@@ -84,6 +92,19 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", gateway.DefaultWSSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
 	f.bindEphemeral(fs)
 	f.bindReconnect(fs)
+	f.bindIdentity(fs)
+}
+
+// bindIdentity binds the settings of the identity provider's tokens
+// (docs/operations.md, "Identity").
+func (f *gatewayFlags) bindIdentity(fs *flag.FlagSet) {
+	fs.StringVar(&f.authJWKSURL, "auth-jwks-url", "", "http(s) URL of the identity provider's JWKS: tokens signed RS256, ES256 or EdDSA by its keys (named by kid) are accepted; until the first fetch succeeds /readyz is 503 and such tokens get 503")
+	fs.DurationVar(&f.authJWKSRefresh, "auth-jwks-refresh", gateway.DefaultAuthJWKSRefresh, "period of the JWKS fetch: a key the provider removed stops verifying within it")
+	fs.DurationVar(&f.authJWKSMinRefresh, "auth-jwks-min-refresh", gateway.DefaultAuthJWKSMinRefresh, "least time between two JWKS fetches: a token with an unknown kid waits at most this long for the next fetch")
+	fs.StringVar(&f.authIssuer, "auth-issuer", "", "required iss of every token (empty: not checked)")
+	fs.StringVar(&f.authAudience, "auth-audience", "", "value every token's aud must contain (empty: not checked)")
+	fs.DurationVar(&f.authLeeway, "auth-leeway", 0, "clock skew allowed on a token's exp, nbf and iat")
+	fs.StringVar(&f.authUserClaim, "auth-user-claim", gateway.DefaultAuthUserClaim, "claim holding the user id: a positive decimal string (a claim other than sub may also be a JSON integer)")
 }
 
 // bindReconnect binds the settings of the reconnect hints and the start-up
@@ -106,24 +127,31 @@ func (f *gatewayFlags) bindEphemeral(fs *flag.FlagSet) {
 
 func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 	return gateway.Config{
-		Addr:              f.httpAddr,
-		AuthSecret:        []byte(f.authSecret),
-		AckWait:           f.ackWait,
-		MaxBody:           c.maxBody,
-		PlainBodies:       f.plainBodies,
-		MentionAllMax:     f.mentionAllMax,
-		LongPollMax:       f.longPollMax,
-		MaxHeldPolls:      f.maxHeldPolls,
-		SendRate:          rate.Limit(f.sendRate),
-		SendBurst:         f.sendBurst,
-		SyncRate:          rate.Limit(f.syncRate),
-		SyncBurst:         f.syncBurst,
-		TooLongLag:        f.tooLongLag,
-		ShutdownTimeout:   f.shutdownTimeout,
-		MessageCacheBytes: f.msgCacheBytes,
-		HeadCacheUsers:    f.headCacheUsers,
-		CountsCacheUsers:  f.countsCacheUsers,
-		TokenCache:        f.tokenCache,
+		Addr:               f.httpAddr,
+		AuthSecret:         []byte(f.authSecret),
+		AuthJWKSURL:        f.authJWKSURL,
+		AuthJWKSRefresh:    f.authJWKSRefresh,
+		AuthJWKSMinRefresh: f.authJWKSMinRefresh,
+		AuthIssuer:         f.authIssuer,
+		AuthAudience:       f.authAudience,
+		AuthLeeway:         f.authLeeway,
+		AuthUserClaim:      f.authUserClaim,
+		AckWait:            f.ackWait,
+		MaxBody:            c.maxBody,
+		PlainBodies:        f.plainBodies,
+		MentionAllMax:      f.mentionAllMax,
+		LongPollMax:        f.longPollMax,
+		MaxHeldPolls:       f.maxHeldPolls,
+		SendRate:           rate.Limit(f.sendRate),
+		SendBurst:          f.sendBurst,
+		SyncRate:           rate.Limit(f.syncRate),
+		SyncBurst:          f.syncBurst,
+		TooLongLag:         f.tooLongLag,
+		ShutdownTimeout:    f.shutdownTimeout,
+		MessageCacheBytes:  f.msgCacheBytes,
+		HeadCacheUsers:     f.headCacheUsers,
+		CountsCacheUsers:   f.countsCacheUsers,
+		TokenCache:         f.tokenCache,
 		WebSocket: gateway.WSConfig{
 			HeartbeatInterval: f.wsHeartbeat,
 			AllowedOrigins:    config.SplitList(f.wsOrigins),
@@ -166,8 +194,8 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 	log = log.With("service", "gateway")
-	if f.authSecret == "" {
-		return errors.New("no auth secret (set --auth-secret or INBOXD_AUTH_SECRET)")
+	if f.authSecret == "" && f.authJWKSURL == "" {
+		return errors.New("no token verification: set --auth-secret (INBOXD_AUTH_SECRET), --auth-jwks-url (INBOXD_AUTH_JWKS_URL) or both")
 	}
 	pool, prod, closeDeps, err := c.connect(ctx, log)
 	if err != nil {

@@ -91,7 +91,9 @@ func (d *Deps) validate() error {
 type Authenticator interface {
 	// Authenticate returns the user of r's bearer token, from the
 	// Authorization header or, for browsers, the access_token query
-	// parameter; an error is what the client is told (unauthorized).
+	// parameter; an error is what the client is told (unauthorized,
+	// closed 4001; a retryable one, such as the identity provider's keys
+	// not loaded yet, closes 1013 instead).
 	Authenticate(r *http.Request) (user int64, err error)
 }
 

@@ -370,6 +370,12 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	user, err := ws.deps.Auth.Authenticate(r)
 	if err != nil {
+		if apierr.From(err).Retryable {
+			// The token could not be checked yet (the identity
+			// provider's keys are not loaded): not a refusal.
+			ws.reject(conn, protocol.CloseTryAgainLater, "try again later", err)
+			return
+		}
 		ws.reject(conn, protocol.CloseUnauthorized, "unauthorized", err)
 		return
 	}

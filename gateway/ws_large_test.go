@@ -250,6 +250,13 @@ func TestWSLargeAfterListenLost(t *testing.T) {
 	ca := dialWS(t, w, a)
 	ca.helloLarge(t, 0)
 	waitFor(t, 10*time.Second, "a indexed", func() bool { n, _ := w.ws.LargeSessions(big); return n == 1 })
+	// The list read again at registration (largeIndex.add) comes first:
+	// taken here, it cannot be mistaken below for the reset's, which sets
+	// the positions. (Late on a loaded machine, it reported the moved seq
+	// before the reset had run; the reset then came after the send, took
+	// its position from the list, and the send's frame was never pushed:
+	// the client reads such a gap with ?after=.)
+	require.Equal(t, protocol.FrameLarge, ca.nextTyped(t, protocol.FrameLarge).Type)
 
 	var killed int
 	require.NoError(t, tg.env.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity

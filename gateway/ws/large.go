@@ -131,10 +131,20 @@ func (x *largeIndex) add(s *session, list []inbox.LargeMembership) {
 	}
 }
 
-// setListLocked makes list the session's conversations.
+// setListLocked makes list the session's conversations. A conversation
+// the session stays in keeps its entry and position: leaving it first
+// dropped the entry when the session was its only one, and the new entry
+// took the list's position, past a message notified but not yet pushed
+// (its frame was never sent; the client had to read it with ?after=).
 func (x *largeIndex) setListLocked(s *session, list []inbox.LargeMembership) {
+	stays := make(map[int64]bool, len(list))
+	for _, m := range list {
+		stays[m.ConversationID] = true
+	}
 	for _, c := range x.byConv[s] {
-		x.leaveLocked(s, c)
+		if !stays[c] {
+			x.leaveLocked(s, c)
+		}
 	}
 	convs := make([]int64, 0, len(list))
 	for _, m := range list {

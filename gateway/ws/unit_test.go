@@ -7,6 +7,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -79,4 +80,26 @@ func FuzzWSInbound(f *testing.F) {
 		}
 		require.Contains(t, []string{"hello", "send", "ping"}, in.Type)
 	})
+}
+
+// TestLargeIndexRelistKeepsPosition: a session's list read again (at its
+// registration, or on a membership change) keeps the position of a
+// conversation it stays in, even as the conversation's only session: a
+// message notified but not yet pushed is then pushed from that position,
+// not skipped by the newer list's.
+func TestLargeIndexRelistKeepsPosition(t *testing.T) {
+	x := newLargeIndex(nil)
+	s := &session{user: 1}
+	at := func(conv, last int64) inbox.LargeMembership {
+		return inbox.LargeMembership{LargeConv: protocol.LargeConv{ConversationID: conv, LastSeq: last}, JoinedSeq: 1}
+	}
+	x.setListLocked(s, []inbox.LargeMembership{at(7, 1)})
+	x.setListLocked(s, []inbox.LargeMembership{at(7, 2), at(8, 5)})
+	require.Equal(t, int64(1), x.convs[7].lastSeq, "the pushed position, not the list's")
+	require.Equal(t, int64(5), x.convs[8].lastSeq, "a conversation new to the index starts at the list's")
+	require.Equal(t, []int64{7, 8}, x.byConv[s])
+	x.setListLocked(s, []inbox.LargeMembership{at(8, 6)})
+	require.Nil(t, x.convs[7], "left: no session of 7 here any more")
+	require.Equal(t, int64(5), x.convs[8].lastSeq)
+	require.Equal(t, []int64{8}, x.byConv[s])
 }

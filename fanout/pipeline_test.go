@@ -103,12 +103,16 @@ func TestTwoFanoutsRebalance(t *testing.T) {
 		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=pair", "INBOXD_SESSION_TIMEOUT=6s",
 		"INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_MAX_POLL_RECORDS=300", "INBOXD_LOG_LEVEL=info"}
 	a := testenv.Start(t, base, "fanout")
+	// Each process takes part before the next step: a stopped before its
+	// first assignment (CI, 2 s into the run) takes part in nothing.
+	require.NoError(t, a.WaitOutput("partitions assigned", time.Minute), a.Output())
 	appendEvents(t, env.Producer, evs[:4000], false)
 	b := testenv.Start(t, base, "fanout")
 	for i := 4000; i < 12000; i += 1000 {
 		appendEvents(t, env.Producer, evs[i:i+1000], false)
 		time.Sleep(50 * time.Millisecond)
 	}
+	require.NoError(t, b.WaitOutput("partitions assigned", time.Minute), b.Output())
 	require.NoError(t, a.Stop(20*time.Second), a.Output())
 	appendEvents(t, env.Producer, evs[12000:], false)
 	waitCaughtUp(t, env)

@@ -468,6 +468,19 @@ func TestCrashHint(t *testing.T) {
 	window := time.Duration(clients) * time.Second / admitRate * 5 / 4
 	t.Logf("%d clients back with %d requests (%.2f per client), from %v to %v after the cut (hint: %v + a draw over %v)",
 		moved, requests, float64(requests)/float64(moved), backAt[0], backAt[len(backAt)-1], delay, window)
+	for i, l := range logs {
+		if _, reqs, _ := movedClients([]*requestLog{l}, cut); reqs > 2 {
+			l.mu.Lock()
+			var at []time.Duration
+			for _, a := range l.at {
+				if a.After(cut) {
+					at = append(at, a.Sub(cut))
+				}
+			}
+			l.mu.Unlock()
+			t.Logf("client %d: %d requests after the cut, at %v", i, reqs, at)
+		}
+	}
 	require.LessOrEqual(t, float64(requests)/float64(moved), 2.0, "one attempt at once, one on the hint")
 	// Nobody back before the hint said, but by its attempt at once: a
 	// client that noticed the cut late (up to the recovery, a second

@@ -311,6 +311,20 @@ func TestSendDeadLettered(t *testing.T) {
 // returns its event id.
 func findEventID(t testing.TB, env *testenv.Env, msgID string) string {
 	t.Helper()
+	var found string
+	readLog(t, env, "message "+msgID, func(e *events.Event) bool {
+		if e.MsgID == msgID {
+			found = e.EventID
+		}
+		return found != ""
+	})
+	return found
+}
+
+// readLog hands the topic's events, from its start, to each until it
+// returns true; the test fails (naming what) if that takes over 30 s.
+func readLog(t testing.TB, env *testenv.Env, what string, each func(*events.Event) bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.ConsumeTopics(env.Topic),
@@ -319,15 +333,15 @@ func findEventID(t testing.TB, env *testenv.Env, msgID string) string {
 	defer cl.Close()
 	for {
 		fs := cl.PollFetches(ctx)
-		require.NoError(t, ctx.Err(), "message %s not in the log", msgID)
-		var found string
+		require.NoError(t, ctx.Err(), "%s not in the log", what)
+		done := false
 		fs.EachRecord(func(r *kgo.Record) {
-			if e, err := events.Decode(r.Value, 0); err == nil && e.MsgID == msgID {
-				found = e.EventID
+			if e, err := events.Decode(r.Value, 0); err == nil && !done {
+				done = each(e)
 			}
 		})
-		if found != "" {
-			return found
+		if done {
+			return
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/apikey"
@@ -170,29 +169,15 @@ func TestServerAPIConversation(t *testing.T) {
 // in conversation cid, and returns cid's events up to it.
 func logEvents(t testing.TB, env *testenv.Env, cid int64, last string) []*events.Event {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.ConsumeTopics(env.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	require.NoError(t, err)
-	defer cl.Close()
 	var out []*events.Event
-	for {
-		fs := cl.PollFetches(ctx)
-		require.NoError(t, ctx.Err(), "no %s of conversation %d in the log", last, cid)
-		done := false
-		fs.EachRecord(func(r *kgo.Record) {
-			e, err := events.Decode(r.Value, 0)
-			if err != nil || e.ConversationID != cid || done {
-				return
-			}
-			out = append(out, e)
-			done = e.Type == last
-		})
-		if done {
-			return out
+	readLog(t, env, fmt.Sprintf("%s of conversation %d", last, cid), func(e *events.Event) bool {
+		if e.ConversationID != cid {
+			return false
 		}
-	}
+		out = append(out, e)
+		return e.Type == last
+	})
+	return out
 }
 
 // TestServerAPIBadInput: refused writes answer 4xx and change nothing.

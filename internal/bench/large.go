@@ -694,14 +694,11 @@ func Large(ctx context.Context, env *Env, cfg LargeConfig) (LargeResult, error) 
 	// themselves: without a settle, autovacuum and the checkpointer do that
 	// work during the first phase, the reference (its p99 measured 58-62 ms
 	// in two runs of three, 11.4 ms in the third).
-	ts := time.Now()
-	if _, err := pl.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
-		return res, fmt.Errorf("settle: vacuum: %w", err)
+	took, err := pl.settle(ctx)
+	if err != nil {
+		return res, err
 	}
-	if _, err := pl.pool.Exec(ctx, `CHECKPOINT`); err != nil {
-		return res, fmt.Errorf("settle: checkpoint: %w", err)
-	}
-	progressf(pr, "bench large: settled (VACUUM ANALYZE, CHECKPOINT) in %.1fs", time.Since(ts).Seconds())
+	progressf(pr, "bench large: settled (VACUUM ANALYZE, CHECKPOINT) in %.1fs", took.Seconds())
 	p, err := phase(0, "reference (small conversations only)", 0)
 	if err != nil {
 		return res, err

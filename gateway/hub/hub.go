@@ -143,6 +143,14 @@ func (s *Subscription) addRun(r projection.Run) {
 	s.runMu.Unlock()
 }
 
+// HasRun reports whether announced entries are kept (whether they
+// continue a given cursor is TakeRun's to say).
+func (s *Subscription) HasRun() bool {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	return len(s.run) > 0
+}
+
 // TakeRun returns up to limit announced entries after cursor, if the kept
 // run continues exactly from it, and forgets those at or below cursor.
 func (s *Subscription) TakeRun(cursor int64, limit int) (first int64, keys [][2]int64) {

@@ -22,12 +22,20 @@ const pushRetryDelay = 500 * time.Millisecond
 // busy) and reads, in one statement, every session's entries after its
 // cursor up to its user's head, PushBatch at most each. One commit that
 // touches 500 users connected here is one or a few queries, not 500.
+// The window is for reads only: a session whose next entries the
+// notifications announced (the usual case of a live session) is pushed
+// from memory, so the batch it is in goes at once (the window added its
+// whole length to every push at low load: send -> push p50 2.4 ms after
+// the send's own answer at 100 msg/s).
 type pusher struct {
 	ws *Server
 
 	mu      sync.Mutex
 	pending []*session
 	firstAt time.Time // when the oldest pending session was added
+	// announced: a pending session had announced entries when it was
+	// added, so the batch does not wait for the window.
+	announced bool
 	retry   []*session
 	retryAt time.Time
 
@@ -47,6 +55,9 @@ func (p *pusher) add(s *session) {
 		p.firstAt = time.Now()
 	}
 	p.pending = append(p.pending, s)
+	if s.sub != nil && s.sub.HasRun() {
+		p.announced = true
+	}
 	p.mu.Unlock()
 	p.poke()
 }
@@ -85,7 +96,7 @@ func (p *pusher) run(ctx context.Context) {
 			p.pending = append(p.pending, p.retry...)
 			p.retry, p.retryAt = nil, time.Time{}
 		}
-		n, first, retryAt := len(p.pending), p.firstAt, p.retryAt
+		n, first, retryAt, announced := len(p.pending), p.firstAt, p.retryAt, p.announced
 		p.mu.Unlock()
 
 		var wait time.Duration
@@ -94,7 +105,7 @@ func (p *pusher) run(ctx context.Context) {
 			wait = -1 // until kicked
 		case n == 0:
 			wait = retryAt.Sub(now)
-		case window > 0 && n < p.ws.cfg.PushMaxSessions && now.Sub(first) < window:
+		case window > 0 && !announced && n < p.ws.cfg.PushMaxSessions && now.Sub(first) < window:
 			wait = window - now.Sub(first) // let the batch fill
 		}
 		if wait != 0 {
@@ -103,15 +114,13 @@ func (p *pusher) run(ctx context.Context) {
 				timer.Reset(wait)
 				tc = timer.C
 			}
-			kick := p.kick
-			if n > 0 {
-				kick = nil // only the window matters now
-			}
+			// A kick while the window runs is looked at: it may be an
+			// announced session, which ends the wait.
 			select {
 			case <-ctx.Done():
 				timer.Stop()
 				return
-			case <-kick:
+			case <-p.kick:
 			case <-tc:
 			}
 			timer.Stop()
@@ -134,6 +143,7 @@ func (p *pusher) run(ctx context.Context) {
 		} else {
 			p.firstAt = time.Now()
 		}
+		p.announced = false
 		p.mu.Unlock()
 		p.wg.Add(1)
 		go func() {

@@ -36,8 +36,8 @@ type pusher struct {
 	// announced: a pending session had announced entries when it was
 	// added, so the batch does not wait for the window.
 	announced bool
-	retry   []*session
-	retryAt time.Time
+	retry     []*session
+	retryAt   time.Time
 
 	kick  chan struct{}
 	slots chan struct{}

@@ -184,7 +184,11 @@ func (s *sender) sendAs(ctx context.Context, user int64, req ws.SendRequest, sta
 	if stamp != nil {
 		stamp(e)
 	}
-	ack := s.hub.SubscribeEvent(e.EventID)
+	// The message as it will be projected, but for its seq: put into the
+	// message cache as the notification of its projection is dispatched,
+	// before it wakes the members' sessions, whose pushes then find it.
+	tmpl := projectedMessage(e, body)
+	ack := s.hub.SubscribeEventThen(e.EventID, func(seq int64) { s.cacheProjected(tmpl, seq) })
 	defer ack.Close()
 	rej := s.hub.SubscribeRejection(msgID)
 	defer rej.Close()
@@ -334,16 +338,27 @@ func awaitProjection(ctx context.Context, ackWait time.Duration, draining <-chan
 // projectedSend is the answer to a send whose ack carried seq: the
 // message, built from e, and cached for the members' pushes.
 func (s *sender) projectedSend(e *events.Event, body string, seq int64) *sendResult {
-	cid, user, msgID := e.ConversationID, e.ActorID, e.MsgID
-	m := &protocol.Message{ConversationID: cid, Seq: seq, MsgID: msgID, SenderID: user, Kind: protocol.MessageText,
+	m := projectedMessage(e, body)
+	m.Seq = seq
+	s.outcomes.WithLabelValues("projected").Inc()
+	return &sendResult{status: sendProjected, message: &m, msgID: e.MsgID}
+}
+
+// projectedMessage is the message e (a message.sent, with its text body)
+// will be projected as, but for its seq.
+func projectedMessage(e *events.Event, body string) protocol.Message {
+	return protocol.Message{ConversationID: e.ConversationID, MsgID: e.MsgID, SenderID: e.ActorID, Kind: protocol.MessageText,
 		Body: rows.MessageBody(protocol.MessageText, body), CreatedAt: e.At.UTC(), ReplyTo: e.ReplyTo,
 		Mentions: e.Mentions, MentionAll: e.MentionAll, SenderName: e.SenderName}
-	// The members' pushes read it next: from the cache.
+}
+
+// cacheProjected puts tmpl, projected at seq, into the message cache (on
+// the hub's goroutine, before the members' sessions are woken).
+func (s *sender) cacheProjected(tmpl protocol.Message, seq int64) {
 	if epoch := s.hub.Heads().CurrentEpoch(); epoch != 0 {
-		s.inbox.CacheMessage(epoch, m)
+		tmpl.Seq = seq
+		s.inbox.CacheMessage(epoch, &tmpl)
 	}
-	s.outcomes.WithLabelValues("projected").Inc()
-	return &sendResult{status: sendProjected, message: m, msgID: msgID}
 }
 
 // sendOutcome reads what became of the send e (sqlSendOutcome): projected

@@ -113,6 +113,10 @@ type Subscription struct {
 	// dup when its msg_id had been taken (Seq, Dup).
 	seq atomic.Int64
 	dup atomic.Bool
+	// onProjected, when set, is called with the seq on the hub's
+	// goroutine as the notification of the event's projection is
+	// dispatched, before the members it wakes read anything.
+	onProjected func(seq int64)
 	// resync is set by a wake-up that carries no head (after the LISTEN
 	// connection came back): the waiter must read whatever its head says.
 	resync atomic.Bool
@@ -320,15 +324,25 @@ func (h *Hub) clearRuns() {
 }
 
 // SubscribeRejection registers a waiter for the rejection of msgID.
-func (h *Hub) SubscribeRejection(msgID string) *Subscription { return h.subscribeKey("r" + msgID) }
+func (h *Hub) SubscribeRejection(msgID string) *Subscription { return h.subscribeKey("r"+msgID, nil) }
 
 // SubscribeEvent registers a waiter for the projection of the message.sent
 // event eventID: Seq is set when it was projected, Dup when its msg_id was
 // already taken.
-func (h *Hub) SubscribeEvent(eventID string) *Subscription { return h.subscribeKey("e" + eventID) }
+func (h *Hub) SubscribeEvent(eventID string) *Subscription { return h.subscribeKey("e"+eventID, nil) }
 
-func (h *Hub) subscribeKey(key string) *Subscription {
-	s := &Subscription{c: make(chan struct{}, 1), h: h, key: key}
+// SubscribeEventThen is SubscribeEvent with onProjected, called with the
+// seq on the hub's goroutine when the notification of the event's
+// projection is dispatched, before any session it wakes reads: a sender
+// puts its message into the message cache there, so that the members'
+// pushes find it (from the waiting sender's goroutine, the pushes often
+// came first and read the message from PostgreSQL). It must be quick.
+func (h *Hub) SubscribeEventThen(eventID string, onProjected func(seq int64)) *Subscription {
+	return h.subscribeKey("e"+eventID, onProjected)
+}
+
+func (h *Hub) subscribeKey(key string, onProjected func(int64)) *Subscription {
+	s := &Subscription{c: make(chan struct{}, 1), h: h, key: key, onProjected: onProjected}
 	h.keyMu.Lock()
 	set := h.keyed[key]
 	if set == nil {
@@ -382,6 +396,9 @@ func (h *Hub) dispatch(payload string) {
 		}
 		for id, seq := range n.Projected {
 			for s := range h.keyed["e"+id] {
+				if s.onProjected != nil && s.seq.Load() == 0 {
+					s.onProjected(seq)
+				}
 				s.seq.Store(seq)
 				s.Signal() // a sender waits: no jitter
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inboxd/inboxd/events"
@@ -242,7 +243,7 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 			return res, fmt.Errorf("create conversation %d: %w", c.ID, err)
 		}
 	}
-	if err := appendHistory(ctx, prod, convs, cfg.History); err != nil {
+	if err := appendHistory(ctx, pool, prod, convs, cfg.History); err != nil {
 		return res, err
 	}
 	if err := testenv.WaitCaughtUp(ctx, pool, prod, 2*time.Minute); err != nil {
@@ -433,27 +434,43 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 }
 
 // appendHistory appends n messages to each conversation, from its members
-// in turn, and waits for the producer's acknowledgements.
-func appendHistory(ctx context.Context, prod *producer.Producer, convs []e2eConv, n int) error {
+// in turn, sealed as the gateway seals them (their keys in body_keys, so
+// that the table is not empty when the statements reading it are planned),
+// and waits for the producer's acknowledgements.
+func appendHistory(ctx context.Context, pool *pgxpool.Pool, prod *producer.Producer, convs []e2eConv, n int) error {
 	body := strings.Repeat("h", 32)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
+	var evs []*events.Event
+	var ids []string
+	var keys [][]byte
 	for i := 0; i < n; i++ {
 		for _, c := range convs {
 			e := events.New(events.MessageSent, c.ID, c.Members[i%len(c.Members)])
 			e.MsgID = uuid.NewString()
-			e.Body = &body
-			wg.Add(1)
-			prod.AppendAsync(ctx, e, func(_ producer.Position, err error) {
-				defer wg.Done()
-				if err != nil {
-					mu.Lock()
-					first = cmp.Or(first, err)
-					mu.Unlock()
-				}
-			})
+			key := events.NewKey()
+			sealed, err := events.Seal(key, e.MsgID, body)
+			if err != nil {
+				return fmt.Errorf("seal the history: %w", err)
+			}
+			e.SealedBody = sealed
+			evs, ids, keys = append(evs, e), append(ids, e.MsgID), append(keys, key)
 		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO body_keys (msg_id, key) SELECT * FROM unnest($1::uuid[], $2::bytea[])`, ids, keys); err != nil {
+		return fmt.Errorf("the history's body keys: %w", err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for _, e := range evs {
+		wg.Add(1)
+		prod.AppendAsync(ctx, e, func(_ producer.Position, err error) {
+			defer wg.Done()
+			if err != nil {
+				mu.Lock()
+				first = cmp.Or(first, err)
+				mu.Unlock()
+			}
+		})
 	}
 	wg.Wait()
 	if first != nil {

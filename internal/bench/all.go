@@ -126,9 +126,9 @@ func (r AllResult) sections() []section {
 	return s
 }
 
-// Rows implements Result.
+// Rows implements Result: the goals of issue 22, then every figure.
 func (r AllResult) Rows() []Row {
-	var rows []Row
+	rows := goalRows(goalsOf(r))
 	for _, s := range r.sections() {
 		rows = append(rows, s.Rows...)
 	}

@@ -104,6 +104,24 @@ func TestBenchAllSmoke(t *testing.T) {
 		require.Positive(t, p.Commit.N, p.Name)
 	}
 	require.NotEmpty(t, res.E2E.CPU)
+	// The WebSocket sends: the same fixed loads, every send answered by
+	// its send_ack, every push timed, and the CPU per message of both.
+	require.Len(t, res.E2E.WSPhases, 2)
+	for _, p := range res.E2E.WSPhases {
+		require.Equal(t, transportWS, p.Transport)
+		require.Zero(t, p.SendErrors, "%s: %s", p.Name, p.FirstErrText)
+		require.Positive(t, p.Send.N, p.Name)
+		require.Positive(t, p.Push.N, p.Name)
+		require.Positive(t, p.Commit.N, p.Name)
+	}
+	require.Positive(t, res.E2E.CPUMessages)
+	require.Positive(t, res.E2E.CPUWSMessages)
+	require.NotEmpty(t, res.E2E.CPUWS)
+	// Every goal of issue 22 is computed from this run, the run-to-run
+	// range aside (it needs several runs).
+	for _, g := range goalsOf(res) {
+		require.Equal(t, g.ID != spreadGoalID, g.Known, "%s: %s", g.ID, g.Why)
+	}
 	require.Positive(t, res.Sync.Page.PerSec)
 	require.Positive(t, res.Sync.NotModified.PerSec)
 	require.Positive(t, res.Sync.Trivial.PerSec)
@@ -128,6 +146,9 @@ func TestBenchAllSmoke(t *testing.T) {
 	require.NotContains(t, report, "\nold\n")
 	require.Contains(t, report, "\nprose\n")
 	require.Contains(t, report, "sync pages/s")
+	require.Contains(t, report, "#### Goals of issue 22")
+	require.Contains(t, report, "WebSocket send frame -> WebSocket push at 200 msg/s")
+	require.Contains(t, report, "CPU per message, WebSocket sends at 200 msg/s")
 	require.Contains(t, report, "naive/SDK")
 	for _, c := range []string{"e2e-latency.png", "storm-requests.png", "storm-connected.png"} {
 		require.FileExists(t, filepath.Join(dir, c))

@@ -29,15 +29,15 @@ type E2EConfig struct {
 	Members       int       // [7] members per conversation (one WebSocket each)
 	Partitions    int       // [12]
 	Loads         []float64 // [100, 1000] fixed offered loads, msg/s, sends over HTTP
+	PhaseSeconds  float64   // [10] length of a fixed load
+	RampSeconds   float64   // [4] length of a ramp step
+	RampSteps     int       // [6] most ramp steps (a bisection after the first failure)
+	DrainSeconds  float64   // [3] wait for the last pushes after a phase
 	// WSLoads are the fixed loads with the sends over the WebSocket (a
 	// send frame on the sender's own socket, answered by send_ack), run
 	// after the HTTP ones [Loads]; SkipWS leaves them out.
 	WSLoads []float64
 	SkipWS  bool
-	PhaseSeconds  float64   // [10] length of a fixed load
-	RampSeconds   float64   // [4] length of a ramp step
-	RampSteps     int       // [6] most ramp steps (a bisection after the first failure)
-	DrainSeconds  float64   // [3] wait for the last pushes after a phase
 	// MaxP99Ms is the push p99 above which a load counts as not
 	// sustained [500].
 	MaxP99Ms float64
@@ -103,10 +103,10 @@ type E2EResult struct {
 	WSPhases []E2EPhase `json:"ws_phases,omitempty"`
 	// MaxSustainable is the highest offered load of the ramp that was
 	// sustained (0: none); MaxPhase its index in Phases (-1: none).
-	MaxSustainable   float64    `json:"max_sustainable_msgs_per_sec"`
-	MaxPhase         int        `json:"max_phase"`
-	MaxP99Ms         float64    `json:"sustained_p99_bound_ms"`
-	DrainSeconds     float64    `json:"drain_seconds"`
+	MaxSustainable float64 `json:"max_sustainable_msgs_per_sec"`
+	MaxPhase       int     `json:"max_phase"`
+	MaxP99Ms       float64 `json:"sustained_p99_bound_ms"`
+	DrainSeconds   float64 `json:"drain_seconds"`
 	// CPU is each group's CPU over the last fixed load of HTTP sends,
 	// CPUPhase its name and CPUMessages the messages it sent (answered
 	// 201 or 202); CPUWS and the rest the same over the last fixed load

@@ -330,10 +330,10 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		"gateway (child process)":        func() []int { return []int{ready.Pid} },
 		"fanout + kfake (orchestrator)":  func() []int { return []int{os.Getpid()} },
 		"load generator (child process)": func() []int { return []int{wk.pid()} },
-		"PostgreSQL (all its processes)": env.postgresPids,
+		cpuGroupPostgreSQL:               env.postgresPids,
 	}
 	if env.PGData == "" {
-		delete(groups, "PostgreSQL (all its processes)")
+		delete(groups, cpuGroupPostgreSQL)
 	}
 	// The fixed loads, HTTP sends then WebSocket ones; the CPU meters and
 	// the profiles run over the last of each (the profiles: HTTP only).

@@ -115,7 +115,7 @@ func renderTables(r AllResult, charts []string, docDir string, withGoals bool) s
 		fmt.Fprintf(&b, " (highest per figure: %s; the suite's own processes count in it)", strings.Join(parts, ", "))
 	}
 	b.WriteString(".\n")
-	if withGoals {
+	if withGoals && r.hasGoals() {
 		b.WriteString("\n#### Goals of issue 22\n\n" + goalsNote + "\n\n")
 		writeGoals(&b, goalsOf(r))
 	}

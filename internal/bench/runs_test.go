@@ -73,6 +73,17 @@ func TestGoalsComputedFromTheResults(t *testing.T) {
 			require.False(t, g.Met(), g.ID)
 		}
 	}
+	// Without PostgreSQL's CPU (DATABASE_URL) the total is no total.
+	noPG := fakeRun(1)
+	e := *noPG.E2E
+	e.CPU = e.CPU[1:]
+	noPG.E2E = &e
+	for _, g := range goalsOf(noPG) {
+		if g.ID == "cpu-http" {
+			require.False(t, g.Known)
+		}
+	}
+	require.Contains(t, noPG.E2E.Rows()[len(noPG.E2E.Rows())-6].Figure, "total without PostgreSQL")
 	// A run without the figures: every goal is there, not measured.
 	for _, g := range goalsOf(AllResult{}) {
 		require.False(t, g.Known, g.ID)

@@ -54,9 +54,9 @@ func metricsOf(r AllResult) []metric {
 			id, label string
 			phases    []E2EPhase
 		}{{transportHTTP, "HTTP send", e.Phases}, {transportWS, "WebSocket send", e.WSPhases}} {
-			for i, p := range tr.phases {
-				if strings.HasPrefix(p.Name, finalPhaseName) || (tr.id == transportHTTP && i == e.MaxPhase) {
-					continue // its load moves from run to run: below
+			for _, p := range tr.phases {
+				if strings.HasPrefix(p.Name, finalPhaseName) {
+					continue // its load moves from run to run: the highest sustained, below
 				}
 				k := fmt.Sprintf("e2e-%s-%g", tr.id, p.Offered)
 				at := fmt.Sprintf("at %s msg/s", num(p.Offered))

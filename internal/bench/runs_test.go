@@ -120,6 +120,9 @@ func TestReportOfSeveralRuns(t *testing.T) {
 	require.Regexp(t, `run-to-run range .*135,000 - 180,000 rows/s: ±14% \| <= 15 % \| \*\*met\*\* \(over 3 runs\)`, report)
 	require.Contains(t, report, "| HTTP send -> push p99 at the highest sustained load | 200 ms | 240 ms | 180 ms |")
 	require.NotContains(t, report, "at 8,400 msg/s |", "a load that moves from run to run is no row of its own")
+	// A fixed load that was the highest sustained stays in its own row.
+	runs[1].E2E.MaxPhase = 1
+	require.Contains(t, renderRanges(runs), "| HTTP send -> push p99 at 1,000 msg/s | 14.0 ms | 16.8 ms | 12.6 ms |")
 	require.Contains(t, report, "#### The full run: run 1")
 	require.Contains(t, report, "#### Goals of issue 22")
 	require.Equal(t, 1, strings.Count(report, "#### Fan-out (`inboxd-bench fanout`)"), "the full tables once, of run 1")

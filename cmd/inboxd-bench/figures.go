@@ -26,7 +26,7 @@ type figure struct {
 
 var figures = map[string]figure{
 	"fanout":  {"committed inbox rows/s vs a plain COPY of the same rows; idle latency; replay vs live", bindFanout},
-	"e2e":     {"send -> WebSocket push latency at fixed loads and the highest sustained one, vs commit latency", bindE2E},
+	"e2e":     {"send -> WebSocket push latency at fixed loads (sends over HTTP, then over the WebSocket) and the highest sustained one, vs commit latency; CPU per message", bindE2E},
 	"sync":    {"sync pages/s and 304s/s over a large inbox vs a trivial handler on the same server", bindSync},
 	"idle":    {"bytes per idle WebSocket of the gateway vs a bare gorilla/websocket echo server", bindIdle},
 	"storm":   {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},

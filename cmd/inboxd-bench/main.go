@@ -43,7 +43,8 @@ usage: inboxd-bench <figure> [flags]
 figures:
   fanout   committed inbox rows/s through producer -> kfake -> fanout -> PostgreSQL, vs a plain COPY;
            idle append -> NOTIFY vs a single-row commit; replay vs live
-  e2e      send -> WebSocket push latency at fixed loads and the highest sustained one, vs commit latency
+  e2e      send -> WebSocket push latency at fixed loads and the highest sustained one, vs commit latency;
+           the fixed loads again with the sends over the WebSocket; CPU per message vs issue 22's baseline
   sync     sync pages/s and 304s/s over a 1M-row inbox, vs a trivial handler on the same server
   idle     bytes per idle WebSocket of the gateway, vs a bare gorilla/websocket echo server
   storm    reconnect storm after a gateway restart: the SDK vs a naive client

@@ -104,25 +104,36 @@ func fmtRatio(v float64) string { return ratio(v, 1) }
 
 // goalsOf computes every goal of issue 22 from the results of one run.
 func goalsOf(r AllResult) []Goal {
-	var gs []Goal
-	add := func(g Goal) { gs = append(gs, g) }
-	missing := func(id, name, why string, t target) Goal {
-		return Goal{ID: id, Name: name, Why: why, Ratio: math.NaN(), Target: t}
-	}
+	gs := []Goal{sustainedGoal(r)}
+	gs = append(gs, pushGoals(r)...)
+	gs = append(gs, cpuGoals(r)...)
+	return append(gs, fanoutGoals(r)...)
+}
 
-	// Highest sustained load through the gateway vs the fan-out alone.
-	sus := missing("sustained", "highest sustained load through the gateway / fan-out alone (7 members), in inbox rows/s",
+// missingGoal is a goal before its figure is known.
+func missingGoal(id, name, why string, t target) Goal {
+	return Goal{ID: id, Name: name, Why: why, Ratio: math.NaN(), Target: t}
+}
+
+// sustainedGoal: the highest sustained load through the gateway vs the
+// fan-out alone, in inbox rows/s.
+func sustainedGoal(r AllResult) Goal {
+	g := missingGoal("sustained", "highest sustained load through the gateway / fan-out alone (7 members), in inbox rows/s",
 		"needs the e2e and fanout figures", target{OnRatio: true, Op: ">=", Bound: 0.35})
 	if e, f := r.E2E, r.Fanout7; e != nil && f != nil && e.MaxSustainable > 0 && f.RowsPerSec > 0 {
 		v := e.MaxSustainable * float64(e.Members)
-		sus.Known, sus.Value, sus.Ratio = true, v, v/f.RowsPerSec
-		sus.ValueText = fmt.Sprintf("%s msg/s = %s inbox rows/s", num(e.MaxSustainable), num(v))
-		sus.Reference = fmt.Sprintf("fan-out alone, same run: %s inbox rows/s", num(f.RowsPerSec))
-		sus.format = func(v float64) string { return num(v) + " rows/s" }
+		g.Known, g.Value, g.Ratio = true, v, v/f.RowsPerSec
+		g.ValueText = fmt.Sprintf("%s msg/s = %s inbox rows/s", num(e.MaxSustainable), num(v))
+		g.Reference = fmt.Sprintf("fan-out alone, same run: %s inbox rows/s", num(f.RowsPerSec))
+		g.format = func(v float64) string { return num(v) + " rows/s" }
 	}
-	add(sus)
+	return g
+}
 
-	// Push latency at 1,000 msg/s, over HTTP and over the WebSocket.
+// pushGoals: the push p50 and p99 at 1,000 msg/s, over HTTP and over the
+// WebSocket, next to the commit latency of the same time.
+func pushGoals(r AllResult) []Goal {
+	var gs []Goal
 	for _, tr := range []struct{ id, label string }{{transportHTTP, "HTTP sends"}, {transportWS, "WebSocket sends"}} {
 		var phases []E2EPhase
 		if r.E2E != nil {
@@ -135,38 +146,42 @@ func goalsOf(r AllResult) []Goal {
 		for _, q := range []struct {
 			name  string
 			bound float64
-			push  func(Dist) float64
+			at    func(Dist) float64
 		}{{"p50", 5, func(d Dist) float64 { return d.P50 }}, {"p99", 15, func(d Dist) float64 { return d.P99 }}} {
-			g := missing("push-"+q.name+"-"+tr.id, fmt.Sprintf("send -> push %s at %s msg/s, %s", q.name, num(goalLoad), tr.label),
+			g := missingGoal("push-"+q.name+"-"+tr.id, fmt.Sprintf("send -> push %s at %s msg/s, %s", q.name, num(goalLoad), tr.label),
 				"needs the e2e figure with "+tr.label, target{Op: "<", Bound: q.bound, Unit: "ms"})
 			if ok && p.Push.N > 0 {
 				if p.Offered != goalLoad {
 					g.Name = fmt.Sprintf("send -> push %s, %s, measured at %s msg/s (the goal's load: %s)", q.name, tr.label, num(p.Offered), num(goalLoad))
 				}
-				g.Known, g.Value, g.Ratio = true, q.push(p.Push), q.push(p.Push)/q.push(p.Commit)
+				g.Known, g.Value, g.Ratio = true, q.at(p.Push), q.at(p.Push)/q.at(p.Commit)
 				g.ValueText = ms(g.Value)
-				g.Reference = fmt.Sprintf("single-row INSERT+COMMIT round trip, same time: %s", ms(q.push(p.Commit)))
+				g.Reference = fmt.Sprintf("single-row INSERT+COMMIT round trip, same time: %s", ms(q.at(p.Commit)))
 				g.format = ms
 			}
-			add(g)
+			gs = append(gs, g)
 		}
 	}
+	return gs
+}
 
-	// CPU per message vs the recorded baseline.
-	for _, tr := range []struct {
-		id, label string
-		shares    func(*E2EResult) ([]CPUShare, int64, string)
-	}{
-		{transportHTTP, "HTTP sends", func(e *E2EResult) ([]CPUShare, int64, string) { return e.CPU, e.CPUMessages, e.CPUPhase }},
-		{transportWS, "WebSocket sends", func(e *E2EResult) ([]CPUShare, int64, string) { return e.CPUWS, e.CPUWSMessages, e.CPUWSPhase }},
-	} {
-		g := missing("cpu-"+tr.id, fmt.Sprintf("CPU per message at %s msg/s, %s, all measured processes / the recorded baseline", num(goalLoad), tr.label),
+// cpuGoals: the CPU per message of every measured process vs the
+// recorded baseline, over HTTP and over the WebSocket.
+func cpuGoals(r AllResult) []Goal {
+	var gs []Goal
+	for _, tr := range []struct{ id, label string }{{transportHTTP, "HTTP sends"}, {transportWS, "WebSocket sends"}} {
+		g := missingGoal("cpu-"+tr.id, fmt.Sprintf("CPU per message at %s msg/s, %s, all measured processes / the recorded baseline", num(goalLoad), tr.label),
 			"needs the e2e figure with "+tr.label+" (and its message count)", target{OnRatio: true, Op: "<=", Bound: 1.0 / 3})
-		if r.E2E != nil {
-			shares, msgs, phase := tr.shares(r.E2E)
-			if total, _ := usPerMessage(shares, msgs); total > 0 && !hasGroup(shares, cpuGroupPostgreSQL) {
+		if e := r.E2E; e != nil {
+			shares, msgs, phase := e.CPU, e.CPUMessages, e.CPUPhase
+			if tr.id == transportWS {
+				shares, msgs, phase = e.CPUWS, e.CPUWSMessages, e.CPUWSPhase
+			}
+			total, _ := usPerMessage(shares, msgs)
+			switch {
+			case total > 0 && !hasGroup(shares, cpuGroupPostgreSQL):
 				g.Why = "PostgreSQL's CPU is measured only on the run's private server (not with DATABASE_URL)"
-			} else if total > 0 {
+			case total > 0:
 				if phase != num(goalLoad)+" msg/s" {
 					g.Name = fmt.Sprintf("CPU per message, %s, measured at %s (the goal's load: %s msg/s) / the recorded baseline", tr.label, phase, num(goalLoad))
 				}
@@ -176,11 +191,16 @@ func goalsOf(r AllResult) []Goal {
 				g.format = func(v float64) string { return num(v) + " us/msg" }
 			}
 		}
-		add(g)
+		gs = append(gs, g)
 	}
+	return gs
+}
 
-	// Fan-out with 50 members vs COPY, and its run-to-run range (ranges only).
-	f50 := missing("fanout50", "fan-out, 50 members / a plain COPY of the same rows", "needs the fanout figure",
+// fanoutGoals: the fan-out with 50 members vs COPY and its run-to-run
+// range (several runs only), replay vs live, sync pages vs the trivial
+// handler.
+func fanoutGoals(r AllResult) []Goal {
+	f50 := missingGoal("fanout50", "fan-out, 50 members / a plain COPY of the same rows", "needs the fanout figure",
 		target{OnRatio: true, Op: ">=", Bound: 0.35})
 	if f := r.Fanout50; f != nil && f.CopyRowsPerSec > 0 {
 		f50.Known, f50.Value, f50.Ratio = true, f.RowsPerSec, f.RowsPerSec/f.CopyRowsPerSec
@@ -188,12 +208,9 @@ func goalsOf(r AllResult) []Goal {
 		f50.Reference = fmt.Sprintf("COPY, same run: %s rows/s", num(f.CopyRowsPerSec))
 		f50.format = func(v float64) string { return num(v) + " rows/s" }
 	}
-	add(f50)
-	add(missing(spreadGoalID, "fan-out, 50 members: run-to-run range of its rows/s, ± around the middle of min and max",
-		"needs several runs: inboxd-bench report --from a.json --from b.json --from c.json", target{Op: "<=", Bound: 15, Unit: "%"}))
-
-	// Replay vs live, sync pages vs the trivial handler.
-	rep := missing("replay", "replay / the live fan-out of the same log (7 members), records/s", "needs the fanout figure with replay",
+	spr := missingGoal(spreadGoalID, "fan-out, 50 members: run-to-run range of its rows/s, ± around the middle of min and max",
+		"needs several runs: inboxd-bench report --from a.json --from b.json --from c.json", target{Op: "<=", Bound: 15, Unit: "%"})
+	rep := missingGoal("replay", "replay / the live fan-out of the same log (7 members), records/s", "needs the fanout figure with replay",
 		target{OnRatio: true, Op: ">=", Bound: 5})
 	if f := r.Fanout7; f != nil && f.ReplayRecPerSec > 0 && f.LiveRecPerSec > 0 {
 		rep.Known, rep.Value, rep.Ratio = true, f.ReplayRecPerSec, f.ReplayRecPerSec/f.LiveRecPerSec
@@ -201,8 +218,7 @@ func goalsOf(r AllResult) []Goal {
 		rep.Reference = fmt.Sprintf("live, same run: %s records/s", num(f.LiveRecPerSec))
 		rep.format = func(v float64) string { return num(v) + " records/s" }
 	}
-	add(rep)
-	syn := missing("sync", "sync pages/s / the trivial handler on the same server", "needs the sync figure",
+	syn := missingGoal("sync", "sync pages/s / the trivial handler on the same server", "needs the sync figure",
 		target{OnRatio: true, Op: ">=", Bound: 0.25})
 	if s := r.Sync; s != nil && s.Trivial.PerSec > 0 {
 		syn.Known, syn.Value, syn.Ratio = true, s.Page.PerSec, s.Page.PerSec/s.Trivial.PerSec
@@ -210,8 +226,7 @@ func goalsOf(r AllResult) []Goal {
 		syn.Reference = fmt.Sprintf("trivial handler, same run: %s req/s", num(s.Trivial.PerSec))
 		syn.format = func(v float64) string { return num(v) + " pages/s" }
 	}
-	add(syn)
-	return gs
+	return []Goal{f50, spr, rep, syn}
 }
 
 // spreadGoalID is the goal only several runs measure.

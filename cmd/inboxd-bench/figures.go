@@ -26,13 +26,13 @@ type figure struct {
 
 var figures = map[string]figure{
 	"fanout":  {"committed inbox rows/s vs a plain COPY of the same rows; idle latency; replay vs live", bindFanout},
-	"e2e":     {"send -> WebSocket push latency at fixed loads and the highest sustained one, vs commit latency", bindE2E},
+	"e2e":     {"send -> WebSocket push latency at fixed loads (sends over HTTP, then over the WebSocket) and the highest sustained one, vs commit latency; CPU per message", bindE2E},
 	"sync":    {"sync pages/s and 304s/s over a large inbox vs a trivial handler on the same server", bindSync},
 	"idle":    {"bytes per idle WebSocket of the gateway vs a bare gorilla/websocket echo server", bindIdle},
 	"storm":   {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
 	"changes": {"edit -> WebSocket push latency vs a send's; update entries written for a burst of reactions on one message", bindChanges},
 	"large":   {"issue 21: build of an N-member conversation, push latency to C connected members, small conversations' p99 with and without it, inbox rows per message, catch-up, sync cost of 50 channels", bindLarge},
-	"all":     {"every figure, then the tables and charts of docs/benchmarks.md", bindAll},
+	"all":     {"every figure, then the goals of issue 22 (computed from the results), the tables and charts of docs/benchmarks.md", bindAll},
 }
 
 func bindFanout(fs *flag.FlagSet) runFunc {
@@ -50,10 +50,11 @@ func bindFanout(fs *flag.FlagSet) runFunc {
 
 func bindE2E(fs *flag.FlagSet) runFunc {
 	var c bench.E2EConfig
-	var loads string
+	var loads, wsLoads string
 	fs.IntVar(&c.Conversations, "conversations", 300, "conversations, each of its own members (one WebSocket per member)")
 	fs.IntVar(&c.Members, "members", 7, "members per conversation")
-	fs.StringVar(&loads, "loads", "100,1000", "fixed offered loads, msg/s; the ramp starts from the last")
+	fs.StringVar(&loads, "loads", "100,1000", "fixed offered loads with the sends over HTTP, msg/s; the ramp starts from the last")
+	fs.StringVar(&wsLoads, "ws-loads", "", "fixed offered loads with the sends over the WebSocket (a send frame on the sender's own socket, answered by send_ack), msg/s, after the HTTP ones (empty: the same as --loads; none: no WebSocket sends)")
 	fs.Float64Var(&c.PhaseSeconds, "phase-seconds", 10, "length of a fixed load")
 	fs.Float64Var(&c.RampSeconds, "ramp-seconds", 4, "length of a ramp step")
 	fs.IntVar(&c.RampSteps, "ramp-steps", 6, "most ramp steps")
@@ -66,6 +67,15 @@ func bindE2E(fs *flag.FlagSet) runFunc {
 			return nil, fmt.Errorf("--loads: %w", err)
 		}
 		c.Loads = l
+		switch wsLoads {
+		case "":
+		case "none":
+			c.SkipWS = true
+		default:
+			if c.WSLoads, err = parseFloats(wsLoads); err != nil {
+				return nil, fmt.Errorf("--ws-loads: %w", err)
+			}
+		}
 		return bench.E2E(ctx, env, c)
 	}
 }

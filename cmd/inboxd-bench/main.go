@@ -43,7 +43,8 @@ usage: inboxd-bench <figure> [flags]
 figures:
   fanout   committed inbox rows/s through producer -> kfake -> fanout -> PostgreSQL, vs a plain COPY;
            idle append -> NOTIFY vs a single-row commit; replay vs live
-  e2e      send -> WebSocket push latency at fixed loads and the highest sustained one, vs commit latency
+  e2e      send -> WebSocket push latency at fixed loads and the highest sustained one, vs commit latency;
+           the fixed loads again with the sends over the WebSocket; CPU per message vs issue 22's baseline
   sync     sync pages/s and 304s/s over a 1M-row inbox, vs a trivial handler on the same server
   idle     bytes per idle WebSocket of the gateway, vs a bare gorilla/websocket echo server
   storm    reconnect storm after a gateway restart: the SDK vs a naive client
@@ -52,8 +53,12 @@ figures:
   large    issue 21: an N-member conversation built by bulk add; send -> push to C connected members
            at R msg/s, small conversations' push p99 with and without it; inbox rows per message;
            delivery checked seq by seq; an offline member's catch-up; sync cost of 50 channels
-  all      every figure, then the tables and charts of docs/benchmarks.md (make bench)
-  report   the tables and charts again from the JSON of a bench all (--json)
+  all      every figure, then the tables and charts of docs/benchmarks.md (make bench); the
+           report starts with the goals of issue 22, each computed from the run's results
+  report   the tables and charts again from the JSON of a bench all (--json); given several
+           (--from a.json --from b.json --from c.json, each a separate run), the ranges over
+           them: every figure that moves with its value in each run and min - max, the goals
+           met in how many runs, then the full tables of the first run
 
 run 'inboxd-bench <figure> -h' for its flags`
 
@@ -135,23 +140,33 @@ func runFigure(ctx context.Context, name string, fig figure, args []string) erro
 	return runErr
 }
 
-// runReport redraws the report and charts from the JSON of a bench all.
+// runReport redraws the report and charts from the JSON of one bench all
+// or more, and prints the goals (one run) or the ranges (several).
 func runReport(args []string) error {
 	fs := flag.NewFlagSet("inboxd-bench report", flag.ContinueOnError)
-	var in, docs, images string
-	fs.StringVar(&in, "from", "", "JSON written by bench all --json (required)")
+	var in []string
+	var docs, images string
+	fs.Func("from", "JSON written by bench all --json (required); repeat it, or separate by commas, for the ranges over several runs (the first run's full tables, charts and profiles are kept)", func(v string) error {
+		in = append(in, config.SplitList(v)...)
+		return nil
+	})
 	fs.StringVar(&docs, "docs", "docs/benchmarks.md", "report whose generated blocks are replaced (empty: none)")
 	fs.StringVar(&images, "images", "docs/images", "directory of the charts (empty: none)")
-	fs.Usage = config.Usage(fs, "inboxd-bench report: the tables and charts again from the results of a bench all")
+	fs.Usage = config.Usage(fs, "inboxd-bench report: the tables and charts again from the results of a bench all, or the ranges over several")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
-	if in == "" {
+	if len(in) == 0 {
 		return errors.New("--from is required")
 	}
-	res, err := bench.ReadAllResult(in)
-	if err != nil {
-		return err
+	var runs []bench.AllResult
+	for _, p := range in {
+		res, err := bench.ReadAllResult(p)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, res)
 	}
-	return bench.WriteReport(&res, docs, images)
+	fmt.Println(bench.Summary(runs))
+	return bench.WriteReports(runs, docs, images)
 }

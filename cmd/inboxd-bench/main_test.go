@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/internal/bench"
 )
 
 // Every figure binds its flags next to the common ones without a clash and
@@ -60,4 +66,25 @@ func TestParseFloats(t *testing.T) {
 		require.NoError(t, err, tt.in)
 		require.Equal(t, tt.want, got, tt.in)
 	}
+}
+
+// report takes several runs, repeated or comma-separated, and writes the
+// ranges over them into the report's generated block.
+func TestReportOfSeveralRuns(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	for i, rows := range []float64{100000, 120000, 90000} {
+		raw, err := json.Marshal(bench.AllResult{Fanout50: &bench.FanoutResult{Members: 50, RowsPerSec: rows, CopyRowsPerSec: 400000}})
+		require.NoError(t, err)
+		p := filepath.Join(dir, fmt.Sprintf("run%d.json", i+1))
+		require.NoError(t, os.WriteFile(p, raw, 0o644))
+		paths = append(paths, p)
+	}
+	doc := filepath.Join(dir, "benchmarks.md")
+	require.NoError(t, os.WriteFile(doc, []byte("<!-- bench:begin -->\n<!-- bench:end -->\n<!-- bench:profiles:begin -->\n<!-- bench:profiles:end -->\n"), 0o644))
+	require.NoError(t, run(context.Background(), []string{"report", "--from", paths[0], "--from", paths[1] + "," + paths[2], "--docs", doc, "--images", ""}))
+	raw, err := os.ReadFile(doc)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), "#### Ranges over 3 runs")
+	require.Contains(t, string(raw), "| fan-out, 50 members: committed inbox rows/s | 100,000 rows/s | 120,000 rows/s | 90,000 rows/s |")
 }

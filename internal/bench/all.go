@@ -126,13 +126,23 @@ func (r AllResult) sections() []section {
 	return s
 }
 
-// Rows implements Result.
+// Rows implements Result: the goals of issue 22 (when a figure behind
+// them ran), then every figure.
 func (r AllResult) Rows() []Row {
 	var rows []Row
+	if r.hasGoals() {
+		rows = goalRows(goalsOf(r))
+	}
 	for _, s := range r.sections() {
 		rows = append(rows, s.Rows...)
 	}
 	return rows
+}
+
+// hasGoals says whether a figure behind the goals of issue 22 ran (not
+// so in `all --only changes` or `--only large`).
+func (r AllResult) hasGoals() bool {
+	return r.Fanout7 != nil || r.Fanout50 != nil || r.E2E != nil || r.Sync != nil
 }
 
 // Profiles are the CPU profiles of the run.

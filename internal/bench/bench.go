@@ -29,7 +29,7 @@
 //	child.go     the child side: dispatch, line protocol, deadlines
 //	serve.go     the server under test (gateway or a bare echo server)
 //	fanout.go    fan-out throughput vs COPY, idle latency, replay vs live
-//	e2e.go       send -> WebSocket push latency vs commit latency
+//	e2e.go       send (HTTP or WebSocket) -> WebSocket push latency vs commit latency
 //	changes.go   edit -> push latency vs a send's; entries of reaction bursts
 //	sync.go      sync pages/s and 304s/s vs a trivial handler
 //	syncdata.go  a large inbox generated with COPY
@@ -37,6 +37,9 @@
 //	storm.go     a reconnect storm: SDK vs a naive client
 //	worker_*.go  the load generators of those figures
 //	all.go       `bench all`: every figure, the report and the charts
+//	goals.go     the goals of issue 22, computed from a run's results
+//	cpumsg.go    CPU per message next to the issue's recorded baseline
+//	runs.go      several runs reported together: the ranges of the figures
 //	report.go    docs/benchmarks.md between its marker comments
 //	chart.go     PNG line charts with the standard library only
 //	profile.go   CPU profiles and `go tool pprof -top`

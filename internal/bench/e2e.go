@@ -29,11 +29,16 @@ type E2EConfig struct {
 	Conversations int       // [300] conversations, each with its own members
 	Members       int       // [7] members per conversation (one WebSocket each)
 	Partitions    int       // [12]
-	Loads         []float64 // [100, 1000] fixed offered loads, msg/s
+	Loads         []float64 // [100, 1000] fixed offered loads, msg/s, sends over HTTP
 	PhaseSeconds  float64   // [10] length of a fixed load
 	RampSeconds   float64   // [4] length of a ramp step
 	RampSteps     int       // [6] most ramp steps (a bisection after the first failure)
 	DrainSeconds  float64   // [3] wait for the last pushes after a phase
+	// WSLoads are the fixed loads with the sends over the WebSocket (a
+	// send frame on the sender's own socket, answered by send_ack), run
+	// after the HTTP ones [Loads]; SkipWS leaves them out.
+	WSLoads []float64
+	SkipWS  bool
 	// MaxP99Ms is the push p99 above which a load counts as not
 	// sustained [500].
 	MaxP99Ms float64
@@ -80,6 +85,12 @@ func (c *E2EConfig) setDefaults() {
 	if len(c.Loads) == 0 {
 		c.Loads = []float64{100, 1000}
 	}
+	if len(c.WSLoads) == 0 {
+		c.WSLoads = c.Loads
+	}
+	if c.SkipWS {
+		c.WSLoads = nil
+	}
 }
 
 // E2EResult is the outcome of E2E.
@@ -87,16 +98,27 @@ type E2EResult struct {
 	Conversations int        `json:"conversations"`
 	Members       int        `json:"members"`
 	Connections   int        `json:"websockets"`
-	Phases        []E2EPhase `json:"phases"` // the fixed loads, then the highest sustainable
+	Phases        []E2EPhase `json:"phases"` // the fixed loads (HTTP sends), then the highest sustainable
 	Ramp          []E2EPhase `json:"ramp"`
+	// WSPhases are the fixed loads with the sends over the WebSocket.
+	WSPhases []E2EPhase `json:"ws_phases,omitempty"`
 	// MaxSustainable is the highest offered load of the ramp that was
 	// sustained (0: none); MaxPhase its index in Phases (-1: none).
-	MaxSustainable   float64    `json:"max_sustainable_msgs_per_sec"`
-	MaxPhase         int        `json:"max_phase"`
-	MaxP99Ms         float64    `json:"sustained_p99_bound_ms"`
-	DrainSeconds     float64    `json:"drain_seconds"`
+	MaxSustainable float64 `json:"max_sustainable_msgs_per_sec"`
+	MaxPhase       int     `json:"max_phase"`
+	MaxP99Ms       float64 `json:"sustained_p99_bound_ms"`
+	DrainSeconds   float64 `json:"drain_seconds"`
+	// CPU is each group's CPU over the last fixed load of HTTP sends,
+	// CPUPhase its name and CPUMessages the messages it sent (answered
+	// 201 or 202); CPUWS and the rest the same over the last fixed load
+	// of WebSocket sends. The meters run from the phase's first send to
+	// the end of its drain, the settle before it excluded.
 	CPUPhase         string     `json:"cpu_phase"`
 	CPU              []CPUShare `json:"cpu"`
+	CPUMessages      int64      `json:"cpu_messages,omitempty"`
+	CPUWSPhase       string     `json:"cpu_ws_phase,omitempty"`
+	CPUWS            []CPUShare `json:"cpu_ws,omitempty"`
+	CPUWSMessages    int64      `json:"cpu_ws_messages,omitempty"`
 	Profiles         []Profile  `json:"profiles"`
 	FanoutRowsPerSec float64    `json:"fanout_rows_per_sec_reference"`
 }
@@ -105,19 +127,15 @@ type E2EResult struct {
 func (r E2EResult) Rows() []Row {
 	var rows []Row
 	for i, p := range r.Phases {
-		name := fmt.Sprintf("send -> WebSocket push at %s msg/s offered (%d members), p50 / p90 / p99 / max", num(p.Offered), r.Members)
+		name := fmt.Sprintf("HTTP send -> WebSocket push at %s msg/s offered (%d members), p50 / p90 / p99 / max", num(p.Offered), r.Members)
 		if i == r.MaxPhase {
-			name = fmt.Sprintf("send -> WebSocket push at the highest sustained load, %s msg/s (%d members), p50 / p90 / p99 / max", num(p.Offered), r.Members)
+			name = fmt.Sprintf("HTTP send -> WebSocket push at the highest sustained load, %s msg/s (%d members), p50 / p90 / p99 / max", num(p.Offered), r.Members)
 		}
-		rows = append(rows, Row{
-			Figure:    name,
-			Value:     fmt.Sprintf("%s / %s / %s / %s", ms(p.Push.P50), ms(p.Push.P90), ms(p.Push.P99), ms(p.Push.Max)),
-			Reference: fmt.Sprintf("single-row INSERT+COMMIT round trip, same time: %s / %s / %s / %s", ms(p.Commit.P50), ms(p.Commit.P90), ms(p.Commit.P99), ms(p.Commit.Max)),
-			Ratio:     fmt.Sprintf("p50 %s, p99 %s", ratio(p.Push.P50, p.Commit.P50), ratio(p.Push.P99, p.Commit.P99)),
-		})
-		if !p.Sustained {
-			rows[len(rows)-1].Figure += " (not sustained: " + p.verdict(r.MaxP99Ms) + ")"
-		}
+		rows = append(rows, r.pushRow(name, p))
+	}
+	for _, p := range r.WSPhases {
+		rows = append(rows, r.pushRow(fmt.Sprintf("WebSocket send frame -> WebSocket push at %s msg/s offered (%d members, the sender's own push included), p50 / p90 / p99 / max",
+			num(p.Offered), r.Members), p))
 	}
 	if r.MaxSustainable > 0 {
 		ref, rt := "fan-out alone: run `bench all`", "n/a"
@@ -131,19 +149,24 @@ func (r E2EResult) Rows() []Row {
 			Reference: ref, Ratio: rt,
 		})
 	}
-	var total float64
-	for _, c := range r.CPU {
-		total += c.Cores
-	}
-	for _, c := range r.CPU {
-		rows = append(rows, Row{
-			Figure:    fmt.Sprintf("CPU during e2e at %s: %s", r.CPUPhase, c.Group),
-			Value:     fmt.Sprintf("%.2f cores", c.Cores),
-			Reference: fmt.Sprintf("all measured processes: %.2f cores", total),
-			Ratio:     ratio(c.Cores, total),
-		})
-	}
+	rows = append(rows, cpuPerMessageRows("HTTP sends at "+r.CPUPhase, r.CPU, r.CPUMessages)...)
+	rows = append(rows, cpuPerMessageRows("WebSocket sends at "+r.CPUWSPhase, r.CPUWS, r.CPUWSMessages)...)
 	return rows
+}
+
+// pushRow is the send -> push row of one phase, next to the commit
+// latency measured at the same time.
+func (r E2EResult) pushRow(name string, p E2EPhase) Row {
+	row := Row{
+		Figure:    name,
+		Value:     fmt.Sprintf("%s / %s / %s / %s", ms(p.Push.P50), ms(p.Push.P90), ms(p.Push.P99), ms(p.Push.Max)),
+		Reference: fmt.Sprintf("single-row INSERT+COMMIT round trip, same time: %s / %s / %s / %s", ms(p.Commit.P50), ms(p.Commit.P90), ms(p.Commit.P99), ms(p.Commit.Max)),
+		Ratio:     fmt.Sprintf("p50 %s, p99 %s", ratio(p.Push.P50, p.Commit.P50), ratio(p.Push.P99, p.Commit.P99)),
+	}
+	if !p.Sustained {
+		row.Figure += " (not sustained: " + p.verdict(r.MaxP99Ms) + ")"
+	}
+	return row
 }
 
 // verdict says why a phase was not sustained.
@@ -279,9 +302,9 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 	res.Connections = rd.Connections
 	progressf(pr, "bench e2e: %d WebSockets connected", rd.Connections)
 
-	run := func(name string, rate, secs float64) (E2EPhase, error) {
+	run := func(name, transport string, rate, secs float64) (E2EPhase, error) {
 		progressf(pr, "bench e2e: %s: offering %s msg/s for %gs ...", name, num(rate), secs)
-		cmd, _ := json.Marshal(e2ePhaseCmd{Name: name, Rate: rate, Seconds: secs, DrainSeconds: cfg.DrainSeconds})
+		cmd, _ := json.Marshal(e2ePhaseCmd{Name: name, Transport: transport, Rate: rate, Seconds: secs, DrainSeconds: cfg.DrainSeconds})
 		f0 := gatherFanout(reg)
 		t0 := time.Now()
 		if err := wk.send("phase " + string(cmd)); err != nil {
@@ -308,44 +331,65 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		"gateway (child process)":        func() []int { return []int{ready.Pid} },
 		"fanout + kfake (orchestrator)":  func() []int { return []int{os.Getpid()} },
 		"load generator (child process)": func() []int { return []int{wk.pid()} },
-		"PostgreSQL (all its processes)": env.postgresPids,
+		cpuGroupPostgreSQL:               env.postgresPids,
 	}
 	if env.PGData == "" {
-		delete(groups, "PostgreSQL (all its processes)")
+		delete(groups, cpuGroupPostgreSQL)
 	}
-	for i, rate := range cfg.Loads {
-		last := i == len(cfg.Loads)-1
-		var meter *cpuMeter
-		var profs []<-chan error
-		if last {
-			meter = newCPUMeter(groups)
-			if cfg.Profile {
-				secs := max(1, int(cfg.PhaseSeconds)-1)
-				gp := filepath.Join(env.OutDir, "e2e-gateway.pprof")
-				fp := filepath.Join(env.OutDir, "e2e-orchestrator.pprof")
-				profs = append(profs, profileGateway(ctx, ready.Ctl, secs, gp), profileSelf(ctx, time.Duration(secs)*time.Second, fp))
-				res.Profiles = append(res.Profiles,
-					Profile{Name: fmt.Sprintf("gateway during e2e at %s msg/s", num(rate)), Path: gp, Seconds: float64(secs)},
-					Profile{Name: fmt.Sprintf("orchestrator (fanout + kfake) during e2e at %s msg/s", num(rate)), Path: fp, Seconds: float64(secs)})
+	// The fixed loads, HTTP sends then WebSocket ones; the CPU meters and
+	// the profiles run over the last of each (the profiles: HTTP only).
+	fixed := func(transport string, loads []float64) ([]E2EPhase, []CPUShare, error) {
+		var phases []E2EPhase
+		var cpu []CPUShare
+		for i, rate := range loads {
+			last := i == len(loads)-1
+			if _, err := pl.settle(ctx); err != nil {
+				return phases, cpu, err
 			}
+			var meter *cpuMeter
+			var profs []<-chan error
+			if last {
+				meter = newCPUMeter(groups)
+				if cfg.Profile && transport == transportHTTP {
+					profs = res.startProfiles(ctx, env, ready.Ctl, rate, max(1, int(cfg.PhaseSeconds)-1))
+				}
+			}
+			name := fmt.Sprintf("load %s msg/s", num(rate))
+			if transport == transportWS {
+				name = fmt.Sprintf("WebSocket sends, load %s msg/s", num(rate))
+			}
+			p, err := run(name, transport, rate, cfg.PhaseSeconds)
+			if err != nil {
+				return phases, cpu, err
+			}
+			if meter != nil {
+				cpu = meter.stop()
+			}
+			for _, c := range profs {
+				if err := <-c; err != nil {
+					progressf(pr, "bench e2e: profile: %v", err)
+				}
+			}
+			phases = append(phases, p)
 		}
-		if _, err := pl.settle(ctx); err != nil {
-			return res, err
-		}
-		p, err := run(fmt.Sprintf("load %s msg/s", num(rate)), rate, cfg.PhaseSeconds)
+		return phases, cpu, nil
+	}
+	res.Phases, res.CPU, err = fixed(transportHTTP, cfg.Loads)
+	if err != nil {
+		return res, err
+	}
+	if n := len(res.Phases); n > 0 {
+		res.CPUPhase = num(res.Phases[n-1].Offered) + " msg/s"
+		res.CPUMessages = res.Phases[n-1].Created + res.Phases[n-1].Pending
+	}
+	if len(cfg.WSLoads) > 0 {
+		res.WSPhases, res.CPUWS, err = fixed(transportWS, cfg.WSLoads)
 		if err != nil {
 			return res, err
 		}
-		if meter != nil {
-			res.CPU = meter.stop()
-			res.CPUPhase = num(rate) + " msg/s"
-		}
-		for _, c := range profs {
-			if err := <-c; err != nil {
-				progressf(pr, "bench e2e: profile: %v", err)
-			}
-		}
-		res.Phases = append(res.Phases, p)
+		n := len(res.WSPhases)
+		res.CPUWSPhase = num(res.WSPhases[n-1].Offered) + " msg/s"
+		res.CPUWSMessages = res.WSPhases[n-1].Created + res.WSPhases[n-1].Pending
 	}
 
 	// The ramp: between the highest sustained load and the lowest one that
@@ -375,7 +419,7 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		if next <= lo || (hi > 0 && next >= hi) {
 			break
 		}
-		p, err := run(fmt.Sprintf("ramp step %d", step+1), next, cfg.RampSeconds)
+		p, err := run(fmt.Sprintf("ramp step %d", step+1), transportHTTP, next, cfg.RampSeconds)
 		if err != nil {
 			return res, err
 		}
@@ -401,7 +445,7 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 	}
 	rate := lo
 	for try := 0; res.MaxPhase < 0 && rate > floor && try < 3; try++ {
-		p, err := run(fmt.Sprintf("%s %d", finalPhaseName, try+1), rate, cfg.PhaseSeconds)
+		p, err := run(fmt.Sprintf("%s %d", finalPhaseName, try+1), transportHTTP, rate, cfg.PhaseSeconds)
 		if err != nil {
 			return res, err
 		}
@@ -431,6 +475,17 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		res.Profiles[i].TopCum = pprofTop(ctx, res.Profiles[i].Path, 30, "-cum")
 	}
 	return res, nil
+}
+
+// startProfiles starts the CPU profiles of the gateway and of the
+// orchestrator for secs seconds of the load at rate, and notes them in r.
+func (r *E2EResult) startProfiles(ctx context.Context, env *Env, ctl string, rate float64, secs int) []<-chan error {
+	gp := filepath.Join(env.OutDir, "e2e-gateway.pprof")
+	fp := filepath.Join(env.OutDir, "e2e-orchestrator.pprof")
+	r.Profiles = append(r.Profiles,
+		Profile{Name: fmt.Sprintf("gateway during e2e at %s msg/s", num(rate)), Path: gp, Seconds: float64(secs)},
+		Profile{Name: fmt.Sprintf("orchestrator (fanout + kfake) during e2e at %s msg/s", num(rate)), Path: fp, Seconds: float64(secs)})
+	return []<-chan error{profileGateway(ctx, ctl, secs, gp), profileSelf(ctx, time.Duration(secs)*time.Second, fp)}
 }
 
 // appendHistory appends n messages to each conversation, from its members

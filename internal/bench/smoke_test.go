@@ -82,8 +82,8 @@ func TestBenchAllSmoke(t *testing.T) {
 	res, err := All(ctx, env, AllConfig{
 		Fanout7:  FanoutConfig{Messages: 2000, Conversations: 200},
 		Fanout50: FanoutConfig{Messages: 300, Conversations: 40},
-		E2E: E2EConfig{Conversations: 15, Loads: []float64{50, 200}, PhaseSeconds: 1.5, RampSeconds: 1, RampSteps: 1,
-			DrainSeconds: 1},
+		E2E: E2EConfig{Conversations: 15, Loads: []float64{50, 200}, WSLoads: []float64{200}, PhaseSeconds: 1.5, RampSeconds: 1,
+			RampSteps: 1, DrainSeconds: 1},
 		Sync:   SyncConfig{Users: 100, Messages: 10, Seconds: 1, Conns: 4},
 		Idle:   IdleConfig{Conns: 300, Workers: 2, Settle: 0.2},
 		Storm:  StormConfig{Clients: 100, Hold: 2200 * time.Millisecond, KillHold: 2200 * time.Millisecond, Down: 300 * time.Millisecond, Tail: 300 * time.Millisecond, RecoverTimeout: 20 * time.Second},
@@ -104,6 +104,26 @@ func TestBenchAllSmoke(t *testing.T) {
 		require.Positive(t, p.Commit.N, p.Name)
 	}
 	require.NotEmpty(t, res.E2E.CPU)
+	// The WebSocket sends (one fixed load here): every send answered by
+	// its send_ack, every push timed, and the CPU per message of both.
+	require.Len(t, res.E2E.WSPhases, 1)
+	for _, p := range res.E2E.WSPhases {
+		require.Equal(t, transportWS, p.Transport)
+		require.Zero(t, p.SendErrors, "%s: %s", p.Name, p.FirstErrText)
+		require.Positive(t, p.Send.N, p.Name)
+		require.Positive(t, p.Push.N, p.Name)
+		require.Positive(t, p.Commit.N, p.Name)
+	}
+	require.Positive(t, res.E2E.CPUMessages)
+	require.Positive(t, res.E2E.CPUWSMessages)
+	require.NotEmpty(t, res.E2E.CPUWS)
+	// Every goal of issue 22 is computed from this run, the run-to-run
+	// range aside (it needs several runs) and the CPU per message when
+	// PostgreSQL is not the run's own server.
+	for _, g := range goalsOf(res) {
+		known := g.ID != spreadGoalID && (env.PGData != "" || !strings.HasPrefix(g.ID, "cpu-"))
+		require.Equal(t, known, g.Known, "%s: %s", g.ID, g.Why)
+	}
 	require.Positive(t, res.Sync.Page.PerSec)
 	require.Positive(t, res.Sync.NotModified.PerSec)
 	require.Positive(t, res.Sync.Trivial.PerSec)
@@ -128,6 +148,9 @@ func TestBenchAllSmoke(t *testing.T) {
 	require.NotContains(t, report, "\nold\n")
 	require.Contains(t, report, "\nprose\n")
 	require.Contains(t, report, "sync pages/s")
+	require.Contains(t, report, "#### Goals of issue 22")
+	require.Contains(t, report, "WebSocket send frame -> WebSocket push at 200 msg/s")
+	require.Contains(t, report, "CPU per message, WebSocket sends at 200 msg/s")
 	require.Contains(t, report, "naive/SDK")
 	for _, c := range []string{"e2e-latency.png", "storm-requests.png", "storm-connected.png"} {
 		require.FileExists(t, filepath.Join(dir, c))

@@ -20,8 +20,9 @@ import (
 )
 
 // e2eWorkerConfig configures the load generator of the e2e figure: it
-// holds a WebSocket for every member of Convs, sends messages over HTTP at
-// the offered rate of each phase, and times every push from the send.
+// holds a WebSocket for every member of Convs, sends messages at the
+// offered rate of each phase, over HTTP or as a send frame on the sender's
+// own WebSocket (the phase says which), and times every push from the send.
 type e2eWorkerConfig struct {
 	Addr          string // the gateway, host:port
 	Secret        string
@@ -39,9 +40,11 @@ type e2eConv struct {
 }
 
 // e2ePhaseCmd runs one phase: Rate messages/s for Seconds, then up to
-// DrainSeconds for the last pushes.
+// DrainSeconds for the last pushes; Transport is how the sends go out
+// (transportHTTP or transportWS).
 type e2ePhaseCmd struct {
 	Name         string  `json:"name"`
+	Transport    string  `json:"transport"`
 	Rate         float64 `json:"rate"`
 	Seconds      float64 `json:"seconds"`
 	DrainSeconds float64 `json:"drain_seconds"`
@@ -50,6 +53,7 @@ type e2ePhaseCmd struct {
 // E2EPhase is the outcome of one offered load.
 type E2EPhase struct {
 	Name       string  `json:"name"`
+	Transport  string  `json:"transport,omitempty"` // of the sends: "http" (also when empty) or "ws"
 	Offered    float64 `json:"offered_msgs_per_sec"`
 	Seconds    float64 `json:"seconds"`
 	Sent       int64   `json:"sent"`
@@ -62,7 +66,7 @@ type E2EPhase struct {
 	Received   int64   `json:"pushes_received"`
 	Reconnects int64   `json:"reconnects"`
 	Push       Dist    `json:"push"`   // send -> push at each member's WebSocket
-	Send       Dist    `json:"send"`   // HTTP send round trip (201 after projection)
+	Send       Dist    `json:"send"`   // HTTP send round trip (201 after projection), or send frame -> send_ack
 	Commit     Dist    `json:"commit"` // INSERT+COMMIT round trip, same time, same server
 	Sustained  bool    `json:"sustained"`
 	// The fanout over the phase (the orchestrator fills these in): the
@@ -90,6 +94,8 @@ type e2eWorker struct {
 	mu        sync.Mutex
 	phases    map[int]*e2ePhaseRec
 	reconns   atomic.Int64
+	socks     map[int64]*wsSock // every user's current WebSocket, for the WS sends
+	acks      sync.Map          // msg_id -> chan wsAck of a WS send waiting for its answer
 }
 
 func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
@@ -110,6 +116,7 @@ func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
 		cfg:       cfg,
 		tokens:    map[int64]string{},
 		phases:    map[int]*e2ePhaseRec{},
+		socks:     map[int64]*wsSock{},
 		sendConns: make(chan *rawConn, 4096),
 		dial:      dial,
 		dialer: &websocket.Dialer{NetDialContext: dial, HandshakeTimeout: 10 * time.Second,
@@ -123,6 +130,7 @@ func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
 					return err
 				}
 				w.tokens[u] = tok
+				w.socks[u] = &wsSock{}
 			}
 		}
 	}
@@ -181,6 +189,8 @@ func waitGroupCtx(ctx context.Context, wg *sync.WaitGroup) error {
 type wsFrame struct {
 	Type    string `json:"type"`
 	Head    int64  `json:"head"`
+	MsgID   string `json:"msg_id"` // of a send_ack or of an error answering a send
+	Code    string `json:"code"`   // of an error
 	Entries []struct {
 		InboxSeq int64 `json:"inbox_seq"`
 		Message  *struct {
@@ -192,10 +202,14 @@ type wsFrame struct {
 // receive keeps one user's WebSocket up and times the pushes of bench
 // messages.
 func (w *e2eWorker) receive(ctx context.Context, user int64, tok string, sem chan struct{}, welcomed func()) {
-	f := &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, reconns: &w.reconns, frame: func(data []byte, now int64) (string, int64) {
+	sock := w.socks[user]
+	f := &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, reconns: &w.reconns, conn: sock.set, frame: func(data []byte, now int64) (string, int64) {
 		var f wsFrame
 		if json.Unmarshal(data, &f) != nil {
 			return "", 0
+		}
+		if f.MsgID != "" && (f.Type == "send_ack" || f.Type == "error") {
+			w.answer(f)
 		}
 		cursor := f.Head
 		if f.Type == "entries" {
@@ -244,7 +258,7 @@ func (w *e2eWorker) runPhase(ctx context.Context, idx int, cmd e2ePhaseCmd, prob
 	w.mu.Lock()
 	w.phases[idx] = rec
 	w.mu.Unlock()
-	res := E2EPhase{Name: cmd.Name, Offered: cmd.Rate}
+	res := E2EPhase{Name: cmd.Name, Transport: cmd.Transport, Offered: cmd.Rate}
 	reconns0 := w.reconns.Load()
 
 	pctx, stopProbe := context.WithCancel(ctx)
@@ -284,7 +298,14 @@ func (w *e2eWorker) runPhase(ctx context.Context, idx int, cmd e2ePhaseCmd, prob
 			defer inflight.Add(-1)
 			sent.Add(1)
 			t0 := time.Now()
-			code, err := w.send(ctx, conv.ID, w.tokens[sender], fmt.Sprintf("bench:%d:%d", idx, t0.UnixNano()))
+			body := fmt.Sprintf("bench:%d:%d", idx, t0.UnixNano())
+			var code int
+			var err error
+			if cmd.Transport == transportWS {
+				code, err = w.sendWS(ctx, conv.ID, sender, body)
+			} else {
+				code, err = w.send(ctx, conv.ID, w.tokens[sender], body)
+			}
 			d := float32(float64(time.Since(t0).Microseconds()) / 1000)
 			switch {
 			case err == nil && (code == http.StatusCreated || code == http.StatusOK):

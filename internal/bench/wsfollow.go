@@ -29,6 +29,11 @@ type wsFollower struct {
 	start   int64 // the cursor of the first hello (the user's head when known)
 	// frame must not keep data past its return (the buffer is reused).
 	frame func(data []byte, now int64) (typ string, cursor int64)
+	// conn, when set, is told of each connection once its hello is
+	// written, and of nil before it is closed: a load generator that sends
+	// on the follower's socket writes through it (the follower itself
+	// writes nothing after the hello).
+	conn func(c *websocket.Conn)
 }
 
 // follow runs until ctx ends; sem bounds the connects in flight, welcomed
@@ -53,6 +58,9 @@ func (f *wsFollower) follow(ctx context.Context, tok string, sem chan struct{}, 
 			continue
 		}
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		if f.conn != nil {
+			f.conn(conn)
+		}
 		for {
 			// One buffer per follower, reused frame to frame (ReadMessage
 			// allocates each frame anew: hundreds of MB/s of garbage in
@@ -76,6 +84,9 @@ func (f *wsFollower) follow(ctx context.Context, tok string, sem chan struct{}, 
 			case "entries":
 				after = max(after, cursor)
 			}
+		}
+		if f.conn != nil {
+			f.conn(nil)
 		}
 		stop()
 		conn.Close()

@@ -547,3 +547,29 @@ func TestWSPushesAnnouncedEntries(t *testing.T) {
 	}
 	require.Greater(t, counterValue(wsMetric(w.ws, "announced_pushes_total")), before, "some pushes came from the announced entries")
 }
+
+// TestWSPushOfASendFromTheCache: a message sent through this gateway is
+// pushed to the members' sessions from the message cache, with no read:
+// the sender puts it there as the notification of its projection is
+// dispatched, before that notification wakes the sessions (from the
+// sender's own goroutine it often came after the pushes, which then read
+// it from PostgreSQL).
+func TestWSPushOfASendFromTheCache(t *testing.T) {
+	w := newWSGateway(t, nil, WSConfig{})
+	a, b := w.user(t, 1), w.user(t, 2)
+	cid := a.create(t, "cached", 2)
+	from := b.head(t)
+	s := dialWS(t, w, b).stream(t, from, nil)
+	misses := w.g.metrics.cache.WithLabelValues("messages", "miss")
+	before := counterValue(misses)
+	for i := range 20 {
+		a.send(t, cid, fmt.Sprintf("cached %d", i))
+	}
+	head := b.head(t)
+	s.waitCursor(t, head)
+	want, _, _ := b.syncAll(t, from, 200)
+	_, got := s.state()
+	requireSameEntries(t, want, got)
+	require.Len(t, got, 20)
+	require.Equal(t, before, counterValue(misses), "no push read a message sent here from PostgreSQL")
+}

@@ -13,11 +13,22 @@ import (
 	"github.com/inboxd/inboxd/projector"
 )
 
+// splitMaxRecords is the most records of a poll that applyGroups splits
+// into concurrent transactions. A larger poll (catching up) is applied in
+// one: its groups would name mostly the same users, and each group locks
+// its users in id order for the whole transaction, so the second waits on
+// the first's locks until it commits. They run one after the other
+// anyway, each locking, updating and notifying the shared users once more,
+// and which one waits changes from run to run. A live poll is a few
+// records whose users rarely meet, and there the concurrency pays.
+const splitMaxRecords = 500
+
 // applyGroups applies recs as ApplyWorkers concurrent transactions, the
-// records of a partition all in the same one and in order.
+// records of a partition all in the same one and in order; a poll of more
+// than splitMaxRecords records is one transaction.
 func (f *Fanout) applyGroups(ctx, applyCtx context.Context, cl *kgo.Client, fetched []*kgo.Record, recs []projector.Record) error {
 	n := f.cfg.ApplyWorkers
-	if n == 1 {
+	if n == 1 || len(recs) > splitMaxRecords {
 		return f.applyBatch(ctx, applyCtx, cl, fetched, recs)
 	}
 	groups := make([][]projector.Record, n)

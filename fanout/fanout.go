@@ -54,8 +54,10 @@ type Config struct {
 	// flush, so concurrent groups raise what one process sustains at the
 	// same latency. Conversations never span partitions, so each
 	// conversation's order is kept; users shared by groups are locked in id
-	// order. Default DefaultApplyWorkers; 1 applies a poll in one
-	// transaction.
+	// order. A poll of more than a few hundred records (catching up) is
+	// applied in one transaction whatever this is: its groups would share
+	// users and wait on each other's locks (splitMaxRecords). Default
+	// DefaultApplyWorkers; 1 applies every poll in one transaction.
 	ApplyWorkers int
 	// MaxBody is the body limit; longer messages go to the DLQ.
 	// Default events.DefaultMaxBody.

@@ -110,7 +110,7 @@ func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetch
 	var iso *isolateError
 	switch {
 	case err == nil:
-		f.m.observe(res, time.Since(start))
+		f.m.observe(res, recs, start)
 		if res.Rejected > 0 {
 			f.cfg.Logger.Info("events rejected at their log position", "count", res.Rejected)
 		}

@@ -447,10 +447,10 @@ func (f *Fanout) process(ctx, applyCtx context.Context, cl *kgo.Client, kept []*
 			}
 			dead = append(dead, deadLetter(f.cfg.DLQTopic, r, reason))
 			f.cfg.Logger.Error("poison record to DLQ", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
-			recs = append(recs, projector.Record{Partition: r.Partition, Offset: r.Offset})
+			recs = append(recs, projector.Record{Partition: r.Partition, Offset: r.Offset, Appended: r.Timestamp})
 			continue
 		}
-		recs = append(recs, projector.Record{Partition: r.Partition, Offset: r.Offset, Event: e})
+		recs = append(recs, projector.Record{Partition: r.Partition, Offset: r.Offset, Event: e, Appended: r.Timestamp})
 	}
 	// Dead letters are written before the offsets move past them, so a crash
 	// in between can duplicate a dead letter but never lose one.

@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	records, skipped, inboxRows, messages, rejected, dead, retries prometheus.Counter
 	batch                                                          prometheus.Histogram
+	since                                                          *prometheus.HistogramVec
 	pruned, pruneRuns                                              prometheus.Counter
 	lag                                                            *prometheus.GaugeVec
 	failures                                                       *prometheus.CounterVec
@@ -38,11 +39,16 @@ func newMetrics() *metrics {
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "inboxd", Subsystem: "fanout",
 			Name: "batch_seconds", Help: "Time to apply one batch, retries included.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		since: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "inboxd", Subsystem: "fanout",
+			Name: "record_latency_seconds",
+			Help: "Time from a record's log timestamp (its producer's clock) to the start of the transaction that applies it (stage queued) " +
+				"and to that transaction's commit (stage committed), per record applied.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"stage"}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch, m.pruned, m.pruneRuns, m.lag, m.failures} {
+	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch, m.since, m.pruned, m.pruneRuns, m.lag, m.failures} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -50,7 +56,17 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	return nil
 }
 
-func (m *metrics) observe(r projector.Result, d time.Duration) {
+// observe counts an applied batch of recs, begun at start.
+func (m *metrics) observe(r projector.Result, recs []projector.Record, start time.Time) {
+	now := time.Now()
+	queued, committed := m.since.WithLabelValues("queued"), m.since.WithLabelValues("committed")
+	for _, rec := range recs {
+		if !rec.Appended.IsZero() {
+			queued.Observe(start.Sub(rec.Appended).Seconds())
+			committed.Observe(now.Sub(rec.Appended).Seconds())
+		}
+	}
+	d := now.Sub(start)
 	m.records.Add(float64(r.Records))
 	m.skipped.Add(float64(r.Skipped))
 	m.inboxRows.Add(float64(r.InboxRows))

@@ -344,3 +344,46 @@ func mustEncode(t testing.TB, e *events.Event) []byte {
 	require.NoError(t, err)
 	return raw
 }
+
+// TestRecordLatencyObserved: every applied record is observed once in
+// inboxd_fanout_record_latency_seconds, queued (log timestamp -> its
+// transaction's start) and committed (-> the commit), and no record is
+// committed before it was queued.
+func TestRecordLatencyObserved(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 4})
+	ctx := testenv.Ctx(t, 2*time.Minute)
+	o := startObservedFanout(t, env, nil)
+	var evs []*events.Event
+	for c := int64(1); c <= 3; c++ {
+		e := events.New(events.ConversationCreated, c, 1)
+		e.Members = []int64{2}
+		_, err := env.Producer.Append(ctx, e)
+		require.NoError(t, err)
+		for i := 0; i < 10; i++ {
+			evs = append(evs, sendEvent(t, c, 1+int64(i%2), "timed"))
+		}
+	}
+	appendEvents(t, env.Producer, evs, false)
+	env.WaitCaughtUp(t, time.Minute)
+
+	mfs, err := o.reg.Gather()
+	require.NoError(t, err)
+	var records float64
+	hists := map[string]*dto.Histogram{}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "inboxd_fanout_records_total":
+			records = mf.GetMetric()[0].GetCounter().GetValue()
+		case "inboxd_fanout_record_latency_seconds":
+			for _, m := range mf.GetMetric() {
+				hists[labelValue(m, "stage")] = m.GetHistogram()
+			}
+		}
+	}
+	require.Equal(t, float64(33), records)
+	for _, stage := range []string{"queued", "committed"} {
+		require.Contains(t, hists, stage)
+		require.Equal(t, uint64(records), hists[stage].GetSampleCount(), "one observation per record applied, stage %s", stage)
+	}
+	require.GreaterOrEqual(t, hists["committed"].GetSampleSum(), hists["queued"].GetSampleSum())
+}

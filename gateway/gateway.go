@@ -118,7 +118,7 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		return nil, err
 	}
 	g.app = &appender{prod: prod, timeout: cfg.AppendTimeout}
-	g.sends = &sender{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.sends,
+	g.sends = &sender{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.sends, stages: newSendStages(m.sendStages),
 		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies,
 		mentionAllMax: cfg.MentionAllMax}
 	g.changes = &changer{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.changes,

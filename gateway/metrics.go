@@ -18,6 +18,7 @@ type metrics struct {
 	notifications      prometheus.Counter
 	listenerReconnects prometheus.Counter
 	sends              *prometheus.CounterVec
+	sendStages         *prometheus.HistogramVec
 	changes            *prometheus.CounterVec
 	polls              *prometheus.CounterVec
 	cache              *prometheus.CounterVec
@@ -55,6 +56,13 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 			Namespace: "inboxd", Subsystem: "gateway", Name: "changes_total",
 			Help: "Changes of messages (edits, deletes, reactions) by event type and outcome (projected, duplicate, pending, rejected).",
 		}, []string{"type", "outcome"}),
+		sendStages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "inboxd", Subsystem: "gateway", Name: "send_stage_seconds",
+			Help: "Where a message send's time goes, by stage: check (the one statement before the append, its commit included), " +
+				"append (sealing and the produce to Kafka, acknowledged), projection (from the append to the notification of its projection; " +
+				"sends that ended pending are not observed).",
+			Buckets: []float64{.00025, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"stage"}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "inboxd", Subsystem: "gateway", Name: "long_polls_total",
 			Help: "Held long-polls by how they ended (woken, timeout, drained, gone).",
@@ -70,7 +78,7 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 		Help: "1 while the LISTEN connection is up.",
 	}, connected)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
-		m.listenerReconnects, m.sends, m.changes, m.polls, m.cache, listening} {
+		m.listenerReconnects, m.sends, m.sendStages, m.changes, m.polls, m.cache, listening} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

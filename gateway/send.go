@@ -28,6 +28,7 @@ type sender struct {
 	inbox    *inbox.Reader // caches what a send's answer carries
 	app      *appender
 	outcomes *prometheus.CounterVec // inboxd_gateway_sends_total by outcome
+	stages   sendStages             // inboxd_gateway_send_stage_seconds
 	maxBody  int
 	ackWait  time.Duration
 	draining <-chan struct{}
@@ -193,17 +194,34 @@ func (s *sender) sendAs(ctx context.Context, user int64, req ws.SendRequest, sta
 	rej := s.hub.SubscribeRejection(msgID)
 	defer rej.Close()
 
+	t0 := time.Now()
 	res, key, err := s.checkSend(ctx, user, e)
 	if res != nil || err != nil {
 		return res, err
 	}
+	t1 := time.Now()
+	s.stages.check.Observe(t1.Sub(t0).Seconds())
 	if err := sealBody(ctx, s.pool, s.seal, e, msgID, body, key); err != nil {
 		return nil, err
 	}
 	if err := s.app.appendEvent(ctx, e); err != nil {
 		return nil, err
 	}
-	return s.awaitSend(ctx, e, body, ack, rej)
+	t2 := time.Now()
+	s.stages.append.Observe(t2.Sub(t1).Seconds())
+	res, err = s.awaitSend(ctx, e, body, ack, rej)
+	if err == nil && res.status != sendPending {
+		s.stages.projection.Observe(time.Since(t2).Seconds())
+	}
+	return res, err
+}
+
+// sendStages are the observers of inboxd_gateway_send_stage_seconds.
+type sendStages struct{ check, append, projection prometheus.Observer }
+
+func newSendStages(v *prometheus.HistogramVec) sendStages {
+	return sendStages{check: v.WithLabelValues("check"), append: v.WithLabelValues("append"),
+		projection: v.WithLabelValues("projection")}
 }
 
 // checkSend runs sqlSendCheck before the append: a result or an error ends

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
@@ -562,6 +563,10 @@ func TestWSPushOfASendFromTheCache(t *testing.T) {
 	s := dialWS(t, w, b).stream(t, from, nil)
 	misses := w.g.metrics.cache.WithLabelValues("messages", "miss")
 	before := counterValue(misses)
+	stage := func(name string) float64 {
+		return histCount(w.g.metrics.sendStages.WithLabelValues(name).(prometheus.Histogram))
+	}
+	checks, appends, projections := stage("check"), stage("append"), stage("projection")
 	for i := range 20 {
 		a.send(t, cid, fmt.Sprintf("cached %d", i))
 	}
@@ -572,4 +577,8 @@ func TestWSPushOfASendFromTheCache(t *testing.T) {
 	requireSameEntries(t, want, got)
 	require.Len(t, got, 20)
 	require.Equal(t, before, counterValue(misses), "no push read a message sent here from PostgreSQL")
+	// Every send went through each stage once (a.send wants 201: projected).
+	require.Equal(t, checks+20, stage("check"))
+	require.Equal(t, appends+20, stage("append"))
+	require.Equal(t, projections+20, stage("projection"))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -65,6 +66,9 @@ type Record struct {
 	Partition int32
 	Offset    int64
 	Event     *events.Event
+	// Appended is the record's log timestamp (its producer's clock), for
+	// the fanout's latency metrics only; zero when not known.
+	Appended time.Time
 	// DeadLetter marks a decoded record that failed to project and was
 	// sent to the DLQ: it is stored as a rejection with
 	// projection.ReasonDeadLetter (so a waiting sender learns of it) and

@@ -306,6 +306,7 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		progressf(pr, "bench e2e: %s: offering %s msg/s for %gs ...", name, num(rate), secs)
 		cmd, _ := json.Marshal(e2ePhaseCmd{Name: name, Transport: transport, Rate: rate, Seconds: secs, DrainSeconds: cfg.DrainSeconds})
 		f0 := gatherFanout(reg)
+		g0, fl0 := gatewayHists(ctx, ready.Ctl, sendStageMetric), gatherHists(reg, fanoutLatencyMetric)
 		t0 := time.Now()
 		if err := wk.send("phase " + string(cmd)); err != nil {
 			return E2EPhase{}, err
@@ -315,6 +316,8 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 			return p, err
 		}
 		f1 := gatherFanout(reg)
+		p.Stages = append(stageDeltas(g0, gatewayHists(ctx, ready.Ctl, sendStageMetric), "gateway ", "check", "append", "projection"),
+			stageDeltas(fl0, gatherHists(reg, fanoutLatencyMetric), "fanout ", "queued", "committed")...)
 		if n := f1.batches - f0.batches; n > 0 {
 			p.FanoutBusy = (f1.seconds - f0.seconds) / time.Since(t0).Seconds()
 			p.FanoutBatchMs = (f1.seconds - f0.seconds) / n * 1000
@@ -324,6 +327,9 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		progressf(pr, "bench e2e: %s: achieved %s msg/s, push p50 %s p99 %s (commit p50 %s p99 %s), %d/%d pushes, fanout transactions busy %.0f%% (summed over the concurrent apply workers; batches of %.1f records in %s), %s",
 			name, num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), ms(p.Commit.P99), p.Received, p.Expected,
 			p.FanoutBusy*100, p.FanoutPerBatch, ms(p.FanoutBatchMs), p.verdict(cfg.MaxP99Ms))
+		if len(p.Stages) > 0 {
+			progressf(pr, "bench e2e: %s: where a send's time goes: %s", name, stagesText(p.Stages))
+		}
 		return p, nil
 	}
 

@@ -96,6 +96,7 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 		return err
 	}
 	var sessions func() int
+	var gatherer prometheus.Gatherer // the gateway's metrics, for /ctl/hist
 	mux := http.NewServeMux()
 	eg, ectx := errgroup.WithContext(ctx)
 	var drain func()
@@ -146,8 +147,10 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 		if err := prod.EnsureTopics(ctx); err != nil {
 			return err
 		}
+		reg := prometheus.NewRegistry()
+		gatherer = reg
 		g, err := gateway.New(gateway.Config{Addr: cfg.Addr, AuthSecret: []byte(cfg.Secret), Logger: log,
-			Registerer: prometheus.NewRegistry(), Reconnect: gateway.ReconnectConfig{Disabled: !cfg.Hints,
+			Registerer: reg, Reconnect: gateway.ReconnectConfig{Disabled: !cfg.Hints,
 				RestartDelay: cfg.RestartDelay, AdmitRate: cfg.AdmitRate}}, pool, prod)
 		if err != nil {
 			return err
@@ -177,7 +180,7 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	ctl := &http.Server{Handler: ctlMux(sessions)}
+	ctl := &http.Server{Handler: ctlMux(sessions, gatherer)}
 	eg.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -233,8 +236,16 @@ func waitWebSocketUp(ctx context.Context, addr string) error {
 	return errors.New("serve: the WebSocket endpoint did not come up")
 }
 
-func ctlMux(sessions func() int) *http.ServeMux {
+func ctlMux(sessions func() int, gatherer prometheus.Gatherer) *http.ServeMux {
 	mux := http.NewServeMux()
+	// GET /ctl/hist?name=M: the histogram M by its one label (stageHists).
+	mux.HandleFunc("GET /ctl/hist", func(w http.ResponseWriter, r *http.Request) {
+		var h map[string]histSnap
+		if gatherer != nil {
+			h = gatherHists(gatherer, r.URL.Query().Get("name"))
+		}
+		_ = json.NewEncoder(w).Encode(h)
+	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /ctl/mem", func(w http.ResponseWriter, _ *http.Request) {

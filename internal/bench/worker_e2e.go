@@ -74,7 +74,10 @@ type E2EPhase struct {
 	FanoutBusy     float64 `json:"fanout_busy"`
 	FanoutBatchMs  float64 `json:"fanout_batch_mean_ms"`
 	FanoutPerBatch float64 `json:"fanout_records_per_batch"`
-	FirstErrText   string  `json:"first_error,omitempty"`
+	// Stages: where a send's time went over the phase, from the
+	// gateway's and the fanout's own histograms (stages.go).
+	Stages       []StageLatency `json:"stages,omitempty"`
+	FirstErrText string         `json:"first_error,omitempty"`
 }
 
 type e2ePhaseRec struct {

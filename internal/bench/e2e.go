@@ -149,6 +149,16 @@ func (r E2EResult) Rows() []Row {
 			Reference: ref, Ratio: rt,
 		})
 	}
+	for _, p := range r.Phases {
+		if row, ok := stagesRow("HTTP", p); ok && !strings.HasPrefix(p.Name, finalPhaseName) {
+			rows = append(rows, row)
+		}
+	}
+	for _, p := range r.WSPhases {
+		if row, ok := stagesRow("WebSocket", p); ok {
+			rows = append(rows, row)
+		}
+	}
 	rows = append(rows, cpuPerMessageRows("HTTP sends at "+r.CPUPhase, r.CPU, r.CPUMessages)...)
 	rows = append(rows, cpuPerMessageRows("WebSocket sends at "+r.CPUWSPhase, r.CPUWS, r.CPUWSMessages)...)
 	return rows

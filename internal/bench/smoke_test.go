@@ -99,9 +99,18 @@ func TestBenchAllSmoke(t *testing.T) {
 	require.Positive(t, res.Fanout7.ReplayRatio)
 	require.Equal(t, int64(300*50), res.Fanout50.InboxRows)
 	require.Len(t, res.E2E.Phases[:2], 2)
-	for _, p := range res.E2E.Phases {
+	stages := []string{"gateway check", "gateway append", "gateway projection", "fanout queued", "fanout committed"}
+	for _, p := range append(append([]E2EPhase(nil), res.E2E.Phases...), res.E2E.WSPhases...) {
 		require.Positive(t, p.Push.N, p.Name)
 		require.Positive(t, p.Commit.N, p.Name)
+		// Where the sends' time went: every stage observed in the phase.
+		var got []string
+		for _, st := range p.Stages {
+			got = append(got, st.Stage)
+			require.Positive(t, st.N, "%s: %s", p.Name, st.Stage)
+			require.LessOrEqual(t, st.P50, st.P99, "%s: %s", p.Name, st.Stage)
+		}
+		require.Equal(t, stages, got, p.Name)
 	}
 	require.NotEmpty(t, res.E2E.CPU)
 	// The WebSocket sends (one fixed load here): every send answered by

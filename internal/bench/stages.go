@@ -135,3 +135,23 @@ func stagesText(st []StageLatency) string {
 	}
 	return s
 }
+
+// stagesRow is where the sends of phase p went, next to its push latency.
+func stagesRow(transport string, p E2EPhase) (Row, bool) {
+	if len(p.Stages) == 0 {
+		return Row{}, false
+	}
+	var projection float64
+	for _, x := range p.Stages {
+		if x.Stage == "gateway projection" {
+			projection = x.P50
+		}
+	}
+	return Row{
+		Figure: fmt.Sprintf("where a send's time goes at %s msg/s, %s sends (the gateway's and the fanout's own histograms: %s, %s), p50 / p99",
+			num(p.Offered), transport, sendStageMetric, fanoutLatencyMetric),
+		Value:     stagesText(p.Stages),
+		Reference: fmt.Sprintf("send -> push, same phase: %s / %s", ms(p.Push.P50), ms(p.Push.P99)),
+		Ratio:     "projection p50 / push p50 " + ratio(projection, p.Push.P50),
+	}, true
+}

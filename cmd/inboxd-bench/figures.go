@@ -60,7 +60,7 @@ func bindE2E(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&c.RampSteps, "ramp-steps", 6, "most ramp steps")
 	fs.Float64Var(&c.MaxP99Ms, "max-p99-ms", 500, "push p99 above which a load is not sustained")
 	fs.BoolVar(&c.Profile, "profile", true, "take CPU profiles during the last fixed load")
-	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: pgx's default, as inboxd gateway)")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: as inboxd gateway, max(16, cores))")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		l, err := parseFloats(loads)
 		if err != nil {
@@ -125,7 +125,7 @@ func bindChanges(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&c.Members, "members", 7, "members per conversation of the edits")
 	fs.Float64Var(&c.Rate, "rate", 1000, "edits/s offered, and sends/s of the reference")
 	fs.Float64Var(&c.Seconds, "seconds", 10, "length of the edit phase and of the send phase")
-	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: pgx's default, as inboxd gateway)")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: as inboxd gateway, max(16, cores))")
 	fs.IntVar(&c.ReactionMembers, "reaction-members", 500, "members of the conversation of the reactions")
 	fs.Float64Var(&c.ReactionRate, "reaction-rate", 1000, "reaction changes/s appended on its one message")
 	fs.Float64Var(&c.ReactionSeconds, "reaction-seconds", 10, "length of the reaction burst")
@@ -150,7 +150,7 @@ func bindLarge(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&c.Workers, "workers", 0, "processes receiving the large conversation (0: one per 8,000 WebSockets, at least 2); the small conversations' receivers run in one more")
 	fs.IntVar(&c.Nice, "nice", 10, "scheduling priority of the large conversation's receiving processes, which stand for devices on other machines (negative: 0, the normal priority)")
 	fs.IntVar(&c.LargeThreshold, "large-threshold", 0, "the fanout's read fan-out threshold (0: its default)")
-	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: pgx's default, as inboxd gateway)")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: as inboxd gateway, max(16, cores))")
 	fs.BoolVar(&c.Profile, "profile", false, "a CPU profile of the gateway per phase (in the output directory) and a sample of PostgreSQL's active statements")
 	fs.Float64Var(&c.LargePushRate, "ws-large-push-rate", 0, "the gateway's pacing of read-mode pushes, writes/s per conversation (0: its default; negative: none)")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {

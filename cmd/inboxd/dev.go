@@ -80,8 +80,9 @@ func runDev(ctx context.Context, args []string) error {
 	fmt.Printf("inboxd dev\n  DATABASE_URL=%s\n  INBOXD_KAFKA_BROKERS=%s\n  http://%s\n", c.databaseURL, c.brokers, gf.httpAddr)
 
 	if c.dbMaxConns == 0 {
-		// The apply workers, the advisory lock and retention, and the gateway.
-		c.dbMaxConns = max(4, f.applyWorkers+6+nf.workers/2)
+		// The apply workers, the advisory lock and retention, and the
+		// gateway's own (gateway.DBMaxConns).
+		c.dbMaxConns = f.applyWorkers + 2 + gateway.DBMaxConns() + nf.workers/2
 	}
 	pool, prod, closeDeps, err := c.connect(ctx, log)
 	if err != nil {

@@ -197,6 +197,9 @@ func runGateway(ctx context.Context, args []string) error {
 	if f.authSecret == "" && f.authJWKSURL == "" {
 		return errors.New("no token verification: set --auth-secret (INBOXD_AUTH_SECRET), --auth-jwks-url (INBOXD_AUTH_JWKS_URL) or both")
 	}
+	if c.dbMaxConns == 0 {
+		c.dbMaxConns = gateway.DBMaxConns()
+	}
 	pool, prod, closeDeps, err := c.connect(ctx, log)
 	if err != nil {
 		return err

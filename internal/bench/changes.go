@@ -32,8 +32,8 @@ type ChangesConfig struct {
 	Seconds       float64 // [10] length of the edit phase and of the send phase
 	WarmupSeconds float64 // [2] a send phase before both, not reported
 	DrainSeconds  float64 // [3] wait for the last pushes after a phase
-	// DBMaxConns is the gateway's PostgreSQL pool size [0: pgx's default,
-	// max(4, CPUs), as `inboxd gateway` without --db-max-conns].
+	// DBMaxConns is the gateway's PostgreSQL pool size [0: as `inboxd gateway`
+	// without --db-max-conns, gateway.DBMaxConns: max(16, cores)].
 	DBMaxConns int
 	// The reactions: one conversation of ReactionMembers, one message,
 	// ReactionRate reaction changes/s for ReactionSeconds appended

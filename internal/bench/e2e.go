@@ -45,8 +45,8 @@ type E2EConfig struct {
 	// Profile takes CPU profiles of the gateway and of the orchestrator
 	// (fanout and kfake) during the last fixed load.
 	Profile bool
-	// DBMaxConns is the gateway's PostgreSQL pool size [0: pgx's default,
-	// max(4, CPUs), as `inboxd gateway` without --db-max-conns].
+	// DBMaxConns is the gateway's PostgreSQL pool size [0: as `inboxd gateway`
+	// without --db-max-conns, gateway.DBMaxConns: max(16, cores)].
 	DBMaxConns int
 	// FanoutRowsPerSec, when known (bench all), is the reference of the
 	// highest sustainable load: fan-out alone, same run.

@@ -54,8 +54,8 @@ type LargeConfig struct {
 	DrainSeconds   float64 // [15] longest wait for the last pushes after a phase
 	Partitions     int     // [12]
 	LargeThreshold int     // [0: the fanout's default, 1000]
-	// DBMaxConns is the gateway's PostgreSQL pool size [0: pgx's default,
-	// max(4, CPUs), as `inboxd gateway` without --db-max-conns].
+	// DBMaxConns is the gateway's PostgreSQL pool size [0: as `inboxd gateway`
+	// without --db-max-conns, gateway.DBMaxConns: max(16, cores)].
 	DBMaxConns int
 	// LargePushRate is the gateway's --ws-large-push-rate [0: its
 	// default; negative: no pacing].

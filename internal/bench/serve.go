@@ -40,7 +40,7 @@ type serveConfig struct {
 	Partitions  int
 	Secret      string
 	MaxConns    int // WebSocket connections of the gateway; default 16384
-	DBMaxConns  int // 0: pgx's default, as `inboxd gateway`
+	DBMaxConns  int // 0: gateway.DBMaxConns, as `inboxd gateway`
 	// LargePushRate is the WebSocket pacing of read-mode pushes (0: the
 	// gateway's default; negative: none).
 	LargePushRate float64
@@ -130,6 +130,7 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 		if err != nil {
 			return err
 		}
+		pcfg.MaxConns = int32(gateway.DBMaxConns()) // as inboxd gateway
 		if cfg.DBMaxConns > 0 {
 			pcfg.MaxConns = int32(cfg.DBMaxConns)
 		}

@@ -554,9 +554,11 @@ func TestWSPushesAnnouncedEntries(t *testing.T) {
 // the sender puts it there as the notification of its projection is
 // dispatched, before that notification wakes the sessions (from the
 // sender's own goroutine it often came after the pushes, which then read
-// it from PostgreSQL).
+// it from PostgreSQL). And the push window, here longer than the test,
+// holds only reads: the hello's read waits in it until announced entries
+// arrive for the session, which end it.
 func TestWSPushOfASendFromTheCache(t *testing.T) {
-	w := newWSGateway(t, nil, WSConfig{})
+	w := newWSGateway(t, nil, WSConfig{PushWindow: time.Hour})
 	a, b := w.user(t, 1), w.user(t, 2)
 	cid := a.create(t, "cached", 2)
 	from := b.head(t)

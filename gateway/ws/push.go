@@ -62,6 +62,17 @@ func (p *pusher) add(s *session) {
 	p.poke()
 }
 
+// hurry ends the window of what is pending: a session in it has
+// announced entries since it was added.
+func (p *pusher) hurry() {
+	p.mu.Lock()
+	if len(p.pending) > 0 {
+		p.announced = true
+	}
+	p.mu.Unlock()
+	p.poke()
+}
+
 func (p *pusher) poke() {
 	select {
 	case p.kick <- struct{}{}:

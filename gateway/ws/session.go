@@ -214,9 +214,14 @@ func (s *session) hubWake() bool {
 		s.signalAt = time.Now()
 	}
 	enq := s.markFetchLocked()
+	pending := s.fetch == fetchPending
 	s.mu.Unlock()
 	if enq {
 		s.ws.push.add(s)
+	} else if pending && s.sub.HasRun() {
+		// Already waiting in the pusher (its hello's read, say) and now
+		// announced entries: the window is for reads, not for these.
+		s.ws.push.hurry()
 	}
 	return true
 }

@@ -45,8 +45,7 @@ func (d *devInstance) start(t *testing.T, extra ...string) {
 	for attempt := 0; ; attempt++ {
 		d.proc = testenv.Start(t, testenv.DevEnv, d.Args(append([]string{"--partitions", "4"}, extra...)...)...)
 		err := d.proc.WaitOutput("gateway listening", 2*time.Minute)
-		if err != nil && attempt < 3 && (strings.Contains(d.proc.Output(), "is taken") ||
-			strings.Contains(d.proc.Output(), "address already in use")) {
+		if err != nil && attempt < 3 && testenv.PortTaken(d.proc.Output()) {
 			// A port picked free was taken since by another test's
 			// process: move to fresh ones (the data dir stays; callers
 			// read the addresses from d).
@@ -114,7 +113,7 @@ func TestDevRefusesTakenPorts(t *testing.T) {
 				require.Error(t, p.Wait(time.Minute), "the second dev exits non-zero:\n%s", p.Output())
 				// One of its own fresh ports may have been taken since it
 				// was picked: pick again.
-				if attempt < 3 && !strings.Contains(p.Output(), c.want[0]) && strings.Contains(p.Output(), "is taken") {
+				if attempt < 3 && !strings.Contains(p.Output(), c.want[0]) && testenv.PortTaken(p.Output()) {
 					continue
 				}
 				break

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -58,7 +59,7 @@ func TestMakeRunCtrlC(t *testing.T) {
 			break
 		}
 		// A port picked free was taken since by another test's process.
-		require.True(t, attempt < 3 && strings.Contains(out.String(), "is taken"), "dev did not start:\n%s", out.String())
+		require.True(t, attempt < 3 && testenv.PortTaken(out.String()), "dev did not start:\n%s", out.String())
 	}
 	_, err := stdin.Write([]byte{3}) // Ctrl-C
 	require.NoError(t, err)

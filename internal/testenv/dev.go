@@ -115,7 +115,7 @@ func StartDev(args ...string) (*Dev, error) {
 		if err == nil {
 			return d, nil
 		}
-		taken := strings.Contains(p.Output(), "is taken") || strings.Contains(p.Output(), "address already in use")
+		taken := PortTaken(p.Output())
 		stopErr := d.Stop()
 		if taken && attempt < 3 {
 			continue
@@ -133,4 +133,12 @@ func (d *Dev) Stop() error {
 	}
 	_ = os.RemoveAll(d.dir)
 	return errors.Join(err, d.Proc.RaceReport())
+}
+
+// PortTaken reports whether a dev's output says a port it was given is in
+// use: dev's own check ("is taken"), Go's listener ("address already in
+// use") or its PostgreSQL's ("Address already in use").
+func PortTaken(output string) bool {
+	out := strings.ToLower(output)
+	return strings.Contains(out, "is taken") || strings.Contains(out, "address already in use")
 }

@@ -275,6 +275,7 @@ var hostPort = regexp.MustCompile(`(^|[^A-Za-z0-9_.\-])([A-Za-z0-9_.\-]*|\*|\[::
 // 127.0.0.1 for the ports its service declares, and a directory.
 func newTopology(cf *composeFile, dir, run string, running []*service) (*topology, error) {
 	tp := &topology{file: cf, dir: dir, run: run, instances: map[string][]*instance{}}
+	picked := map[int]bool{}
 	for _, s := range running {
 		ports, err := s.containerPorts()
 		if err != nil {
@@ -291,7 +292,7 @@ func newTopology(cf *composeFile, dir, run string, running []*service) (*topolog
 				return nil, err
 			}
 			for _, p := range ports {
-				lp, err := freePort()
+				lp, err := freePort(picked)
 				if err != nil {
 					return nil, err
 				}
@@ -471,11 +472,20 @@ func bytesOf(s string) (int64, error) {
 	return n * m, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePort picks a free port not in picked, and adds it there: the
+// kernel may hand out a port it just released again (a run once gave
+// kafka3 and lb the same one, and lb could not bind it).
+func freePort(picked map[int]bool) (int, error) {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !picked[port] {
+			picked[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -152,7 +152,12 @@ func LoadStoredOffsets(ctx context.Context, pool *pgxpool.Pool, topic string) (m
 }
 
 // sqlLearnTopicID records the log's topic id beside offsets that have none.
-const sqlLearnTopicID = `UPDATE consumer_offsets SET topic_id = $2 WHERE topic = $1 AND topic_id IS NULL`
+// It locks the rows in
+// partition order, as the apply transactions lock theirs (projector), so
+// that it waits on them rather than deadlocking with them.
+const sqlLearnTopicID = `UPDATE consumer_offsets o SET topic_id = $2
+FROM (SELECT "partition" FROM consumer_offsets WHERE topic = $1 AND topic_id IS NULL ORDER BY "partition" FOR UPDATE) l
+WHERE o.topic = $1 AND o."partition" = l."partition" AND o.topic_id IS NULL`
 
 // PartitionStop is one partition whose projection is stopped.
 type PartitionStop struct {

@@ -40,6 +40,7 @@ type demo struct {
 	t       *testing.T
 	url     string
 	browser context.Context
+	env     *testenv.Env // the server's side of a failed step is read from it
 
 	consoleMu sync.Mutex
 	console   []string // the pages' console, shown when a step fails
@@ -77,7 +78,7 @@ func newDemoWith(t *testing.T, tweak func(*Config)) *demo {
 	browser, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
 	t.Cleanup(cancelBrowser)
 	require.NoError(t, chromedp.Do(browser)) // starts the browser
-	return &demo{t: t, url: w.url, browser: browser}
+	return &demo{t: t, url: w.url, browser: browser, env: env}
 }
 
 // tab opens a browser context of its own, named for the console.
@@ -113,10 +114,29 @@ func (d *demo) do(ctx context.Context, what string, steps ...chromedp.Action[chr
 		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer dcancel()
 		page, perr := chromedp.Run(dctx, chromedp.Evaluate[string](`document.body.innerText`))
+		list, lerr := chromedp.Run(dctx, chromedp.Evaluate[string](
+			`JSON.stringify([...document.querySelectorAll('#convs li')].map((li) => ({ ...li.dataset, current: li.classList.contains('current') })))`))
 		d.consoleMu.Lock()
 		defer d.consoleMu.Unlock()
-		d.t.Fatalf("%s: %v\npage (%v):\n%s\nconsole:\n%s", what, err, perr, page, strings.Join(d.console, "\n"))
+		d.t.Fatalf("%s: %v\npage (%v):\n%s\nlist (%v): %s\nserver: %s\nconsole:\n%s", what, err, perr, page, lerr, list,
+			d.serverState(), strings.Join(d.console, "\n"))
 	}
+}
+
+// serverState is what PostgreSQL holds of the users' inboxes and records,
+// for a failed step's report: the page's side alone cannot tell a push
+// that never came from a page that did not show it.
+func (d *demo) serverState() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var out string
+	err := d.env.Pool.QueryRow(ctx, `SELECT coalesce((SELECT string_agg(format('user %s head %s', id, inbox_seq), '; ' ORDER BY id) FROM users), '')
+  || ' | ' || coalesce((SELECT string_agg(format('record %s/%s read %s version %s', user_id, conversation_id, read_seq, version), '; '
+       ORDER BY user_id, conversation_id) FROM records), '')`).Scan(&out)
+	if err != nil {
+		return err.Error()
+	}
+	return out
 }
 
 // until waits for a JavaScript expression to be true: the page's state,

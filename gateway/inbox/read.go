@@ -22,10 +22,12 @@ type Req struct {
 	Limit       int32
 	// Counts asks for the user's unread and mention totals at the head
 	// (Page.Counts), from the same snapshot; only a read of one user can.
-	// Unless the head and epoch are KnownHead and KnownEpoch: then the
-	// totals are not counted again (Page.CountsRead is false).
+	// Unless the head, epoch and large mark are KnownHead, KnownEpoch
+	// and KnownLarge: then the totals are not counted again
+	// (Page.CountsRead is false).
 	Counts                bool
 	KnownHead, KnownEpoch int64
+	KnownLarge            string
 }
 
 // Page is what Read read for one Req: the epoch, the user's
@@ -42,6 +44,10 @@ type Page struct {
 	// LargeJoined is, for each of Large, the seq the user's current
 	// membership began at (what a push of its messages may show).
 	LargeJoined []int64
+	// LargeMark is a digest of Large (ids, last seqs and change counts),
+	// from the same snapshot, "" when Large is empty: the part of the
+	// totals' state that moves without the head (counts.go).
+	LargeMark string
 }
 
 // Defaults of Config.
@@ -152,13 +158,13 @@ func (r *Reader) CachedMessages() int { return r.msgs.len() }
 // head - after within the max lag ($4 in both forms).
 func sqlInboxFrom(src string, counts bool) string {
 	totals, totalsJoin := `NULL::bigint, NULL::bigint`, ``
-	large := `, NULL::bigint[], NULL::bigint[], NULL::bigint[], NULL::bigint[]`
+	large := `, NULL::bigint[], NULL::bigint[], NULL::bigint[], NULL::bigint[], NULL::text`
 	if counts {
-		large = `, lg.ids, lg.seqs, lg.chg, lg.joined`
+		large = `, lg.ids, lg.seqs, lg.chg, lg.joined, lg.mark`
 		totalsJoin = sqlLargeJoin
-		// Known: the totals at this head and epoch are the caller's ($5,
-		// $6): not counted again.
-		const known = `COALESCE(u.inbox_seq, 0) = $5 AND (SELECT epoch FROM meta) = $6`
+		// Known: the totals at this head, epoch and large list are the
+		// caller's ($5, $6, $7): not counted again.
+		const known = `COALESCE(u.inbox_seq, 0) = $5 AND (SELECT epoch FROM meta) = $6 AND lg.mark = $7`
 		totals = `CASE WHEN ` + known + ` THEN NULL ELSE t.unread_total END,
 	CASE WHEN ` + known + ` THEN NULL ELSE t.mention_total END`
 		totalsJoin += `
@@ -181,11 +187,14 @@ ORDER BY q.ord`
 
 // sqlLargeJoin reads the user's large list (docs/large-conversations.md):
 // its current memberships of read-mode conversations, by id, as four
-// arrays (the last one the joined_seq of each membership).
+// arrays (the last one the joined_seq of each membership), and their mark:
+// the md5 of every (id, last_seq, change_count), '' for an empty list
+// (Page.LargeMark).
 const sqlLargeJoin = `
 LEFT JOIN LATERAL (
 	SELECT array_agg(c.id ORDER BY c.id) AS ids, array_agg(c.last_seq ORDER BY c.id) AS seqs,
-		array_agg(c.change_count ORDER BY c.id) AS chg, array_agg(s.joined_seq ORDER BY c.id) AS joined
+		array_agg(c.change_count ORDER BY c.id) AS chg, array_agg(s.joined_seq ORDER BY c.id) AS joined,
+		COALESCE(md5(string_agg(c.id || ':' || c.last_seq || ':' || c.change_count, ';' ORDER BY c.id)), '') AS mark
 	FROM member_spans s JOIN conversations c ON c.id = s.conversation_id AND c.read_fanout
 	WHERE s.user_id = q.user_id AND s.left_seq IS NULL
 ) lg ON true`
@@ -280,7 +289,7 @@ func (r *Reader) query(ctx context.Context, reqs []Req, maxLag int64) (pgx.Rows,
 	if len(reqs) == 1 {
 		q := reqs[0]
 		if q.Counts {
-			return r.db.Query(ctx, sqlInboxOneCounts, q.User, q.After, q.Limit, maxLag, q.KnownHead, q.KnownEpoch)
+			return r.db.Query(ctx, sqlInboxOneCounts, q.User, q.After, q.Limit, maxLag, q.KnownHead, q.KnownEpoch, q.KnownLarge)
 		}
 		return r.db.Query(ctx, sqlInboxOne, q.User, q.After, q.Limit, maxLag)
 	}
@@ -298,7 +307,7 @@ func (r *Reader) query(ctx context.Context, reqs []Req, maxLag int64) (pgx.Rows,
 func (rd *inboxRead) row(fds []pgconn.FieldDescription, raw [][]byte) error {
 	var v [5]int64
 	var null [5]bool
-	if len(raw) != 16 {
+	if len(raw) != 17 {
 		return fmt.Errorf("%d columns", len(raw))
 	}
 	if err := rawInts(fds[:5], raw[:5], v[:], null[:]); err != nil {
@@ -356,7 +365,7 @@ func (rd *inboxRead) large(fds []pgconn.FieldDescription, raw [][]byte, p *Page)
 	if len(cols[1]) != n || len(cols[2]) != n || len(cols[3]) != n {
 		return fmt.Errorf("large arrays of %d, %d, %d, %d", n, len(cols[1]), len(cols[2]), len(cols[3]))
 	}
-	p.Large, p.LargeJoined = nil, cols[3]
+	p.Large, p.LargeJoined, p.LargeMark = nil, cols[3], string(raw[4])
 	for i := range n {
 		p.Large = append(p.Large, protocol.LargeConv{ConversationID: cols[0][i], LastSeq: cols[1][i], ChangeCount: cols[2][i]})
 	}

@@ -40,7 +40,7 @@ func (r *Reader) Sync(ctx context.Context, user int64, q Query) (*Result, error)
 	req := Req{User: user, After: q.After, Limit: int32(q.Limit), Counts: true, KnownHead: -1, KnownEpoch: -1}
 	known, ok := r.counts.get(user)
 	if ok {
-		req.KnownHead, req.KnownEpoch = known.head, known.epoch
+		req.KnownHead, req.KnownEpoch, req.KnownLarge = known.head, known.epoch, known.large
 	}
 	pages, err := r.Read(ctx, []Req{req}, r.lag)
 	if err != nil {
@@ -48,9 +48,9 @@ func (r *Reader) Sync(ctx context.Context, user int64, q Query) (*Result, error)
 	}
 	res := &Result{Page: pages[0]}
 	if res.CountsRead {
-		r.counts.put(user, countsAt{epoch: res.Epoch, head: res.Head, counts: res.Counts})
+		r.counts.put(user, countsAt{epoch: res.Epoch, head: res.Head, large: res.LargeMark, counts: res.Counts})
 	} else {
-		res.Counts = known.counts // the head and epoch are the remembered ones
+		res.Counts = known.counts // the head, epoch and large list are the remembered ones
 	}
 	if r.heads != nil {
 		r.heads.Learn(gen, user, res.Epoch, res.Head)

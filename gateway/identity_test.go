@@ -264,6 +264,8 @@ func TestIdentityJWKSOnly(t *testing.T) {
 	require.Equal(t, protocol.CloseTryAgainLater, code, "a WebSocket is told to come back, not refused")
 	require.Len(t, frames, 1)
 	require.Equal(t, protocol.CodeUnavailable, frames[0].Code)
+	require.True(t, frames[0].Retryable)
+	require.Zero(t, frames[0].RetryAfterMS, "no hint: the refused clients come back on their own jittered backoff (docs/websocket.md)")
 
 	p.SetFailing(false)
 	waitFor(t, 30*time.Second, "readiness", func() bool {

@@ -370,10 +370,15 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	user, err := ws.deps.Auth.Authenticate(r)
 	if err != nil {
-		if apierr.From(err).Retryable {
+		if e := *apierr.From(err); e.Retryable {
 			// The token could not be checked yet (the identity
-			// provider's keys are not loaded): not a refusal.
-			ws.reject(conn, protocol.CloseTryAgainLater, "try again later", err)
+			// provider's keys are not loaded): not a refusal. No
+			// retry_after_ms (docs/websocket.md): nobody knows when the
+			// keys come, and a fixed hint would bring every refused
+			// client back at the same moment; their jittered backoff
+			// spreads them.
+			e.RetryAfter = 0
+			ws.reject(conn, protocol.CloseTryAgainLater, "try again later", &e)
 			return
 		}
 		ws.reject(conn, protocol.CloseUnauthorized, "unauthorized", err)

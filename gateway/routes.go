@@ -147,6 +147,12 @@ func headerSize(r *http.Request) int {
 // writeUnmatched answers a request no route takes in the error shape: 404,
 // or 405 with Allow when the path exists for other methods.
 func (g *Gateway) writeUnmatched(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	if onServerAPI(r) {
+		if err := refuseBrowser(r); err != nil {
+			g.writeError(w, r, err)
+			return
+		}
+	}
 	probe := &probeWriter{header: http.Header{}}
 	h, _ := mux.Handler(r)
 	h.ServeHTTP(probe, r)

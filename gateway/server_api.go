@@ -86,8 +86,8 @@ func (g *Gateway) serverRoutes() []route {
 // then a token of the key's bucket (429).
 func (g *Gateway) serverAuth(scope string, h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if r.Header.Get("Origin") != "" {
-			return apierr.Forbidden("the server API is not for browsers: a request with an Origin header is refused")
+		if err := refuseBrowser(r); err != nil {
+			return err
 		}
 		k, err := g.serviceKey(r)
 		if err != nil {
@@ -104,6 +104,22 @@ func (g *Gateway) serverAuth(scope string, h func(http.ResponseWriter, *http.Req
 		}
 		return h(w, r.WithContext(context.WithValue(r.Context(), serviceKey, k)))
 	}
+}
+
+// refuseBrowser is the server API's first rule (docs/protocol.md): a
+// request with an Origin header is a 403, whatever else it is, on a
+// route (serverAuth) or not (a wrong method, an unknown path:
+// writeUnmatched).
+func refuseBrowser(r *http.Request) error {
+	if r.Header.Get("Origin") == "" {
+		return nil
+	}
+	return apierr.Forbidden("the server API is not for browsers: a request with an Origin header is refused")
+}
+
+// onServerAPI says whether r's path is under the server API.
+func onServerAPI(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, ServerPrefix) || r.URL.Path == strings.TrimSuffix(ServerPrefix, "/")
 }
 
 // serviceKey verifies the API key of r's Authorization header.

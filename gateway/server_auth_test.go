@@ -76,6 +76,13 @@ func TestServerAPIAuthorization(t *testing.T) {
 		{"scope missing", reader, "POST", "/v1/server/conversations", protocol.CreateConversation{Members: []int64{1}},
 			[]string{"Idempotency-Key", "k1"}, 403, protocol.CodeForbidden},
 		{"browser", reader, "GET", state, nil, []string{"Origin", "https://app.example"}, 403, protocol.CodeForbidden},
+		// Before anything else: a wrong method (a CORS preflight) or an
+		// unknown path of the server API is a 403 too, not a 405 or 404.
+		{"browser preflight", reader, "OPTIONS", "/v1/server/conversations", nil, []string{"Origin", "https://app.example.com"}, 403, protocol.CodeForbidden},
+		{"browser, wrong method", &user{tg: tg}, "DELETE", state, nil, []string{"Origin", "https://app.example"}, 403, protocol.CodeForbidden},
+		{"browser, no such route", &user{tg: tg}, "GET", "/v1/server/nothing", nil, []string{"Origin", "https://app.example"}, 403, protocol.CodeForbidden},
+		{"browser, the prefix alone", &user{tg: tg}, "GET", "/v1/server", nil, []string{"Origin", "https://app.example"}, 403, protocol.CodeForbidden},
+		{"wrong method", reader, "OPTIONS", "/v1/server/conversations", nil, nil, 405, protocol.CodeBadRequest},
 		{"key on a user route", reader, "GET", "/v1/sync", nil, nil, 401, protocol.CodeUnauthorized},
 	}
 	for _, c := range bad {

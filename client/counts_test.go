@@ -12,7 +12,7 @@ import (
 	"github.com/inboxd/inboxd/client"
 )
 
-// The SDK's side of issue 18's counts and receipts: SendWith carries
+// The SDK's side of the counts and receipts: SendWith carries
 // mentions, Counts/OnCounts follow the server's totals over the WebSocket
 // (welcome) and over long-polling (sync answers), OnReceipt hears another
 // member's read live, Receipts reads them all.

@@ -23,7 +23,7 @@ import (
 	"github.com/inboxd/inboxd/projector"
 )
 
-// End-to-end tests of issue 21 (docs/large-conversations.md): real
+// End-to-end tests of read fan-out (docs/large-conversations.md): real
 // PostgreSQL, Kafka (kfake), fanout, gateway and Go SDK clients around
 // conversations that switch to read fan-out and back, and a channel.
 
@@ -459,7 +459,7 @@ func (w *world) lgMembers(t testing.TB, cid int64) int {
 	return n
 }
 
-// TestLargeSwitchesUnderFanoutKills is acceptance 3 of issue 21: a
+// TestLargeSwitchesUnderFanoutKills: the switch survives crashes. A
 // conversation crosses the threshold up (a bulk add) and down (removals)
 // under a send load, with the fanout (an `inboxd fanout` process) killed
 // with SIGKILL during each switch and another started. At the end Verify is

@@ -29,7 +29,7 @@ import (
 	"github.com/inboxd/inboxd/projector"
 )
 
-// The randomized workload of issue 17 (acceptance 1): sends, replies,
+// The randomized workload of the chat layer's changes: sends, replies,
 // edits, deletes, reactions and membership changes made through the SDK by
 // users who may make them, while a duplicator appends copies of send and
 // change records to the log, the fanout process is killed with SIGKILL and
@@ -528,7 +528,7 @@ func (d *duplicator) run(ctx context.Context) error {
 	return failed
 }
 
-// TestRandomChanges is issue 17's acceptance 1; see the top of the file.
+// TestRandomChanges runs that workload; see the top of the file.
 // INBOXD_TEST_SEED=n repeats the choices of a run (not its timing).
 func TestRandomChanges(t *testing.T) {
 	if testing.Short() {

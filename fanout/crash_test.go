@@ -26,7 +26,7 @@ import (
 	"github.com/inboxd/inboxd/projector"
 )
 
-// Crash recovery of issue 14: how long the partitions of a fanout stay
+// Crash recovery: how long the partitions of a fanout stay
 // unprojected after a kill -9, with two `inboxd fanout` processes in one
 // group. The group settings compared are env vars handed to the processes,
 // so the harness measures whatever the binary built from this tree does.
@@ -155,7 +155,7 @@ func (o killOutcome) log(t testing.TB) {
 }
 
 // With the binary's default group settings (no session timeout or instance
-// id passed), the acceptance of issue 14: a kill -9 of one of two fanouts
+// id passed), the goal of fast failover: a kill -9 of one of two fanouts
 // moves its partitions within 10 s; twenty kills with restarts, one every
 // 3-4 s, never leave a partition unprojected for more than 15 s; nothing is
 // lost or doubled. Against a real Kafka with INBOXD_TEST_KAFKA_BROKERS.
@@ -191,7 +191,7 @@ func killFigureConfigs(t testing.TB) []killConfig {
 	t.Helper()
 	cfgs := []killConfig{
 		{"defaults", nil},
-		{"dynamic-45s", []string{"INBOXD_INSTANCE_ID=", "INBOXD_SESSION_TIMEOUT=45s"}}, // before issue 14
+		{"dynamic-45s", []string{"INBOXD_INSTANCE_ID=", "INBOXD_SESSION_TIMEOUT=45s"}}, // the dynamic membership of the first releases
 		{"dynamic-6s", []string{"INBOXD_INSTANCE_ID=", "INBOXD_SESSION_TIMEOUT=6s"}},
 		{"static-6s", []string{"INBOXD_INSTANCE_ID=fanout-{slot}", "INBOXD_SESSION_TIMEOUT=6s"}},
 	}
@@ -224,7 +224,7 @@ func killFigureConfigs(t testing.TB) []killConfig {
 	return out
 }
 
-// The figures of issue 14 (acceptance 3): per configuration, the pause of
+// The failover figures: per configuration, the pause of
 // one kill without restart (the other fanout takes over) and p50/max of the
 // pauses over twenty kills with restarts, one every 3-4 s.
 func TestFanoutKillFigures(t *testing.T) {

@@ -9,8 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// What counts cost for a user with 2,000 conversations (issue 18,
-// acceptance 4; docs/decisions.md, "Unread and mention counts"):
+// What counts cost for a user with 2,000 conversations (docs/decisions.md, "Unread and mention counts"):
 //
 //	go test ./gateway -run XXX -bench Counts -benchtime 200x
 //

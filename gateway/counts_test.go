@@ -19,8 +19,7 @@ import (
 	"github.com/inboxd/inboxd/replay"
 )
 
-// The unread and mention counts of issue 18 (acceptance 1), against a
-// model: randomized sends (with mentions and @all), reads on several
+// The unread and mention counts, against a model: randomized sends (with mentions and @all), reads on several
 // devices of one user, mutes, membership changes, edits and deletes, all
 // through the API; then a replay of the log. After each phase every
 // user's records carry the model's unread_count and mention_count, and

@@ -43,7 +43,7 @@ var notText = []string{
 	"\"truncated \xc3\"",
 }
 
-// TestNotTextRefusedEverywhere is issue 13's acceptance 1: NUL, invalid
+// TestNotTextRefusedEverywhere: only storable text gets in. NUL, invalid
 // UTF-8 and lone surrogates in every text field (message body, msg_id,
 // Idempotency-Key, title, unknown fields, query values, paths), over HTTP
 // and the WebSocket, are refused with 400 or an error frame; nothing is

@@ -11,7 +11,7 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// Read receipts (issue 18): a member's read reaches the other members
+// Read receipts: a member's read reaches the other members
 // connected to any gateway as a receipt frame, and the receipts endpoint;
 // a non-member sees neither; a member who hides its receipts is in neither;
 // no inbox row is written for the other members.

@@ -53,7 +53,7 @@ func (g *Gateway) routeTable() []route {
 		{"PATCH", "/v1/conversations/{cid}/record", true, bucketSend, g.handleRecord},
 		{"POST", "/v1/conversations/{cid}/read", true, bucketSend, g.handleRead},
 		{"GET", "/v1/sync", true, bucketSync, g.handleSync},
-		// Typing and presence (issue 18): the user's settings, presence.
+		// Typing and presence: the user's settings, presence.
 		{"GET", "/v1/settings", true, bucketSync, g.handleGetSettings},
 		{"PATCH", "/v1/settings", true, bucketSend, g.handlePatchSettings},
 		{"GET", "/v1/presence", true, bucketSync, g.handlePresence},

@@ -22,7 +22,7 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// TestWSCatchUpLiveRestart is issue 9's acceptance 1: a client connecting
+// TestWSCatchUpLiveRestart: catch-up then live, across a restart. A client connecting
 // with a cursor gets exactly the missing entries, then the live ones,
 // contiguous and each once; reconnecting with its last cursor to a new
 // gateway process on the same database (the old one shut down with 1012)

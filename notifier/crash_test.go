@@ -14,7 +14,7 @@ import (
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
-// Issue 19, acceptance 1: notifier processes killed with SIGKILL while
+// Nothing repeated across crashes: notifier processes killed with SIGKILL while
 // messages flow and while notifications are being delivered repeat
 // nothing beyond what the idempotency key lets the receiver drop: once the
 // receiver drops repeated ids, every offline member has every message

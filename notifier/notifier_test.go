@@ -12,7 +12,7 @@ import (
 	"github.com/inboxd/inboxd/notifier"
 )
 
-// Issue 19, acceptance 1: offline members get one notification per
+// Who is notified: offline members get one notification per
 // message (or one per burst, standing for its messages), connected, muted
 // and opted-out members none, the sender none; a mention reaches a member
 // who muted the conversation.
@@ -65,7 +65,7 @@ func TestWhoIsNotified(t *testing.T) {
 	require.Positive(t, skipped, "the connected member's notifications were skipped at their due time")
 }
 
-// Issue 19, acceptance 1: a receiver that answers 500 and 429 (with
+// A failing receiver: one that answers 500 and 429 (with
 // Retry-After) for a while loses nothing, and nothing is taken twice.
 func TestReceiverFailing(t *testing.T) {
 	w := newWorld(t)

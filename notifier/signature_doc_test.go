@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Acceptance 2 of issue 19: the signature verifies with the algorithm of
+// The documented signature: it verifies with the algorithm of
 // docs/notifications.md, checked by the receiver the document gives (its
 // Python block, run as it is), not by Go code of ours.
 

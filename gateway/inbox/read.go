@@ -188,8 +188,8 @@ ORDER BY q.ord`
 // sqlLargeJoin reads the user's large list (docs/large-conversations.md):
 // its current memberships of read-mode conversations, by id, as four
 // arrays (the last one the joined_seq of each membership), and their mark:
-// the md5 of every (id, last_seq, change_count), '' for an empty list
-// (Page.LargeMark).
+// the md5 of every (id, last_seq, change_count), the empty string for an
+// empty list (Page.LargeMark).
 const sqlLargeJoin = `
 LEFT JOIN LATERAL (
 	SELECT array_agg(c.id ORDER BY c.id) AS ids, array_agg(c.last_seq ORDER BY c.id) AS seqs,

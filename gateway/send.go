@@ -106,7 +106,8 @@ type sendResult struct {
 // over member_spans by conversation (what this statement did first) was,
 // in its prepared generic plan, a scan of every member of the
 // conversation on every send, 100,000 index entries per message in a
-// large conversation (measured: 3 backends busy at 100 msg/s).
+// large conversation (docs/decisions.md, "Measured reasons behind
+// defaults").
 var sqlSendCheck = `WITH k AS (INSERT INTO body_keys (msg_id, key) SELECT $1, $4::bytea WHERE $4::bytea IS NOT NULL
 	ON CONFLICT (msg_id) DO NOTHING RETURNING key)
 SELECT ` + rows.MessageColsFor("$3") + `,

@@ -30,9 +30,9 @@ const (
 	// DefaultLinger is none: a record goes out at once, and records that
 	// arrive while a produce request is in flight wait for it and go
 	// together in the next (an idempotent kgo producer keeps one request
-	// in flight per broker), so batches still grow with the load. A linger of 2 ms added about 1.5
-	// ms to every send at low load (bench e2e at 100 msg/s: push p50 7.59
-	// -> 6.78 ms) and bought no CPU at 1,000 msg/s.
+	// in flight per broker), so batches still grow with the load. A
+	// linger adds its length to every send at low load and buys no CPU
+	// under load (docs/decisions.md, "Measured reasons behind defaults").
 	DefaultLinger = time.Duration(-1)
 )
 

@@ -246,8 +246,9 @@ func (s *Service) deliverPresence(ctx context.Context, p projection.Presence) er
 // with $1, but $1. Read-mode conversations (large ones and
 // channels, docs/large-conversations.md) share no presence: a member of a
 // 100,000-member channel going online would be a frame to every connected
-// member and a join over all of them (measured: the statement took most of
-// PostgreSQL's time while 15,000 members connected).
+// member and a join over all of them (the statement took most of
+// PostgreSQL's time while 15,000 members connected: docs/decisions.md,
+// "Measured reasons behind defaults").
 //
 // The write-mode conversations are picked first (MATERIALIZED): joined in
 // one query, the planner may read the members of every conversation of

@@ -10,9 +10,8 @@ import (
 // same instant: 1,000 sessions are 1,000 writer goroutines made runnable at
 // once, and every other frame of the gateway (the small conversations'
 // entries, heartbeats, replies) waits behind them, a few milliseconds of
-// both cores every interval (measured: the small conversations' push p99
-// went from 11.7 to 41 ms next to a 100-message/s conversation with 1,000
-// members here, at p50 +2.8 ms). Each session belongs to one of
+// both cores every interval (docs/decisions.md, "Measured reasons behind
+// defaults"). Each session belongs to one of
 // largeLanes lanes (by its id); lane i queues its part of a push i/largeLanes
 // of the interval later, so the writes of one push are spread evenly over
 // it. A lane hands its work over in order, and every read-mode frame of a

@@ -24,9 +24,9 @@ const pushRetryDelay = 500 * time.Millisecond
 // touches 500 users connected here is one or a few queries, not 500.
 // The window is for reads only: a session whose next entries the
 // notifications announced (the usual case of a live session) is pushed
-// from memory, so the batch it is in goes at once (the window added its
-// whole length to every push at low load: send -> push p50 2.4 ms after
-// the send's own answer at 100 msg/s).
+// from memory, so the batch it is in goes at once: the window would add
+// its whole length to every push at low load (docs/decisions.md,
+// "Measured reasons behind defaults").
 type pusher struct {
 	ws *Server
 

@@ -32,38 +32,6 @@
 //	internal/ratelimit  the per-user token buckets
 //	internal/rows       columns and scanners of messages and records
 //
-// Its own files:
-//
-//	config.go     Config and its defaults
-//	gateway.go    New (the wiring), Handler, Listen, Run/Serve, Drain
-//	routes.go     the route table (kept equal to openapi.yaml by a test),
-//	              authentication, rate limiting and error mapping per route
-//	sync.go       GET /v1/sync (304s from the head cache, long-polls), the
-//	              too-long answer and its ws.Rebaser
-//	records.go    the conversation list (records) and GET /v1/conversations
-//	send.go       the send path (check, append, ack wait), shared with the
-//	              WebSocket as its ws.Sender
-//	messages.go   POST .../messages (sends)
-//	history.go    GET .../messages: before, after, changed_after
-//	large.go      the large list in sync answers: its ETag part, the
-//	              long-poll's view of it (docs/large-conversations.md)
-//	members.go    create, add/remove members (one or in bulk), record and
-//	              read changes, the appender
-//	auth.go       the token cache, the authenticator (also the
-//	              WebSocket's ws.Authenticator: every token goes through
-//	              one verifier, internal/auth), the dev token
-//	identity.go   the verifier of Config (HS256 secret, the identity
-//	              provider's JWKS) and its metrics
-//	errors.go     writeError, the error shape of every HTTP answer
-//	rawerrors.go  the error shape for what net/http answers by itself
-//	decode.go     request body, query and path decoding
-//	settings.go   GET and PATCH /v1/settings (hide_presence announces)
-//	presence.go   GET /v1/presence
-//	metrics.go    Prometheus metrics and the instrumenting middleware
-//	health.go     /healthz, /readyz, /metrics, /openapi.yaml
-//	ws.go         NewWebSocket (a ws.Server over the gateway's pieces) and
-//	              GET /v1/ws
-//
 // The pieces shared by HTTP and WebSocket: hub.Hub (wake-ups),
 // inbox.Reader.Sync and tooLongAnswer (entries after a cursor, or the
 // too-long answer), sender (a send with its ack wait), authenticator, the

@@ -5,15 +5,11 @@
 // moved. It is pure with respect to Kafka: fanout (live) and replay (rebuild)
 // feed it records; it must not consume or produce.
 //
-// Files: projector.go (config, Apply and ApplyTx, the memory of existing
-// rows, the order of a batch's round trips), rules.go (the projection
-// rules: events to rows in memory, no database, unit-tested by
-// rules_test.go), load.go (locking the offsets and reading the state a
-// batch depends on), write.go (locking users, numbering entries, writing
-// rows and offsets, the NOTIFY), errors.go (failure classes, probing,
-// isolating a bad record), verify.go (invariants I1-I8), retention.go,
-// imported.go (history appended by inboxd import: no inbox entries, read
-// positions past it; docs/import.md).
+// The projection rules (events to rows, in memory) take no database and
+// are unit-tested on their own; loading the state a batch depends on and
+// writing its rows are separate steps around them, so that a batch costs
+// a fixed number of round trips whatever its size. Invariants I1-I8 are
+// checked by Verify, used by the tests and `inboxd verify`.
 //
 // # Transactions and locks
 //

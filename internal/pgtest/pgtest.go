@@ -1,7 +1,8 @@
 // Package pgtest gives tests a real PostgreSQL: a fresh, migrated database per
-// test, cloned from a template. It uses the server at INBOXD_TEST_DATABASE_URL
-// when set (make test starts one for the whole run), else starts a private
-// server for the test binary from the local PostgreSQL binaries.
+// test, cloned from a template. Each test binary starts a private server
+// from the local PostgreSQL binaries (make test starts none: every package
+// brings its own), unless INBOXD_TEST_DATABASE_URL names one to use
+// instead (a developer's running server, for a quicker loop).
 package pgtest
 
 import (

@@ -349,19 +349,19 @@ func writeCharts(res AllResult, dir string) ([]string, error) {
 	var out []string
 	if res.E2E != nil && len(res.E2E.Phases) > 0 {
 		p := filepath.Join(dir, "e2e-latency.png")
-		if err := e2eChart(*res.E2E).writePNG(p); err != nil {
+		if err := e2eChart(*res.E2E).WritePNG(p); err != nil {
 			return out, err
 		}
 		out = append(out, p)
 	}
 	if res.Storm != nil && len(res.Storm.Runs) > 0 {
 		p := filepath.Join(dir, "storm-requests.png")
-		if err := stormChart(*res.Storm, false).writePNG(p); err != nil {
+		if err := stormChart(*res.Storm, false).WritePNG(p); err != nil {
 			return out, err
 		}
 		out = append(out, p)
 		p = filepath.Join(dir, "storm-connected.png")
-		if err := stormChart(*res.Storm, true).writePNG(p); err != nil {
+		if err := stormChart(*res.Storm, true).WritePNG(p); err != nil {
 			return out, err
 		}
 		out = append(out, p)

@@ -41,7 +41,7 @@
 //	cpumsg.go    CPU per message next to the issue's recorded baseline
 //	runs.go      several runs reported together: the ranges of the figures
 //	report.go    docs/benchmarks.md between its marker comments
-//	chart.go     PNG line charts with the standard library only
+//	chart/       PNG line charts with the standard library only (a package)
 //	profile.go   CPU profiles and `go tool pprof -top`
 //	proc.go      /proc readings: RSS, CPU time, the machine
 //	stats.go     percentiles

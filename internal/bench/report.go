@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/inboxd/inboxd/internal/bench/chart"
 )
 
 // The report's generated blocks lie between these marker comments; the
@@ -21,18 +23,18 @@ const (
 
 // e2eChart is the latency percentile chart of the e2e phases, each next
 // to the commit latency measured at the same time.
-func e2eChart(r E2EResult) lineChart {
-	ch := lineChart{
+func e2eChart(r E2EResult) chart.Line {
+	ch := chart.Line{
 		Title:  fmt.Sprintf("Send -> WebSocket push, %d members (dashed: a 1-row commit, same time)", r.Members),
 		XLabel: "percentile", YLabel: "latency (ms)", LogY: true,
-		XTicks: []chartTick{{0, "0%"}, {math.Log10(2), "50%"}, {1, "90%"}, {2, "99%"}, {3, "99.9%"}},
+		XTicks: []chart.Tick{{V: 0, Label: "0%"}, {V: math.Log10(2), Label: "50%"}, {V: 1, Label: "90%"}, {V: 2, Label: "99%"}, {V: 3, Label: "99.9%"}},
 	}
 	k := 0
 	for i, p := range r.Phases {
 		if strings.HasPrefix(p.Name, finalPhaseName) && i != r.MaxPhase {
 			continue // a failed try at the highest load: in the table only
 		}
-		col := palette[k%len(palette)]
+		col := chart.Palette[k%len(chart.Palette)]
 		k++
 		label := fmt.Sprintf("push at %s msg/s", num(p.Offered))
 		if i == r.MaxPhase {
@@ -44,8 +46,8 @@ func e2eChart(r E2EResult) lineChart {
 	return ch
 }
 
-func percentileSeries(name string, d Dist, col color.RGBA, dash bool) chartSeries {
-	s := chartSeries{Name: name, Color: col, Dash: dash}
+func percentileSeries(name string, d Dist, col color.RGBA, dash bool) chart.Series {
+	s := chart.Series{Name: name, Color: col, Dash: dash}
 	for i, q := range cdfQuantiles {
 		if q >= 1 || i >= len(d.CDF) {
 			continue
@@ -58,8 +60,8 @@ func percentileSeries(name string, d Dist, col color.RGBA, dash bool) chartSerie
 
 // stormChart is the request rate (or the clients up) over time, both
 // kinds of client on one chart, with the gateway's return marked.
-func stormChart(r StormResult, connected bool) lineChart {
-	ch := lineChart{
+func stormChart(r StormResult, connected bool) chart.Line {
+	ch := chart.Line{
 		Title:  fmt.Sprintf("Reconnect storm: requests of %s clients, gateway stopped at t = 0", num(float64(r.Clients))),
 		XLabel: "seconds since the gateway was stopped",
 		YLabel: "requests/s (100 ms buckets)", LogY: true, YMin: 1,
@@ -74,8 +76,8 @@ func stormChart(r StormResult, connected bool) lineChart {
 		}
 	}
 	for i, run := range r.Runs {
-		col := palette[i%len(palette)]
-		s := chartSeries{Name: stormNames[run.Mode], Color: col, X: run.T}
+		col := chart.Palette[i%len(chart.Palette)]
+		s := chart.Series{Name: stormNames[run.Mode], Color: col, X: run.T}
 		if connected {
 			for _, c := range run.Connected {
 				s.Y = append(s.Y, float64(c))
@@ -84,7 +86,7 @@ func stormChart(r StormResult, connected bool) lineChart {
 			s.Y = run.Rate
 		}
 		ch.Series = append(ch.Series, s)
-		ch.Marks = append(ch.Marks, chartMark{X: run.Downtime, Color: col,
+		ch.Marks = append(ch.Marks, chart.Mark{X: run.Downtime, Color: col,
 			Label: fmt.Sprintf("gateway back (%s run)", run.Mode)})
 	}
 	if len(ch.Marks) > 1 {

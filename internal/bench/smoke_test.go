@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"image/color"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -203,26 +202,6 @@ func TestReplaceBlock(t *testing.T) {
 	require.Equal(t, "a\n<!-- x -->\nnew\n<!-- /x -->\nb\n", string(out))
 	_, err = replaceBlock([]byte("no markers"), "<!-- x -->", "<!-- /x -->", "new")
 	require.Error(t, err)
-}
-
-func TestChartDraws(t *testing.T) {
-	ch := lineChart{Title: "t", XLabel: "x", YLabel: "y", LogY: true, YMin: 1,
-		Series: []chartSeries{{Name: "a", X: []float64{0, 1, 2}, Y: []float64{1, 100, 0}, Color: palette[0]}},
-		Marks:  []chartMark{{X: 1, Label: "m", Color: palette[1]}}}
-	img := ch.render()
-	require.Equal(t, 1040, img.Bounds().Dx())
-	inked := 0
-	for y := 0; y < img.Bounds().Dy(); y++ {
-		for x := 0; x < img.Bounds().Dx(); x++ {
-			if img.RGBAAt(x, y) == (color.RGBA{0x00, 0x72, 0xb2, 0xff}) {
-				inked++
-			}
-		}
-	}
-	require.Greater(t, inked, 100, "the series is drawn")
-	for r := range glyphs {
-		require.Len(t, glyphs[r], 41, "glyph %q", r)
-	}
 }
 
 func TestMergeStorm(t *testing.T) {

@@ -1,4 +1,4 @@
-package bench
+package chart
 
 import (
 	"fmt"
@@ -10,56 +10,58 @@ import (
 	"strconv"
 )
 
-// The charts are drawn with the standard library (image/png and a 5x7
-// pixel font) so that the benchmark needs no module beyond the project's.
-
-// chartSeries is one line of a chart.
-type chartSeries struct {
+// Series is one line of a chart: the points (X[i], Y[i]). A NaN breaks
+// the line; on a log axis a value <= 0 is left out (X) or drawn at the
+// bottom (Y).
+type Series struct {
 	Name  string
 	X, Y  []float64
 	Color color.RGBA
 	Dash  bool
 }
 
-// chartTick is a labelled tick.
-type chartTick struct {
+// Tick is a labelled tick of the X axis.
+type Tick struct {
 	V     float64
 	Label string
 }
 
-// chartMark is a labelled vertical line.
-type chartMark struct {
+// Mark is a labelled vertical line at X.
+type Mark struct {
 	X     float64
 	Label string
 	Color color.RGBA
 }
 
-// lineChart is a chart of lines over two axes, each linear or logarithmic.
-type lineChart struct {
+// Line is a chart of lines over two axes, each linear or logarithmic.
+// The zero values of the fields are defaults: ticks computed from the
+// data, Y and X bounds from the data, 1040x560 pixels (plus the legend).
+type Line struct {
 	Title, XLabel, YLabel string
 	LogX, LogY            bool
-	XTicks                []chartTick // custom ticks; default computed
-	YMin                  float64     // lower bound of Y (log: above 0); 0 = from data
-	XMin, XMax            float64     // bounds of X when XMax > XMin; else from data
-	Series                []chartSeries
-	Marks                 []chartMark
+	XTicks                []Tick  // custom ticks; default computed
+	YMin                  float64 // lower bound of Y (log: above 0); 0 = from data
+	XMin, XMax            float64 // bounds of X when XMax > XMin; else from data
+	Series                []Series
+	Marks                 []Mark
 	W, H                  int
+}
+
+// Palette is a sequence of line colours that stay apart for the colour
+// blind (Okabe-Ito).
+var Palette = []color.RGBA{
+	{0x00, 0x72, 0xb2, 0xff}, // blue
+	{0xd5, 0x5e, 0x00, 0xff}, // vermillion
+	{0x00, 0x9e, 0x73, 0xff}, // green
+	{0xcc, 0x79, 0xa7, 0xff}, // purple
+	{0xe6, 0x9f, 0x00, 0xff}, // orange
+	{0x56, 0xb4, 0xe9, 0xff}, // sky
 }
 
 var (
 	colBlack = color.RGBA{0x20, 0x20, 0x20, 0xff}
 	colGrid  = color.RGBA{0xe4, 0xe4, 0xe4, 0xff}
 	colAxis  = color.RGBA{0x60, 0x60, 0x60, 0xff}
-	// A palette that stays apart for the colour blind (Okabe-Ito).
-	palette = []color.RGBA{
-		{0x00, 0x72, 0xb2, 0xff}, // blue
-		{0xd5, 0x5e, 0x00, 0xff}, // vermillion
-		{0x00, 0x9e, 0x73, 0xff}, // green
-		{0xcc, 0x79, 0xa7, 0xff}, // purple
-		{0xe6, 0x9f, 0x00, 0xff}, // orange
-		{0x56, 0xb4, 0xe9, 0xff}, // sky
-	}
-	colRef = color.RGBA{0x70, 0x70, 0x70, 0xff}
 )
 
 const (
@@ -138,6 +140,44 @@ func (a axis) px(v float64) float64 {
 	return a.p0 + (v-a.lo)/(a.hi-a.lo)*(a.p1-a.p0)
 }
 
+// ticks are custom, else one per power of ten (log), else round ones.
+func (a axis) ticks(custom []Tick) []Tick {
+	if len(custom) > 0 {
+		return custom
+	}
+	var out []Tick
+	if a.log {
+		for e := a.lo; e <= a.hi; e++ {
+			out = append(out, Tick{math.Pow(10, e), fmtTick(math.Pow(10, e))})
+		}
+		return out
+	}
+	for _, v := range niceTicks(a.lo, a.hi, 6) {
+		out = append(out, Tick{v, fmtTick(v)})
+	}
+	return out
+}
+
+// newAxis is the axis over [lo, hi] drawn from pixel p0 to p1: a log one
+// out to whole powers of ten, a linear one out to round ticks unless
+// fixed (X with given bounds; Y, drawn upwards, never is).
+func newAxis(lo, hi float64, log, fixed bool, p0, p1 float64) axis {
+	if log {
+		lo, hi = math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+		if hi == lo {
+			hi++
+		}
+	} else if p1 < p0 || !fixed {
+		t := niceTicks(lo, hi, 6)
+		step := 1.0
+		if len(t) > 1 {
+			step = t[1] - t[0]
+		}
+		lo, hi = math.Floor(lo/step)*step, math.Ceil(hi/step)*step
+	}
+	return axis{lo: lo, hi: hi, log: log, p0: p0, p1: p1}
+}
+
 // niceTicks returns round ticks covering [lo, hi].
 func niceTicks(lo, hi float64, n int) []float64 {
 	span := hi - lo
@@ -176,12 +216,18 @@ func fmtTick(v float64) string {
 	}
 }
 
-// render draws the chart.
-func (ch lineChart) render() *image.RGBA {
+// frame is where a chart's parts go: the plot box in pixels (y0 is its
+// bottom), the left margin and the height above the legend.
+type frame struct {
+	x0, x1, y0, y1 float64
+	left, plotH    int
+}
+
+// Render draws the chart; the legend goes under it, two entries a line.
+func (ch Line) Render() *image.RGBA {
 	if ch.W == 0 {
 		ch.W, ch.H = 1040, 560
 	}
-	// The legend goes under the chart, two entries a line.
 	legendRows := (len(ch.Series) + 1) / 2
 	plotH := ch.H
 	ch.H += legendRows*(glyphH+10) + 8
@@ -189,11 +235,20 @@ func (ch lineChart) render() *image.RGBA {
 	c := canvas{img}
 	c.rect(0, 0, ch.W, ch.H, color.RGBA{0xff, 0xff, 0xff, 0xff})
 	left, right, top, bottom := 110, 48, 56, 72
-	px0, px1 := float64(left), float64(ch.W-right)
-	py0, py1 := float64(plotH-bottom), float64(top)
+	f := frame{x0: float64(left), x1: float64(ch.W - right), y0: float64(plotH - bottom), y1: float64(top), left: left, plotH: plotH}
+	xlo, xhi, ylo, yhi := ch.bounds()
+	ax := newAxis(xlo, xhi, ch.LogX, ch.XMax > ch.XMin, f.x0, f.x1)
+	ay := newAxis(ylo, yhi, ch.LogY, ch.XMax > ch.XMin, f.y0, f.y1)
+	ch.drawGrid(c, f, ax, ay)
+	ch.drawLines(c, f, ax, ay)
+	ch.drawLabels(c, f)
+	return img
+}
 
-	// Data ranges.
-	xlo, xhi, ylo, yhi := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+// bounds are the ranges of the data, widened to the custom ticks and
+// overridden by the given bounds.
+func (ch Line) bounds() (xlo, xhi, ylo, yhi float64) {
+	xlo, xhi, ylo, yhi = math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, s := range ch.Series {
 		for i := range s.X {
 			x, y := s.X[i], s.Y[i]
@@ -228,65 +283,34 @@ func (ch lineChart) render() *image.RGBA {
 	if yhi <= ylo {
 		yhi = ylo + 1
 	}
-	fixedX := ch.XMax > ch.XMin
-	mk := func(lo, hi float64, log bool, p0, p1 float64) axis {
-		if log {
-			lo, hi = math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
-			if hi == lo {
-				hi++
-			}
-		} else if p1 < p0 || !fixedX {
-			// Y always, and X unless given: out to round ticks.
-			t := niceTicks(lo, hi, 6)
-			step := 1.0
-			if len(t) > 1 {
-				step = t[1] - t[0]
-			}
-			lo, hi = math.Floor(lo/step)*step, math.Ceil(hi/step)*step
-		}
-		return axis{lo: lo, hi: hi, log: log, p0: p0, p1: p1}
-	}
-	ax := mk(xlo, xhi, ch.LogX, px0, px1)
-	ay := mk(ylo, yhi, ch.LogY, py0, py1)
+	return xlo, xhi, ylo, yhi
+}
 
-	ticks := func(a axis, custom []chartTick) []chartTick {
-		if len(custom) > 0 {
-			return custom
-		}
-		var out []chartTick
-		if a.log {
-			for e := a.lo; e <= a.hi; e++ {
-				out = append(out, chartTick{math.Pow(10, e), fmtTick(math.Pow(10, e))})
-			}
-			return out
-		}
-		for _, v := range niceTicks(a.lo, a.hi, 6) {
-			out = append(out, chartTick{v, fmtTick(v)})
-		}
-		return out
-	}
-	// Grid and tick labels.
-	for _, t := range ticks(ax, ch.XTicks) {
+// drawGrid draws the grid lines, their tick labels and the axes.
+func (ch Line) drawGrid(c canvas, f frame, ax, ay axis) {
+	for _, t := range ax.ticks(ch.XTicks) {
 		x := ax.px(t.V)
-		c.line(x, py0, x, py1, 1, colGrid, false)
-		c.text(int(x)-textWidth(t.Label)/2, int(py0)+10, t.Label, colBlack, false)
+		c.line(x, f.y0, x, f.y1, 1, colGrid, false)
+		c.text(int(x)-textWidth(t.Label)/2, int(f.y0)+10, t.Label, colBlack, false)
 	}
-	for _, t := range ticks(ay, nil) {
+	for _, t := range ay.ticks(nil) {
 		y := ay.px(t.V)
-		c.line(px0, y, px1, y, 1, colGrid, false)
-		c.text(int(px0)-10-textWidth(t.Label), int(y)-glyphH/2, t.Label, colBlack, false)
+		c.line(f.x0, y, f.x1, y, 1, colGrid, false)
+		c.text(int(f.x0)-10-textWidth(t.Label), int(y)-glyphH/2, t.Label, colBlack, false)
 	}
-	c.line(px0, py0, px1, py0, 2, colAxis, false)
-	c.line(px0, py0, px0, py1, 2, colAxis, false)
+	c.line(f.x0, f.y0, f.x1, f.y0, 2, colAxis, false)
+	c.line(f.x0, f.y0, f.x0, f.y1, 2, colAxis, false)
+}
 
-	// Marks, then the series, clipped to the plot.
+// drawLines draws the marks, then the series, clipped to the plot.
+func (ch Line) drawLines(c canvas, f frame, ax, ay axis) {
 	for _, m := range ch.Marks {
 		x := ax.px(m.X)
-		if x < px0 || x > px1 {
+		if x < f.x0 || x > f.x1 {
 			continue
 		}
-		c.line(x, py0, x, py1, 2, m.Color, true)
-		c.text(int(x)+6, int(py1)+6, m.Label, m.Color, false)
+		c.line(x, f.y0, x, f.y1, 2, m.Color, true)
+		c.text(int(x)+6, int(f.y1)+6, m.Label, m.Color, false)
 	}
 	clip := func(v, a, b float64) float64 { return math.Max(math.Min(v, math.Max(a, b)), math.Min(a, b)) }
 	for _, s := range ch.Series {
@@ -301,34 +325,35 @@ func (ch lineChart) render() *image.RGBA {
 				have = false
 				continue
 			}
-			X, Y := clip(ax.px(x), px0, px1), clip(ay.px(y), py0, py1)
+			X, Y := clip(ax.px(x), f.x0, f.x1), clip(ay.px(y), f.y0, f.y1)
 			if have {
 				c.line(prevX, prevY, X, Y, 2, s.Color, s.Dash)
 			}
 			prevX, prevY, have = X, Y, true
 		}
 	}
+}
 
-	// Title, axis labels, legend.
+// drawLabels draws the title, the axis labels and the legend.
+func (ch Line) drawLabels(c canvas, f frame) {
 	c.text((ch.W-textWidth(ch.Title))/2, 16, ch.Title, colBlack, false)
-	c.text((int(px0+px1)-textWidth(ch.XLabel))/2, plotH-30, ch.XLabel, colBlack, false)
-	c.text(14, (int(py0+py1)+textWidth(ch.YLabel))/2, ch.YLabel, colBlack, true)
-	colW := (ch.W - left) / 2
+	c.text((int(f.x0+f.x1)-textWidth(ch.XLabel))/2, f.plotH-30, ch.XLabel, colBlack, false)
+	c.text(14, (int(f.y0+f.y1)+textWidth(ch.YLabel))/2, ch.YLabel, colBlack, true)
+	colW := (ch.W - f.left) / 2
 	for i, s := range ch.Series {
-		lx, y := left+(i%2)*colW, plotH+(i/2)*(glyphH+10)
+		lx, y := f.left+(i%2)*colW, f.plotH+(i/2)*(glyphH+10)
 		c.line(float64(lx), float64(y+glyphH/2), float64(lx+36), float64(y+glyphH/2), 3, s.Color, s.Dash)
 		c.text(lx+44, y, s.Name, colBlack, false)
 	}
-	return img
 }
 
-// writePNG renders the chart into path.
-func (ch lineChart) writePNG(path string) error {
+// WritePNG renders the chart into the file at path.
+func (ch Line) WritePNG(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := png.Encode(f, ch.render()); err != nil {
+	if err := png.Encode(f, ch.Render()); err != nil {
 		f.Close()
 		return fmt.Errorf("encode %s: %w", path, err)
 	}

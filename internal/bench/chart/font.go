@@ -1,4 +1,4 @@
-package bench
+package chart
 
 // glyphs is a 5x7 pixel font of printable ASCII for the chart labels,
 // drawn for this package: each glyph is seven rows of five pixels, "1" for

@@ -399,17 +399,8 @@ func changesReactions(ctx context.Context, env *Env, cfg ChangesConfig, x *React
 	steps := make([]int, len(members))
 	errs := make(chan error, 1)
 	f0 := gatherFanout(reg)
-	interval := time.Duration(float64(time.Second) / cfg.ReactionRate)
 	start := time.Now()
-	end := start.Add(time.Duration(cfg.ReactionSeconds * float64(time.Second)))
-	for i := 0; ; i++ {
-		at := start.Add(time.Duration(i) * interval)
-		if !at.Before(end) || ctx.Err() != nil {
-			break
-		}
-		if d := time.Until(at); d > 0 {
-			time.Sleep(d)
-		}
+	pace(ctx, start, start.Add(time.Duration(cfg.ReactionSeconds*float64(time.Second))), cfg.ReactionRate, func(i int) {
 		m := i % len(members)
 		k := steps[m]
 		steps[m]++
@@ -434,7 +425,7 @@ func changesReactions(ctx context.Context, env *Env, cfg ChangesConfig, x *React
 				}
 			}
 		})
-	}
+	})
 	x.Seconds = time.Since(start).Seconds()
 	x.Achieved = float64(x.Appended) / x.Seconds
 	last := time.Now()

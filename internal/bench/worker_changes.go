@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,12 +83,9 @@ type convEdits struct {
 }
 
 type changesPhaseRec struct {
-	mode     string
-	edits    map[int64]*convEdits // by conversation; the map is read-only
-	mu       sync.Mutex
-	push     []float32
-	request  []float32
-	received atomic.Int64
+	pushTimes
+	mode  string
+	edits map[int64]*convEdits // by conversation; the map is read-only
 }
 
 type changesWorker struct {
@@ -101,8 +96,7 @@ type changesWorker struct {
 	sendConns chan *rawConn
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	dialer    *websocket.Dialer
-	mu        sync.Mutex
-	phases    map[int]*changesPhaseRec
+	phases    phaseRecs[changesPhaseRec]
 	reconns   atomic.Int64
 }
 
@@ -119,7 +113,7 @@ func runChangesWorker(ctx context.Context, cio *childIO, raw []byte) error {
 	dial := sourceDialer(cfg.SrcIPs, 10*time.Second)
 	w := &changesWorker{
 		cfg: cfg, tokens: map[int64]string{}, conv: map[int64]int64{}, first: map[int64]int64{},
-		phases: map[int]*changesPhaseRec{}, sendConns: make(chan *rawConn, 4096), dial: dial,
+		sendConns: make(chan *rawConn, 4096), dial: dial,
 		dialer: &websocket.Dialer{NetDialContext: dial, HandshakeTimeout: 10 * time.Second,
 			ReadBufferSize: 4096, WriteBufferSize: 1024},
 	}
@@ -135,22 +129,15 @@ func runChangesWorker(ctx context.Context, cio *childIO, raw []byte) error {
 			w.tokens[u], w.conv[u] = tok, c.ID
 		}
 	}
-	var welcomed sync.WaitGroup
-	welcomed.Add(len(w.tokens))
-	rctx, stopReceivers := context.WithCancel(ctx)
-	var receivers sync.WaitGroup
-	sem := make(chan struct{}, 64)
+	var fs []*wsFollower
 	for u, tok := range w.tokens {
-		receivers.Add(1)
-		go func() {
-			defer receivers.Done()
-			w.receive(rctx, u, tok, sem, welcomed.Done)
-		}()
+		fs = append(fs, w.follower(u, tok))
 	}
-	defer func() { stopReceivers(); receivers.Wait() }()
-	if err := waitGroupCtx(ctx, &welcomed); err != nil {
-		return fmt.Errorf("connect %d WebSockets: %w", len(w.tokens), err)
+	stop, err := followAll(ctx, fs, 64)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	if err := w.sendFirst(ctx); err != nil {
 		return err
 	}
@@ -249,10 +236,10 @@ type changesFrame struct {
 	} `json:"entries"`
 }
 
-// receive keeps one user's WebSocket up and times the pushes of the
+// follower is the one WebSocket of user: it times the pushes of the
 // bench's sends and edits.
-func (w *changesWorker) receive(ctx context.Context, user int64, tok string, sem chan struct{}, welcomed func()) {
-	f := &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, reconns: &w.reconns, frame: func(data []byte, now int64) (string, int64) {
+func (w *changesWorker) follower(user int64, tok string) *wsFollower {
+	return &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, tok: tok, reconns: &w.reconns, frame: func(data []byte, now int64) (string, int64) {
 		var f changesFrame
 		if json.Unmarshal(data, &f) != nil {
 			return "", 0
@@ -273,37 +260,22 @@ func (w *changesWorker) receive(ctx context.Context, user int64, tok string, sem
 		}
 		return f.Type, cursor
 	}}
-	f.follow(ctx, tok, sem, welcomed)
 }
 
-// record times an entry whose body is "bench:<phase>:<request unix ns>":
-// a message entry in a send phase, an update entry in an edit phase.
+// record times an entry of a body written by benchBody: a message entry
+// in a send phase, an update entry in an edit phase.
 func (w *changesWorker) record(user, conv int64, kind, body string, now int64) {
-	rest, ok := strings.CutPrefix(body, "bench:")
+	p, t0, ok := parseBenchBody(body)
 	if !ok {
 		return
 	}
-	ps, ts, ok := strings.Cut(rest, ":")
-	if !ok {
-		return
-	}
-	p, err1 := strconv.Atoi(ps)
-	t0, err2 := strconv.ParseInt(ts, 10, 64)
-	if err1 != nil || err2 != nil {
-		return
-	}
-	w.mu.Lock()
-	rec := w.phases[p]
-	w.mu.Unlock()
+	rec := w.phases.get(p)
 	if rec == nil {
 		return
 	}
 	switch {
 	case rec.mode == "send" && kind == "message":
-		rec.mu.Lock()
-		rec.push = append(rec.push, float32(float64(now-t0)/1e6))
-		rec.mu.Unlock()
-		rec.received.Add(1)
+		rec.add(float32(float64(now-t0) / 1e6))
 	case rec.mode == "edit" && kind == "update":
 		// The entry shows the edit of t0 and every earlier one of the
 		// message: each is delivered to this member now, if not before.
@@ -320,10 +292,7 @@ func (w *changesWorker) record(user, conv int64, kind, body string, now int64) {
 		ce.seen[user] = i
 		ce.mu.Unlock()
 		if len(lat) > 0 {
-			rec.mu.Lock()
-			rec.push = append(rec.push, lat...)
-			rec.mu.Unlock()
-			rec.received.Add(int64(len(lat)))
+			rec.add(lat...)
 		}
 	}
 }
@@ -336,106 +305,47 @@ func (w *changesWorker) runPhase(ctx context.Context, idx int, cmd changesPhaseC
 	for _, c := range w.cfg.Convs {
 		rec.edits[c.ID] = &convEdits{seen: map[int64]int{}}
 	}
-	w.mu.Lock()
-	w.phases[idx] = rec
-	w.mu.Unlock()
+	w.phases.start(idx, rec)
 	res := ChangesPhase{Name: cmd.Name, Mode: cmd.Mode, Offered: cmd.Rate}
 	reconns0 := w.reconns.Load()
 
-	var (
-		sent, applied, pending, errs, dropped, expected atomic.Int64
-		inflight                                        atomic.Int64
-		wg                                              sync.WaitGroup
-		firstErr                                        atomic.Value
-	)
-	interval := time.Duration(float64(time.Second) / cmd.Rate)
-	start := time.Now()
-	end := start.Add(time.Duration(cmd.Seconds * float64(time.Second)))
-	for i := 0; ; i++ {
-		at := start.Add(time.Duration(i) * interval)
-		if !at.Before(end) || ctx.Err() != nil {
-			break
-		}
-		if d := time.Until(at); d > 0 {
-			time.Sleep(d)
-		}
-		if inflight.Load() >= int64(w.cfg.MaxInflight) {
-			dropped.Add(1)
-			continue
-		}
+	limit := newInflightCap(w.cfg.MaxInflight)
+	o := offerLoad(ctx, cmd.Rate, cmd.Seconds, limit, func(i int) answer {
 		conv := w.cfg.Convs[i%len(w.cfg.Convs)]
-		from := conv.Members[0] // the sender of the first message: the one who may edit it
+		a := answer{Pushes: int64(len(conv.Members) - 1)}
+		var t0 time.Time
 		if cmd.Mode == "send" {
-			from = conv.Members[(i/len(w.cfg.Convs))%len(conv.Members)]
+			from := conv.Members[(i/len(w.cfg.Convs))%len(conv.Members)]
+			t0 = time.Now()
+			a.Code, a.Err = w.request(ctx, "POST", fmt.Sprintf("/v1/conversations/%d/messages", conv.ID), w.tokens[from],
+				map[string]string{"msg_id": uuid.NewString(), "body": benchBody(idx, t0)})
+		} else {
+			// The sender of the first message, the one who may edit it.
+			// The request time joins the message's list before the
+			// request, in the order of the requests, so that a push of a
+			// later edit also delivers this one.
+			from := conv.Members[0]
+			ce := rec.edits[conv.ID]
+			ce.mu.Lock()
+			t0 = time.Now()
+			ce.ts = append(ce.ts, t0.UnixNano())
+			ce.mu.Unlock()
+			a.Code, a.Err = w.request(ctx, "PATCH", fmt.Sprintf("/v1/conversations/%d/messages/%d", conv.ID, w.first[conv.ID]), w.tokens[from],
+				map[string]string{"change_id": uuid.NewString(), "body": benchBody(idx, t0)})
 		}
-		inflight.Add(1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer inflight.Add(-1)
-			sent.Add(1)
-			var (
-				code int
-				err  error
-				t0   time.Time
-			)
-			if cmd.Mode == "send" {
-				t0 = time.Now()
-				code, err = w.request(ctx, "POST", fmt.Sprintf("/v1/conversations/%d/messages", conv.ID), w.tokens[from],
-					map[string]string{"msg_id": uuid.NewString(), "body": fmt.Sprintf("bench:%d:%d", idx, t0.UnixNano())})
-			} else {
-				// The request time joins the message's list before the
-				// request, in the order of the requests, so that a push
-				// of a later edit also delivers this one.
-				ce := rec.edits[conv.ID]
-				ce.mu.Lock()
-				t0 = time.Now()
-				ce.ts = append(ce.ts, t0.UnixNano())
-				ce.mu.Unlock()
-				code, err = w.request(ctx, "PATCH", fmt.Sprintf("/v1/conversations/%d/messages/%d", conv.ID, w.first[conv.ID]), w.tokens[from],
-					map[string]string{"change_id": uuid.NewString(), "body": fmt.Sprintf("bench:%d:%d", idx, t0.UnixNano())})
-			}
-			d := float32(float64(time.Since(t0).Microseconds()) / 1000)
-			switch {
-			case err == nil && (code == http.StatusCreated || code == http.StatusOK):
-				applied.Add(1)
-			case err == nil && code == http.StatusAccepted:
-				pending.Add(1)
-			default:
-				errs.Add(1)
-				if err == nil {
-					err = fmt.Errorf("HTTP %d", code)
-				}
-				firstErr.CompareAndSwap(nil, err.Error())
-				return
-			}
-			expected.Add(int64(len(conv.Members) - 1))
-			rec.mu.Lock()
-			rec.request = append(rec.request, d)
-			rec.mu.Unlock()
-		}()
-	}
-	res.Seconds = time.Since(start).Seconds()
-	wg.Wait()
-	drainEnd := time.Now().Add(time.Duration(cmd.DrainSeconds * float64(time.Second)))
-	for rec.received.Load() < expected.Load() && time.Now().Before(drainEnd) && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
-	w.mu.Lock()
-	delete(w.phases, idx) // later pushes of this phase are not counted
-	w.mu.Unlock()
+		a.Ms = msSince(t0)
+		return a
+	})
+	rec.drain(ctx, o.Pushes, cmd.DrainSeconds)
+	w.phases.end(idx)
 
-	res.Sent, res.Applied, res.Pending, res.Errors, res.Dropped = sent.Load(), applied.Load(), pending.Load(), errs.Load(), dropped.Load()
+	res.Seconds, res.Sent, res.Applied, res.Pending, res.Errors, res.Dropped = o.Seconds, o.Sent, o.Applied, o.Pending, o.Errors, o.Dropped
 	res.Achieved = float64(res.Applied+res.Pending) / res.Seconds
-	res.Expected, res.Received = expected.Load(), rec.received.Load()
+	res.Expected, res.Received = o.Pushes, rec.received.Load()
 	res.Reconnects = w.reconns.Load() - reconns0
-	if v, ok := firstErr.Load().(string); ok {
-		res.FirstErr = v
-	}
-	rec.mu.Lock()
-	res.Push = newDist(f32to64(rec.push))
-	res.Request = newDist(f32to64(rec.request))
-	rec.mu.Unlock()
+	res.FirstErr = o.FirstErr
+	res.Request = newDist(f32to64(o.RoundTrips))
+	res.Push = rec.dist()
 	return res, ctx.Err()
 }
 

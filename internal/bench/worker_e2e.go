@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,12 +78,11 @@ type E2EPhase struct {
 	FirstErrText string         `json:"first_error,omitempty"`
 }
 
+// e2ePhaseRec is what a phase records as it runs: the pushes, and the
+// commit probe's round trips under the same lock.
 type e2ePhaseRec struct {
-	mu       sync.Mutex
-	push     []float32
-	send     []float32
-	commit   []float32
-	received atomic.Int64
+	pushTimes
+	commit []float32
 }
 
 type e2eWorker struct {
@@ -94,8 +91,7 @@ type e2eWorker struct {
 	sendConns chan *rawConn // idle keep-alive connections for the sends
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	dialer    *websocket.Dialer
-	mu        sync.Mutex
-	phases    map[int]*e2ePhaseRec
+	phases    phaseRecs[e2ePhaseRec]
 	reconns   atomic.Int64
 	socks     map[int64]*wsSock // every user's current WebSocket, for the WS sends
 	acks      sync.Map          // msg_id -> chan wsAck of a WS send waiting for its answer
@@ -118,7 +114,6 @@ func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
 	w := &e2eWorker{
 		cfg:       cfg,
 		tokens:    map[int64]string{},
-		phases:    map[int]*e2ePhaseRec{},
 		socks:     map[int64]*wsSock{},
 		sendConns: make(chan *rawConn, 4096),
 		dial:      dial,
@@ -138,22 +133,15 @@ func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
 		}
 	}
 	// One WebSocket per user, each told apart by its first welcome.
-	var welcomed sync.WaitGroup
-	welcomed.Add(len(w.tokens))
-	rctx, stopReceivers := context.WithCancel(ctx)
-	var receivers sync.WaitGroup
-	sem := make(chan struct{}, 64)
+	var fs []*wsFollower
 	for u, tok := range w.tokens {
-		receivers.Add(1)
-		go func() {
-			defer receivers.Done()
-			w.receive(rctx, u, tok, sem, welcomed.Done)
-		}()
+		fs = append(fs, w.follower(u, tok))
 	}
-	defer func() { stopReceivers(); receivers.Wait() }()
-	if err := waitGroupCtx(ctx, &welcomed); err != nil {
-		return fmt.Errorf("connect %d WebSockets: %w", len(w.tokens), err)
+	stop, err := followAll(ctx, fs, 64)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	cio.emit("ready", map[string]int{"connections": len(w.tokens)})
 
 	probe, err := pgx.Connect(ctx, cfg.DatabaseURL)
@@ -177,17 +165,6 @@ func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
 	}
 }
 
-func waitGroupCtx(ctx context.Context, wg *sync.WaitGroup) error {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // wsFrame is what the load generators read of the server's frames.
 type wsFrame struct {
 	Type    string `json:"type"`
@@ -202,11 +179,11 @@ type wsFrame struct {
 	} `json:"entries"`
 }
 
-// receive keeps one user's WebSocket up and times the pushes of bench
-// messages.
-func (w *e2eWorker) receive(ctx context.Context, user int64, tok string, sem chan struct{}, welcomed func()) {
+// follower is the one WebSocket of user: it times the pushes of bench
+// messages and hands the answers of WebSocket sends to their senders.
+func (w *e2eWorker) follower(user int64, tok string) *wsFollower {
 	sock := w.socks[user]
-	f := &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, reconns: &w.reconns, conn: sock.set, frame: func(data []byte, now int64) (string, int64) {
+	return &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, tok: tok, reconns: &w.reconns, conn: sock.set, frame: func(data []byte, now int64) (string, int64) {
 		var f wsFrame
 		if json.Unmarshal(data, &f) != nil {
 			return "", 0
@@ -226,41 +203,22 @@ func (w *e2eWorker) receive(ctx context.Context, user int64, tok string, sem cha
 		}
 		return f.Type, cursor
 	}}
-	f.follow(ctx, tok, sem, welcomed)
 }
 
-// recordPush times a push whose body is "bench:<phase>:<send unix ns>".
+// recordPush times a push of a body written by benchBody.
 func (w *e2eWorker) recordPush(body string, now int64) {
-	rest, ok := strings.CutPrefix(body, "bench:")
+	p, t0, ok := parseBenchBody(body)
 	if !ok {
 		return
 	}
-	ps, ts, ok := strings.Cut(rest, ":")
-	if !ok {
-		return
+	if rec := w.phases.get(p); rec != nil {
+		rec.add(float32(float64(now-t0) / 1e6))
 	}
-	p, err1 := strconv.Atoi(ps)
-	t0, err2 := strconv.ParseInt(ts, 10, 64)
-	if err1 != nil || err2 != nil {
-		return
-	}
-	w.mu.Lock()
-	rec := w.phases[p]
-	w.mu.Unlock()
-	if rec == nil {
-		return
-	}
-	rec.mu.Lock()
-	rec.push = append(rec.push, float32(float64(now-t0)/1e6))
-	rec.mu.Unlock()
-	rec.received.Add(1)
 }
 
 func (w *e2eWorker) runPhase(ctx context.Context, idx int, cmd e2ePhaseCmd, probe *pgx.Conn) (E2EPhase, error) {
 	rec := &e2ePhaseRec{}
-	w.mu.Lock()
-	w.phases[idx] = rec
-	w.mu.Unlock()
+	w.phases.start(idx, rec)
 	res := E2EPhase{Name: cmd.Name, Transport: cmd.Transport, Offered: cmd.Rate}
 	reconns0 := w.reconns.Load()
 
@@ -271,87 +229,34 @@ func (w *e2eWorker) runPhase(ctx context.Context, idx int, cmd e2ePhaseCmd, prob
 		w.commitProbe(pctx, probe, rec)
 	}()
 
-	var (
-		sent, created, pending, errs, dropped, expected atomic.Int64
-		inflight                                        atomic.Int64
-		wg                                              sync.WaitGroup
-		firstErr                                        atomic.Value
-	)
-	interval := time.Duration(float64(time.Second) / cmd.Rate)
-	start := time.Now()
-	end := start.Add(time.Duration(cmd.Seconds * float64(time.Second)))
-	for i := 0; ; i++ {
-		at := start.Add(time.Duration(i) * interval)
-		if !at.Before(end) || ctx.Err() != nil {
-			break
-		}
-		if d := time.Until(at); d > 0 {
-			time.Sleep(d)
-		}
-		if inflight.Load() >= int64(w.cfg.MaxInflight) {
-			dropped.Add(1)
-			continue
-		}
+	limit := newInflightCap(w.cfg.MaxInflight)
+	o := offerLoad(ctx, cmd.Rate, cmd.Seconds, limit, func(i int) answer {
 		conv := w.cfg.Convs[i%len(w.cfg.Convs)]
 		sender := conv.Members[(i/len(w.cfg.Convs))%len(conv.Members)]
-		inflight.Add(1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer inflight.Add(-1)
-			sent.Add(1)
-			t0 := time.Now()
-			body := fmt.Sprintf("bench:%d:%d", idx, t0.UnixNano())
-			var code int
-			var err error
-			if cmd.Transport == transportWS {
-				code, err = w.sendWS(ctx, conv.ID, sender, body)
-			} else {
-				code, err = w.send(ctx, conv.ID, w.tokens[sender], body)
-			}
-			d := float32(float64(time.Since(t0).Microseconds()) / 1000)
-			switch {
-			case err == nil && (code == http.StatusCreated || code == http.StatusOK):
-				created.Add(1)
-			case err == nil && code == http.StatusAccepted:
-				pending.Add(1)
-			default:
-				errs.Add(1)
-				if err == nil {
-					err = fmt.Errorf("HTTP %d", code)
-				}
-				firstErr.CompareAndSwap(nil, err.Error())
-				return
-			}
-			expected.Add(int64(len(conv.Members)))
-			rec.mu.Lock()
-			rec.send = append(rec.send, d)
-			rec.mu.Unlock()
-		}()
-	}
-	res.Seconds = time.Since(start).Seconds()
-	wg.Wait()
-	// The last pushes: wait for them up to the drain time.
-	drainEnd := time.Now().Add(time.Duration(cmd.DrainSeconds * float64(time.Second)))
-	for rec.received.Load() < expected.Load() && time.Now().Before(drainEnd) && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
+		t0 := time.Now()
+		body := benchBody(idx, t0)
+		var a answer
+		if cmd.Transport == transportWS {
+			a.Code, a.Err = w.sendWS(ctx, conv.ID, sender, body)
+		} else {
+			a.Code, a.Err = w.send(ctx, conv.ID, w.tokens[sender], body)
+		}
+		a.Ms, a.Pushes = msSince(t0), int64(len(conv.Members))
+		return a
+	})
+	rec.drain(ctx, o.Pushes, cmd.DrainSeconds)
 	stopProbe()
 	<-probeDone
-	w.mu.Lock()
-	delete(w.phases, idx) // later pushes of this phase are not counted
-	w.mu.Unlock()
+	w.phases.end(idx)
 
-	res.Sent, res.Created, res.Pending, res.SendErrors, res.Dropped = sent.Load(), created.Load(), pending.Load(), errs.Load(), dropped.Load()
+	res.Seconds, res.Sent, res.Created, res.Pending, res.SendErrors, res.Dropped = o.Seconds, o.Sent, o.Applied, o.Pending, o.Errors, o.Dropped
 	res.Achieved = float64(res.Created+res.Pending) / res.Seconds
-	res.Expected, res.Received = expected.Load(), rec.received.Load()
+	res.Expected, res.Received = o.Pushes, rec.received.Load()
 	res.Reconnects = w.reconns.Load() - reconns0
-	if v, ok := firstErr.Load().(string); ok {
-		res.FirstErrText = v
-	}
+	res.FirstErrText = o.FirstErr
+	res.Send = newDist(f32to64(o.RoundTrips))
+	res.Push = rec.dist()
 	rec.mu.Lock()
-	res.Push = newDist(f32to64(rec.push))
-	res.Send = newDist(f32to64(rec.send))
 	res.Commit = newDist(f32to64(rec.commit))
 	rec.mu.Unlock()
 	return res, ctx.Err()

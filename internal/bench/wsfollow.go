@@ -3,7 +3,11 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +28,7 @@ type wsHello struct {
 type wsFollower struct {
 	dialer  *websocket.Dialer
 	addr    string
+	tok     string // the user's bearer token
 	reconns *atomic.Int64
 	large   bool  // say "large": true in the hello
 	start   int64 // the cursor of the first hello (the user's head when known)
@@ -36,10 +41,43 @@ type wsFollower struct {
 	conn func(c *websocket.Conn)
 }
 
+// followAll keeps the WebSocket of every follower up until ctx ends or
+// stop is called, with at most parallel handshakes in flight (a load
+// generator that dials thousands at once sees refused connects, not the
+// gateway's cost), and returns once each has been welcomed: the load
+// starts on sockets that are all up. stop ends the followers and waits
+// for them.
+func followAll(ctx context.Context, fs []*wsFollower, parallel int) (stop func(), err error) {
+	var welcomed, running sync.WaitGroup
+	welcomed.Add(len(fs))
+	rctx, cancel := context.WithCancel(ctx)
+	sem := make(chan struct{}, parallel)
+	for _, f := range fs {
+		running.Go(func() { f.follow(rctx, sem, welcomed.Done) })
+	}
+	stop = func() { cancel(); running.Wait() }
+	if err := waitGroupCtx(ctx, &welcomed); err != nil {
+		stop()
+		return nil, fmt.Errorf("connect %d WebSockets: %w", len(fs), err)
+	}
+	return stop, nil
+}
+
+func waitGroupCtx(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // follow runs until ctx ends; sem bounds the connects in flight, welcomed
 // is called after the first welcome.
-func (f *wsFollower) follow(ctx context.Context, tok string, sem chan struct{}, welcomed func()) {
-	hdr := http.Header{"Authorization": {"Bearer " + tok}}
+func (f *wsFollower) follow(ctx context.Context, sem chan struct{}, welcomed func()) {
+	hdr := http.Header{"Authorization": {"Bearer " + f.tok}}
 	after := f.start
 	first := true
 	var buf bytes.Buffer
@@ -94,4 +132,89 @@ func (f *wsFollower) follow(ctx context.Context, tok string, sem chan struct{}, 
 			f.reconns.Add(1)
 		}
 	}
+}
+
+// benchBody is the body of a timed message, "bench:<phase>:<unix ns of
+// the request>": the receivers time its push from the request without a
+// clock shared with the sender but the machine's.
+func benchBody(phase int, t0 time.Time) string {
+	return "bench:" + strconv.Itoa(phase) + ":" + strconv.FormatInt(t0.UnixNano(), 10)
+}
+
+// parseBenchBody reads a body written by benchBody.
+func parseBenchBody(body string) (phase int, t0 int64, ok bool) {
+	rest, ok := strings.CutPrefix(body, "bench:")
+	if !ok {
+		return 0, 0, false
+	}
+	ps, ts, ok := strings.Cut(rest, ":")
+	if !ok {
+		return 0, 0, false
+	}
+	p, err1 := strconv.Atoi(ps)
+	t, err2 := strconv.ParseInt(ts, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return p, t, true
+}
+
+// pushTimes are the push latencies a load generator's receivers timed in
+// one phase, ms. Safe for concurrent use.
+type pushTimes struct {
+	mu       sync.Mutex
+	push     []float32
+	received atomic.Int64
+}
+
+func (p *pushTimes) add(ms ...float32) {
+	p.mu.Lock()
+	p.push = append(p.push, ms...)
+	p.mu.Unlock()
+	p.received.Add(int64(len(ms)))
+}
+
+// drain waits up to secs for the received pushes to reach want: the last
+// sends' pushes are still on their way when the schedule ends.
+func (p *pushTimes) drain(ctx context.Context, want int64, secs float64) {
+	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
+	for p.received.Load() < want && time.Now().Before(end) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *pushTimes) dist() Dist {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return newDist(f32to64(p.push))
+}
+
+// phaseRecs are a load generator's records of its phases in progress, by
+// index. A phase is ended before its result is read: a push of it that
+// arrives later finds no record and is not counted.
+type phaseRecs[R any] struct {
+	mu sync.Mutex
+	m  map[int]*R
+}
+
+func (p *phaseRecs[R]) start(idx int, r *R) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[int]*R{}
+	}
+	p.m[idx] = r
+}
+
+func (p *phaseRecs[R]) end(idx int) {
+	p.mu.Lock()
+	delete(p.m, idx)
+	p.mu.Unlock()
+}
+
+// get is the record of a phase in progress, nil after its end.
+func (p *phaseRecs[R]) get(idx int) *R {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[idx]
 }

@@ -44,16 +44,31 @@ type demo struct {
 
 	consoleMu sync.Mutex
 	console   []string // the pages' console, shown when a step fails
+	unloaded  []string // its entries for the page's own files that did not load
+}
+
+// demoOpts adjust the server of a demo.
+type demoOpts struct {
+	tweak func(*Config) // applied to the gateway's Config
+	// routes adds handlers after the demo's; one may wrap the API's,
+	// which mux.Handler finds.
+	routes func(mux *http.ServeMux)
 }
 
 // newDemo starts the demo, or skips the test when there is no Chromium.
 func newDemo(t *testing.T) *demo {
 	t.Helper()
-	return newDemoWith(t, nil)
+	return newDemoOpts(t, demoOpts{})
 }
 
 // newDemoWith is newDemo with tweak applied to the gateway's Config.
 func newDemoWith(t *testing.T, tweak func(*Config)) *demo {
+	t.Helper()
+	return newDemoOpts(t, demoOpts{tweak: tweak})
+}
+
+// newDemoOpts is newDemo with o.
+func newDemoOpts(t *testing.T, o demoOpts) *demo {
 	t.Helper()
 	bin := chromium()
 	if bin == "" {
@@ -62,11 +77,14 @@ func newDemoWith(t *testing.T, tweak func(*Config)) *demo {
 	env := testenv.New(t, testenv.Options{})
 	env.StartFanout(t)
 	w := newWSGatewayOn(t, env, wsOpts{
-		tweak: tweak,
+		tweak: o.tweak,
 		ws:    WSConfig{HeartbeatInterval: time.Second},
 		routes: func(mux *http.ServeMux) {
 			mux.Handle("GET /{$}", web.Handler())
 			mux.Handle("GET /demo/", web.Handler())
+			if o.routes != nil {
+				o.routes(mux)
+			}
 		},
 	})
 
@@ -77,14 +95,39 @@ func newDemoWith(t *testing.T, tweak func(*Config)) *demo {
 	t.Cleanup(cancelAlloc)
 	browser, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
 	t.Cleanup(cancelBrowser)
-	require.NoError(t, chromedp.Do(browser)) // starts the browser
+	began := time.Now()
+	launch(t, "start Chromium", func() error { return chromedp.Do(browser) })
+	t.Logf("Chromium started in %v", time.Since(began).Round(time.Millisecond))
 	return &demo{t: t, url: w.url, browser: browser, env: env}
+}
+
+// launchTimeout bounds the start of Chromium and of a tab, apart from the
+// steps' bound: the first start on a fresh machine (a cold page cache, a
+// new profile, fontconfig's caches being built) can take tens of seconds,
+// which must not eat into the first step's minute.
+const launchTimeout = 3 * time.Minute
+
+// launch runs start, the first Run of a chromedp context, failing the test
+// if it has not returned within launchTimeout. The bound cannot be a
+// timeout on the context: the first Run's context is the browser's (or
+// the tab's) for its whole life. The test's cleanups stop a start that
+// hangs.
+func launch(t *testing.T, what string, start func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- start() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, what)
+	case <-time.After(launchTimeout):
+		t.Fatalf("%s: not done in %v", what, launchTimeout)
+	}
 }
 
 // tab opens a browser context of its own, named for the console.
 func (d *demo) tab(name string) context.Context {
 	ctx, cancel := chromedp.NewContext(d.browser, chromedp.WithNewBrowserContext())
-	require.NoError(d.t, chromedp.Do(ctx))
+	launch(d.t, "open a tab for "+name, func() error { return chromedp.Do(ctx) })
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
@@ -92,14 +135,31 @@ func (d *demo) tab(name string) context.Context {
 			if err != nil {
 				return
 			}
+			line := name + ": " + m.String()
+			if m.Source != "" && m.URL != "" {
+				// The browser's own entries ("Failed to load resource")
+				// name what they are about only here.
+				line += " (" + m.URL + ")"
+			}
 			d.consoleMu.Lock()
-			d.console = append(d.console, name+": "+m.String())
+			d.console = append(d.console, line)
+			if m.Source == "network" && strings.HasPrefix(m.Text, "Failed to load resource") && !strings.Contains(m.URL, "/v1/") {
+				d.unloaded = append(d.unloaded, line)
+			}
 			d.consoleMu.Unlock()
 		}
 	}()
 	d.t.Cleanup(func() {
 		cancel()
 		<-read
+		d.consoleMu.Lock()
+		defer d.consoleMu.Unlock()
+		// The API's requests fail where a test cuts the network; the
+		// page's own files (and its icon) always load.
+		for _, line := range d.unloaded {
+			d.t.Errorf("the page did not load one of its files: %s", line)
+		}
+		d.unloaded = nil
 	})
 	return ctx
 }
@@ -114,13 +174,26 @@ func (d *demo) do(ctx context.Context, what string, steps ...chromedp.Action[chr
 		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer dcancel()
 		page, perr := chromedp.Run(dctx, chromedp.Evaluate[string](`document.body.innerText`))
-		list, lerr := chromedp.Run(dctx, chromedp.Evaluate[string](
-			`JSON.stringify([...document.querySelectorAll('#convs li')].map((li) => ({ ...li.dataset, current: li.classList.contains('current') })))`))
+		list, lerr := chromedp.Run(dctx, chromedp.Evaluate[string](listState))
 		d.consoleMu.Lock()
 		defer d.consoleMu.Unlock()
 		d.t.Fatalf("%s: %v\npage (%v):\n%s\nlist (%v): %s\nserver: %s\nconsole:\n%s", what, err, perr, page, lerr, list,
 			d.serverState(), strings.Join(d.console, "\n"))
 	}
+}
+
+// listState is the conversation list's datasets (the records as the
+// server sent them) and which one is open, as JSON.
+const listState = `JSON.stringify([...document.querySelectorAll('#convs li')].map((li) => ({ ...li.dataset, current: li.classList.contains('current') })))`
+
+// text is the value of a JavaScript expression in a tab, or the error.
+func (d *demo) text(ctx context.Context, expr string) string {
+	d.t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		return err.Error()
+	}
+	return v
 }
 
 // serverState is what PostgreSQL holds of the users' inboxes and records,

@@ -25,6 +25,10 @@ func TestHandler(t *testing.T) {
 		{"/demo/style.css", "text/css", "#messages", 200},
 		{"/demo/counts.js", "javascript", "unread_count", 200},
 		{"/demo/live.js", "javascript", "expires_in_ms", 200},
+		// The page names its icon: a browser asks for /favicon.ico otherwise,
+		// which is the API's and answers 404.
+		{"/", "text/html", `<link rel="icon" href="/demo/favicon.svg"`, 200},
+		{"/demo/favicon.svg", "image/svg+xml", "<svg", 200},
 		{"/demo/missing.js", "", "", 404},
 		{"/demo/", "", "", 404},
 		{"/index.html", "", "", 404},

@@ -104,14 +104,24 @@ async function restore() {
 
 // ---- the conversation list ----
 
-// loadList reads the whole list; its records replace those held.
+// loadList reads the whole list; its records replace those held, unless
+// one held is newer.
 async function loadList() {
   setList(await S.client.conversations());
 }
 
+// setList takes a snapshot of the list. The snapshot was read before it
+// arrives: a record entry applied meanwhile (a read posted while the list
+// was in flight) is newer than the snapshot's record and is kept, else the
+// page would go back to the older read_seq and, having posted that read
+// already, never post it again.
 function setList(records) {
   const old = S.convs;
-  S.convs = new Map(records.map((r) => [r.conversation_id, counts.fresh({ ...r })]));
+  S.convs = new Map(records.map((r) => {
+    const held = old.get(r.conversation_id);
+    if (held && held.version && r.version < held.version) return [r.conversation_id, held];
+    return [r.conversation_id, counts.fresh({ ...r })];
+  }));
   // Messages that arrived while the list was read count on top of it.
   for (const c of S.convs.values()) {
     const past = [...msgsOf(c.conversation_id).values()].filter((m) => m.seq > c.counted_seq);

@@ -125,6 +125,14 @@ func ratio(a, b float64) string {
 	}
 }
 
+// setDefault sets *v to d when it is zero: the configs' zero fields
+// take the defaults their comments give.
+func setDefault[T int | float64](v *T, d T) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
 // div is a/b, 0 when b is 0.
 func div(a, b float64) float64 {
 	if b == 0 {

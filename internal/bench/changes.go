@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
@@ -44,26 +43,16 @@ type ChangesConfig struct {
 }
 
 func (c *ChangesConfig) setDefaults() {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	deff := func(v *float64, d float64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Conversations, 300)
-	def(&c.Members, 7)
-	def(&c.Partitions, 12)
-	deff(&c.Rate, 1000)
-	deff(&c.Seconds, 10)
-	deff(&c.WarmupSeconds, 2)
-	deff(&c.DrainSeconds, 3)
-	def(&c.ReactionMembers, 500)
-	deff(&c.ReactionRate, 1000)
-	deff(&c.ReactionSeconds, 10)
+	setDefault(&c.Conversations, 300)
+	setDefault(&c.Members, 7)
+	setDefault(&c.Partitions, 12)
+	setDefault(&c.Rate, 1000)
+	setDefault(&c.Seconds, 10)
+	setDefault(&c.WarmupSeconds, 2)
+	setDefault(&c.DrainSeconds, 3)
+	setDefault(&c.ReactionMembers, 500)
+	setDefault(&c.ReactionRate, 1000)
+	setDefault(&c.ReactionSeconds, 10)
 }
 
 // ChangesResult is the outcome of Changes.
@@ -208,19 +197,6 @@ func Changes(ctx context.Context, env *Env, cfg ChangesConfig) (ChangesResult, e
 	return res, err
 }
 
-// startFanout runs a fanout on pl until the returned stop is called.
-func startFanout(ctx context.Context, env *Env, pl *pipeline) (reg *prometheus.Registry, stop func(), err error) {
-	reg = prometheus.NewRegistry()
-	fo, err := fanout.New(fanout.Config{Brokers: pl.brokers, Logger: env.Log, Registerer: reg}, pl.pool)
-	if err != nil {
-		return nil, nil, err
-	}
-	fctx, cancel := context.WithCancel(ctx)
-	fdone := make(chan error, 1)
-	go func() { fdone <- fo.Run(fctx) }()
-	return reg, func() { cancel(); <-fdone }, nil
-}
-
 // verifyProjection runs projector.Verify; a failed check is an error that
 // names the checks.
 func verifyProjection(ctx context.Context, pl *pipeline) error {
@@ -243,24 +219,14 @@ func changesEdits(ctx context.Context, env *Env, cfg ChangesConfig, res *Changes
 		return err
 	}
 	defer pl.Close()
-	reg, stopFanout, err := startFanout(ctx, env, pl)
+	reg, stopFanout, err := pl.startFanout(ctx, env, fanout.Config{})
 	if err != nil {
 		return err
 	}
 	defer stopFanout()
-	convs := make([]e2eConv, cfg.Conversations)
-	for i := range convs {
-		c := e2eConv{ID: int64(i + 1)}
-		for k := 0; k < cfg.Members; k++ {
-			c.Members = append(c.Members, int64(i*cfg.Members+k+1))
-		}
-		convs[i] = c
-		e := events.New(events.ConversationCreated, c.ID, c.Members[0])
-		e.Title = "bench"
-		e.Members = c.Members[1:]
-		if _, err := pl.prod.Append(ctx, e); err != nil {
-			return fmt.Errorf("create conversation %d: %w", c.ID, err)
-		}
+	convs, err := appendConversations(ctx, pl.prod, cfg.Conversations, cfg.Members)
+	if err != nil {
+		return err
 	}
 	if err := testenv.WaitCaughtUp(ctx, pl.pool, pl.prod, 2*time.Minute); err != nil {
 		return err
@@ -359,7 +325,7 @@ func changesReactions(ctx context.Context, env *Env, cfg ChangesConfig, x *React
 		return err
 	}
 	defer pl.Close()
-	reg, stopFanout, err := startFanout(ctx, env, pl)
+	reg, stopFanout, err := pl.startFanout(ctx, env, fanout.Config{})
 	if err != nil {
 		return err
 	}

@@ -63,25 +63,15 @@ type E2EConfig struct {
 }
 
 func (c *E2EConfig) setDefaults() {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	deff := func(v *float64, d float64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Conversations, 300)
-	def(&c.Members, 7)
-	def(&c.Partitions, 12)
-	def(&c.RampSteps, 6)
-	def(&c.History, 20)
-	deff(&c.PhaseSeconds, 10)
-	deff(&c.RampSeconds, 4)
-	deff(&c.DrainSeconds, 3)
-	deff(&c.MaxP99Ms, 500)
+	setDefault(&c.Conversations, 300)
+	setDefault(&c.Members, 7)
+	setDefault(&c.Partitions, 12)
+	setDefault(&c.RampSteps, 6)
+	setDefault(&c.History, 20)
+	setDefault(&c.PhaseSeconds, 10)
+	setDefault(&c.RampSeconds, 4)
+	setDefault(&c.DrainSeconds, 3)
+	setDefault(&c.MaxP99Ms, 500)
 	if len(c.Loads) == 0 {
 		c.Loads = []float64{100, 1000}
 	}
@@ -244,173 +234,225 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 	cfg.setDefaults()
 	res := E2EResult{Conversations: cfg.Conversations, Members: cfg.Members, MaxPhase: -1, MaxP99Ms: cfg.MaxP99Ms, DrainSeconds: cfg.DrainSeconds,
 		FanoutRowsPerSec: cfg.FanoutRowsPerSec}
-	pr := env.Progress
 	pl, err := env.newPipeline(ctx, "e2e", cfg.Partitions)
 	if err != nil {
 		return res, err
 	}
 	defer pl.Close()
-	pool, prod, brokers, url := pl.pool, pl.prod, pl.brokers, pl.url
-	reg := prometheus.NewRegistry()
-	fo, err := fanout.New(fanout.Config{Brokers: brokers, Logger: env.Log, Registerer: reg}, pool)
+	reg, stopFanout, err := pl.startFanout(ctx, env, fanout.Config{})
 	if err != nil {
 		return res, err
 	}
-	fctx, stopFanout := context.WithCancel(ctx)
-	fdone := make(chan error, 1)
-	go func() { fdone <- fo.Run(fctx) }()
-	defer func() { stopFanout(); <-fdone }()
+	defer stopFanout()
+	convs, err := e2eSetUp(ctx, env, pl, cfg)
+	if err != nil {
+		return res, err
+	}
+	r := &e2eRun{env: env, cfg: cfg, pl: pl, reg: reg, res: &res}
+	defer r.kill()
+	if err := r.start(ctx, convs); err != nil {
+		return res, err
+	}
+	if err := r.fixedLoads(ctx); err != nil {
+		return res, err
+	}
+	lo, err := r.ramp(ctx)
+	if err != nil {
+		return res, err
+	}
+	if err := r.confirm(ctx, lo); err != nil {
+		return res, err
+	}
+	_ = r.wk.send("quit")
+	_ = r.wk.stop(10 * time.Second)
+	_ = r.gw.stop(20 * time.Second)
+	for i := range res.Profiles {
+		res.Profiles[i].Top = pprofTop(ctx, res.Profiles[i].Path, 25)
+		res.Profiles[i].TopCum = pprofTop(ctx, res.Profiles[i].Path, 30, "-cum")
+	}
+	return res, nil
+}
 
-	// Conversations of distinct users: one WebSocket per user.
-	convs := make([]e2eConv, cfg.Conversations)
-	for i := range convs {
-		c := e2eConv{ID: int64(i + 1)}
-		for k := 0; k < cfg.Members; k++ {
-			c.Members = append(c.Members, int64(i*cfg.Members+k+1))
-		}
-		convs[i] = c
-		e := events.New(events.ConversationCreated, c.ID, c.Members[0])
-		e.Title = "bench"
-		e.Members = c.Members[1:]
-		if _, err := prod.Append(ctx, e); err != nil {
-			return res, fmt.Errorf("create conversation %d: %w", c.ID, err)
-		}
+// e2eSetUp creates the conversations of distinct users (one WebSocket per
+// user), gives each its history, and settles the database.
+func e2eSetUp(ctx context.Context, env *Env, pl *pipeline, cfg E2EConfig) ([]e2eConv, error) {
+	convs, err := appendConversations(ctx, pl.prod, cfg.Conversations, cfg.Members)
+	if err != nil {
+		return nil, err
 	}
-	if err := appendHistory(ctx, pool, prod, convs, cfg.History); err != nil {
-		return res, err
+	if err := appendHistory(ctx, pl.pool, pl.prod, convs, cfg.History); err != nil {
+		return nil, err
 	}
-	if err := testenv.WaitCaughtUp(ctx, pool, prod, 2*time.Minute); err != nil {
-		return res, err
+	if err := testenv.WaitCaughtUp(ctx, pl.pool, pl.prod, 2*time.Minute); err != nil {
+		return nil, err
 	}
 	took, err := pl.settle(ctx)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	progressf(pr, "bench e2e: %d conversations of %d members created with %d messages each, settled in %.1fs",
+	progressf(env.Progress, "bench e2e: %d conversations of %d members created with %d messages each, settled in %.1fs",
 		cfg.Conversations, cfg.Members, cfg.History, took.Seconds())
+	return convs, nil
+}
 
+// e2eRun is a run of the e2e figure: its gateway and load generator, and
+// the result its phases fill in.
+type e2eRun struct {
+	env    *Env
+	cfg    E2EConfig
+	pl     *pipeline
+	reg    *prometheus.Registry // the fanout's
+	gw, wk *child
+	ready  serveReady
+	groups map[string]func() []int // the CPU meters' process groups
+	res    *E2EResult
+}
+
+// start starts the gateway and the load generator, and waits until every
+// WebSocket is up.
+func (r *e2eRun) start(ctx context.Context, convs []e2eConv) error {
+	env, cfg := r.env, r.cfg
 	secret := randomSecret()
-	gw, ready, err := startServe(ctx, env, "gateway", serveConfig{Mode: "gateway", DatabaseURL: url, Brokers: brokers,
+	var err error
+	r.gw, r.ready, err = startServe(ctx, env, "gateway", serveConfig{Mode: "gateway", DatabaseURL: r.pl.url, Brokers: r.pl.brokers,
 		Partitions: cfg.Partitions, Secret: secret, MaxConns: 19000, DBMaxConns: cfg.DBMaxConns})
 	if err != nil {
-		return res, err
+		return err
 	}
-	defer gw.kill()
-	wk, err := env.Runner.start(pr, "e2e-load", []string{"worker", "e2e"}, e2eWorkerConfig{
-		Addr: ready.Addr, Secret: secret, Convs: convs, SrcIPs: sourceIPs(2, 4), DatabaseURL: url,
+	r.wk, err = env.Runner.start(env.Progress, "e2e-load", []string{"worker", "e2e"}, e2eWorkerConfig{
+		Addr: r.ready.Addr, Secret: secret, Convs: convs, SrcIPs: sourceIPs(2, 4), DatabaseURL: r.pl.url,
 		Deadline: 20 * time.Minute})
 	if err != nil {
-		return res, err
+		return err
 	}
-	defer wk.kill()
 	var rd struct {
 		Connections int `json:"connections"`
 	}
-	if err := wk.expectJSON(ctx, "ready", 3*time.Minute, &rd); err != nil {
-		return res, err
+	if err := r.wk.expectJSON(ctx, "ready", 3*time.Minute, &rd); err != nil {
+		return err
 	}
-	res.Connections = rd.Connections
-	progressf(pr, "bench e2e: %d WebSockets connected", rd.Connections)
-
-	run := func(name, transport string, rate, secs float64) (E2EPhase, error) {
-		progressf(pr, "bench e2e: %s: offering %s msg/s for %gs ...", name, num(rate), secs)
-		cmd, _ := json.Marshal(e2ePhaseCmd{Name: name, Transport: transport, Rate: rate, Seconds: secs, DrainSeconds: cfg.DrainSeconds})
-		f0 := gatherFanout(reg)
-		g0, fl0 := gatewayHists(ctx, ready.Ctl, sendStageMetric), gatherHists(reg, fanoutLatencyMetric)
-		t0 := time.Now()
-		if err := wk.send("phase " + string(cmd)); err != nil {
-			return E2EPhase{}, err
-		}
-		var p E2EPhase
-		if err := wk.expectJSON(ctx, "result", time.Duration(secs+cfg.DrainSeconds+120)*time.Second, &p); err != nil {
-			return p, err
-		}
-		f1 := gatherFanout(reg)
-		p.Stages = append(stageDeltas(g0, gatewayHists(ctx, ready.Ctl, sendStageMetric), "gateway ", "check", "append", "projection"),
-			stageDeltas(fl0, gatherHists(reg, fanoutLatencyMetric), "fanout ", "queued", "committed")...)
-		if n := f1.batches - f0.batches; n > 0 {
-			p.FanoutBusy = (f1.seconds - f0.seconds) / time.Since(t0).Seconds()
-			p.FanoutBatchMs = (f1.seconds - f0.seconds) / n * 1000
-			p.FanoutPerBatch = (f1.records - f0.records) / n
-		}
-		p.judge(cfg.MaxP99Ms)
-		progressf(pr, "bench e2e: %s: achieved %s msg/s, push p50 %s p99 %s (commit p50 %s p99 %s), %d/%d pushes, fanout transactions busy %.0f%% (summed over the concurrent apply workers; batches of %.1f records in %s), %s",
-			name, num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), ms(p.Commit.P99), p.Received, p.Expected,
-			p.FanoutBusy*100, p.FanoutPerBatch, ms(p.FanoutBatchMs), p.verdict(cfg.MaxP99Ms))
-		if len(p.Stages) > 0 {
-			progressf(pr, "bench e2e: %s: where a send's time goes: %s", name, stagesText(p.Stages))
-		}
-		return p, nil
-	}
-
-	groups := map[string]func() []int{
-		"gateway (child process)":        func() []int { return []int{ready.Pid} },
+	r.res.Connections = rd.Connections
+	progressf(env.Progress, "bench e2e: %d WebSockets connected", rd.Connections)
+	r.groups = map[string]func() []int{
+		"gateway (child process)":        func() []int { return []int{r.ready.Pid} },
 		"fanout + kfake (orchestrator)":  func() []int { return []int{os.Getpid()} },
-		"load generator (child process)": func() []int { return []int{wk.pid()} },
+		"load generator (child process)": func() []int { return []int{r.wk.pid()} },
 		cpuGroupPostgreSQL:               env.postgresPids,
 	}
 	if env.PGData == "" {
-		delete(groups, cpuGroupPostgreSQL)
+		delete(r.groups, cpuGroupPostgreSQL)
 	}
-	// The fixed loads, HTTP sends then WebSocket ones; the CPU meters and
-	// the profiles run over the last of each (the profiles: HTTP only).
-	fixed := func(transport string, loads []float64) ([]E2EPhase, []CPUShare, error) {
-		var phases []E2EPhase
-		var cpu []CPUShare
-		for i, rate := range loads {
-			last := i == len(loads)-1
-			if _, err := pl.settle(ctx); err != nil {
-				return phases, cpu, err
-			}
-			var meter *cpuMeter
-			var profs []<-chan error
-			if last {
-				meter = newCPUMeter(groups)
-				if cfg.Profile && transport == transportHTTP {
-					profs = res.startProfiles(ctx, env, ready.Ctl, rate, max(1, int(cfg.PhaseSeconds)-1))
-				}
-			}
-			name := fmt.Sprintf("load %s msg/s", num(rate))
-			if transport == transportWS {
-				name = fmt.Sprintf("WebSocket sends, load %s msg/s", num(rate))
-			}
-			p, err := run(name, transport, rate, cfg.PhaseSeconds)
-			if err != nil {
-				return phases, cpu, err
-			}
-			if meter != nil {
-				cpu = meter.stop()
-			}
-			for _, c := range profs {
-				if err := <-c; err != nil {
-					progressf(pr, "bench e2e: profile: %v", err)
-				}
-			}
-			phases = append(phases, p)
-		}
-		return phases, cpu, nil
+	return nil
+}
+
+// kill ends the children that are still running.
+func (r *e2eRun) kill() {
+	r.wk.kill()
+	r.gw.kill()
+}
+
+// phase runs one phase in the load generator and adds what the fanout's
+// and the gateway's own metrics say of it.
+func (r *e2eRun) phase(ctx context.Context, name, transport string, rate, secs float64) (E2EPhase, error) {
+	pr, cfg := r.env.Progress, r.cfg
+	progressf(pr, "bench e2e: %s: offering %s msg/s for %gs ...", name, num(rate), secs)
+	cmd, _ := json.Marshal(e2ePhaseCmd{Name: name, Transport: transport, Rate: rate, Seconds: secs, DrainSeconds: cfg.DrainSeconds})
+	f0 := gatherFanout(r.reg)
+	g0, fl0 := gatewayHists(ctx, r.ready.Ctl, sendStageMetric), gatherHists(r.reg, fanoutLatencyMetric)
+	t0 := time.Now()
+	if err := r.wk.send("phase " + string(cmd)); err != nil {
+		return E2EPhase{}, err
 	}
-	res.Phases, res.CPU, err = fixed(transportHTTP, cfg.Loads)
-	if err != nil {
-		return res, err
+	var p E2EPhase
+	if err := r.wk.expectJSON(ctx, "result", time.Duration(secs+cfg.DrainSeconds+120)*time.Second, &p); err != nil {
+		return p, err
+	}
+	f1 := gatherFanout(r.reg)
+	p.Stages = append(stageDeltas(g0, gatewayHists(ctx, r.ready.Ctl, sendStageMetric), "gateway ", "check", "append", "projection"),
+		stageDeltas(fl0, gatherHists(r.reg, fanoutLatencyMetric), "fanout ", "queued", "committed")...)
+	if n := f1.batches - f0.batches; n > 0 {
+		p.FanoutBusy = (f1.seconds - f0.seconds) / time.Since(t0).Seconds()
+		p.FanoutBatchMs = (f1.seconds - f0.seconds) / n * 1000
+		p.FanoutPerBatch = (f1.records - f0.records) / n
+	}
+	p.judge(cfg.MaxP99Ms)
+	progressf(pr, "bench e2e: %s: achieved %s msg/s, push p50 %s p99 %s (commit p50 %s p99 %s), %d/%d pushes, fanout transactions busy %.0f%% (summed over the concurrent apply workers; batches of %.1f records in %s), %s",
+		name, num(p.Achieved), ms(p.Push.P50), ms(p.Push.P99), ms(p.Commit.P50), ms(p.Commit.P99), p.Received, p.Expected,
+		p.FanoutBusy*100, p.FanoutPerBatch, ms(p.FanoutBatchMs), p.verdict(cfg.MaxP99Ms))
+	if len(p.Stages) > 0 {
+		progressf(pr, "bench e2e: %s: where a send's time goes: %s", name, stagesText(p.Stages))
+	}
+	return p, nil
+}
+
+// fixedLoads runs the fixed loads, HTTP sends then WebSocket ones, each
+// after a settle; the CPU meters and the profiles run over the last of
+// each (the profiles: HTTP only).
+func (r *e2eRun) fixedLoads(ctx context.Context) error {
+	res := r.res
+	var err error
+	if res.Phases, res.CPU, err = r.fixed(ctx, transportHTTP, r.cfg.Loads); err != nil {
+		return err
 	}
 	if n := len(res.Phases); n > 0 {
 		res.CPUPhase = num(res.Phases[n-1].Offered) + " msg/s"
 		res.CPUMessages = res.Phases[n-1].Created + res.Phases[n-1].Pending
 	}
-	if len(cfg.WSLoads) > 0 {
-		res.WSPhases, res.CPUWS, err = fixed(transportWS, cfg.WSLoads)
-		if err != nil {
-			return res, err
-		}
-		n := len(res.WSPhases)
-		res.CPUWSPhase = num(res.WSPhases[n-1].Offered) + " msg/s"
-		res.CPUWSMessages = res.WSPhases[n-1].Created + res.WSPhases[n-1].Pending
+	if len(r.cfg.WSLoads) == 0 {
+		return nil
 	}
+	if res.WSPhases, res.CPUWS, err = r.fixed(ctx, transportWS, r.cfg.WSLoads); err != nil {
+		return err
+	}
+	n := len(res.WSPhases)
+	res.CPUWSPhase = num(res.WSPhases[n-1].Offered) + " msg/s"
+	res.CPUWSMessages = res.WSPhases[n-1].Created + res.WSPhases[n-1].Pending
+	return nil
+}
 
-	// The ramp: between the highest sustained load and the lowest one that
-	// was not, up by half while nothing failed, down by 40% while nothing
-	// was sustained, then halving the interval, until it is within 15%.
+func (r *e2eRun) fixed(ctx context.Context, transport string, loads []float64) ([]E2EPhase, []CPUShare, error) {
+	var phases []E2EPhase
+	var cpu []CPUShare
+	for i, rate := range loads {
+		last := i == len(loads)-1
+		if _, err := r.pl.settle(ctx); err != nil {
+			return phases, cpu, err
+		}
+		var meter *cpuMeter
+		var profs []<-chan error
+		if last {
+			meter = newCPUMeter(r.groups)
+			if r.cfg.Profile && transport == transportHTTP {
+				profs = r.res.startProfiles(ctx, r.env, r.ready.Ctl, rate, max(1, int(r.cfg.PhaseSeconds)-1))
+			}
+		}
+		name := fmt.Sprintf("load %s msg/s", num(rate))
+		if transport == transportWS {
+			name = fmt.Sprintf("WebSocket sends, load %s msg/s", num(rate))
+		}
+		p, err := r.phase(ctx, name, transport, rate, r.cfg.PhaseSeconds)
+		if err != nil {
+			return phases, cpu, err
+		}
+		if meter != nil {
+			cpu = meter.stop()
+		}
+		for _, c := range profs {
+			if err := <-c; err != nil {
+				progressf(r.env.Progress, "bench e2e: profile: %v", err)
+			}
+		}
+		phases = append(phases, p)
+	}
+	return phases, cpu, nil
+}
+
+// ramp searches between the highest sustained load and the lowest one
+// that was not: up by half while nothing failed, down by 40% while
+// nothing was sustained, then halving the interval, until it is within
+// 15%. Its steps are short, HTTP sends only; it returns the highest load
+// they sustained.
+func (r *e2eRun) ramp(ctx context.Context) (float64, error) {
 	lo, hi := 0.0, 0.0
 	note := func(p E2EPhase) {
 		if p.Sustained {
@@ -419,10 +461,10 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 			hi = p.Offered
 		}
 	}
-	for _, p := range res.Phases {
+	for _, p := range r.res.Phases {
 		note(p)
 	}
-	for step := 0; step < cfg.RampSteps; step++ {
+	for step := 0; step < r.cfg.RampSteps; step++ {
 		var next float64
 		switch {
 		case hi == 0:
@@ -435,21 +477,26 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		if next <= lo || (hi > 0 && next >= hi) {
 			break
 		}
-		p, err := run(fmt.Sprintf("ramp step %d", step+1), transportHTTP, next, cfg.RampSeconds)
+		p, err := r.phase(ctx, fmt.Sprintf("ramp step %d", step+1), transportHTTP, next, r.cfg.RampSeconds)
 		if err != nil {
-			return res, err
+			return lo, err
 		}
-		res.Ramp = append(res.Ramp, p)
+		r.res.Ramp = append(r.res.Ramp, p)
 		note(p)
 		if !p.Sustained {
 			// Let the backlog of an overload drain before the next step.
-			sleepCtx(ctx, time.Duration(cfg.DrainSeconds*float64(time.Second)))
+			sleepCtx(ctx, time.Duration(r.cfg.DrainSeconds*float64(time.Second)))
 		}
 	}
-	// The highest load the short steps sustained, measured as long as the
-	// fixed loads; a short step can pass where a long phase does not, so
-	// a failed final phase is tried again at 85%, at most twice, never
-	// below the highest sustained fixed load.
+	return lo, nil
+}
+
+// confirm measures lo, the highest load the ramp's short steps sustained,
+// as long as a fixed load: a short step can pass where a long phase does
+// not, so a failed confirmation is tried again at 85%, at most twice,
+// never below the highest sustained fixed load.
+func (r *e2eRun) confirm(ctx context.Context, lo float64) error {
+	res, cfg := r.res, r.cfg
 	floor := 0.0
 	for i, p := range res.Phases {
 		if p.Sustained {
@@ -461,9 +508,9 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 	}
 	rate := lo
 	for try := 0; res.MaxPhase < 0 && rate > floor && try < 3; try++ {
-		p, err := run(fmt.Sprintf("%s %d", finalPhaseName, try+1), transportHTTP, rate, cfg.PhaseSeconds)
+		p, err := r.phase(ctx, fmt.Sprintf("%s %d", finalPhaseName, try+1), transportHTTP, rate, cfg.PhaseSeconds)
 		if err != nil {
-			return res, err
+			return err
 		}
 		res.Phases = append(res.Phases, p)
 		if p.Sustained {
@@ -483,14 +530,7 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 	if res.MaxPhase >= 0 {
 		res.MaxSustainable = res.Phases[res.MaxPhase].Offered
 	}
-	_ = wk.send("quit")
-	_ = wk.stop(10 * time.Second)
-	_ = gw.stop(20 * time.Second)
-	for i := range res.Profiles {
-		res.Profiles[i].Top = pprofTop(ctx, res.Profiles[i].Path, 25)
-		res.Profiles[i].TopCum = pprofTop(ctx, res.Profiles[i].Path, 30, "-cum")
-	}
-	return res, nil
+	return nil
 }
 
 // startProfiles starts the CPU profiles of the gateway and of the

@@ -19,8 +19,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/pgserver"
 	"github.com/inboxd/inboxd/migrations"
@@ -320,8 +322,12 @@ func (c *child) stop(timeout time.Duration) error {
 	}
 }
 
-// kill ends the child at once and waits for it.
+// kill ends the child at once and waits for it; a nil child (never
+// started) is a no-op.
 func (c *child) kill() {
+	if c == nil {
+		return
+	}
 	select {
 	case <-c.done:
 		return
@@ -413,6 +419,43 @@ func (p *pipeline) settle(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("settle: checkpoint: %w", err)
 	}
 	return time.Since(t0), nil
+}
+
+// startFanout runs a fanout on the pipeline until stop is called (once or
+// more: it returns when the fanout has ended); cfg's Brokers, Logger and
+// Registerer are the pipeline's, the env's and a fresh registry, reg,
+// whose batch metrics the figures read.
+func (p *pipeline) startFanout(ctx context.Context, env *Env, cfg fanout.Config) (reg *prometheus.Registry, stop func(), err error) {
+	reg = prometheus.NewRegistry()
+	cfg.Brokers, cfg.Logger, cfg.Registerer = p.brokers, env.Log, reg
+	fo, err := fanout.New(cfg, p.pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	fdone := make(chan error, 1)
+	go func() { fdone <- fo.Run(fctx) }()
+	return reg, sync.OnceFunc(func() { cancel(); <-fdone }), nil
+}
+
+// appendConversations creates n conversations of members distinct users
+// each (ids from 1), from their first member, through the producer.
+func appendConversations(ctx context.Context, prod *producer.Producer, n, members int) ([]e2eConv, error) {
+	convs := make([]e2eConv, n)
+	for i := range convs {
+		c := e2eConv{ID: int64(i + 1)}
+		for k := 0; k < members; k++ {
+			c.Members = append(c.Members, int64(i*members+k+1))
+		}
+		convs[i] = c
+		e := events.New(events.ConversationCreated, c.ID, c.Members[0])
+		e.Title = "bench"
+		e.Members = c.Members[1:]
+		if _, err := prod.Append(ctx, e); err != nil {
+			return nil, fmt.Errorf("create conversation %d: %w", c.ID, err)
+		}
+	}
+	return convs, nil
 }
 
 // Close releases what newPipeline built.

@@ -34,16 +34,11 @@ type FanoutConfig struct {
 }
 
 func (c *FanoutConfig) setDefaults() {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Messages, 100000)
-	def(&c.Members, 7)
-	def(&c.Conversations, 2000)
-	def(&c.Partitions, 12)
-	def(&c.MaxPollRecords, 5000)
+	setDefault(&c.Messages, 100000)
+	setDefault(&c.Members, 7)
+	setDefault(&c.Conversations, 2000)
+	setDefault(&c.Partitions, 12)
+	setDefault(&c.MaxPollRecords, 5000)
 }
 
 // FanoutResult is the outcome of Fanout.
@@ -116,15 +111,11 @@ func Fanout(ctx context.Context, env *Env, cfg FanoutConfig) (FanoutResult, erro
 	}
 	defer pl.Close()
 	pool, prod := pl.pool, pl.prod
-	reg := prometheus.NewRegistry()
-	fo, err := fanout.New(fanout.Config{Brokers: pl.brokers, MaxPollRecords: cfg.MaxPollRecords, Logger: log, Registerer: reg}, pool)
+	reg, stopFanout, err := pl.startFanout(ctx, env, fanout.Config{MaxPollRecords: cfg.MaxPollRecords})
 	if err != nil {
 		return res, err
 	}
-	fctx, stopFanout := context.WithCancel(ctx)
-	fdone := make(chan error, 1)
-	go func() { fdone <- fo.Run(fctx) }()
-	defer func() { stopFanout(); <-fdone }()
+	defer stopFanout()
 
 	// Conversations of cfg.Members distinct members over a shared user set.
 	users := int64(max(cfg.Conversations*cfg.Members/4, cfg.Members))
@@ -235,8 +226,6 @@ func Fanout(ctx context.Context, env *Env, cfg FanoutConfig) (FanoutResult, erro
 
 	// Replay of the whole log (fanout stopped), against the live rate.
 	stopFanout()
-	<-fdone
-	fdone <- nil
 	if !cfg.SkipReplay {
 		rres, err := replay.Run(ctx, replay.Config{Brokers: pl.brokers, Logger: log, Progress: progress}, pool)
 		if err != nil {

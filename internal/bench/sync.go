@@ -26,16 +26,11 @@ type SyncConfig struct {
 }
 
 func (c *SyncConfig) setDefaults() {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Users, 4000)
-	def(&c.Members, 7)
-	def(&c.Messages, 35)
-	def(&c.Page, 50)
-	def(&c.Conns, 64)
+	setDefault(&c.Users, 4000)
+	setDefault(&c.Members, 7)
+	setDefault(&c.Messages, 35)
+	setDefault(&c.Page, 50)
+	setDefault(&c.Conns, 64)
 	if c.Seconds == 0 {
 		c.Seconds = 8
 	}

@@ -31,8 +31,8 @@ var figures = map[string]figure{
 	"idle":    {"bytes per idle WebSocket of the gateway vs a bare gorilla/websocket echo server", bindIdle},
 	"storm":   {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
 	"changes": {"edit -> WebSocket push latency vs a send's; update entries written for a burst of reactions on one message", bindChanges},
-	"large":   {"issue 21: build of an N-member conversation, push latency to C connected members, small conversations' p99 with and without it, inbox rows per message, catch-up, sync cost of 50 channels", bindLarge},
-	"all":     {"every figure, then the goals of issue 22 (computed from the results), the tables and charts of docs/benchmarks.md", bindAll},
+	"large":   {"read fan-out: build of an N-member conversation, push latency to C connected members, small conversations' p99 with and without it, inbox rows per message, catch-up, sync cost of 50 channels", bindLarge},
+	"all":     {"every figure, then the goals (computed from the results), the tables and charts of docs/benchmarks.md", bindAll},
 }
 
 func bindFanout(fs *flag.FlagSet) runFunc {

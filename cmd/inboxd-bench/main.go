@@ -44,17 +44,17 @@ figures:
   fanout   committed inbox rows/s through producer -> kfake -> fanout -> PostgreSQL, vs a plain COPY;
            idle append -> NOTIFY vs a single-row commit; replay vs live
   e2e      send -> WebSocket push latency at fixed loads and the highest sustained one, vs commit latency;
-           the fixed loads again with the sends over the WebSocket; CPU per message vs issue 22's baseline
+           the fixed loads again with the sends over the WebSocket; CPU per message vs the goals' recorded baseline
   sync     sync pages/s and 304s/s over a 1M-row inbox, vs a trivial handler on the same server
   idle     bytes per idle WebSocket of the gateway, vs a bare gorilla/websocket echo server
   storm    reconnect storm after a gateway restart: the SDK vs a naive client
   changes  edit -> WebSocket push latency vs a send's at the same rate; update entries written
            for a burst of reactions on one message of a 500-member conversation
-  large    issue 21: an N-member conversation built by bulk add; send -> push to C connected members
+  large    read fan-out: an N-member conversation built by bulk add; send -> push to C connected members
            at R msg/s, small conversations' push p99 with and without it; inbox rows per message;
            delivery checked seq by seq; an offline member's catch-up; sync cost of 50 channels
   all      every figure, then the tables and charts of docs/benchmarks.md (make bench); the
-           report starts with the goals of issue 22, each computed from the run's results
+           report starts with the goals, each named and computed from the run's results
   report   the tables and charts again from the JSON of a bench all (--json); given several
            (--from a.json --from b.json --from c.json, each a separate run), the ranges over
            them: every figure that moves with its value in each run and min - max, the goals

@@ -126,8 +126,8 @@ func (r AllResult) sections() []section {
 	return s
 }
 
-// Rows implements Result: the goals of issue 22 (when a figure behind
-// them ran), then every figure.
+// Rows implements Result: the goals (when a figure behind them ran),
+// then every figure.
 func (r AllResult) Rows() []Row {
 	var rows []Row
 	if r.hasGoals() {
@@ -139,8 +139,8 @@ func (r AllResult) Rows() []Row {
 	return rows
 }
 
-// hasGoals says whether a figure behind the goals of issue 22 ran (not
-// so in `all --only changes` or `--only large`).
+// hasGoals says whether a figure behind the goals ran (not so in `all
+// --only changes` or `--only large`).
 func (r AllResult) hasGoals() bool {
 	return r.Fanout7 != nil || r.Fanout50 != nil || r.E2E != nil || r.Sync != nil
 }

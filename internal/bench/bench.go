@@ -37,8 +37,8 @@
 //	storm.go     a reconnect storm: SDK vs a naive client
 //	worker_*.go  the load generators of those figures
 //	all.go       `bench all`: every figure, the report and the charts
-//	goals.go     the goals of issue 22, computed from a run's results
-//	cpumsg.go    CPU per message next to the issue's recorded baseline
+//	goals.go     the performance goals, computed from a run's results
+//	cpumsg.go    CPU per message next to the goals' recorded baseline
 //	runs.go      several runs reported together: the ranges of the figures
 //	report.go    docs/benchmarks.md between its marker comments
 //	chart/       PNG line charts with the standard library only (a package)

@@ -175,10 +175,11 @@ func phaseTrouble(p ChangesPhase) string {
 	return s
 }
 
-// Changes measures the changes of a message (issue 17): the latency from
-// an edit (HTTP PATCH, the worker's clock) to the push of the update entry
-// on the WebSocket of each other member, next to the latency of a send at
-// the same rate over the same members in the same run; then the inbox
+// Changes measures the changes of a message (edits, deletes, reactions):
+// the latency from an edit (HTTP PATCH, the worker's clock) to the push of
+// the update entry on the WebSocket of each other member, next to the
+// latency of a send at the same rate over the same members in the same
+// run; then the inbox
 // entries the projection writes for a burst of reactions on one message of
 // a large conversation, next to one entry per member per reaction. The
 // gateway and the load generator run as child processes as in E2E; fanout

@@ -7,9 +7,10 @@ import (
 	"strings"
 )
 
-// The goals of issue 22, each computed from the results of a run (never
-// written by hand): the figure, its reference, their ratio, the target and
-// whether the run meets it. goalsOf lists them in the issue's order.
+// The performance goals of the path through the gateway, each computed
+// from the results of a run (never written by hand): the figure, its
+// reference, their ratio, the target and whether the run meets it.
+// goalsOf lists them in a fixed order, the report's.
 
 // goalLoad is the offered load of the latency and CPU goals, msg/s.
 const goalLoad = 1000
@@ -44,8 +45,9 @@ func (t target) met(v float64) bool {
 
 // Goal is one goal as one run measured it.
 type Goal struct {
-	ID   string // the same in every run
-	Name string // the goal, with what the run measured it on
+	ID    string // the same in every run
+	Title string // the goal's short name, the same in every run
+	Name  string // the figure it is read on, with what the run measured it on
 	// Known is false when the figure behind the goal did not run; Why
 	// says what is missing.
 	Known bool
@@ -102,7 +104,7 @@ func fixedPhase(phases []E2EPhase) (E2EPhase, bool) {
 
 func fmtRatio(v float64) string { return ratio(v, 1) }
 
-// goalsOf computes every goal of issue 22 from the results of one run.
+// goalsOf computes every goal from the results of one run.
 func goalsOf(r AllResult) []Goal {
 	gs := []Goal{sustainedGoal(r)}
 	gs = append(gs, pushGoals(r)...)
@@ -111,14 +113,14 @@ func goalsOf(r AllResult) []Goal {
 }
 
 // missingGoal is a goal before its figure is known.
-func missingGoal(id, name, why string, t target) Goal {
-	return Goal{ID: id, Name: name, Why: why, Ratio: math.NaN(), Target: t}
+func missingGoal(id, title, name, why string, t target) Goal {
+	return Goal{ID: id, Title: title, Name: name, Why: why, Ratio: math.NaN(), Target: t}
 }
 
 // sustainedGoal: the highest sustained load through the gateway vs the
 // fan-out alone, in inbox rows/s.
 func sustainedGoal(r AllResult) Goal {
-	g := missingGoal("sustained", "highest sustained load through the gateway / fan-out alone (7 members), in inbox rows/s",
+	g := missingGoal("sustained", "gateway throughput", "highest sustained load through the gateway / fan-out alone (7 members), in inbox rows/s",
 		"needs the e2e and fanout figures", target{OnRatio: true, Op: ">=", Bound: 0.35})
 	if e, f := r.E2E, r.Fanout7; e != nil && f != nil && e.MaxSustainable > 0 && f.RowsPerSec > 0 {
 		v := e.MaxSustainable * float64(e.Members)
@@ -134,7 +136,7 @@ func sustainedGoal(r AllResult) Goal {
 // WebSocket, next to the commit latency of the same time.
 func pushGoals(r AllResult) []Goal {
 	var gs []Goal
-	for _, tr := range []struct{ id, label string }{{transportHTTP, "HTTP sends"}, {transportWS, "WebSocket sends"}} {
+	for _, tr := range []struct{ id, label, short string }{{transportHTTP, "HTTP sends", "HTTP"}, {transportWS, "WebSocket sends", "WebSocket"}} {
 		var phases []E2EPhase
 		if r.E2E != nil {
 			phases = r.E2E.Phases
@@ -148,7 +150,8 @@ func pushGoals(r AllResult) []Goal {
 			bound float64
 			at    func(Dist) float64
 		}{{"p50", 5, func(d Dist) float64 { return d.P50 }}, {"p99", 15, func(d Dist) float64 { return d.P99 }}} {
-			g := missingGoal("push-"+q.name+"-"+tr.id, fmt.Sprintf("send -> push %s at %s msg/s, %s", q.name, num(goalLoad), tr.label),
+			g := missingGoal("push-"+q.name+"-"+tr.id, fmt.Sprintf("push latency %s, %s", q.name, tr.short),
+				fmt.Sprintf("send -> push %s at %s msg/s, %s", q.name, num(goalLoad), tr.label),
 				"needs the e2e figure with "+tr.label, target{Op: "<", Bound: q.bound, Unit: "ms"})
 			if ok && p.Push.N > 0 {
 				if p.Offered != goalLoad {
@@ -169,8 +172,8 @@ func pushGoals(r AllResult) []Goal {
 // recorded baseline, over HTTP and over the WebSocket.
 func cpuGoals(r AllResult) []Goal {
 	var gs []Goal
-	for _, tr := range []struct{ id, label string }{{transportHTTP, "HTTP sends"}, {transportWS, "WebSocket sends"}} {
-		g := missingGoal("cpu-"+tr.id, fmt.Sprintf("CPU per message at %s msg/s, %s, all measured processes / the recorded baseline", num(goalLoad), tr.label),
+	for _, tr := range []struct{ id, label, short string }{{transportHTTP, "HTTP sends", "HTTP"}, {transportWS, "WebSocket sends", "WebSocket"}} {
+		g := missingGoal("cpu-"+tr.id, "CPU per message, "+tr.short, fmt.Sprintf("CPU per message at %s msg/s, %s, all measured processes / the recorded baseline", num(goalLoad), tr.label),
 			"needs the e2e figure with "+tr.label+" (and its message count)", target{OnRatio: true, Op: "<=", Bound: 1.0 / 3})
 		if e := r.E2E; e != nil {
 			shares, msgs, phase := e.CPU, e.CPUMessages, e.CPUPhase
@@ -200,7 +203,7 @@ func cpuGoals(r AllResult) []Goal {
 // range (several runs only), replay vs live, sync pages vs the trivial
 // handler.
 func fanoutGoals(r AllResult) []Goal {
-	f50 := missingGoal("fanout50", "fan-out, 50 members / a plain COPY of the same rows", "needs the fanout figure",
+	f50 := missingGoal("fanout50", "fan-out speed", "fan-out, 50 members / a plain COPY of the same rows", "needs the fanout figure",
 		target{OnRatio: true, Op: ">=", Bound: 0.35})
 	if f := r.Fanout50; f != nil && f.CopyRowsPerSec > 0 {
 		f50.Known, f50.Value, f50.Ratio = true, f.RowsPerSec, f.RowsPerSec/f.CopyRowsPerSec
@@ -208,9 +211,9 @@ func fanoutGoals(r AllResult) []Goal {
 		f50.Reference = fmt.Sprintf("COPY, same run: %s rows/s", num(f.CopyRowsPerSec))
 		f50.format = func(v float64) string { return num(v) + " rows/s" }
 	}
-	spr := missingGoal(spreadGoalID, "fan-out, 50 members: run-to-run range of its rows/s, ± around the middle of min and max",
+	spr := missingGoal(spreadGoalID, "fan-out steadiness", "fan-out, 50 members: run-to-run range of its rows/s, ± around the middle of min and max",
 		"needs several runs: inboxd-bench report --from a.json --from b.json --from c.json", target{Op: "<=", Bound: 15, Unit: "%"})
-	rep := missingGoal("replay", "replay / the live fan-out of the same log (7 members), records/s", "needs the fanout figure with replay",
+	rep := missingGoal("replay", "replay speed", "replay / the live fan-out of the same log (7 members), records/s", "needs the fanout figure with replay",
 		target{OnRatio: true, Op: ">=", Bound: 5})
 	if f := r.Fanout7; f != nil && f.ReplayRecPerSec > 0 && f.LiveRecPerSec > 0 {
 		rep.Known, rep.Value, rep.Ratio = true, f.ReplayRecPerSec, f.ReplayRecPerSec/f.LiveRecPerSec
@@ -218,7 +221,7 @@ func fanoutGoals(r AllResult) []Goal {
 		rep.Reference = fmt.Sprintf("live, same run: %s records/s", num(f.LiveRecPerSec))
 		rep.format = func(v float64) string { return num(v) + " records/s" }
 	}
-	syn := missingGoal("sync", "sync pages/s / the trivial handler on the same server", "needs the sync figure",
+	syn := missingGoal("sync", "sync page cost", "sync pages/s / the trivial handler on the same server", "needs the sync figure",
 		target{OnRatio: true, Op: ">=", Bound: 0.25})
 	if s := r.Sync; s != nil && s.Trivial.PerSec > 0 {
 		syn.Known, syn.Value, syn.Ratio = true, s.Page.PerSec, s.Page.PerSec/s.Trivial.PerSec
@@ -243,7 +246,7 @@ func ratioText(v float64) string {
 func goalRows(gs []Goal) []Row {
 	var rows []Row
 	for _, g := range gs {
-		row := Row{Figure: "goal of issue 22: " + g.Name, Value: g.ValueText, Reference: g.Reference,
+		row := Row{Figure: "goal, " + g.Title + ": " + g.Name, Value: g.ValueText, Reference: g.Reference,
 			Ratio: fmt.Sprintf("%s (target %s: %s)", ratioText(g.Ratio), g.Target, strings.Trim(g.verdict(), "*"))}
 		if !g.Known {
 			row.Value, row.Reference = "not measured", g.Why
@@ -255,12 +258,12 @@ func goalRows(gs []Goal) []Row {
 
 // writeGoals writes the goals of one run as a Markdown table.
 func writeGoals(w io.Writer, gs []Goal) {
-	fmt.Fprintf(w, "| goal (issue 22) | value | reference | ratio | target | met |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| goal | figure | value | reference | ratio | target | met |\n|---|---|---|---|---|---|---|\n")
 	for _, g := range gs {
 		if !g.Known {
-			fmt.Fprintf(w, "| %s | not measured | %s | | %s | %s |\n", cell(g.Name), cell(g.Why), g.Target, g.verdict())
+			fmt.Fprintf(w, "| %s | %s | not measured | %s | | %s | %s |\n", cell(g.Title), cell(g.Name), cell(g.Why), g.Target, g.verdict())
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", cell(g.Name), cell(g.ValueText), cell(g.Reference), ratioText(g.Ratio), g.Target, g.verdict())
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", cell(g.Title), cell(g.Name), cell(g.ValueText), cell(g.Reference), ratioText(g.Ratio), g.Target, g.verdict())
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// LargeConfig configures Large (issue 21, docs/large-conversations.md).
+// LargeConfig configures Large (read fan-out, docs/large-conversations.md).
 // Zero fields take the defaults in brackets.
 type LargeConfig struct {
 	Members   int     // [100000] N: members of the large conversation, built by bulk add

@@ -118,7 +118,7 @@ func renderTables(r AllResult, charts []string, docDir string, withGoals bool) s
 	}
 	b.WriteString(".\n")
 	if withGoals && r.hasGoals() {
-		b.WriteString("\n#### Goals of issue 22\n\n" + goalsNote + "\n\n")
+		b.WriteString("\n#### Goals\n\n" + goalsNote + "\n\n")
 		writeGoals(&b, goalsOf(r))
 	}
 	for _, s := range r.sections() {
@@ -165,7 +165,7 @@ func renderTables(r AllResult, charts []string, docDir string, withGoals bool) s
 }
 
 // goalsNote says how the goals table is made.
-const goalsNote = "Computed from this run's results by the report generator (internal/bench/goals.go), never written by hand. The latency and CPU goals are read at the fixed load of 1,000 msg/s (the e2e figure's last fixed load, else said in the goal). The CPU per message is the CPU seconds of every measured process over that phase (from its first send to the end of its drain) divided by the messages it sent; its reference is not of this run but the run recorded when the issue was filed (1,770 us/msg), since the goal is a third of it. The fan-out's run-to-run range needs several runs (`inboxd-bench report --from a.json --from b.json --from c.json`)."
+const goalsNote = "Computed from this run's results by the report generator (internal/bench/goals.go), never written by hand. The latency and CPU goals are read at the fixed load of 1,000 msg/s (the e2e figure's last fixed load, else said in the goal). The CPU per message is the CPU seconds of every measured process over that phase (from its first send to the end of its drain) divided by the messages it sent; its reference is not of this run but the run recorded before the work on these goals began (1,770 us/msg), since the goal is a third of it. The fan-out's run-to-run range needs several runs (`inboxd-bench report --from a.json --from b.json --from c.json`)."
 
 // renderProfiles is the generated block of the CPU profiles.
 func renderProfiles(r AllResult) string {

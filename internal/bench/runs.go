@@ -124,8 +124,8 @@ func renderRanges(runs []AllResult) string {
 		}
 		b.WriteString("\n")
 	}
-	head := func(first string, rest ...string) {
-		cols := []string{first}
+	head := func(first []string, rest ...string) {
+		cols := append([]string{}, first...)
 		for i := range runs {
 			cols = append(cols, fmt.Sprintf("run %d", i+1))
 		}
@@ -135,7 +135,7 @@ func renderRanges(runs []AllResult) string {
 	b.WriteString("\n")
 	writeGoalRanges(&b, runs, head)
 	b.WriteString("\n")
-	head("figure", "min - max", "±")
+	head([]string{"figure"}, "min - max", "±")
 	var order []string
 	byKey := map[string][]*metric{}
 	for i, r := range runs {
@@ -177,8 +177,8 @@ func cmpOr(a, b *metric) *metric {
 // writeGoalRanges writes the goals of every run: each run's figure, the
 // range of the ratio (or of the value, for a target on the value), and in
 // how many runs the goal was met.
-func writeGoalRanges(b *strings.Builder, runs []AllResult, head func(string, ...string)) {
-	head("goal (issue 22)", "range of the compared figure", "target", "met")
+func writeGoalRanges(b *strings.Builder, runs []AllResult, head func([]string, ...string)) {
+	head([]string{"goal", "figure"}, "range of the compared figure", "target", "met")
 	per := make([][]Goal, len(runs))
 	for i, r := range runs {
 		per[i] = goalsOf(r)
@@ -220,7 +220,7 @@ func writeGoalRanges(b *strings.Builder, runs []AllResult, head func(string, ...
 				rng = "ratio " + rng
 			}
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", cell(g0.Name), strings.Join(cols, " | "), rng, g0.Target, metCount(met, known, len(runs)))
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", cell(g0.Title), cell(g0.Name), strings.Join(cols, " | "), rng, g0.Target, metCount(met, known, len(runs)))
 	}
 }
 
@@ -247,7 +247,7 @@ func writeSpreadGoal(b *strings.Builder, runs []AllResult, g Goal) {
 		}
 		verdict += fmt.Sprintf(" (over %d runs)", len(vs))
 	}
-	fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", cell(g.Name), strings.Join(cols, " | "), rng, g.Target, verdict)
+	fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", cell(g.Title), cell(g.Name), strings.Join(cols, " | "), rng, g.Target, verdict)
 }
 
 func metCount(met, known, runs int) string {

@@ -42,9 +42,12 @@ func confirmation(p E2EPhase) E2EPhase {
 
 func TestGoalsComputedFromTheResults(t *testing.T) {
 	gs := goalsOf(fakeRun(1))
-	ids := map[string]Goal{}
+	ids, titles := map[string]Goal{}, map[string]bool{}
 	for _, g := range gs {
 		ids[g.ID] = g
+		require.NotEmpty(t, g.Title, g.ID)
+		require.False(t, titles[g.Title], "two goals named %q", g.Title)
+		titles[g.Title] = true
 		if g.ID == spreadGoalID {
 			require.False(t, g.Known, "one run cannot measure the run-to-run range")
 			continue
@@ -124,10 +127,10 @@ func TestReportOfSeveralRuns(t *testing.T) {
 	runs[1].E2E.MaxPhase = 1
 	require.Contains(t, renderRanges(runs), "| HTTP send -> push p99 at 1,000 msg/s | 14.0 ms | 16.8 ms | 12.6 ms |")
 	require.Contains(t, report, "#### The full run: run 1")
-	require.Contains(t, report, "#### Goals of issue 22")
+	require.Contains(t, report, "#### Goals\n")
 	require.Equal(t, 1, strings.Count(report, "#### Fan-out (`inboxd-bench fanout`)"), "the full tables once, of run 1")
 
 	one := Summary(runs[:1])
-	require.Contains(t, one, "| goal (issue 22) | value | reference | ratio | target | met |")
+	require.Contains(t, one, "| goal | figure | value | reference | ratio | target | met |")
 	require.Contains(t, one, "needs several runs")
 }

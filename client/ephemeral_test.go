@@ -11,6 +11,7 @@ import (
 
 	"github.com/inboxd/inboxd/client"
 	"github.com/inboxd/inboxd/gateway"
+	"github.com/inboxd/inboxd/gateway/ephemeral"
 )
 
 // TestTypingAndPresence: SendTyping reaches the other member's OnTyping,
@@ -64,7 +65,7 @@ func TestTypingAndPresence(t *testing.T) {
 		return len(typing) > 0
 	})
 	mu.Lock()
-	require.Equal(t, client.TypingEvent{ConversationID: cid, UserID: 1, ExpiresIn: gateway.DefaultTypingExpiry}, typing[0])
+	require.Equal(t, client.TypingEvent{ConversationID: cid, UserID: 1, ExpiresIn: ephemeral.DefaultTypingExpiry}, typing[0])
 	mu.Unlock()
 	require.NoError(t, alice.SendTyping(ctx, cid, true))
 	waitFor(t, 30*time.Second, "bob told alice stopped", func() bool {

@@ -26,28 +26,22 @@ const (
 	DefaultLongPollMax        = 30 * time.Second
 	DefaultMaxHeldPolls       = 20000
 	DefaultPollInterval       = time.Second
-	DefaultTooLongLag         = inbox.DefaultTooLongLag
 	DefaultPageDefault        = 50
 	DefaultPageMax            = 200
 	DefaultSendRate           = 50
 	DefaultSendBurst          = 200
 	DefaultSyncRate           = 50
 	DefaultSyncBurst          = 200
-	DefaultWakeJitter         = hub.DefaultWakeJitter
-	DefaultWakeBurst          = hub.DefaultWakeBurst
 	DefaultDevTokenTTL        = 24 * time.Hour
 	DefaultShutdownTimeout    = 10 * time.Second
 	DefaultListenBackoff      = 5 * time.Second
 	DefaultMaxTitle           = 256
 	DefaultMentionAllMax      = 100
 	DefaultMaxHeaderBytes     = 64 << 10
-	DefaultMessageCache       = inbox.DefaultMessageCacheBytes
 	DefaultTokenCache         = 1 << 16
 	DefaultAuthJWKSRefresh    = auth.DefaultJWKSRefresh
 	DefaultAuthJWKSMinRefresh = auth.DefaultJWKSMinRefresh
 	DefaultAuthUserClaim      = auth.DefaultUserClaim
-	DefaultHeadCacheUsers     = hub.DefaultHeadCacheUsers
-	DefaultCountsCacheUsers   = inbox.DefaultCountsCacheUsers
 )
 
 // Config configures a Gateway. The zero value of every field means its
@@ -232,7 +226,7 @@ type Config struct {
 	// CountsCacheUsers bounds the users whose unread and mention totals at
 	// their inbox head are remembered, so that a sync at the same head does
 	// not count them again (gateway/inbox/counts.go). Negative disables
-	// it. Default DefaultCountsCacheUsers (65,536).
+	// it. Default inbox.DefaultCountsCacheUsers (65,536).
 	CountsCacheUsers int
 
 	// TokenCache bounds the verified bearer tokens remembered (until their
@@ -294,16 +288,16 @@ func (c *Config) setDefaults() {
 	setDefault(&c.SendBurst, DefaultSendBurst)
 	setDefault(&c.SyncRate, DefaultSyncRate)
 	setDefault(&c.SyncBurst, DefaultSyncBurst)
-	setDefault(&c.TooLongLag, DefaultTooLongLag)
+	setDefault(&c.TooLongLag, inbox.DefaultTooLongLag)
 	setDefault(&c.PageDefault, DefaultPageDefault)
 	setDefault(&c.PageMax, DefaultPageMax)
-	setDefault(&c.WakeJitter, DefaultWakeJitter)
-	setDefault(&c.WakeBurst, DefaultWakeBurst)
+	setDefault(&c.WakeJitter, hub.DefaultWakeJitter)
+	setDefault(&c.WakeBurst, hub.DefaultWakeBurst)
 	setDefault(&c.ListenBackoffMax, DefaultListenBackoff)
 	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
-	setDefault(&c.MessageCacheBytes, DefaultMessageCache)
-	setDefault(&c.HeadCacheUsers, DefaultHeadCacheUsers)
-	setDefault(&c.CountsCacheUsers, DefaultCountsCacheUsers)
+	setDefault(&c.MessageCacheBytes, inbox.DefaultMessageCacheBytes)
+	setDefault(&c.HeadCacheUsers, hub.DefaultHeadCacheUsers)
+	setDefault(&c.CountsCacheUsers, inbox.DefaultCountsCacheUsers)
 	setDefault(&c.TokenCache, DefaultTokenCache)
 	if c.Logger == nil {
 		c.Logger = slog.Default()

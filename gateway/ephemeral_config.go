@@ -2,13 +2,6 @@ package gateway
 
 import "github.com/inboxd/inboxd/gateway/ephemeral"
 
-// EphemeralConfig configures typing and presence; see ephemeral.Config.
+// EphemeralConfig configures typing and presence; see ephemeral.Config,
+// whose defaults are ephemeral's (ephemeral.DefaultTypingExpiry, ...).
 type EphemeralConfig = ephemeral.Config
-
-// Defaults of EphemeralConfig.
-const (
-	DefaultTypingExpiry   = ephemeral.DefaultTypingExpiry
-	DefaultTypingInterval = ephemeral.DefaultTypingInterval
-	DefaultPresenceGrace  = ephemeral.DefaultPresenceGrace
-	DefaultPresenceExpiry = ephemeral.DefaultPresenceExpiry
-)

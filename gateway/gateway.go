@@ -20,6 +20,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
+	"github.com/inboxd/inboxd/gateway/write"
 	"github.com/inboxd/inboxd/producer"
 )
 
@@ -37,11 +38,13 @@ type Gateway struct {
 	hub     *hub.Hub      // the LISTEN connection, subscriptions, head cache
 	inbox   *inbox.Reader // the inbox reads, shared by sync and the pushes
 	auth    *authenticator
-	app     *appender
-	sends   *sender  // the send path, shared by HTTP and WebSocket
-	changes *changer // the path of a message's changes, shared likewise
-	handler http.Handler
-	routes  []route
+	// The write path (package write), shared by HTTP, the WebSocket and
+	// the server API: the appender of every event, sends and changes.
+	appender *write.Appender
+	sends    *write.Sender
+	changes  *write.Changer
+	handler  http.Handler
+	routes   []route
 
 	promHandler http.Handler
 
@@ -117,12 +120,12 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	if g.auth, err = g.newAuthenticator(); err != nil {
 		return nil, err
 	}
-	g.app = &appender{prod: prod, timeout: cfg.AppendTimeout}
-	g.sends = &sender{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.sends, stages: newSendStages(m.sendStages),
-		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies,
-		mentionAllMax: cfg.MentionAllMax}
-	g.changes = &changer{pool: pool, hub: g.hub, inbox: g.inbox, app: g.app, outcomes: m.changes,
-		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: g.draining, seal: !cfg.PlainBodies}
+	g.appender = write.NewAppender(prod, cfg.AppendTimeout)
+	g.sends = write.NewSender(write.SenderConfig{Pool: pool, Hub: g.hub, Inbox: g.inbox, App: g.appender,
+		Outcomes: m.sends, Stages: m.sendStages, MaxBody: cfg.MaxBody, AckWait: cfg.AckWait, Draining: g.draining,
+		Seal: !cfg.PlainBodies, MentionAllMax: cfg.MentionAllMax})
+	g.changes = write.NewChanger(write.ChangerConfig{Pool: pool, Hub: g.hub, Inbox: g.inbox, App: g.appender,
+		Outcomes: m.changes, MaxBody: cfg.MaxBody, AckWait: cfg.AckWait, Draining: g.draining, Seal: !cfg.PlainBodies})
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err
 	}

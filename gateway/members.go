@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -12,65 +11,8 @@ import (
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
-	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/protocol"
 )
-
-// appender appends the gateway's events to the log.
-type appender struct {
-	prod    *producer.Producer
-	timeout time.Duration // Config.AppendTimeout
-}
-
-// appendEvent appends e within AppendTimeout; a failure is a retryable 503.
-func (a *appender) appendEvent(ctx context.Context, e *events.Event) error {
-	actx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	if _, err := a.prod.Append(actx, e); err != nil {
-		if ctx.Err() != nil {
-			return apierr.ErrClientGone
-		}
-		if errors.Is(err, events.ErrInvalid) {
-			return err
-		}
-		return apierr.Unavailable("appending to the log failed, try again", time.Second, err)
-	}
-	return nil
-}
-
-// appendEvents appends es within AppendTimeout, all handed to the
-// producer at once so that its client batches them (one produce request
-// per partition, not one round trip per event), and waits for all. They
-// share a conversation, hence a partition: they are appended in order. A
-// failure is a retryable 503 (events appended before it stay appended;
-// a retry appends them again, which the projection absorbs: adding a
-// member twice changes nothing).
-func (a *appender) appendEvents(ctx context.Context, es []*events.Event) error {
-	if len(es) == 1 {
-		return a.appendEvent(ctx, es[0])
-	}
-	actx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	errs := make(chan error, len(es))
-	for _, e := range es {
-		a.prod.AppendAsync(actx, e, func(_ producer.Position, err error) { errs <- err })
-	}
-	var first error
-	for range es {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	switch {
-	case first == nil:
-		return nil
-	case ctx.Err() != nil:
-		return apierr.ErrClientGone
-	case errors.Is(first, events.ErrInvalid):
-		return first
-	}
-	return apierr.Unavailable("appending to the log failed, try again", time.Second, first)
-}
 
 func writeAccepted(w http.ResponseWriter) {
 	apierr.WriteJSON(w, http.StatusAccepted, protocol.Accepted{Status: protocol.StatusAccepted})
@@ -118,7 +60,7 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	defer sub.Close()
 	e := events.New(events.ConversationCreated, cid, user)
 	e.Title, e.Members, e.Channel = req.Title, req.Members, req.Channel
-	if err := g.app.appendEvent(ctx, e); err != nil {
+	if err := g.appender.Append(ctx, e); err != nil {
 		return err
 	}
 	var rejected bool
@@ -194,7 +136,7 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 		evs[i] = events.New(events.MemberAdded, cid, user)
 		evs[i].UserID = id
 	}
-	if err := g.app.appendEvents(ctx, evs); err != nil {
+	if err := g.appender.AppendAll(ctx, evs); err != nil {
 		return err
 	}
 	last := evs[len(evs)-1]
@@ -274,7 +216,7 @@ func (g *Gateway) handleRemoveMember(w http.ResponseWriter, r *http.Request) err
 	defer g.hub.WatchConversations(sub, []int64{cid})()
 	e := events.New(events.MemberRemoved, cid, user)
 	e.UserID = uid
-	if err := g.app.appendEvent(ctx, e); err != nil {
+	if err := g.appender.Append(ctx, e); err != nil {
 		return err
 	}
 	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
@@ -358,7 +300,7 @@ func (g *Gateway) appendRecordChange(ctx context.Context, e *events.Event, settl
 	if err != nil {
 		return err
 	}
-	if err := g.app.appendEvent(ctx, e); err != nil {
+	if err := g.appender.Append(ctx, e); err != nil {
 		return err
 	}
 	qargs := append([]any{user, cid, v0}, args...)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
-	"github.com/inboxd/inboxd/gateway/ws"
+	"github.com/inboxd/inboxd/gateway/write"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -63,18 +63,18 @@ func (g *Gateway) handleSend(w http.ResponseWriter, r *http.Request) error {
 	if msgID, err = input.ParseMsgID(msgID); err != nil {
 		return err
 	}
-	res, err := g.sends.send(r.Context(), userFrom(r.Context()), ws.SendRequest{ConversationID: cid, MsgID: msgID,
+	res, err := g.sends.Send(r.Context(), userFrom(r.Context()), write.SendRequest{ConversationID: cid, MsgID: msgID,
 		Body: req.Body, ReplyTo: req.ReplyTo, Mentions: req.Mentions, MentionAll: req.MentionAll})
 	if err != nil {
 		return err
 	}
-	switch res.status {
-	case sendProjected:
-		apierr.WriteJSON(w, http.StatusCreated, res.message)
-	case sendDuplicate:
-		apierr.WriteJSON(w, http.StatusOK, res.message)
+	switch res.Status {
+	case write.Projected:
+		apierr.WriteJSON(w, http.StatusCreated, res.Message)
+	case write.Duplicate:
+		apierr.WriteJSON(w, http.StatusOK, res.Message)
 	default:
-		apierr.WriteJSON(w, http.StatusAccepted, protocol.SendPending{MsgID: res.msgID, Status: protocol.StatusPending})
+		apierr.WriteJSON(w, http.StatusAccepted, protocol.SendPending{MsgID: res.MsgID, Status: protocol.StatusPending})
 	}
 	return nil
 }

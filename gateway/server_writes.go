@@ -11,7 +11,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/apikey"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
-	"github.com/inboxd/inboxd/gateway/ws"
+	"github.com/inboxd/inboxd/gateway/write"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -61,7 +61,7 @@ func (g *Gateway) handleServerCreate(w http.ResponseWriter, r *http.Request) err
 	e := events.New(events.ConversationCreated, cid, 0)
 	e.EventID, e.Service = eventID, k.Actor()
 	e.Title, e.Members, e.Channel = req.Title, req.Members, req.Channel
-	if err := g.app.appendEvent(ctx, e); err != nil {
+	if err := g.appender.Append(ctx, e); err != nil {
 		return err
 	}
 	// A concurrent call with the same key may have won: the answer is the
@@ -179,7 +179,7 @@ func (g *Gateway) serverMembers(w http.ResponseWriter, r *http.Request, typ stri
 	last := evs[len(evs)-1]
 	sub := g.hub.SubscribeUser(last.UserID) // it gets its join or removal, in either mode
 	defer sub.Close()
-	if err := g.app.appendEvents(ctx, evs); err != nil {
+	if err := g.appender.AppendAll(ctx, evs); err != nil {
 		return err
 	}
 	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
@@ -211,21 +211,21 @@ func (g *Gateway) handleServerSend(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	msgID := derivedID(k, "send", idem, cid)
-	res, err := g.sends.sendAs(ctx, req.AsUser, ws.SendRequest{ConversationID: cid, MsgID: msgID, Body: req.Body,
+	res, err := g.sends.SendAs(ctx, req.AsUser, write.SendRequest{ConversationID: cid, MsgID: msgID, Body: req.Body,
 		ReplyTo: req.ReplyTo, Mentions: req.Mentions, MentionAll: req.MentionAll}, func(e *events.Event) {
 		e.Service, e.SenderName = k.Actor(), req.SenderName
 	})
 	if err != nil {
 		return err
 	}
-	switch res.status {
-	case sendPending:
+	switch res.Status {
+	case write.Pending:
 		apierr.WriteJSON(w, http.StatusAccepted, protocol.SendPending{MsgID: msgID, Status: protocol.StatusPending})
 		return nil
-	case sendDuplicate:
+	case write.Duplicate:
 		replayed(w)
 	}
-	apierr.WriteJSON(w, http.StatusCreated, res.message)
+	apierr.WriteJSON(w, http.StatusCreated, res.Message)
 	return nil
 }
 

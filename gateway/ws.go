@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 
+	"github.com/inboxd/inboxd/gateway/write"
 	"github.com/inboxd/inboxd/gateway/ws"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // WSConfig configures the WebSocket endpoint GET /v1/ws; see ws.Config.
@@ -11,26 +14,6 @@ type WSConfig = ws.Config
 
 // WebSocket is the WebSocket endpoint GET /v1/ws; see ws.Server.
 type WebSocket = ws.Server
-
-// Defaults of WSConfig.
-const (
-	DefaultWSHeartbeat        = ws.DefaultHeartbeat
-	DefaultWSWriteTimeout     = ws.DefaultWriteTimeout
-	DefaultWSHelloTimeout     = ws.DefaultHelloTimeout
-	DefaultWSSlowTimeout      = ws.DefaultSlowTimeout
-	DefaultWSQueueBytes       = ws.DefaultQueueBytes
-	DefaultWSControlQueue     = ws.DefaultControlQueue
-	DefaultWSPushBatch        = ws.DefaultPushBatch
-	DefaultWSPushWindow       = ws.DefaultPushWindow
-	DefaultWSPushWorkers      = ws.DefaultPushWorkers
-	DefaultWSLargePushRate    = ws.DefaultLargePushRate
-	DefaultWSPushMaxSessions  = ws.DefaultPushMaxSessions
-	DefaultWSMaxConns         = ws.DefaultMaxConns
-	DefaultWSMaxConnsPerUser  = ws.DefaultMaxConnsPerUser
-	DefaultWSMaxInflightSends = ws.DefaultMaxInflightSends
-	DefaultWSCloseGrace       = ws.DefaultCloseGrace
-	DefaultWSRetryAfter       = ws.DefaultRetryAfter
-)
 
 // NewWebSocket builds a WebSocket endpoint over g's hub, inbox reader,
 // authentication, send path and rate limits (New builds the one of GET
@@ -53,8 +36,8 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 		Inbox:     g.inbox,
 		Hub:       g.hub,
 		Auth:      g.auth,
-		Sender:    g.sends,
-		Changer:   g.changes,
+		Sender:    wsWrites{g.sends, g.changes},
+		Changer:   wsWrites{g.sends, g.changes},
 		Rebaser: &rebaser{db: g.pool, limit: g.cfg.PageDefault, held: &g.held, maxHeld: g.cfg.MaxHeldPolls,
 			interval: g.cfg.PollInterval},
 		ConnectLimits: g.syncLimits,
@@ -70,4 +53,28 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 func (g *Gateway) handleWS(w http.ResponseWriter, r *http.Request) error {
 	g.ws.ServeHTTP(w, r)
 	return nil
+}
+
+// wsWrites is the write path as the WebSocket server sees it (ws.Sender,
+// ws.Changer): its request types are the write path's, field for field.
+type wsWrites struct {
+	sends   *write.Sender
+	changes *write.Changer
+}
+
+// Send implements ws.Sender.
+func (w wsWrites) Send(ctx context.Context, user int64, req ws.SendRequest) (seq int64, pending bool, err error) {
+	res, err := w.sends.Send(ctx, user, write.SendRequest(req))
+	switch {
+	case err != nil:
+		return 0, false, err
+	case res.Status == write.Pending:
+		return 0, true, nil
+	}
+	return res.Message.Seq, false, nil
+}
+
+// Change implements ws.Changer.
+func (w wsWrites) Change(ctx context.Context, user int64, req ws.ChangeRequest) (*protocol.Message, bool, error) {
+	return w.changes.Change(ctx, user, write.ChangeRequest(req))
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxd/inboxd/gateway/ephemeral"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -138,7 +139,7 @@ func TestTypingTwoGateways(t *testing.T) {
 	require.Equal(t, conv, f.ConversationID)
 	require.Equal(t, int64(1), f.UserID)
 	require.Equal(t, protocol.TypingStart, f.State)
-	require.Equal(t, DefaultTypingExpiry.Milliseconds(), f.ExpiresInMS)
+	require.Equal(t, ephemeral.DefaultTypingExpiry.Milliseconds(), f.ExpiresInMS)
 
 	// Faster frames are dropped without an answer; a stop goes through.
 	for i := 0; i < 5; i++ {

@@ -22,8 +22,10 @@ func TestServerLinksNoBench(t *testing.T) {
 // The layers of docs/architecture.md, held on what every package links
 // (its transitive imports, tests excluded): the gateway and its packages
 // link neither the write engine (projector) nor the demo page (web); the
-// gateway's packages never reach up to its root, and hub, inbox and the
-// internal ones not across to ws; the Go SDK links only the protocol.
+// gateway's packages never reach up to its root, and hub, inbox, write and
+// the internal ones not across to ws; only the root links the write path,
+// which links neither the ephemeral side nor the server API's keys; the
+// Go SDK links only the protocol.
 func TestLayers(t *testing.T) {
 	const mod = "github.com/inboxd/inboxd/"
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Deps}} {{.}}{{end}}",
@@ -34,7 +36,7 @@ func TestLayers(t *testing.T) {
 		f := strings.Fields(line)
 		deps[f[0]] = f[1:]
 	}
-	for _, pkg := range []string{"gateway", "gateway/hub", "gateway/inbox", "gateway/ws"} {
+	for _, pkg := range []string{"gateway", "gateway/hub", "gateway/inbox", "gateway/ws", "gateway/write"} {
 		require.Contains(t, deps, mod+pkg, "go list did not list %s", pkg)
 	}
 	for pkg, ds := range deps {
@@ -52,6 +54,10 @@ func TestLayers(t *testing.T) {
 				t.Errorf("%s reaches up to its composition root, gateway", p)
 			case p != "gateway" && p != "gateway/ws" && dep == "gateway/ws":
 				t.Errorf("%s links the WebSocket server", p)
+			case p != "gateway" && p != "gateway/write" && dep == "gateway/write":
+				t.Errorf("%s links the write path: only the root wires it", p)
+			case p == "gateway/write" && (dep == "gateway/ephemeral" || dep == "gateway/apikey"):
+				t.Errorf("gateway/write links %s: the write path knows no transport and no caller", dep)
 			case strings.HasPrefix(p, "gateway/internal/") && strings.HasPrefix(dep, "gateway/") &&
 				!strings.HasPrefix(dep, "gateway/internal/"):
 				t.Errorf("%s, a shared lower package, links %s", p, dep)

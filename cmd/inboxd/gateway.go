@@ -10,6 +10,10 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/gateway"
+	"github.com/inboxd/inboxd/gateway/ephemeral"
+	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/inbox"
+	"github.com/inboxd/inboxd/gateway/ws"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
 )
@@ -75,21 +79,21 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.syncBurst, "sync-burst", gateway.DefaultSyncBurst, "per-user read burst")
 	fs.Float64Var(&f.serverRate, "server-rate", gateway.DefaultServerRate, "server API calls per second per API key (token bucket)")
 	fs.IntVar(&f.serverBurst, "server-burst", gateway.DefaultServerBurst, "server API burst per API key")
-	fs.Int64Var(&f.tooLongLag, "too-long-lag", gateway.DefaultTooLongLag, "lag above which sync answers too long")
+	fs.Int64Var(&f.tooLongLag, "too-long-lag", inbox.DefaultTooLongLag, "lag above which sync answers too long")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", gateway.DefaultShutdownTimeout, "time for requests in flight at shutdown")
-	fs.DurationVar(&f.wsHeartbeat, "ws-heartbeat", gateway.DefaultWSHeartbeat, "mean interval of WebSocket heartbeats (each carries the head)")
+	fs.DurationVar(&f.wsHeartbeat, "ws-heartbeat", ws.DefaultHeartbeat, "mean interval of WebSocket heartbeats (each carries the head)")
 	fs.StringVar(&f.wsOrigins, "ws-allowed-origins", "", "comma-separated browser origins allowed on /v1/ws (* for any; empty: same origin only)")
-	fs.IntVar(&f.wsMaxConns, "ws-max-conns", gateway.DefaultWSMaxConns, "WebSocket connections per process; beyond it close 4029")
-	fs.IntVar(&f.wsMaxPerUser, "ws-max-conns-per-user", gateway.DefaultWSMaxConnsPerUser, "WebSocket connections per user per process")
-	fs.DurationVar(&f.wsWriteTimeout, "ws-write-timeout", gateway.DefaultWSWriteTimeout, "bound of every WebSocket write")
-	fs.Int64Var(&f.msgCacheBytes, "message-cache-bytes", gateway.DefaultMessageCache, "memory of the cache of messages' wire form shared by sync pages and pushes (negative: off)")
-	fs.IntVar(&f.countsCacheUsers, "counts-cache-users", gateway.DefaultCountsCacheUsers, "users whose unread and mention totals at their inbox head are remembered, so a sync at the same head does not count them again (negative: off)")
-	fs.IntVar(&f.headCacheUsers, "head-cache-users", gateway.DefaultHeadCacheUsers, "users whose inbox heads are remembered to answer 304 without a query (negative: off)")
+	fs.IntVar(&f.wsMaxConns, "ws-max-conns", ws.DefaultMaxConns, "WebSocket connections per process; beyond it close 4029")
+	fs.IntVar(&f.wsMaxPerUser, "ws-max-conns-per-user", ws.DefaultMaxConnsPerUser, "WebSocket connections per user per process")
+	fs.DurationVar(&f.wsWriteTimeout, "ws-write-timeout", ws.DefaultWriteTimeout, "bound of every WebSocket write")
+	fs.Int64Var(&f.msgCacheBytes, "message-cache-bytes", inbox.DefaultMessageCacheBytes, "memory of the cache of messages' wire form shared by sync pages and pushes (negative: off)")
+	fs.IntVar(&f.countsCacheUsers, "counts-cache-users", inbox.DefaultCountsCacheUsers, "users whose unread and mention totals at their inbox head are remembered, so a sync at the same head does not count them again (negative: off)")
+	fs.IntVar(&f.headCacheUsers, "head-cache-users", hub.DefaultHeadCacheUsers, "users whose inbox heads are remembered to answer 304 without a query (negative: off)")
 	fs.IntVar(&f.tokenCache, "token-cache", gateway.DefaultTokenCache, "verified bearer tokens remembered until their expiry (negative: off)")
 	fs.BoolVar(&f.plainBodies, "plain-bodies", false, "append message bodies to the log in plain text instead of sealed with a key per message (outside consumers can read them, and deleting a message cannot erase its body from the log)")
 	fs.IntVar(&f.mentionAllMax, "mention-all-max", gateway.DefaultMentionAllMax, "most members a conversation may have for a send to mention them all (mention_all)")
-	fs.Float64Var(&f.wsLargePushRate, "ws-large-push-rate", gateway.DefaultWSLargePushRate, "paces the pushes of a read-mode conversation: one with n connected members here is pushed at most every n/rate seconds (at most 1s), so its frames cost about this many writes a second (negative: never paced)")
-	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", gateway.DefaultWSSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
+	fs.Float64Var(&f.wsLargePushRate, "ws-large-push-rate", ws.DefaultLargePushRate, "paces the pushes of a read-mode conversation: one with n connected members here is pushed at most every n/rate seconds (at most 1s), so its frames cost about this many writes a second (negative: never paced)")
+	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", ws.DefaultSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
 	f.bindEphemeral(fs)
 	f.bindReconnect(fs)
 	f.bindIdentity(fs)
@@ -119,10 +123,10 @@ func (f *gatewayFlags) bindReconnect(fs *flag.FlagSet) {
 
 // bindEphemeral binds the settings of typing and presence.
 func (f *gatewayFlags) bindEphemeral(fs *flag.FlagSet) {
-	fs.DurationVar(&f.typingExpiry, "typing-expiry", gateway.DefaultTypingExpiry, "how long clients show a member typing without a newer typing frame (expires_in_ms)")
-	fs.DurationVar(&f.typingInterval, "typing-interval", gateway.DefaultTypingInterval, "at most one typing broadcast per user and conversation per gateway per interval; faster frames are dropped")
-	fs.DurationVar(&f.presenceGrace, "presence-grace", gateway.DefaultPresenceGrace, "a user stays online this long after their last WebSocket on a gateway closed (reconnects publish nothing)")
-	fs.DurationVar(&f.presenceExpiry, "presence-expiry", gateway.DefaultPresenceExpiry, "a gateway whose presence heartbeat (every expiry/3) is older is dead: its users go offline; same on every gateway")
+	fs.DurationVar(&f.typingExpiry, "typing-expiry", ephemeral.DefaultTypingExpiry, "how long clients show a member typing without a newer typing frame (expires_in_ms)")
+	fs.DurationVar(&f.typingInterval, "typing-interval", ephemeral.DefaultTypingInterval, "at most one typing broadcast per user and conversation per gateway per interval; faster frames are dropped")
+	fs.DurationVar(&f.presenceGrace, "presence-grace", ephemeral.DefaultPresenceGrace, "a user stays online this long after their last WebSocket on a gateway closed (reconnects publish nothing)")
+	fs.DurationVar(&f.presenceExpiry, "presence-expiry", ephemeral.DefaultPresenceExpiry, "a gateway whose presence heartbeat (every expiry/3) is older is dead: its users go offline; same on every gateway")
 }
 
 func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {

@@ -1,4 +1,4 @@
-package gateway
+package write
 
 import (
 	"context"
@@ -14,28 +14,62 @@ import (
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/gateway/internal/rows"
-	"github.com/inboxd/inboxd/gateway/ws"
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// sender is the send path, shared by POST .../messages and the WebSocket
-// server's send frames (its ws.Sender): the check, the append and the
-// wait for the projection.
-type sender struct {
-	pool     *pgxpool.Pool
-	hub      *hub.Hub
-	inbox    *inbox.Reader // caches what a send's answer carries
-	app      *appender
-	outcomes *prometheus.CounterVec // inboxd_gateway_sends_total by outcome
-	stages   sendStages             // inboxd_gateway_send_stage_seconds
-	maxBody  int
-	ackWait  time.Duration
-	draining <-chan struct{}
-	seal     bool // seal bodies (not Config.PlainBodies)
-	// mentionAllMax is the most members a conversation may have for a
-	// send to mention them all (Config.MentionAllMax).
+// Sender is the send path, shared by POST .../messages, the WebSocket
+// server's send frames and the server API: the check, the append and the
+// wait for the projection. It is safe for concurrent use.
+type Sender struct {
+	pool          *pgxpool.Pool
+	hub           *hub.Hub
+	inbox         *inbox.Reader
+	app           *Appender
+	outcomes      *prometheus.CounterVec
+	stages        sendStages
+	maxBody       int
+	ackWait       time.Duration
+	draining      <-chan struct{}
+	seal          bool
 	mentionAllMax int
+}
+
+// SenderConfig is what a Sender needs; every field is required (the
+// gateway's New fills them from its Config).
+type SenderConfig struct {
+	Pool  *pgxpool.Pool
+	Hub   *hub.Hub
+	Inbox *inbox.Reader // caches what a send's answer carries
+	App   *Appender
+	// Outcomes is inboxd_gateway_sends_total by outcome; Stages is
+	// inboxd_gateway_send_stage_seconds by stage.
+	Outcomes *prometheus.CounterVec
+	Stages   *prometheus.HistogramVec
+	MaxBody  int           // the largest body, in bytes
+	AckWait  time.Duration // how long a send waits for its projection
+	Draining <-chan struct{}
+	Seal     bool // seal bodies with their message's key (not plain bodies)
+	// MentionAllMax is the most members a conversation may have for a
+	// send to mention them all.
+	MentionAllMax int
+}
+
+// NewSender makes the send path of cfg.
+func NewSender(cfg SenderConfig) *Sender {
+	return &Sender{pool: cfg.Pool, hub: cfg.Hub, inbox: cfg.Inbox, app: cfg.App, outcomes: cfg.Outcomes,
+		stages: newSendStages(cfg.Stages), maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: cfg.Draining,
+		seal: cfg.Seal, mentionAllMax: cfg.MentionAllMax}
+}
+
+// SendRequest is a message to send: MsgID of ConversationID. ReplyTo is the
+// seq it replies to (0: none); Mentions and MentionAll name who it mentions.
+type SendRequest struct {
+	ConversationID int64
+	MsgID, Body    string
+	ReplyTo        int64
+	Mentions       []int64
+	MentionAll     bool
 }
 
 // sqlBodyKey returns the body key of a msg_id, made on first use.
@@ -62,32 +96,20 @@ func sealBody(ctx context.Context, pool *pgxpool.Pool, seal bool, e *events.Even
 	return nil
 }
 
-// Send implements ws.Sender.
-func (s *sender) Send(ctx context.Context, user int64, req ws.SendRequest) (seq int64, pending bool, err error) {
-	res, err := s.send(ctx, user, req)
-	switch {
-	case err != nil:
-		return 0, false, err
-	case res.status == sendPending:
-		return 0, true, nil
-	}
-	return res.message.Seq, false, nil
-}
-
-// sendStatus is how a send ended.
-type sendStatus int
+// Status is how a send ended.
+type Status int
 
 const (
-	sendProjected sendStatus = iota // projected within the ack wait: 201
-	sendDuplicate                   // the msg_id was already projected: 200, original seq
-	sendPending                     // appended, not yet projected: 202
+	Projected Status = iota // projected within the ack wait: 201
+	Duplicate               // the msg_id was already projected: 200, original seq
+	Pending                 // appended, not yet projected: 202
 )
 
-// sendResult is the outcome of send.
-type sendResult struct {
-	status  sendStatus
-	message *protocol.Message // unless pending
-	msgID   string
+// Result is the outcome of a send.
+type Result struct {
+	Status  Status
+	Message *protocol.Message // unless Pending
+	MsgID   string
 }
 
 // sqlSendCheck reads, in one statement, what a send must know before it
@@ -139,12 +161,12 @@ func sameMessage(m *protocol.Message, user, cid int64) error {
 // deadLetteredSend is the answer to a send whose event the projection
 // refused for good (it went to the DLQ): permanent, so a 400, and the same
 // for every retry of the msg_id.
-func deadLetteredSend(msgID string) *Error {
+func deadLetteredSend(msgID string) *apierr.Error {
 	return apierr.BadRequest("message %s was refused by the projection (dead-lettered) and will not be delivered; do not retry it", msgID)
 }
 
-// send appends a message.sent and waits up to AckWait for its projection.
-// It is shared by POST .../messages and the WebSocket send. The order
+// Send appends a message.sent and waits up to the ack wait for its
+// projection. It is shared by POST .../messages and the WebSocket send. The order
 // matters: subscribe (so that a notification after the check wakes us),
 // look the msg_id up (a retry answers with the original) and check
 // membership in one statement, append, then wait for the notification of
@@ -152,14 +174,14 @@ func deadLetteredSend(msgID string) *Error {
 // what was sent, with no read), a duplicate of a taken msg_id, or a
 // rejection of the msg_id; those two read the outcome, as does the end of
 // the wait.
-func (s *sender) send(ctx context.Context, user int64, req ws.SendRequest) (*sendResult, error) {
-	return s.sendAs(ctx, user, req, nil)
+func (s *Sender) Send(ctx context.Context, user int64, req SendRequest) (*Result, error) {
+	return s.SendAs(ctx, user, req, nil)
 }
 
-// sendAs is send for the server API: stamp, when set, marks the event as
+// SendAs is Send for the server API: stamp, when set, marks the event as
 // a service's (Service, and SenderName with user 0: a named system
 // sender, no member) before it is checked and appended.
-func (s *sender) sendAs(ctx context.Context, user int64, req ws.SendRequest, stamp func(*events.Event)) (*sendResult, error) {
+func (s *Sender) SendAs(ctx context.Context, user int64, req SendRequest, stamp func(*events.Event)) (*Result, error) {
 	cid, msgID, body, replyTo := req.ConversationID, req.MsgID, req.Body, req.ReplyTo
 	if len(body) > s.maxBody {
 		return nil, apierr.TooLarge("body is %d bytes, over the limit of %d", len(body), s.maxBody)
@@ -205,13 +227,13 @@ func (s *sender) sendAs(ctx context.Context, user int64, req ws.SendRequest, sta
 	if err := sealBody(ctx, s.pool, s.seal, e, msgID, body, key); err != nil {
 		return nil, err
 	}
-	if err := s.app.appendEvent(ctx, e); err != nil {
+	if err := s.app.Append(ctx, e); err != nil {
 		return nil, err
 	}
 	t2 := time.Now()
 	s.stages.append.Observe(t2.Sub(t1).Seconds())
 	res, err = s.awaitSend(ctx, e, body, ack, rej)
-	if err == nil && res.status != sendPending {
+	if err == nil && res.Status != Pending {
 		s.stages.projection.Observe(time.Since(t2).Seconds())
 	}
 	return res, err
@@ -228,7 +250,7 @@ func newSendStages(v *prometheus.HistogramVec) sendStages {
 // checkSend runs sqlSendCheck before the append: a result or an error ends
 // the send there (a retry, a refused send, no conversation, no member, a
 // taken msg_id); neither means append.
-func (s *sender) checkSend(ctx context.Context, user int64, e *events.Event) (*sendResult, []byte, error) {
+func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*Result, []byte, error) {
 	cid, msgID := e.ConversationID, e.MsgID
 	var ms rows.MessageScan
 	var exists, member, deadLettered bool
@@ -249,7 +271,7 @@ func (s *sender) checkSend(ctx context.Context, user int64, e *events.Event) (*s
 	m := ms.Message()
 	if m != nil && sameMessage(m, user, cid) == nil {
 		s.outcomes.WithLabelValues("duplicate").Inc()
-		return &sendResult{status: sendDuplicate, message: m, msgID: msgID}, nil, nil
+		return &Result{Status: Duplicate, Message: m, MsgID: msgID}, nil, nil
 	}
 	if deadLettered {
 		s.outcomes.WithLabelValues("rejected").Inc()
@@ -302,12 +324,12 @@ func checkMentions(ids []int64, sender int64) ([]int64, error) {
 	return out, nil
 }
 
-// awaitSend waits up to AckWait for the projection of e, the appended
+// awaitSend waits up to the ack wait for the projection of e, the appended
 // send: its ack carries the seq (the answer is built from e, with no read);
 // a duplicate, a rejection, the end of the wait or a drain read the
 // outcome. The result is pending when the wait ends without one.
-func (s *sender) awaitSend(ctx context.Context, e *events.Event, body string, ack, rej *hub.Subscription) (*sendResult, error) {
-	var res *sendResult
+func (s *Sender) awaitSend(ctx context.Context, e *events.Event, body string, ack, rej *hub.Subscription) (*Result, error) {
+	var res *Result
 	err := awaitProjection(ctx, s.ackWait, s.draining, ack, rej, func(last bool) (bool, error) {
 		if seq := ack.Seq(); seq > 0 {
 			res = s.projectedSend(e, body, seq)
@@ -320,7 +342,7 @@ func (s *sender) awaitSend(ctx context.Context, e *events.Event, body string, ac
 		}
 		if last {
 			s.outcomes.WithLabelValues("pending").Inc()
-			res = &sendResult{status: sendPending, msgID: e.MsgID}
+			res = &Result{Status: Pending, MsgID: e.MsgID}
 			return true, nil
 		}
 		return false, nil
@@ -356,11 +378,11 @@ func awaitProjection(ctx context.Context, ackWait time.Duration, draining <-chan
 
 // projectedSend is the answer to a send whose ack carried seq: the
 // message, built from e, and cached for the members' pushes.
-func (s *sender) projectedSend(e *events.Event, body string, seq int64) *sendResult {
+func (s *Sender) projectedSend(e *events.Event, body string, seq int64) *Result {
 	m := projectedMessage(e, body)
 	m.Seq = seq
 	s.outcomes.WithLabelValues("projected").Inc()
-	return &sendResult{status: sendProjected, message: &m, msgID: e.MsgID}
+	return &Result{Status: Projected, Message: &m, MsgID: e.MsgID}
 }
 
 // projectedMessage is the message e (a message.sent, with its text body)
@@ -373,7 +395,7 @@ func projectedMessage(e *events.Event, body string) protocol.Message {
 
 // cacheProjected puts tmpl, projected at seq, into the message cache (on
 // the hub's goroutine, before the members' sessions are woken).
-func (s *sender) cacheProjected(tmpl protocol.Message, seq int64) {
+func (s *Sender) cacheProjected(tmpl protocol.Message, seq int64) {
 	if epoch := s.hub.Heads().CurrentEpoch(); epoch != 0 {
 		tmpl.Seq = seq
 		s.inbox.CacheMessage(epoch, &tmpl)
@@ -383,7 +405,7 @@ func (s *sender) cacheProjected(tmpl protocol.Message, seq int64) {
 // sendOutcome reads what became of the send e (sqlSendOutcome): projected
 // (a duplicate when the ack says so), refused, or, with neither result
 // nor error, not known yet.
-func (s *sender) sendOutcome(ctx context.Context, e *events.Event, ack *hub.Subscription) (*sendResult, error) {
+func (s *Sender) sendOutcome(ctx context.Context, e *events.Event, ack *hub.Subscription) (*Result, error) {
 	cid, user, msgID := e.ConversationID, e.ActorID, e.MsgID
 	var reason *string
 	var out rows.MessageScan
@@ -394,12 +416,12 @@ func (s *sender) sendOutcome(ctx context.Context, e *events.Event, ack *hub.Subs
 		if err := sameMessage(m, user, cid); err != nil {
 			return nil, err
 		}
-		outcome, status := "projected", sendProjected
+		outcome, status := "projected", Projected
 		if ack.Dup() {
-			outcome, status = "duplicate", sendDuplicate
+			outcome, status = "duplicate", Duplicate
 		}
 		s.outcomes.WithLabelValues(outcome).Inc()
-		return &sendResult{status: status, message: m, msgID: msgID}, nil
+		return &Result{Status: status, Message: m, MsgID: msgID}, nil
 	}
 	if reason == nil {
 		return nil, nil

@@ -2,7 +2,7 @@
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: run test test-race test-kafka test-compose test-short test-ts fuzz build vet bench clean
+.PHONY: run check test test-race test-kafka test-compose test-short test-ts fuzz build vet bench clean
 
 run: ## build bin/inboxd and start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it; exit 0)
 	$(GO) build -o bin/inboxd ./cmd/inboxd
@@ -14,6 +14,11 @@ run: ## build bin/inboxd and start inboxd dev on its embedded Kafka and PostgreS
 build:
 	$(GO) build -o bin/inboxd ./cmd/inboxd
 	$(GO) build -o bin/inboxd-bench ./cmd/inboxd-bench
+
+check: ## the quick loop (about a minute cold, seconds warm): vet, build, and every test that needs no PostgreSQL and no inboxd process (see CONTRIBUTING.md)
+	$(GO) vet ./...
+	$(GO) build ./...
+	INBOXD_TEST_UNIT=1 INBOXD_COMPOSE_TEST=skip $(GO) test -count=1 -short -run '^(Test|Fuzz)' $(GOTESTFLAGS) ./...
 
 # make test and make test-race leave the compose topology to make test-compose.
 test: ## every test, against a real PostgreSQL and kfake started by the tests; then the TypeScript SDK's (test-ts)

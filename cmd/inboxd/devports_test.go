@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/workload"
 	"github.com/inboxd/inboxd/producer"
@@ -32,6 +33,7 @@ func (d devInstance) brokers() string { return fmt.Sprintf("127.0.0.1:%d", d.Kaf
 
 // newDevInstance picks a data dir and free ports; start runs it.
 func newDevInstance(t *testing.T) devInstance {
+	pgtest.SkipIfUnit(t)
 	if os.Getenv("DATABASE_URL") != "" {
 		t.Skip("DATABASE_URL is set: dev would not start its own PostgreSQL")
 	}

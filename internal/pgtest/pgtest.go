@@ -23,6 +23,20 @@ import (
 	"github.com/inboxd/inboxd/migrations"
 )
 
+// EnvUnit names the variable that, when not empty, skips every test that
+// needs a PostgreSQL server or an inboxd process (SkipIfUnit): the quick
+// loop of make check.
+const EnvUnit = "INBOXD_TEST_UNIT"
+
+// SkipIfUnit skips t when EnvUnit is set: t needs a PostgreSQL server
+// or an inboxd process, which the quick loop does not start.
+func SkipIfUnit(t testing.TB) {
+	t.Helper()
+	if os.Getenv(EnvUnit) != "" {
+		t.Skip("needs PostgreSQL or an inboxd process (" + EnvUnit + " is set: make check)")
+	}
+}
+
 // EnvURL names the variable holding an admin URL of a test server.
 const EnvURL = "INBOXD_TEST_DATABASE_URL"
 
@@ -56,6 +70,7 @@ func Run(m *testing.M) int {
 // the test's end. Tests that stop and start PostgreSQL use their own.
 func StartServer(t testing.TB) *pgserver.Server {
 	t.Helper()
+	SkipIfUnit(t)
 	dir, err := os.MkdirTemp("", "inboxd-pg-")
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +85,7 @@ func StartServer(t testing.TB) *pgserver.Server {
 
 func admin(t testing.TB) string {
 	t.Helper()
+	SkipIfUnit(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if adminURL != "" {

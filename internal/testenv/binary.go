@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/pgtest"
 )
 
 var (
@@ -27,6 +29,7 @@ var (
 // started it).
 func Binary(t testing.TB) string {
 	t.Helper()
+	pgtest.SkipIfUnit(t)
 	path, err := BuildBinary()
 	if err != nil {
 		t.Fatal(err)

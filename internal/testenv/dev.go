@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/pgtest"
 )
 
 // Dev is an `inboxd dev` process (gateway and fanout on its embedded
@@ -29,6 +31,7 @@ const devReady = "partitions assigned"
 // as --too-long-lag) and stops it at the test's end.
 func NewDev(t testing.TB, args ...string) *Dev {
 	t.Helper()
+	pgtest.SkipIfUnit(t)
 	d, err := StartDev(args...)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,9 @@ module github.com/inboxd/inboxd
 
 go 1.26.8
 
+// npm packages may carry Go code (flatted does); none of it is ours.
+ignore ./clients/typescript/node_modules
+
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/chromedp/chromedp v0.23.1

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestWSBrowserChanges is issue 17's acceptance for the demo: user 1 edits,
+// TestWSBrowserChanges: changes of messages in the demo. User 1 edits,
 // reacts to and deletes a message through the page (clicks and keys), and
 // user 2's window shows each change live; user 2 reacts too and replies, and
 // user 1, the conversation's creator, deletes the reply (moderation).

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestWSBrowserReloadOffline is issue 20's acceptance 3: the demo on the
-// TypeScript SDK keeps working offline across a reload. User 2's page is
-// cut off the gateway at the network level (every /v1/ request, the
+// TestWSBrowserReloadOffline: the demo on the TypeScript SDK keeps working
+// offline across a reload. User 2's page is cut off the gateway at the
+// network level (every /v1/ request, the
 // WebSocket included, fails as if the network were down; the page's own
 // files still load); user 2 sends two messages, shown as pending, and
 // reloads: the conversation list, what was shown and the two pending

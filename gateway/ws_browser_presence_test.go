@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestWSBrowserPresence is issue 18's acceptance for the demo, two users in
-// two windows of headless Chromium: each shows the other online in the
+// TestWSBrowserPresence: counts, receipts, typing and presence in the
+// demo, two users in two windows of headless Chromium: each shows the other online in the
 // open conversation's members; what user 1 types shows as "user 1 is
 // typing…" in user 2's window, gone when 1 leaves the composer. While 2 has
 // another conversation open, a message from 1 is an unread badge of 1 on

@@ -22,29 +22,17 @@
 // (DefaultRunner). Children talk to the orchestrator over stdin/stdout lines
 // (see child.go), die with it (Pdeathsig) and end by themselves at a deadline.
 //
-// # Layout
+// # What is shared
 //
-//	bench.go     result rows, tables, JSON and Markdown output
-//	env.go       the infrastructure of a run and the child processes
-//	child.go     the child side: dispatch, line protocol, deadlines
-//	serve.go     the server under test (gateway or a bare echo server)
-//	fanout.go    fan-out throughput vs COPY, idle latency, replay vs live
-//	e2e.go       send (HTTP or WebSocket) -> WebSocket push latency vs commit latency
-//	changes.go   edit -> push latency vs a send's; entries of reaction bursts
-//	sync.go      sync pages/s and 304s/s vs a trivial handler
-//	syncdata.go  a large inbox generated with COPY
-//	idle.go      bytes per idle WebSocket vs a bare echo server
-//	storm.go     a reconnect storm: SDK vs a naive client
-//	worker_*.go  the load generators of those figures
-//	all.go       `bench all`: every figure, the report and the charts
-//	goals.go     the performance goals, computed from a run's results
-//	cpumsg.go    CPU per message next to the goals' recorded baseline
-//	runs.go      several runs reported together: the ranges of the figures
-//	report.go    docs/benchmarks.md between its marker comments
-//	chart/       PNG line charts with the standard library only (a package)
-//	profile.go   CPU profiles and `go tool pprof -top`
-//	proc.go      /proc readings: RSS, CPU time, the machine
-//	stats.go     percentiles
+// Each figure is a function (Fanout, E2E, Sync, Idle, Storm, Changes,
+// Large) with its config, its result and the rows of its table, and its
+// load generators run as workers. What the figures have in common is kept
+// once: the open loop that offers a load at a fixed rate (pace, offerLoad),
+// the WebSocket follower that keeps a user's socket up and times pushes
+// (followAll), the pipeline of database, kfake and fanout, and the report
+// (`inboxd-bench all`: the goals, the ranges over several runs and
+// docs/benchmarks.md between its marker comments). The charts are drawn by
+// the chart package.
 package bench
 
 import (

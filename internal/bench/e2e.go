@@ -55,10 +55,9 @@ type E2EConfig struct {
 	// gateway starts [20], followed by a settle (VACUUM ANALYZE,
 	// CHECKPOINT), which is also done before every fixed load: the
 	// figures are those of a database autovacuum keeps, not of tables
-	// whose statements were planned while they were empty (measured: the
-	// projector's msg_id lookup kept a sequential scan planned on the
-	// empty messages table, 2.5 ms a batch, 40% of PostgreSQL's time at
-	// 1,000 msg/s).
+	// whose statements were planned while they were empty (the
+	// projector's lookups kept sequential scans planned on the empty
+	// tables: docs/benchmarks.md, "Where the time goes").
 	History int
 }
 

@@ -100,9 +100,10 @@ func (f *wsFollower) follow(ctx context.Context, sem chan struct{}, welcomed fun
 			f.conn(conn)
 		}
 		for {
-			// One buffer per follower, reused frame to frame (ReadMessage
-			// allocates each frame anew: hundreds of MB/s of garbage in
-			// the large figure). No frame function keeps data.
+			// One buffer per follower, reused frame to frame: ReadMessage
+			// allocates each frame anew, and at the large figure's rates
+			// that garbage was the receivers' main cost. No frame function
+			// keeps data.
 			_, r, err := conn.NextReader()
 			if err == nil {
 				buf.Reset()

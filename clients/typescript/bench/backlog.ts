@@ -15,7 +15,8 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
-import { Api, Client, MemoryStore, devToken, type Store, type WebSocketCtor } from "../src/index.js";
+import { Api } from "../src/api.js";
+import { Client, MemoryStore, devToken, type Store, type WebSocketCtor } from "../src/index.js";
 import { FileStore } from "../src/node.js";
 import { startDev, type Dev } from "../test/integration/dev.js";
 
@@ -61,7 +62,7 @@ async function makeBacklog(dev: Dev): Promise<number> {
   const progress = setInterval(() => process.stderr.write(`\r  sent ${done}/${sends}`), 1000);
   await Promise.all(Array.from({ length: concurrency }, async () => {
     for (let i = next++; i < sends; i = next++) {
-      await alice.send(cids[i % cids.length]!, { msg_id: crypto.randomUUID(), body: `backlog message ${i}` });
+      await alice.send(cids[i % cids.length], { msg_id: crypto.randomUUID(), body: `backlog message ${i}` });
       done++;
     }
   }));
@@ -99,7 +100,7 @@ async function timeRun(dev: Dev, target: number, storeKind: string, transport: "
     },
   });
   const cpu0 = process.cpuUsage();
-  const load0 = loadavg()[0]!;
+  const load0 = loadavg()[0];
   const t0 = performance.now();
   const running = client.start();
   try {
@@ -113,7 +114,7 @@ async function timeRun(dev: Dev, target: number, storeKind: string, transport: "
     await rm(dir, { recursive: true, force: true });
     const cpuPct = ((cpu.user + cpu.system) / 1000 / ms) * 100;
     console.log(`${storeKind.padEnd(6)} ${transport.padEnd(9)} commitEvery=${commitEvery}: ${count} entries in ${(ms / 1000).toFixed(2)} s = ${Math.round(count / (ms / 1000))} entries/s` +
-      ` (client process CPU ${cpuPct.toFixed(0)}% of one core; load average ${load0.toFixed(2)} -> ${loadavg()[0]!.toFixed(2)}; out of order: ${bad})`);
+      ` (client process CPU ${cpuPct.toFixed(0)}% of one core; load average ${load0.toFixed(2)} -> ${loadavg()[0].toFixed(2)}; out of order: ${bad})`);
   }
 }
 
@@ -122,7 +123,7 @@ const dev = await startDev(["--too-long-lag", String(10 * N), "--send-rate", "10
 try {
   console.log(`machine: ${cpus().length} x ${cpus()[0]?.model ?? "?"}, node ${process.version}; load average at start ${loadavg().map((l) => l.toFixed(2)).join(" ")}`);
   const target = await makeBacklog(dev);
-  for (const r of opt.runs!.split(",")) {
+  for (const r of opt.runs.split(",")) {
     const [storeKind, transport, every] = r.split(":") as [string, "websocket" | "polling" | undefined, string | undefined];
     await timeRun(dev, target, storeKind, transport ?? "websocket", every ? Number(every) : defaultCommitEvery);
   }

@@ -4,11 +4,13 @@ import { parseRetryAfter } from "./backoff.js";
 import { ApiError } from "./errors.js";
 import type { ConversationList, DevToken, ErrorBody, History, Message, SendMessage, SendPending, SyncAnswer } from "./protocol.js";
 
+/** FetchLike is the part of `fetch` the client uses (the global one, or a test's). */
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 
 /** TokenSource returns the bearer token; refresh is true after a 401 (ask the identity provider again). */
 export type TokenSource = (refresh: boolean) => Promise<string> | string;
 
+/** @internal */
 export interface ApiConfig {
   baseUrl: string;
   token: TokenSource;
@@ -18,6 +20,7 @@ export interface ApiConfig {
   requestTimeoutMs?: number; // default 15000; a long-poll adds its wait
 }
 
+/** @internal */
 export interface SyncParams {
   after: number;
   epoch?: number;
@@ -26,17 +29,21 @@ export interface SyncParams {
   etag?: string;
 }
 
+/** @internal */
 export interface SyncResult {
   answer?: SyncAnswer; // undefined on 304
   etag?: string;
 }
 
+/** @internal */
 export type SendOutcome = { message: Message } | { pending: true };
 
 /**
  * Api makes the client's HTTP requests. A 401 asks the token source again
  * once (refresh; not for a static token) and repeats the request; a second 401 is an ApiError for
  * the caller to classify. Network failures reject with the fetch error.
+ *
+ * @internal
  */
 export class Api {
   private readonly fetch: FetchLike;
@@ -136,7 +143,11 @@ export class Api {
   }
 }
 
-/** toApiError decodes the protocol's error shape; Retry-After (or, on a 429, X-RateLimit-Reset) becomes retryAfterMs. */
+/**
+ * toApiError decodes the protocol's error shape; Retry-After (or, on a 429, X-RateLimit-Reset) becomes retryAfterMs.
+ *
+ * @internal
+ */
 export async function toApiError(res: Response): Promise<ApiError> {
   let code = "http_" + res.status;
   let message = res.statusText;

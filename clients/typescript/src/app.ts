@@ -8,11 +8,13 @@ import { Backoff, jitterUp, sleep } from "./backoff.js";
 import { ApiError } from "./errors.js";
 import type { History, Message, Record } from "./protocol.js";
 
+/** Member is a member of a conversation and the seq at which they joined. */
 export interface Member {
   user_id: number;
   joined_seq: number;
 }
 
+/** Receipt is how far a member who shows receipts has read a conversation. */
 export interface Receipt {
   user_id: number;
   read_seq: number;
@@ -40,14 +42,17 @@ export interface Presence {
   last_seen?: string;
 }
 
+/** Settings are the user's privacy and notification settings. */
 export interface Settings {
   hide_receipts: boolean;
   hide_presence: boolean;
   notifications: boolean;
 }
 
+/** SettingsPatch changes the settings it names and keeps the others. */
 export type SettingsPatch = Partial<Settings>;
 
+/** ChangeKind is what a {@link Change} does to a message. */
 export type ChangeKind = "edit" | "delete" | "react" | "unreact";
 
 /** Change is one change of a message; changeId is its idempotency key (made when absent). */
@@ -56,8 +61,10 @@ export interface Change {
   conversationId: number;
   seq: number;
   changeId?: string;
-  body?: string; // edit
-  emoji?: string; // react
+  /** body: the new body of an edit. */
+  body?: string;
+  /** emoji: the reaction of a react. */
+  emoji?: string;
 }
 
 /**
@@ -71,9 +78,16 @@ export interface ChangeResult {
   pending: boolean;
 }
 
+/** ChangeOptions bound how long a change is retried. */
 export interface ChangeOptions {
+  /** signal: aborting it ends the retries (the last error rejects). */
   signal?: AbortSignal;
-  /** timeoutMs bounds the retries (default 30000); then the last error rejects. */
+  /**
+   * timeoutMs bounds the retries of a temporary failure; then the last error
+   * rejects.
+   *
+   * @defaultValue 30000
+   */
   timeoutMs?: number;
 }
 
@@ -94,7 +108,11 @@ async function listAll<T>(api: Api, path: string, key: string, signal?: AbortSig
   return out;
 }
 
-/** conversations reads the whole list; a conversation seen on two pages (it moved meanwhile) keeps its newest record. */
+/**
+ * conversations reads the whole list; a conversation seen on two pages (it moved meanwhile) keeps its newest record.
+ *
+ * @internal
+ */
 export async function conversations(api: Api, signal?: AbortSignal): Promise<Record[]> {
   const all = await listAll<Record>(api, "/v1/conversations", "conversations", signal);
   const latest = new Map<number, Record>();
@@ -105,34 +123,42 @@ export async function conversations(api: Api, signal?: AbortSignal): Promise<Rec
   return [...latest.values()];
 }
 
+/** @internal */
 export function history(api: Api, cid: number, before: number, limit: number, signal?: AbortSignal): Promise<History> {
   return api.history(cid, before, limit, signal);
 }
 
+/** @internal */
 export function members(api: Api, cid: number, signal?: AbortSignal): Promise<Member[]> {
   return listAll<Member>(api, `/v1/conversations/${seg(cid)}/members`, "members", signal);
 }
 
+/** @internal */
 export function receipts(api: Api, cid: number, signal?: AbortSignal): Promise<Receipt[]> {
   return listAll<Receipt>(api, `/v1/conversations/${seg(cid)}/receipts`, "receipts", signal);
 }
 
+/** @internal */
 export async function addMember(api: Api, cid: number, userId: number, signal?: AbortSignal): Promise<void> {
   await drain(api.request("POST", `/v1/conversations/${seg(cid)}/members`, { user_id: userId }, signal));
 }
 
+/** @internal */
 export async function removeMember(api: Api, cid: number, userId: number, signal?: AbortSignal): Promise<void> {
   await drain(api.request("DELETE", `/v1/conversations/${seg(cid)}/members/${seg(userId)}`, undefined, signal));
 }
 
+/** @internal */
 export async function markRead(api: Api, cid: number, seq: number, signal?: AbortSignal): Promise<void> {
   await drain(api.request("POST", `/v1/conversations/${seg(cid)}/read`, { seq }, signal));
 }
 
+/** @internal */
 export async function setRecord(api: Api, cid: number, p: { pinned?: boolean; muted?: boolean }, signal?: AbortSignal): Promise<void> {
   await drain(api.request("PATCH", `/v1/conversations/${seg(cid)}/record`, p, signal));
 }
 
+/** @internal */
 export async function presence(api: Api, userIds: number[], signal?: AbortSignal): Promise<Presence[]> {
   const q = new URLSearchParams();
   for (const id of userIds) q.append("user_id", seg(id));
@@ -140,6 +166,7 @@ export async function presence(api: Api, userIds: number[], signal?: AbortSignal
   return ((await res.json()) as { presence: Presence[] }).presence;
 }
 
+/** @internal */
 export async function settings(api: Api, patch?: SettingsPatch, signal?: AbortSignal): Promise<Settings> {
   const res = await api.request(patch ? "PATCH" : "GET", "/v1/settings", patch, signal);
   return (await res.json()) as Settings;
@@ -175,6 +202,8 @@ function checkChange(ch: Change): void {
  * A network error, a timeout, 408, 429 and 5xx are retried with the same
  * change_id (Retry-After, else full-jitter backoff) until the timeout or
  * the signal; a refusal (403, 404, 400, 413) rejects with its ApiError.
+ *
+ * @internal
  */
 export async function applyChange(api: Api, change: Change, backoff: { initialMs: number; maxMs: number },
   opts: ChangeOptions = {}): Promise<ChangeResult> {

@@ -1,6 +1,10 @@
 // Backoff and the circuit breaker (docs/client.md, "Failures").
 
-/** BackoffConfig: the cap doubles from initialMs to maxMs; the wait is uniform in [0, cap]. */
+/**
+ * BackoffConfig: the cap doubles from initialMs to maxMs; the wait is uniform in [0, cap].
+ *
+ * @internal
+ */
 export interface BackoffConfig {
   initialMs: number;
   maxMs: number;
@@ -13,6 +17,8 @@ export interface BackoffConfig {
  * clients that failed together best. reset() is for a connection that stayed
  * up for the stable period only, so a server that accepts and drops at once
  * is still backed off from.
+ *
+ * @internal
  */
 export class Backoff {
   private failures = 0;
@@ -44,11 +50,16 @@ export class Backoff {
   }
 }
 
-/** jitterUp adds 0..fraction to ms: Retry-After and the breaker's cooldown are spread, never shortened. */
+/**
+ * jitterUp adds 0..fraction to ms: Retry-After and the breaker's cooldown are spread, never shortened.
+ *
+ * @internal
+ */
 export function jitterUp(ms: number, fraction: number, random: () => number = Math.random): number {
   return ms * (1 + fraction * random());
 }
 
+/** @internal */
 export interface BreakerConfig {
   threshold: number; // failures in a row that open the circuit
   cooldownMs: number; // how long it stays open (jittered +0..20%)
@@ -60,6 +71,8 @@ export interface BreakerConfig {
  * CircuitBreaker counts attempts in a row that never got through. At
  * threshold it opens for the cooldown; then one probe is allowed, and a
  * failed probe opens it again at once.
+ *
+ * @internal
  */
 export class CircuitBreaker {
   private failures = 0;
@@ -105,7 +118,11 @@ export class CircuitBreaker {
   }
 }
 
-/** parseRetryAfter reads Retry-After (seconds or an HTTP date) in ms, or undefined. */
+/**
+ * parseRetryAfter reads Retry-After (seconds or an HTTP date) in ms, or undefined.
+ *
+ * @internal
+ */
 export function parseRetryAfter(value: string | null, now: number = Date.now()): number | undefined {
   if (value == null || value.trim() === "") return undefined;
   const v = value.trim();
@@ -115,7 +132,11 @@ export function parseRetryAfter(value: string | null, now: number = Date.now()):
   return Math.max(0, t - now);
 }
 
-/** sleep waits ms, or less when signal aborts (then it resolves, never rejects). */
+/**
+ * sleep waits ms, or less when signal aborts (then it resolves, never rejects).
+ *
+ * @internal
+ */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal?.aborted || ms <= 0) return resolve();
@@ -135,6 +156,8 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
  * after the loss is the backoff's (a network blip); if it finds the gateway
  * away, the client waits until after_ms plus a draw over window_ms from the
  * loss; the attempt after that is the backoff's again.
+ *
+ * @internal
  */
 export class CrashPlan {
   private at = 0;

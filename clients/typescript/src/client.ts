@@ -12,6 +12,7 @@ import * as app from "./app.js";
 import type { Change, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, Settings, SettingsPatch, TypingEvent } from "./app.js";
 import type { Counts, History, Message, Reconnect, Record, ServerFrame, SyncAnswer, TooLongAnswer } from "./protocol.js";
 
+/** Transport is ClientConfig.transport: which transports the client uses. */
 export type Transport = "auto" | "websocket" | "polling";
 
 /** Status is for a UI: what the connection is doing now. */
@@ -23,9 +24,11 @@ export type Status =
   | { state: "circuit_open"; untilMs: number }
   | { state: "stopped"; error?: unknown };
 
+/** ClientHandlers are the app's callbacks: the delivery ones of {@link Handlers} and the connection's. */
 export interface ClientHandlers extends Handlers {
   /** onSendResult: a queued send ended (its seq, or a permanent refusal); once per send. */
   onSendResult?(r: SendResult): void;
+  /** onStatus: the connection changed (for a UI). */
   onStatus?(s: Status): void;
   /** onReceipt: another member read up to a seq (live, WebSocket only). */
   onReceipt?(r: ReceiptEvent): void;
@@ -35,40 +38,193 @@ export interface ClientHandlers extends Handlers {
   onPresence?(p: Presence): void;
 }
 
-/** ClientConfig: every duration is in ms unless named otherwise; zero or absent means the default. */
+/**
+ * ClientConfig configures a {@link Client}. Every duration is in ms unless
+ * its name says otherwise; zero or absent means the default (each field's
+ * `@defaultValue`), so only baseUrl and token are required. An invalid
+ * value (pageSize or longPollWaitSec out of range) makes Client.create
+ * throw.
+ */
 export interface ClientConfig {
+  /** baseUrl: the gateway's origin (`https://chat.example.com`); required. */
   baseUrl: string;
-  /** token: a bearer token, or a source asked again (refresh=true) once after a 401. */
+  /** token: a bearer token, or a source asked again (refresh=true) once after a 401; required. */
   token: string | TokenSource;
-  store?: Store; // default MemoryStore
+  /**
+   * store: where the state (cursor, epoch, holes, outbox) is saved. The
+   * default keeps it in memory: nothing survives the process, so every start
+   * syncs from scratch and queued sends are lost.
+   *
+   * @defaultValue a new {@link MemoryStore}
+   */
+  store?: Store;
+  /** handlers: the app's callbacks; none are required. */
   handlers?: ClientHandlers;
-  /** WebSocket: the constructor (globalThis.WebSocket by default; in Node 20 pass `ws`'s). None: long-polling only. */
+  /**
+   * WebSocket: the constructor the client connects with. In Node 20 pass
+   * `ws`'s. None at all (no global one either): long-polling only.
+   *
+   * @defaultValue `globalThis.WebSocket`
+   */
   WebSocket?: WebSocketCtor;
+  /**
+   * fetch: the HTTP client of the sync, the sends and the app's calls.
+   *
+   * @defaultValue `globalThis.fetch`
+   */
   fetch?: FetchLike;
-  transport?: Transport; // default "auto"
-  startupJitterMs?: number; // 1000: random wait in [0, it) before the first connection; negative: none
-  backoffInitialMs?: number; // 500
-  backoffMaxMs?: number; // 30000
-  stablePeriodMs?: number; // 30000: a connection up this long resets the backoff
-  breakerThreshold?: number; // 8 failures in a row open the circuit
-  breakerCooldownMs?: number; // 60000
-  wsFallbackAfter?: number; // 3 failed WebSocket sessions in a row before long-polling
-  pollingPeriodMs?: number; // 300000: how long to poll before trying the WebSocket again
-  longPollWaitSec?: number; // 25
-  pageSize?: number; // 200
-  gapWaitMs?: number; // 500
-  headWaitMs?: number; // 1000
-  requestTimeoutMs?: number; // 15000
-  pendingRecheckMs?: number; // 2000
-  commitEvery?: number; // 1
-  sendTimeoutMs?: number; // 10000: wait for a send_ack before the send is retried
-  sendOverHttp?: boolean; // false: send over HTTP even while a WebSocket is up
-  backfillPage?: number; // 100
+  /**
+   * transport: "auto" connects over the WebSocket, long-polls after
+   * wsFallbackAfter failed sessions (or a refused upgrade) and tries the
+   * WebSocket again after pollingPeriodMs; "websocket" never long-polls (a
+   * refused upgrade is a PermanentError); "polling" only long-polls.
+   *
+   * @defaultValue "auto"
+   */
+  transport?: Transport;
+  /**
+   * startupJitterMs: a random wait in [0, it) before the first connection,
+   * so that clients started together (a deploy, a reload of many tabs) do
+   * not connect together; negative: none.
+   *
+   * @defaultValue 1000
+   */
+  startupJitterMs?: number;
+  /**
+   * backoffInitialMs: the cap of the first retry's wait; it doubles per
+   * failure up to backoffMaxMs, and each wait is uniform in [0, cap] (full
+   * jitter spreads a crowd of clients that failed together best).
+   *
+   * @defaultValue 500
+   */
+  backoffInitialMs?: number;
+  /**
+   * backoffMaxMs: the highest cap of a retry's wait. Higher spares a gateway
+   * that is down for long; lower reconnects sooner after it is back.
+   *
+   * @defaultValue 30000
+   */
+  backoffMaxMs?: number;
+  /**
+   * stablePeriodMs: a connection up this long resets the backoff (and a
+   * WebSocket session this long does not count towards wsFallbackAfter), so
+   * a gateway that accepts and drops at once is still backed off from.
+   *
+   * @defaultValue 30000
+   */
+  stablePeriodMs?: number;
+  /**
+   * breakerThreshold: connection attempts in a row that never got through
+   * before the circuit opens for breakerCooldownMs; then one probe is let
+   * through, and a failed probe opens it again.
+   *
+   * @defaultValue 8
+   */
+  breakerThreshold?: number;
+  /**
+   * breakerCooldownMs: how long the open circuit refuses attempts (jittered
+   * +0..20%).
+   *
+   * @defaultValue 60000
+   */
+  breakerCooldownMs?: number;
+  /**
+   * wsFallbackAfter: failed (shorter than stablePeriodMs) WebSocket sessions
+   * in a row before the client long-polls (transport "auto"). A refused
+   * upgrade falls back at once.
+   *
+   * @defaultValue 3
+   */
+  wsFallbackAfter?: number;
+  /**
+   * pollingPeriodMs: how long to long-poll after a fallback before the
+   * WebSocket is tried again.
+   *
+   * @defaultValue 300000
+   */
+  pollingPeriodMs?: number;
+  /**
+   * longPollWaitSec: how long, in seconds, the server holds a long-poll
+   * without news before it answers; 1..30.
+   *
+   * @defaultValue 25
+   */
+  longPollWaitSec?: number;
+  /**
+   * pageSize: entries per HTTP sync page; 1..200.
+   *
+   * @defaultValue 200
+   */
+  pageSize?: number;
+  /**
+   * gapWaitMs: how long a push beyond a missing entry waits for it (pushes
+   * can arrive out of order across reconnects) before the client pulls it
+   * over HTTP.
+   *
+   * @defaultValue 500
+   */
+  gapWaitMs?: number;
+  /**
+   * headWaitMs: how long the client waits for a push when the server's head
+   * (welcome, heartbeat) is beyond its cursor before it pulls over HTTP.
+   *
+   * @defaultValue 1000
+   */
+  headWaitMs?: number;
+  /**
+   * requestTimeoutMs: an HTTP request's timeout (a long-poll adds its wait),
+   * and how long the WebSocket's welcome may take.
+   *
+   * @defaultValue 15000
+   */
+  requestTimeoutMs?: number;
+  /**
+   * pendingRecheckMs: after a send answered 202 (in the log, no seq yet),
+   * how long before the same msg_id is posted again (doubling up to
+   * backoffMaxMs), unless its message arrived in the inbox first.
+   *
+   * @defaultValue 2000
+   */
+  pendingRecheckMs?: number;
+  /**
+   * commitEvery: the cursor is saved after this many entries (and after
+   * each page). 1 saves after every handler; more saves less often, and
+   * after a crash up to commitEvery-1 handled entries come again.
+   *
+   * @defaultValue 1
+   */
+  commitEvery?: number;
+  /**
+   * sendTimeoutMs: how long a send over the WebSocket waits for its
+   * send_ack before it is sent again (with the same msg_id).
+   *
+   * @defaultValue 10000
+   */
+  sendTimeoutMs?: number;
+  /**
+   * sendOverHttp: send over HTTP even while a WebSocket session is up.
+   *
+   * @defaultValue false
+   */
+  sendOverHttp?: boolean;
+  /**
+   * backfillPage: messages per backfill page, and per read of a read-mode
+   * conversation's new messages and changes.
+   *
+   * @defaultValue 100
+   */
+  backfillPage?: number;
 }
 
 type Resolved = Required<Omit<ClientConfig, "store" | "handlers" | "WebSocket" | "fetch" | "token">>;
 
-const defaults: Resolved = {
+/**
+ * defaults are ClientConfig's defaults; each field's `@defaultValue` says the
+ * same (test/unit/exports.test.ts checks it).
+ *
+ * @internal
+ */
+export const defaults: Readonly<Resolved> = {
   baseUrl: "", transport: "auto", startupJitterMs: 1000, backoffInitialMs: 500, backoffMaxMs: 30000,
   stablePeriodMs: 30000, breakerThreshold: 8, breakerCooldownMs: 60000, wsFallbackAfter: 3,
   pollingPeriodMs: 300000, longPollWaitSec: 25, pageSize: 200, gapWaitMs: 500, headWaitMs: 1000,
@@ -86,9 +242,10 @@ interface Attempt {
   lost?: boolean; // a session that was up ended without a close frame: the crash hint applies
   fallback?: boolean; // the upgrade was refused: long-poll now
   periodEnded?: boolean; // the polling period is over: try the WebSocket at once
-  fatal?: unknown;
+  fatal?: Error;
 }
 
+/** BackfillResult is what one {@link Client.backfill} call read. */
 export interface BackfillResult {
   /** messages: the page's messages that were in a hole (also given to onHistory), ascending. */
   messages: Message[];
@@ -98,6 +255,14 @@ export interface BackfillResult {
   remaining: Hole[];
 }
 
+/**
+ * Client is the sync loop of one device of one user: it keeps the cursor
+ * and epoch in its {@link Store}, hands each inbox entry to the handlers
+ * once and in order, repairs gaps and too-long jumps, and sends queued
+ * messages. Make it with {@link Client.create}, run it with
+ * {@link Client.start}, end it with {@link Client.stop}. Run one Client per
+ * store: two would overwrite each other's cursor and outbox.
+ */
 export class Client {
   private readonly cfg: Resolved;
   private readonly api: Api;
@@ -148,10 +313,12 @@ export class Client {
     return new Client(config, store, state);
   }
 
+  /** cursor: the inbox_seq of the last entry handed over (and saved with the handler's success). */
   get cursor(): number {
     return this.inbox.cursor;
   }
 
+  /** epoch: the server's inbox epoch the cursor belongs to (0 before the first sync). */
   get epoch(): number {
     return this.inbox.epoch;
   }
@@ -195,18 +362,22 @@ export class Client {
     return app.history(this.api, conversationId, before, limit, signal);
   }
 
+  /** createConversation makes a conversation (the user is always a member) and returns its id. */
   createConversation(title: string, memberIds: number[], signal?: AbortSignal): Promise<number> {
     return this.api.createConversation(title, memberIds, signal);
   }
 
+  /** members lists the conversation's members (every page). */
   members(conversationId: number, signal?: AbortSignal): Promise<Member[]> {
     return app.members(this.api, conversationId, signal);
   }
 
+  /** addMember adds a user to the conversation. */
   addMember(conversationId: number, userId: number, signal?: AbortSignal): Promise<void> {
     return app.addMember(this.api, conversationId, userId, signal);
   }
 
+  /** removeMember removes a user from the conversation. */
   removeMember(conversationId: number, userId: number, signal?: AbortSignal): Promise<void> {
     return app.removeMember(this.api, conversationId, userId, signal);
   }
@@ -216,22 +387,27 @@ export class Client {
     return app.markRead(this.api, conversationId, seq, signal);
   }
 
+  /** setRecord pins or mutes the conversation for the user (the fields given); its record entry follows. */
   setRecord(conversationId: number, p: { pinned?: boolean; muted?: boolean }, signal?: AbortSignal): Promise<void> {
     return app.setRecord(this.api, conversationId, p, signal);
   }
 
+  /** receipts lists how far each member who shows receipts has read the conversation. */
   receipts(conversationId: number, signal?: AbortSignal): Promise<Receipt[]> {
     return app.receipts(this.api, conversationId, signal);
   }
 
+  /** presence reads the presence of users who share a conversation with the user, as they let it be seen. */
   presence(userIds: number[], signal?: AbortSignal): Promise<Presence[]> {
     return app.presence(this.api, userIds, signal);
   }
 
+  /** settings reads the user's settings. */
   settings(signal?: AbortSignal): Promise<Settings> {
     return app.settings(this.api, undefined, signal);
   }
 
+  /** setSettings changes the settings the patch names and returns them all. */
   setSettings(patch: SettingsPatch, signal?: AbortSignal): Promise<Settings> {
     return app.settings(this.api, patch, signal);
   }
@@ -241,18 +417,22 @@ export class Client {
     return app.applyChange(this.api, change, { initialMs: this.cfg.backoffInitialMs, maxMs: this.cfg.backoffMaxMs }, opts);
   }
 
+  /** edit replaces a message's body (applyChange with kind "edit"). */
   edit(conversationId: number, seq: number, body: string, opts?: ChangeOptions): Promise<ChangeResult> {
     return this.applyChange({ kind: "edit", conversationId, seq, body }, opts);
   }
 
+  /** delete deletes a message (applyChange with kind "delete"). */
   delete(conversationId: number, seq: number, opts?: ChangeOptions): Promise<ChangeResult> {
     return this.applyChange({ kind: "delete", conversationId, seq }, opts);
   }
 
+  /** react sets the user's reaction to a message (applyChange with kind "react"). */
   react(conversationId: number, seq: number, emoji: string, opts?: ChangeOptions): Promise<ChangeResult> {
     return this.applyChange({ kind: "react", conversationId, seq, emoji }, opts);
   }
 
+  /** unreact removes the user's reaction from a message (applyChange with kind "unreact"). */
   unreact(conversationId: number, seq: number, opts?: ChangeOptions): Promise<ChangeResult> {
     return this.applyChange({ kind: "unreact", conversationId, seq }, opts);
   }

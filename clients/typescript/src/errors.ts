@@ -4,10 +4,14 @@
 /** ApiError is a non-2xx HTTP answer. retryAfterMs comes from Retry-After (or X-RateLimit-Reset on a 429). */
 export class ApiError extends Error {
   constructor(
+    /** status: the HTTP status (0: the answer did not continue the cursor, a client-side check). */
     readonly status: number,
+    /** code: the protocol's error code (docs/protocol.md), or `http_<status>` for an answer without the error shape. */
     readonly code: string,
     message: string,
+    /** retryable: the same request may succeed later (408, 429, 5xx, or the body says so). */
     readonly retryable: boolean,
+    /** retryAfterMs: how long to wait before retrying, when the server said. */
     readonly retryAfterMs?: number,
     /** hinted: retryAfterMs is the body's retry_after_ms, a moment the server picked for this client. */
     readonly hinted: boolean = false,
@@ -23,8 +27,11 @@ export class ApiError extends Error {
  */
 export class PermanentError extends Error {
   constructor(
+    /** status: the HTTP status that ended the client (undefined for a WebSocket close). */
     readonly status: number | undefined,
+    /** closeCode: the WebSocket close code that ended it (undefined for an HTTP answer). */
     readonly closeCode: number | undefined,
+    /** code: the protocol's error code. */
     readonly code: string,
     message: string,
   ) {
@@ -35,7 +42,12 @@ export class PermanentError extends Error {
 
 /** HandlerError wraps an error thrown by an app handler: it stops the client; the entry comes again on the next start. */
 export class HandlerError extends Error {
-  constructor(readonly handler: string, readonly cause: unknown) {
+  constructor(
+    /** handler: the handler's name (onEntry, onTooLong, …). */
+    readonly handler: string,
+    /** cause: what the handler threw. */
+    readonly cause: unknown,
+  ) {
     super(`inboxd: handler ${handler} failed: ${String(cause)}`);
     this.name = "HandlerError";
   }
@@ -43,7 +55,12 @@ export class HandlerError extends Error {
 
 /** StoreError wraps a failure of the Store: it stops the client. */
 export class StoreError extends Error {
-  constructor(readonly op: string, readonly cause: unknown) {
+  constructor(
+    /** op: the store's call that failed (save). */
+    readonly op: string,
+    /** cause: what the store threw. */
+    readonly cause: unknown,
+  ) {
     super(`inboxd: store ${op}: ${String(cause)}`);
     this.name = "StoreError";
   }
@@ -51,17 +68,29 @@ export class StoreError extends Error {
 
 const permanentStatuses = new Set([400, 401, 403, 404, 413]);
 
-/** isRetryableStatus: 408, 429 and 5xx are worth retrying; other 4xx are not. */
+/**
+ * isRetryableStatus: 408, 429 and 5xx are worth retrying; other 4xx are not.
+ *
+ * @internal
+ */
 export function isRetryableStatus(status: number): boolean {
   return status === 408 || status === 429 || status >= 500;
 }
 
-/** isPermanentStatus: the statuses that stop the sync loop (and refuse a send for good). */
+/**
+ * isPermanentStatus: the statuses that stop the sync loop (and refuse a send for good).
+ *
+ * @internal
+ */
 export function isPermanentStatus(status: number): boolean {
   return permanentStatuses.has(status) || (status >= 400 && status < 500 && !isRetryableStatus(status));
 }
 
-/** isFatal: errors that end the client's run rather than being retried. */
-export function isFatal(err: unknown): boolean {
+/**
+ * isFatal: errors that end the client's run rather than being retried.
+ *
+ * @internal
+ */
+export function isFatal(err: unknown): err is PermanentError | HandlerError | StoreError {
   return err instanceof PermanentError || err instanceof HandlerError || err instanceof StoreError;
 }

@@ -38,7 +38,11 @@ export interface Handlers {
   onCounts?(c: Counts): void;
 }
 
-/** Mutex serializes the delivery handlers and the state changes that go with them. */
+/**
+ * Mutex serializes the delivery handlers and the state changes that go with them.
+ *
+ * @internal
+ */
 export class Mutex {
   private tail: Promise<void> = Promise.resolve();
   private held = false;
@@ -61,7 +65,11 @@ export class Mutex {
   }
 }
 
-/** Saver writes the state through the store one save at a time, each the state as it is then. */
+/**
+ * Saver writes the state through the store one save at a time, each the state as it is then.
+ *
+ * @internal
+ */
 export class Saver {
   private chain: Promise<void> = Promise.resolve();
 
@@ -76,9 +84,14 @@ export class Saver {
   }
 }
 
+/** @internal */
 export type ApplyResult = "ok" | "gap";
 
-/** LargeReader reads the history of read-mode conversations (the client gives its Api's). */
+/**
+ * LargeReader reads the history of read-mode conversations (the client gives its Api's).
+ *
+ * @internal
+ */
 export interface LargeReader {
   /** after: GET …/messages?after=&limit= (ascending; has_more: newer ones exist). */
   after(cid: number, after: number, limit: number): Promise<History>;
@@ -87,7 +100,11 @@ export interface LargeReader {
   page: number;
 }
 
-/** Inbox applies pages of entries and too-long answers to the state. */
+/**
+ * Inbox applies pages of entries and too-long answers to the state.
+ *
+ * @internal
+ */
 export class Inbox {
   readonly lock = new Mutex();
   private counts: Counts = { unread_total: 0, mention_total: 0 };
@@ -498,11 +515,16 @@ async function callHandler(name: string, fn: () => unknown): Promise<void> {
   }
 }
 
+/** @internal */
 export function inHoles(holes: Hole[], seq: number): boolean {
   return holes.some((h) => h.from <= seq && seq <= h.to);
 }
 
-/** addHole merges h into the conversation's holes, kept ascending and disjoint. */
+/**
+ * addHole merges h into the conversation's holes, kept ascending and disjoint.
+ *
+ * @internal
+ */
 export function addHole(c: ConversationState, h: Hole): void {
   if (h.from > h.to) return;
   const all = [...c.holes, h].sort((a, b) => a.from - b.from);
@@ -515,7 +537,11 @@ export function addHole(c: ConversationState, h: Hole): void {
   c.holes = out;
 }
 
-/** punch removes [from, to] from the holes. */
+/**
+ * punch removes [from, to] from the holes.
+ *
+ * @internal
+ */
 export function punch(holes: Hole[], from: number, to: number): Hole[] {
   const out: Hole[] = [];
   for (const h of holes) {

@@ -1,12 +1,22 @@
-// @inboxd/client: the browser-safe entry (no node: imports). Node apps that
-// want the file store import @inboxd/client/node instead.
-export * from "./protocol.js";
-export * from "./errors.js";
-export * from "./backoff.js";
-export * from "./store.js";
-export { Api, devToken, toApiError, type ApiConfig, type FetchLike, type TokenSource, type SyncParams, type SendOutcome } from "./api.js";
-export { Inbox, type Handlers, type TooLong, type ApplyResult } from "./inbox.js";
-export { type SendOptions, type SendResult } from "./outbox.js";
-export { type WebSocketLike, type WebSocketCtor } from "./transport_ws.js";
-export { Client, type ClientConfig, type ClientHandlers, type Status, type Transport, type BackfillResult } from "./client.js";
-export { type Change, type ChangeKind, type ChangeOptions, type ChangeResult, type Member, type Presence, type Receipt, type ReceiptEvent, type Settings, type SettingsPatch, type TypingEvent } from "./app.js";
+/**
+ * `@inboxd/client`: the browser-safe entry (no `node:` imports). It exports
+ * the public API only: the {@link Client}, the {@link MemoryStore}, the
+ * errors the client rejects with, and the types of its configuration,
+ * handlers, state and messages. Node apps that want the file store import
+ * `@inboxd/client/node` (this API plus `FileStore`); browsers that want
+ * IndexedDB import `@inboxd/client/indexeddb`. Everything else in the
+ * package is internal (marked `@internal`) and may change in any release;
+ * test/unit/exports.test.ts lists what each entry exports, so a new export
+ * is a deliberate change.
+ *
+ * @module @inboxd/client
+ */
+export { Client, type BackfillResult, type ClientConfig, type ClientHandlers, type Status, type Transport } from "./client.js";
+export { MemoryStore, emptyState, type ConversationState, type Hole, type OutboxItem, type State, type Store } from "./store.js";
+export { ApiError, HandlerError, PermanentError, StoreError } from "./errors.js";
+export { devToken, type FetchLike, type TokenSource } from "./api.js";
+export type { Handlers, TooLong } from "./inbox.js";
+export type { SendOptions, SendResult } from "./outbox.js";
+export type { WebSocketCtor, WebSocketLike } from "./transport_ws.js";
+export { KindMessage, KindRecord, KindUpdate, type Counts, type Entry, type History, type Message, type Reaction, type Record } from "./protocol.js";
+export type { Change, ChangeKind, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, Settings, SettingsPatch, TypingEvent } from "./app.js";

@@ -1,5 +1,10 @@
-// IndexedDBStore (@inboxd/client/indexeddb): the state in the browser's
-// IndexedDB, one record in one object store, written in one transaction.
+/**
+ * `@inboxd/client/indexeddb`: {@link IndexedDBStore}, the state in the
+ * browser's IndexedDB, one record in one object store, written in one
+ * transaction.
+ *
+ * @module @inboxd/client/indexeddb
+ */
 import { checkState, type State, type Store } from "./store.js";
 
 const objectStore = "state";
@@ -16,6 +21,14 @@ const key = "client";
 export class IndexedDBStore implements Store {
   private constructor(private readonly db: IDBDatabase) {}
 
+  /**
+   * open opens (or creates) the database and returns the store; close
+   * closes it.
+   *
+   * @param name - the database's name: one per signed-in user.
+   * @param factory - where the database lives: `globalThis.indexedDB` unless
+   *   given (a test's fake).
+   */
   static open(name = "inboxd", factory: IDBFactory = indexedDB): Promise<IndexedDBStore> {
     return new Promise((resolve, reject) => {
       const req = factory.open(name, 1);
@@ -25,19 +38,14 @@ export class IndexedDBStore implements Store {
     });
   }
 
-  load(): Promise<State | undefined> {
-    return new Promise((resolve, reject) => {
+  async load(): Promise<State | undefined> {
+    const stored = await new Promise<unknown>((resolve, reject) => {
       const tx = this.db.transaction(objectStore, "readonly");
       const req = tx.objectStore(objectStore).get(key);
-      req.onsuccess = () => {
-        try {
-          resolve(req.result === undefined ? undefined : checkState(req.result));
-        } catch (err) {
-          reject(err);
-        }
-      };
-      req.onerror = () => reject(req.error);
+      req.onsuccess = () => resolve(req.result);
+      req.onerror = () => reject(req.error ?? new Error("inboxd: indexedDB load failed"));
     });
+    return stored === undefined ? undefined : checkState(stored);
   }
 
   save(state: State): Promise<void> {
@@ -45,7 +53,7 @@ export class IndexedDBStore implements Store {
       const tx = this.db.transaction(objectStore, "readwrite", { durability: "strict" });
       tx.objectStore(objectStore).put(structuredClone(state), key);
       tx.oncomplete = () => resolve();
-      tx.onerror = () => reject(tx.error);
+      tx.onerror = () => reject(tx.error ?? new Error("inboxd: indexedDB save failed"));
       tx.onabort = () => reject(tx.error ?? new Error("inboxd: indexedDB save aborted"));
     });
   }

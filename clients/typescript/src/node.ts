@@ -1,5 +1,10 @@
-// The Node entry point (@inboxd/client/node): the file store. Browsers never
-// import this module, so the main entry stays free of node: imports.
+/**
+ * `@inboxd/client/node`: the main entry's public API plus {@link FileStore}.
+ * Browsers never import this module, so the main entry stays free of `node:`
+ * imports.
+ *
+ * @module @inboxd/client/node
+ */
 import { open, rename, readFile, mkdir, unlink } from "node:fs/promises";
 import { dirname, basename, join } from "node:path";
 import { checkState, type State, type Store } from "./store.js";
@@ -70,9 +75,9 @@ async function takeLock(lockPath: string): Promise<void> {
       if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
       const holder = Number((await readFile(lockPath, "utf8").catch(() => "")).trim());
       if (holder > 0 && holder !== process.pid && alive(holder)) {
-        throw new Error(`inboxd: ${lockPath} is held by process ${holder}`);
+        throw new Error(`inboxd: ${lockPath} is held by process ${holder}`, { cause: err });
       }
-      if (holder === process.pid) throw new Error(`inboxd: ${lockPath} is already open in this process`);
+      if (holder === process.pid) throw new Error(`inboxd: ${lockPath} is already open in this process`, { cause: err });
       await unlink(lockPath).catch(() => undefined); // stale: its process is gone
     }
   }

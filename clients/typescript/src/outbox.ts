@@ -8,9 +8,13 @@ import type { Message, ServerFrame } from "./protocol.js";
 import type { Saver } from "./inbox.js";
 import type { OutboxItem, State } from "./store.js";
 
+/** SendOptions are a send's optional fields; absent: none. */
 export interface SendOptions {
+  /** replyTo: the seq of the message (in the same conversation) this one answers. */
   replyTo?: number;
+  /** mentions: the user ids the message mentions. */
   mentions?: number[];
+  /** mentionAll: the message mentions every member. */
   mentionAll?: boolean;
 }
 
@@ -22,6 +26,7 @@ export interface SendResult {
   error?: ApiError;
 }
 
+/** @internal */
 export interface OutboxConfig {
   backoffInitialMs: number;
   backoffMaxMs: number;
@@ -31,7 +36,11 @@ export interface OutboxConfig {
   sendTimeoutMs?: number; // wait for a send_ack before the send is retried (default 10000)
 }
 
-/** WsChannel is a welcomed WebSocket session the outbox sends over (docs/client.md "Sends: the outbox"). */
+/**
+ * WsChannel is a welcomed WebSocket session the outbox sends over (docs/client.md "Sends: the outbox").
+ *
+ * @internal
+ */
 export interface WsChannel {
   send(frame: object): void;
 }
@@ -43,6 +52,8 @@ const maxBody = 4096;
  * outcome is unknown holds back the later ones, so one conversation's
  * messages keep the order of the send calls; a pending (202) send no longer
  * holds back the others.
+ *
+ * @internal
  */
 export class Outbox {
   private readonly waiters = new Map<string, ((r: SendResult) => void)[]>();

@@ -3,23 +3,30 @@
 // names are the JSON names; int64 values are JavaScript numbers (the server's
 // ids and seqs stay below 2^53).
 
+/** KindMessage is the kind of an entry carrying a new message (`Entry.message`). */
 export const KindMessage = "message";
+/** KindRecord is the kind of an entry carrying the user's conversation record (`Entry.record`). */
 export const KindRecord = "record";
+/** KindUpdate is the kind of an entry carrying a message's new state (edited, deleted, reactions; `Entry.message`). */
 export const KindUpdate = "update";
 
+/** Reaction is one emoji's count on a message; me: the user is among them. */
 export interface Reaction {
   emoji: string;
   count: number;
   me?: boolean;
 }
 
+/** Message is one message of a conversation as the user sees it; (conversation_id, seq) names it, version orders its changes. */
 export interface Message {
   conversation_id: number;
   seq: number;
   msg_id: string;
   sender_id: number;
-  kind: string; // "text" or "system"
-  body: unknown; // a JSON string for text messages
+  /** kind: "text" or "system". */
+  kind: string;
+  /** body: a JSON string for text messages. */
+  body: unknown;
   created_at: string;
   version?: number;
   edited_at?: string;
@@ -34,13 +41,18 @@ export interface Message {
   sender_name?: string;
 }
 
-/** LargeHead: where a read-mode conversation is (docs/large-conversations.md). */
+/**
+ * LargeHead: where a read-mode conversation is (docs/large-conversations.md).
+ *
+ * @internal
+ */
 export interface LargeHead {
   conversation_id: number;
   last_seq: number;
   change_count: number;
 }
 
+/** Record is the user's record of one conversation: read position, counts, flags and the last message. */
 export interface Record {
   conversation_id: number;
   title: string;
@@ -55,25 +67,36 @@ export interface Record {
   mention_count: number;
 }
 
+/** Counts are the user's unread and mention totals over all conversations. */
 export interface Counts {
   unread_total: number;
   mention_total: number;
 }
 
+/**
+ * Entry is one entry of the user's inbox, handed to onEntry in inbox_seq
+ * order (inbox_seq 0: a message of a read-mode conversation).
+ */
 export interface Entry {
   inbox_seq: number;
   conversation_id: number;
-  kind: string; // KindMessage, KindRecord, KindUpdate, or kinds to come
+  /** kind: {@link KindMessage}, {@link KindRecord}, {@link KindUpdate}, or kinds to come (ignore those). */
+  kind: string;
   message?: Message;
   record?: Record;
 }
 
+/** @internal */
 export interface Polling {
   next_interval_ms: number;
   reconnect?: Reconnect; // the crash hint, as a welcome's
 }
 
-/** SyncAnswer is the body of GET /v1/sync: a page of entries or a too-long answer. */
+/**
+ * SyncAnswer is the body of GET /v1/sync: a page of entries or a too-long answer.
+ *
+ * @internal
+ */
 export interface SyncAnswer extends Partial<Counts> {
   too_long?: boolean;
   epoch: number;
@@ -88,7 +111,11 @@ export interface SyncAnswer extends Partial<Counts> {
   large?: LargeHead[];
 }
 
-/** TooLongAnswer is a too-long answer (HTTP or the WebSocket frame). */
+/**
+ * TooLongAnswer is a too-long answer (HTTP or the WebSocket frame).
+ *
+ * @internal
+ */
 export interface TooLongAnswer extends Partial<Counts> {
   too_long: true;
   epoch: number;
@@ -99,6 +126,7 @@ export interface TooLongAnswer extends Partial<Counts> {
   large?: LargeHead[];
 }
 
+/** @internal */
 export interface ConversationList {
   epoch: number;
   inbox_head: number;
@@ -107,11 +135,13 @@ export interface ConversationList {
   next_page: string | null;
 }
 
+/** History is a page of a conversation's messages, ascending; has_more: there are more beyond the page. */
 export interface History {
   messages: Message[];
   has_more: boolean;
 }
 
+/** @internal */
 export interface SendMessage {
   msg_id: string;
   body: string;
@@ -120,30 +150,38 @@ export interface SendMessage {
   mention_all?: boolean;
 }
 
+/** @internal */
 export interface SendPending {
   msg_id: string;
   status: "pending";
 }
 
+/** @internal */
 export interface ErrorBody {
   /** retry_after_ms: a 503's reconnect hint, the precise form of Retry-After (docs/protocol.md, "Reconnect hints"). */
   error: { code: string; message: string; retryable: boolean; retry_after_ms?: number };
 }
 
-/** Reconnect is the welcome's hint for a connection lost without a close frame. */
+/**
+ * Reconnect is the welcome's hint for a connection lost without a close frame.
+ *
+ * @internal
+ */
 export interface Reconnect {
   after_ms: number;
   window_ms: number;
 }
 
+/** @internal */
 export interface DevToken {
   token: string;
   user_id: number;
   expires_at: string;
 }
 
-// WebSocket frames.
+// WebSocket frames: internal to the transport.
 
+/** @internal */
 export interface Hello {
   type: "hello";
   after: number;
@@ -152,7 +190,11 @@ export interface Hello {
   large?: boolean;
 }
 
-/** ServerFrame is any frame the server sends; type says which fields are set. */
+/**
+ * ServerFrame is any frame the server sends; type says which fields are set.
+ *
+ * @internal
+ */
 export interface ServerFrame extends Partial<Counts> {
   type: string;
   epoch?: number;
@@ -184,18 +226,32 @@ export interface ServerFrame extends Partial<Counts> {
   changed?: Message[]; // messages: changed since the previous frame
 }
 
+/** @internal */
 export const FrameWelcome = "welcome";
+/** @internal */
 export const FrameEntries = "entries";
+/** @internal */
 export const FrameTooLong = "too_long";
+/** @internal */
 export const FrameHeartbeat = "heartbeat";
+/** @internal */
 export const FrameError = "error";
+/** @internal */
 export const FrameMessages = "messages";
+/** @internal */
 export const FrameLarge = "large";
 
+/** @internal */
 export const CloseUnauthorized = 4001;
+/** @internal */
 export const CloseNotAllowed = 4003;
+/** @internal */
 export const CloseTooSlow = 4008;
+/** @internal */
 export const CloseRateLimited = 4029;
+/** @internal */
 export const CloseServiceRestart = 1012;
+/** @internal */
 export const CloseTryAgainLater = 1013;
+/** @internal */
 export const CloseGoingAway = 1001;

@@ -6,10 +6,14 @@ export interface Hole {
   to: number;
 }
 
+/** ConversationState is what the client keeps of one conversation: how far it is, and the history it lacks. */
 export interface ConversationState {
-  lastSeq: number; // the highest seq delivered or known from the list
+  /** lastSeq: the highest seq delivered or known from the conversation list. */
+  lastSeq: number;
+  /** recordVersion: the highest version of the conversation's record seen. */
   recordVersion: number;
-  holes: Hole[]; // ascending, disjoint
+  /** holes: the seqs not delivered, ascending and disjoint (backfill reads them). */
+  holes: Hole[];
   /** versions: per changed message (seq), the highest version handed to the app, only above 1. */
   versions?: { [seq: string]: number };
   /** stale: seqs delivered before a too_long whose update entries the jump skipped; backfill reads them again. */
@@ -28,7 +32,8 @@ export interface OutboxItem {
   replyTo?: number;
   mentions?: number[];
   mentionAll?: boolean;
-  pending?: boolean; // answered 202: in the log, seq later
+  /** pending: the send was answered 202 (in the log, its seq comes later). */
+  pending?: boolean;
   queuedAt: number;
 }
 
@@ -42,6 +47,10 @@ export interface State {
   outbox: OutboxItem[];
 }
 
+/**
+ * emptyState returns the state of a client that never synced: what
+ * Client.create starts from when the store's load returns undefined.
+ */
 export function emptyState(): State {
   return { version: 1, epoch: 0, cursor: 0, recordVersion: 0, conversations: {}, outbox: [] };
 }
@@ -55,17 +64,28 @@ export function emptyState(): State {
  * The client never calls save concurrently with itself.
  */
 export interface Store {
+  /** load returns the saved state, or undefined when nothing was saved yet; a state of an unknown shape rejects. */
   load(): Promise<State | undefined>;
+  /** save replaces the saved state with this one, atomically; it resolves when the state is durable. */
   save(state: State): Promise<void>;
+  /** close releases what the store holds (a lock, a database); the app calls it after Client.stop. */
   close?(): Promise<void>;
 }
 
-/** cloneState deep-copies a state (stores keep their own copy). */
+/**
+ * cloneState deep-copies a state (stores keep their own copy).
+ *
+ * @internal
+ */
 export function cloneState(s: State): State {
   return JSON.parse(JSON.stringify(s)) as State;
 }
 
-/** validState checks the shape of a loaded state; a store holding something else is an error, not a reset. */
+/**
+ * checkState checks the shape of a loaded state; a store holding something else is an error, not a reset.
+ *
+ * @internal
+ */
 export function checkState(v: unknown): State {
   const s = v as State;
   if (typeof s !== "object" || s === null || s.version !== 1 || typeof s.cursor !== "number" ||

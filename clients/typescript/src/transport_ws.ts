@@ -7,17 +7,26 @@ import type { Entry, LargeHead, Reconnect, ServerFrame, TooLongAnswer } from "./
 
 /** WebSocketLike is the part of the WHATWG WebSocket the client uses (browsers' WebSocket, Node's `ws`). */
 export interface WebSocketLike {
+  /** readyState: WebSocket.readyState (0 connecting, 1 open, 2 closing, 3 closed). */
   readonly readyState: number;
+  /** send sends one text frame. */
   send(data: string): void;
+  /** close starts the closing handshake. */
   close(code?: number, reason?: string): void;
+  /** onopen: the connection is open. */
   onopen: ((ev: unknown) => void) | null;
+  /** onmessage: a frame came (the client reads text frames). */
   onmessage: ((ev: { data: unknown }) => void) | null;
+  /** onclose: the connection closed, with the close frame's code and reason (1006: none came). */
   onclose: ((ev: { code: number; reason: string }) => void) | null;
+  /** onerror: the connection failed (onclose follows). */
   onerror: ((ev: unknown) => void) | null;
 }
 
+/** WebSocketCtor makes a {@link WebSocketLike} for a URL: `globalThis.WebSocket`, or `ws`'s in Node 20. */
 export type WebSocketCtor = new (url: string) => WebSocketLike;
 
+/** @internal */
 export interface WsSessionDeps {
   url: string;
   WebSocket: WebSocketCtor;
@@ -48,7 +57,11 @@ export interface WsSessionDeps {
   signal: AbortSignal;
 }
 
-/** WsEnd says how a session ended. */
+/**
+ * WsEnd says how a session ended.
+ *
+ * @internal
+ */
 export interface WsEnd {
   welcomed: boolean;
   welcomedAt?: number;
@@ -57,10 +70,14 @@ export interface WsEnd {
   lastError?: ServerFrame; // the error frame before the close (4029 carries retry_after_ms)
   upgradeStatus?: number; // the HTTP status of a refused upgrade, when the implementation tells it
   upgradeRetryAfterMs?: number; // its Retry-After, when the implementation shows the answer (Node's `ws`)
-  fatal?: unknown; // a handler or store error: the client stops
+  fatal?: Error; // a handler or store error: the client stops
 }
 
-/** runWsSession runs one session to its end; it never rejects. */
+/**
+ * runWsSession runs one session to its end; it never rejects.
+ *
+ * @internal
+ */
 export function runWsSession(d: WsSessionDeps): Promise<WsEnd> {
   return new Promise((resolve) => new WsSession(d, resolve).start());
 }
@@ -258,7 +275,7 @@ class WsSession {
 
   private fail(err: unknown): void {
     const name = (err as Error)?.name;
-    if (name === "HandlerError" || name === "StoreError" || name === "PermanentError") this.end.fatal = err;
+    if (name === "HandlerError" || name === "StoreError" || name === "PermanentError") this.end.fatal = err as Error;
     else this.end.closeReason = `repair failed: ${String(err)}`;
     this.close(1000, "client error");
   }

@@ -79,8 +79,8 @@ export async function startDev(extra: string[] = []): Promise<Dev> {
         "--pg-port", String(pg), "--kafka-port", String(kafka), ...args],
         { env: { ...process.env, INBOXD_KAFKA_BROKERS: "", DATABASE_URL: "" }, stdio: ["ignore", "pipe", "pipe"] });
       proc = p;
-      p.stdout!.on("data", (b) => { out += b; });
-      p.stderr!.on("data", (b) => { out += b; });
+      p.stdout.on("data", (b) => { out += b; });
+      p.stderr.on("data", (b) => { out += b; });
       exited = new Promise<void>((ok) => p.once("exit", () => ok()));
       try {
         await waitReady(dev, p, !args.includes("--no-fanout"));
@@ -138,8 +138,8 @@ export function run(bin: string, args: string[], timeoutMs = 120_000): Promise<s
   return new Promise((ok, fail) => {
     const p = spawn(bin, args, { env: { ...process.env, INBOXD_KAFKA_BROKERS: "", DATABASE_URL: "" }, stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
-    p.stdout!.on("data", (b) => { out += b; });
-    p.stderr!.on("data", (b) => { out += b; });
+    p.stdout.on("data", (b) => { out += b; });
+    p.stderr.on("data", (b) => { out += b; });
     const t = setTimeout(() => p.kill("SIGKILL"), timeoutMs);
     p.once("exit", (code, sig) => {
       clearTimeout(t);

@@ -127,9 +127,9 @@ test("WebSocket upgrades refused (503) by a proxy: long-polling delivers once in
   }
   assertOnceInOrder(rec.got, range("f", 1, 10));
   assertAscending(rec.inboxSeqs(), "inbox_seq of every entry");
-  assert.deepEqual(via.slice(0, 5), Array(5).fill("polling"), `transports: ${via}`);
-  assert.deepEqual(via.slice(5), Array(5).fill("websocket"), `transports: ${via}`);
+  assert.deepEqual(via.slice(0, 5), Array(5).fill("polling"), `transports: ${via.join(",")}`);
+  assert.deepEqual(via.slice(5), Array(5).fill("websocket"), `transports: ${via.join(",")}`);
   const connected = statuses.filter((s) => s.state === "connected").map((s) => (s as { transport: string }).transport);
-  assert.equal(connected[0], "polling", `the first connection long-polls: ${connected}`);
+  assert.equal(connected[0], "polling", `the first connection long-polls: ${connected.join(",")}`);
   assert.ok(connected.includes("websocket"));
 });

@@ -41,7 +41,7 @@ test("a gateway restart (SIGTERM, same data dir and ports): the client reconnect
     await waitFor(() => rec.got.length >= 10, 60_000, "the 5 messages sent after the restart");
     await settle();
     assert.ok(connected.length > sessionsBefore, "the client connected again");
-    assert.ok(connected.every((t) => t === "websocket"), `transports: ${connected}`);
+    assert.ok(connected.every((t) => t === "websocket"), `transports: ${connected.join(",")}`);
   } finally {
     await bob.stop();
     await running;
@@ -130,7 +130,7 @@ test("inboxd replay (a new epoch), WebSocket and long-polling devices kept runni
 
     for (const [name, d] of [["live", live], ["poll", poll], ["saved", saved]] as const) {
       assert.equal(d.tooLongs.length, 1, `${name}: one too_long`);
-      const t = d.tooLongs[0]!;
+      const t = d.tooLongs[0];
       assert.equal(t.previousEpoch, oldEpoch, `${name}: previousEpoch`);
       assert.equal(t.epoch, newEpoch, `${name}: the new epoch`);
       assert.notEqual(t.previousEpoch, t.epoch);
@@ -139,14 +139,14 @@ test("inboxd replay (a new epoch), WebSocket and long-polling devices kept runni
       assert.deepEqual(t.newHoles, [], `${name}: no holes`);
       assert.deepEqual(d.client!.holes(cid), []);
       assert.equal(d.lists.length, 1, `${name}: one conversation list`);
-      const r = d.lists[0]!.find((x) => x.conversation_id === cid);
+      const r = d.lists[0].find((x) => x.conversation_id === cid);
       assert.ok(r, `${name}: the conversation is listed`);
       assertOnceInOrder(d.rec.got, range("r", 1, 10));
       // inbox_seqs ascend within each epoch (the new one numbers the inbox afresh).
       for (const e of [oldEpoch, newEpoch]) assertAscending(d.rec.inboxSeqs(e), `${name}: inbox_seq in epoch ${e}`);
-      assert.deepEqual(d.rec.got.map((g) => g.epoch), [...Array(5).fill(oldEpoch), ...Array(5).fill(newEpoch)], `${name}: epochs`);
+      assert.deepEqual(d.rec.got.map((g) => g.epoch), [...Array<number>(5).fill(oldEpoch), ...Array<number>(5).fill(newEpoch)], `${name}: epochs`);
     }
-    assert.equal(saved.tooLongs[0]!.previousCursor, savedCursor);
+    assert.equal(saved.tooLongs[0].previousCursor, savedCursor);
   } finally {
     await stopDevice(live);
     await stopDevice(poll);

@@ -4,7 +4,8 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import WebSocket from "ws";
-import { Api, Client, devToken, type WebSocketCtor, type WebSocketLike } from "../../src/index.js";
+import { Api } from "../../src/api.js";
+import { Client, devToken, type WebSocketCtor, type WebSocketLike } from "../../src/index.js";
 import { FileStore } from "../../src/node.js";
 import { startDev, type Dev } from "./dev.js";
 
@@ -54,12 +55,12 @@ test("every message once, in order, across a forced WebSocket close", { timeout:
     await bob.stop();
     await run;
   }
-  const first = got[0]!.seq; // the conversation starts with its system message
+  const first = got[0].seq; // the conversation starts with its system message
   assert.deepEqual(got.map((g) => g.seq), Array.from({ length: 10 }, (_, i) => first + i));
   assert.deepEqual(got.map((g) => g.inbox), [...got.map((g) => g.inbox)].sort((a, b) => a - b));
   assert.deepEqual(got.map((g) => g.text), Array.from({ length: 10 }, (_, i) => `m${i + 1}`));
   assert.ok(sockets.length >= 2, "the client reconnected");
-  assert.ok(transports.every((t) => t === "websocket") && transports.length >= 2, `transports: ${transports}`);
+  assert.ok(transports.every((t) => t === "websocket") && transports.length >= 2, `transports: ${transports.join(",")}`);
 });
 
 test("long-polling only (no WebSocket given): every message once, in order", { timeout: 60_000 }, async () => {
@@ -79,7 +80,7 @@ test("long-polling only (no WebSocket given): every message once, in order", { t
     await run;
   }
   assert.equal(got.length, 4);
-  assert.deepEqual(got, Array.from({ length: 4 }, (_, i) => got[0]! + i));
+  assert.deepEqual(got, Array.from({ length: 4 }, (_, i) => got[0] + i));
 });
 
 test("the outbox survives a restart with the FileStore: same msg_id, one message", { timeout: 60_000 }, async () => {

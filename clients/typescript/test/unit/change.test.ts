@@ -39,8 +39,8 @@ test("change: a refusal is not retried; 202 is pending; each kind has its reques
   await c.unreact(3, 9);
   assert.deepEqual(srv.requests.slice(1).map((q) => `${q.method} ${q.path}`), [
     "PUT /v1/conversations/3/messages/9/reaction", "PUT /v1/conversations/3/messages/9/reaction", "DELETE /v1/conversations/3/messages/9/reaction"]);
-  assert.equal((srv.requests[2]!.body as { change_id: string }).change_id, id(p));
-  assert.deepEqual(srv.requests[1]!.body, { change_id: id(p), emoji: "👍" });
+  assert.equal((srv.requests[2].body as { change_id: string }).change_id, id(p));
+  assert.deepEqual(srv.requests[1].body, { change_id: id(p), emoji: "👍" });
   await assert.rejects(c.edit(0, 9, "x"), TypeError);
   await assert.rejects(c.edit(3, 9, ""), TypeError);
 });

@@ -85,7 +85,7 @@ test("client: 429 and 503 are retried after Retry-After; a 401 after a token ref
   let asked = 0;
   srv2.script = [{ status: 401 }, { status: 401 }];
   const c2 = await Client.create(config(srv2, { token: (refresh) => { asked++; return refresh ? "new" : "old"; } }));
-  const err = await c2.start().then(() => undefined, (e) => e);
+  const err = await c2.start().then(() => undefined, (e: unknown) => e);
   assert.ok(err instanceof PermanentError, String(err));
   assert.equal(err.status, 401);
   assert.equal(asked, 2, "the token source is asked again once after a 401");
@@ -102,7 +102,7 @@ test("client: a 403 on sync stops; a network error does not", async () => {
   srv.script = [];
   const c = await Client.create(config(srv, {}));
   srv.script.push({ status: 403, body: { error: { code: "forbidden", message: "no", retryable: false } } });
-  const err = await c.start().then(() => undefined, (e) => e);
+  const err = await c.start().then(() => undefined, (e: unknown) => e);
   assert.ok(err instanceof PermanentError);
   assert.equal(err.status, 403);
   assert.equal(n, 2, "the network error was retried");

@@ -229,7 +229,7 @@ export class ScriptServer {
     const used = (script.replies ?? []).map(() => 0);
     let gotHello = false;
     ws.on("message", (data) => {
-      const raw = String(data);
+      const raw = (data as Buffer).toString("utf8"); // binaryType "nodebuffer" (the default): one Buffer a message
       if (!gotHello) {
         gotHello = true;
         clearTimeout(helloTimer);

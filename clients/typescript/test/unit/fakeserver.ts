@@ -22,7 +22,7 @@ export class FakeServer {
   fetch = async (input: string, init?: RequestInit): Promise<Response> => {
     const url = new URL(input);
     const method = init?.method ?? "GET";
-    const body = init?.body ? JSON.parse(String(init.body)) : undefined;
+    const body = typeof init?.body === "string" ? (JSON.parse(init.body) as unknown) : undefined; // the client sends JSON text
     this.requests.push({ method, path: url.pathname + url.search, body });
     const s = this.script.shift();
     if (s) return json(s.status, s.body ?? { error: { code: "x", message: "scripted", retryable: s.status >= 500 } }, s.headers);

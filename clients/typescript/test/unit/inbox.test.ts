@@ -130,7 +130,7 @@ test("inbox: onUpdate only with a higher version, once across replays and restar
   assert.deepEqual(first.entries, [1, 2, 3, 4, 5, 6, 7]);
   assert.deepEqual(first.updates, ["a edited", "a deleted"]);
   assert.equal(first.inbox.cursor, 7);
-  assert.deepEqual(store.snapshot()!.conversations["7"]!.versions, { "1": 3, "2": 2 });
+  assert.deepEqual(store.snapshot()!.conversations["7"].versions, { "1": 3, "2": 2 });
 
   // Restarted from an older cursor (a crash before the save): no update twice.
   const saved = store.snapshot()!;
@@ -168,6 +168,6 @@ test("inbox: too_long marks delivered messages stale; a page hands changed ones 
   assert.deepEqual(history, [4, 5, 6]);
   assert.deepEqual(updates, [2]);
   assert.deepEqual(inbox.toRead(1), [{ from: 1, to: 1 }]);
-  assert.deepEqual(store.snapshot()!.conversations["1"]!.stale, [{ from: 1, to: 1 }]);
-  assert.deepEqual(store.snapshot()!.conversations["1"]!.versions, { "2": 3 });
+  assert.deepEqual(store.snapshot()!.conversations["1"].stale, [{ from: 1, to: 1 }]);
+  assert.deepEqual(store.snapshot()!.conversations["1"].versions, { "2": 3 });
 });

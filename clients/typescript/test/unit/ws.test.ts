@@ -27,7 +27,7 @@ class FakeWs implements WebSocketLike {
     }, 1);
   }
   send(data: string): void {
-    const f = JSON.parse(data);
+    const f = JSON.parse(data) as { type: string; after: number; epoch?: number };
     if (f.type === "hello") this.script(this, f);
   }
   push(frame: unknown): void {
@@ -72,7 +72,7 @@ test("websocket: a push beyond a gap waits, then the missing entries are pulled 
   await run;
   assert.deepEqual(got, [1, 2, 3, 4]);
   assert.ok(srv.requests.some((r) => r.path.startsWith("/v1/sync?after=1")), "the gap was pulled from the cursor");
-  assert.ok(made[0]!.url.includes("access_token=t"));
+  assert.ok(made[0].url.includes("access_token=t"));
 });
 
 test("websocket: a heartbeat head beyond the cursor with no push leads to a pull", async () => {
@@ -132,7 +132,7 @@ test("websocket: close 4001 stops with a PermanentError; 4029 waits for the erro
     ws.close(4001, "unauthorized");
   });
   const c = await Client.create(config(srv, ctor));
-  const err = await c.start().then(() => undefined, (e) => e);
+  const err = await c.start().then(() => undefined, (e: unknown) => e);
   assert.ok(err instanceof PermanentError);
   assert.equal(err.closeCode, 4001);
 

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/internal/kgroup"
 )
 
 // Defaults of Config.
@@ -193,24 +194,17 @@ func (a *Analytics) Run(ctx context.Context) error {
 	if a.started.Swap(true) {
 		return errors.New("analytics: Run called twice")
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(a.cfg.Brokers...),
-		kgo.ClientID("inboxd-analytics"),
-		kgo.ConsumerGroup(a.cfg.Group),
-		kgo.ConsumeTopics(a.cfg.Topic),
+	opts := append(kgroup.Member{Brokers: a.cfg.Brokers, ClientID: "inboxd-analytics", Group: a.cfg.Group, Topic: a.cfg.Topic,
+		FetchMaxWait: 500 * time.Millisecond, Offsets: a.assigned}.Opts(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(500 * time.Millisecond),
 		// Only counted records are marked, so a replay never moves the
 		// committed offset back; the batch is counted and marked before a
 		// rebalance may revoke its partitions.
 		kgo.AutoCommitMarks(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.AdjustFetchOffsetsFn(a.assigned),
 		kgo.OnPartitionsRevoked(a.revoked),
 		kgo.OnPartitionsLost(a.lost),
 		kgo.AutoCommitInterval(a.cfg.CommitInterval),
-	}
+	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("analytics client: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/kgroup"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -60,26 +61,18 @@ func (f *Fanout) leave(cl *kgo.Client) {
 // whose offsets come from PostgreSQL (adjustOffsets), which never resets
 // an offset by itself and never commits for correctness.
 func (f *Fanout) clientOpts() []kgo.Opt {
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(f.cfg.Brokers...),
-		kgo.ClientID("inboxd-fanout"),
-		kgo.ConsumerGroup(f.cfg.Group),
-		kgo.ConsumeTopics(f.cfg.Topic),
+	opts := append(kgroup.Member{Brokers: f.cfg.Brokers, ClientID: "inboxd-fanout", Group: f.cfg.Group, Topic: f.cfg.Topic,
+		InstanceID: f.cfg.InstanceID, SessionTimeout: f.cfg.SessionTimeout, FetchMaxWait: 200 * time.Millisecond,
+		Offsets: f.adjustOffsets}.Opts(),
 		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.AdjustFetchOffsetsFn(f.adjustOffsets),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Every assigned partition gets an explicit offset (adjustOffsets);
 		// an offset the log no longer has is an error to stop on, never a
 		// reason to jump to the start or the end.
 		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-		kgo.FetchMaxWait(200 * time.Millisecond),
 		// A lost broker connection refreshes metadata after 0.5 s rather
 		// than franz-go's default 5 s, so fetches and dead letters resume
 		// quickly.
-		kgo.MetadataMinAge(500 * time.Millisecond),
-		kgo.SessionTimeout(f.cfg.SessionTimeout),
-		kgo.HeartbeatInterval(max(f.cfg.SessionTimeout/6, 100*time.Millisecond)),
+		kgo.MetadataMinAge(500*time.Millisecond),
 		kgo.RebalanceTimeout(f.cfg.RebalanceTimeout),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			f.cfg.Logger.Info("partitions revoked", "partitions", m)
@@ -96,9 +89,6 @@ func (f *Fanout) clientOpts() []kgo.Opt {
 		// The DLQ is written by the same client: idempotent, acks=all.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
-	}
-	if f.cfg.InstanceID != "" {
-		opts = append(opts, kgo.InstanceID(f.cfg.InstanceID))
-	}
+	)
 	return opts
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/internal/kgroup"
 )
 
 // The consumer: a group member whose offsets live in PostgreSQL
@@ -35,23 +36,11 @@ FROM unnest($2::int[]) AS p`
 const sqlProjected = `SELECT COALESCE((SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = $2), 0)`
 
 func (n *Notifier) consume(ctx context.Context) error {
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(n.cfg.Brokers...),
-		kgo.ClientID("inboxd-notifier"),
-		kgo.ConsumerGroup(n.cfg.Group),
-		kgo.ConsumeTopics(n.cfg.Topic),
+	opts := append(kgroup.Member{Brokers: n.cfg.Brokers, ClientID: "inboxd-notifier", Group: n.cfg.Group, Topic: n.cfg.Topic,
+		InstanceID: n.cfg.InstanceID, SessionTimeout: n.cfg.SessionTimeout, FetchMaxWait: 200 * time.Millisecond,
+		Offsets: n.startOffsets}.Opts(),
 		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.AdjustFetchOffsetsFn(n.startOffsets),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
-		kgo.FetchMaxWait(200 * time.Millisecond),
-		kgo.SessionTimeout(n.cfg.SessionTimeout),
-		kgo.HeartbeatInterval(max(n.cfg.SessionTimeout/6, 100*time.Millisecond)),
-	}
-	if n.cfg.InstanceID != "" {
-		opts = append(opts, kgo.InstanceID(n.cfg.InstanceID))
-	}
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("notifier: kafka client: %w", err)

@@ -145,10 +145,10 @@ func TestGroupMembersSumExactly(t *testing.T) {
 	appendEvents(t, env.Producer, evs[:1500])
 	waitCaughtUp(t, a, endOffsets(t, env))
 	b, _ := start(t, env, group, prometheus.NewRegistry(), now)
-	waitFor(t, "b is assigned partitions", func() bool { return len(b.Snapshot().Positions) > 0 })
+	testenv.WaitFor(t, 2*time.Minute, "b is assigned partitions", func() bool { return len(b.Snapshot().Positions) > 0 })
 	appendEvents(t, env.Producer, evs[1500:3000])
 	ends := endOffsets(t, env)
-	waitFor(t, "a caught up on the partitions it kept", func() bool {
+	testenv.WaitFor(t, 2*time.Minute, "a caught up on the partitions it kept", func() bool {
 		for p, pos := range a.Snapshot().Positions {
 			if pos < ends[p] {
 				return false
@@ -316,19 +316,6 @@ func waitCaughtUp(t testing.TB, a *analytics.Analytics, ends map[int32]int64) an
 		select {
 		case <-deadline:
 			t.Fatalf("analytics at %v, want %v", f.Positions, ends)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// waitFor waits until cond holds.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.After(2 * time.Minute)
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("no %s", what)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -112,17 +112,8 @@ func (w *world) direct(t testing.TB, user int64) *client.Client {
 	return c
 }
 
-// waitFor polls cond until it holds; the timeout only prevents a hang.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds (testenv.WaitFor).
+var waitFor = testenv.WaitFor
 
 // app is what a test app records from its client.
 type app struct {

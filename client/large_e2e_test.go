@@ -205,37 +205,7 @@ func lgViewProblems(t testing.TB, w *world, d *rcDevice, cid int64) []string {
 FROM member_spans WHERE conversation_id = $1 AND user_id = $2`, cid, d.user).Scan(&curFrom))
 	current := func(seq int64) bool { return curFrom >= 0 && seq >= curFrom }
 
-	view := map[int64]client.Message{}
-	delivered := map[int64]bool{}
-	hows := map[int64][]string{}
-	var bad []string
-	var lastEntry int64
-	d.mu.Lock()
-	for _, h := range d.handed {
-		m := h.m
-		if m.ConversationID != cid {
-			continue
-		}
-		hows[m.Seq] = append(hows[m.Seq], fmt.Sprintf("%s v%d", h.how, m.CurrentVersion()))
-		had, seen := view[m.Seq]
-		update := h.how == "OnUpdate"
-		switch {
-		case !update && delivered[m.Seq]:
-			bad = append(bad, fmt.Sprintf("#%d delivered twice: %v", m.Seq, hows[m.Seq]))
-		case seen && m.CurrentVersion() < had.CurrentVersion(),
-			seen && m.CurrentVersion() == had.CurrentVersion() && (update || delivered[m.Seq]):
-			bad = append(bad, fmt.Sprintf("#%d handed v%d after v%d: %v", m.Seq, m.CurrentVersion(), had.CurrentVersion(), hows[m.Seq]))
-		}
-		if strings.HasPrefix(h.how, "OnEntry") {
-			if m.Seq <= lastEntry {
-				bad = append(bad, fmt.Sprintf("#%d handed to OnEntry after #%d: %v", m.Seq, lastEntry, hows[m.Seq]))
-			}
-			lastEntry = max(lastEntry, m.Seq)
-		}
-		delivered[m.Seq] = delivered[m.Seq] || !update
-		view[m.Seq] = m
-	}
-	d.mu.Unlock()
+	view, bad := d.viewOf(cid, true)
 
 	for _, sm := range lgServerHistory(t, d.c, cid) {
 		dm, ok := view[sm.Seq]

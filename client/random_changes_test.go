@@ -353,6 +353,45 @@ func pollUntil(ctx context.Context, cond func() (bool, error)) error {
 
 // rcDevice is one device of a user: an SDK client with a file store in the
 // test's directory, and its app's record of what it was handed.
+// viewOf replays what d's handler was handed of conversation cid: the
+// last state of each message, and what broke the client's contract on the
+// way (docs/client.md): a message delivered twice (OnEntry or OnHistory),
+// a version handed twice or going back. With entryOrder, the OnEntry
+// deliveries must also come in seq order.
+func (d *rcDevice) viewOf(cid int64, entryOrder bool) (view map[int64]client.Message, bad []string) {
+	view = map[int64]client.Message{}
+	delivered := map[int64]bool{}
+	hows := map[int64][]string{}
+	var lastEntry int64
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range d.handed {
+		m := h.m
+		if m.ConversationID != cid {
+			continue
+		}
+		hows[m.Seq] = append(hows[m.Seq], fmt.Sprintf("%s v%d", h.how, m.CurrentVersion()))
+		had, seen := view[m.Seq]
+		update := h.how == "OnUpdate"
+		switch {
+		case !update && delivered[m.Seq]:
+			bad = append(bad, fmt.Sprintf("#%d delivered twice: %v", m.Seq, hows[m.Seq]))
+		case seen && m.CurrentVersion() < had.CurrentVersion(),
+			seen && m.CurrentVersion() == had.CurrentVersion() && (update || delivered[m.Seq]):
+			bad = append(bad, fmt.Sprintf("#%d handed v%d after v%d: %v", m.Seq, m.CurrentVersion(), had.CurrentVersion(), hows[m.Seq]))
+		}
+		if entryOrder && strings.HasPrefix(h.how, "OnEntry") {
+			if m.Seq <= lastEntry {
+				bad = append(bad, fmt.Sprintf("#%d handed to OnEntry after #%d: %v", m.Seq, lastEntry, hows[m.Seq]))
+			}
+			lastEntry = max(lastEntry, m.Seq)
+		}
+		delivered[m.Seq] = delivered[m.Seq] || !update
+		view[m.Seq] = m
+	}
+	return view, bad
+}
+
 type rcDevice struct {
 	name    string
 	user    int64
@@ -888,30 +927,7 @@ WHERE conversation_id = $1 AND user_id = $2 ORDER BY joined_seq`, cid, d.user)
 	// an update of a message in a history hole is handed to OnUpdate before
 	// the message itself, which Backfill (or its entry) then hands over in
 	// its current state, at least that version.
-	view := map[int64]client.Message{}
-	delivered := map[int64]bool{}
-	hows := map[int64][]string{}
-	var bad []string
-	d.mu.Lock()
-	for _, h := range d.handed {
-		m := h.m
-		if m.ConversationID != cid {
-			continue
-		}
-		hows[m.Seq] = append(hows[m.Seq], fmt.Sprintf("%s v%d", h.how, m.CurrentVersion()))
-		had, seen := view[m.Seq]
-		update := h.how == "OnUpdate"
-		switch {
-		case !update && delivered[m.Seq]:
-			bad = append(bad, fmt.Sprintf("#%d delivered twice: %v", m.Seq, hows[m.Seq]))
-		case seen && m.CurrentVersion() < had.CurrentVersion(),
-			seen && m.CurrentVersion() == had.CurrentVersion() && (update || delivered[m.Seq]):
-			bad = append(bad, fmt.Sprintf("#%d handed v%d after v%d: %v", m.Seq, m.CurrentVersion(), had.CurrentVersion(), hows[m.Seq]))
-		}
-		delivered[m.Seq] = delivered[m.Seq] || !update
-		view[m.Seq] = m
-	}
-	d.mu.Unlock()
+	view, bad := d.viewOf(cid, false)
 	var server []client.Message
 	for before := int64(0); ; {
 		msgs, more, err := d.c.History(ctx, cid, before, 200)

@@ -106,17 +106,8 @@ func startListen(t testing.TB, g *Gateway) {
 	waitFor(t, 30*time.Second, "LISTEN connection", func() bool { return g.hub.Connected() })
 }
 
-// waitFor polls cond until it holds; the timeout only prevents a hang.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds (testenv.WaitFor).
+var waitFor = testenv.WaitFor
 
 // user is a client of one user.
 type user struct {

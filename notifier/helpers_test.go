@@ -226,13 +226,5 @@ func covered(t *testing.T, ns []notifier.Webhook, cid int64) (seqs int) {
 	return seqs
 }
 
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds (testenv.WaitFor).
+var waitFor = testenv.WaitFor

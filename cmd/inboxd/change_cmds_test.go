@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/client"
-	"github.com/inboxd/inboxd/internal/testenv"
 )
 
 // TestChangeCommands runs edit, delete, react (and --off), send --reply-to
@@ -24,22 +21,7 @@ func TestChangeCommands(t *testing.T) {
 	d.start(t)
 	require.NoError(t, d.proc.WaitOutput("partitions assigned", time.Minute))
 	work := t.TempDir()
-	run := func(want int, args ...string) string {
-		t.Helper()
-		cmd := exec.Command(testenv.Binary(t), args...)
-		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "HOME="+work, "XDG_CONFIG_HOME="+filepath.Join(work, ".config"),
-			"INBOXD_URL="+d.url(), "INBOXD_STATE=", "INBOXD_TOKEN=", "NO_COLOR=1")
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		require.Equal(t, want, code, "inboxd %s:\n%s", strings.Join(args, " "), out)
-		return strings.TrimRight(string(out), "\n")
-	}
+	run := d.cli(t, work)
 	lines := func(s string) []string { return strings.Split(s, "\n") }
 	alice := []string{"--state", filepath.Join(work, "alice")}
 	bob := []string{"--state", filepath.Join(work, "bob")}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,6 +31,29 @@ func (d devInstance) dbURL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", d.PGPort)
 }
 func (d devInstance) brokers() string { return fmt.Sprintf("127.0.0.1:%d", d.KafkaPort) }
+
+// cli returns a runner of the inboxd command line against d, in the
+// folder work (also its HOME: each test's logins and state stay there):
+// run(want, args...) runs `inboxd args...`, requires exit status want and
+// returns its output without the trailing newlines.
+func (d devInstance) cli(t *testing.T, work string) func(want int, args ...string) string {
+	return func(want int, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(testenv.Binary(t), args...)
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "HOME="+work, "XDG_CONFIG_HOME="+filepath.Join(work, ".config"),
+			"INBOXD_URL="+d.url(), "INBOXD_STATE=", "INBOXD_TOKEN=", "NO_COLOR=1")
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		require.Equal(t, want, code, "inboxd %s:\n%s", strings.Join(args, " "), out)
+		return strings.TrimRight(string(out), "\n")
+	}
+}
 
 // newDevInstance picks a data dir and free ports; start runs it.
 func newDevInstance(t *testing.T) devInstance {

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/inboxd/inboxd/internal/testenv"
 )
 
 // TestSettingsAndPresenceCommands runs settings and presence against
@@ -22,22 +17,7 @@ func TestSettingsAndPresenceCommands(t *testing.T) {
 	d.start(t)
 	require.NoError(t, d.proc.WaitOutput("partitions assigned", time.Minute))
 	work := t.TempDir()
-	run := func(want int, args ...string) string {
-		t.Helper()
-		cmd := exec.Command(testenv.Binary(t), args...)
-		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "HOME="+work, "XDG_CONFIG_HOME="+filepath.Join(work, ".config"),
-			"INBOXD_URL="+d.url(), "INBOXD_STATE=", "INBOXD_TOKEN=", "NO_COLOR=1")
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		require.Equal(t, want, code, "inboxd %s:\n%s", strings.Join(args, " "), out)
-		return strings.TrimRight(string(out), "\n")
-	}
+	run := d.cli(t, work)
 	alice := []string{"settings", "--state", filepath.Join(work, "alice")}
 	run(0, "login", "--state", filepath.Join(work, "alice"), "--user", "1")
 	require.Equal(t, "hide_receipts false\nhide_presence false\nnotifications true", run(0, alice...))

@@ -194,6 +194,19 @@ func (p *Proc) Exited() bool {
 	}
 }
 
+// WaitFor polls cond every 10 ms until it holds, and fails t with what
+// after timeout: the timeout only prevents a hang, it asserts no speed.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Ctx is a helper for a bounded background context.
 func Ctx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)

@@ -39,12 +39,13 @@ type Gateway struct {
 	inbox   *inbox.Reader // the inbox reads, shared by sync and the pushes
 	auth    *authenticator
 	// The write path (package write), shared by HTTP, the WebSocket and
-	// the server API: the appender of every event, sends and changes.
-	appender *write.Appender
-	sends    *write.Sender
-	changes  *write.Changer
-	handler  http.Handler
-	routes   []route
+	// the server API: sends, changes of messages, and the writes of
+	// conversations, memberships and records.
+	sends   *write.Sender
+	changes *write.Changer
+	members *write.Members
+	handler http.Handler
+	routes  []route
 
 	promHandler http.Handler
 
@@ -120,11 +121,13 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	if g.auth, err = g.newAuthenticator(); err != nil {
 		return nil, err
 	}
-	g.appender = write.NewAppender(prod, cfg.AppendTimeout)
-	g.sends = write.NewSender(write.SenderConfig{Pool: pool, Hub: g.hub, Inbox: g.inbox, App: g.appender,
+	app := write.NewAppender(prod, cfg.AppendTimeout)
+	g.sends = write.NewSender(write.SenderConfig{Pool: pool, Hub: g.hub, Inbox: g.inbox, App: app,
 		Outcomes: m.sends, Stages: m.sendStages, MaxBody: cfg.MaxBody, AckWait: cfg.AckWait, Draining: g.draining,
 		Seal: !cfg.PlainBodies, MentionAllMax: cfg.MentionAllMax})
-	g.changes = write.NewChanger(write.ChangerConfig{Pool: pool, Hub: g.hub, Inbox: g.inbox, App: g.appender,
+	g.members = write.NewMembers(write.MembersConfig{Pool: pool, Hub: g.hub, App: app, AckWait: cfg.AckWait,
+		Draining: g.draining})
+	g.changes = write.NewChanger(write.ChangerConfig{Pool: pool, Hub: g.hub, Inbox: g.inbox, App: app,
 		Outcomes: m.changes, MaxBody: cfg.MaxBody, AckWait: cfg.AckWait, Draining: g.draining, Seal: !cfg.PlainBodies})
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 	"unicode/utf8"
 
 	"github.com/inboxd/inboxd/events"
@@ -20,12 +19,6 @@ import (
 // when it acts as itself (events.Event). Their ids derive from the
 // Idempotency-Key (derivedID), so a retried call makes the same events,
 // which the projection applies once, and answers the same.
-
-// sqlCreatedBy finds a creation by its event id (the created system
-// message's msg_id): the conversation an earlier call with the same key
-// made, and whether the event was refused.
-const sqlCreatedBy = `SELECT (SELECT conversation_id FROM messages WHERE msg_id = $1),
-	EXISTS (SELECT 1 FROM rejections WHERE event_id = $1)`
 
 // handleServerCreate is POST /v1/server/conversations (scope
 // conversations): a conversation of the given members (1..MaxMembers),
@@ -45,33 +38,25 @@ func (g *Gateway) handleServerCreate(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	eventID := derivedID(k, "create", idem)
-	if cid, err := g.createdBy(ctx, eventID); err != nil || cid != 0 {
+	if cid, err := g.members.CreatedBy(ctx, eventID); err != nil || cid != 0 {
 		if cid != 0 {
 			replayed(w)
 			apierr.WriteJSON(w, http.StatusCreated, protocol.ConversationCreated{ConversationID: cid})
 		}
 		return err
 	}
-	var cid int64
-	if err := g.pool.QueryRow(ctx, sqlNextConversationID).Scan(&cid); err != nil {
-		return fmt.Errorf("allocate conversation id: %w", err)
+	cid, err := g.members.NextConversationID(ctx)
+	if err != nil {
+		return err
 	}
-	sub := g.hub.SubscribeUser(req.Members[0]) // every member gets the creation
-	defer sub.Close()
 	e := events.New(events.ConversationCreated, cid, 0)
 	e.EventID, e.Service = eventID, k.Actor()
 	e.Title, e.Members, e.Channel = req.Title, req.Members, req.Channel
-	if err := g.appender.Append(ctx, e); err != nil {
-		return err
-	}
-	// A concurrent call with the same key may have won: the answer is the
-	// conversation the event id made, whichever call appended it.
-	var made int64
-	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
-		var err error
-		made, err = g.createdBy(ctx, eventID)
-		return made != 0, err
-	}); err != nil {
+	// Every member gets the creation. A concurrent call with the same key
+	// may have won: the answer is the conversation the event id made,
+	// whichever call appended it.
+	made, err := g.members.CreateAs(ctx, e, req.Members[0])
+	if err != nil {
 		return err
 	}
 	if made == 0 {
@@ -81,24 +66,6 @@ func (g *Gateway) handleServerCreate(w http.ResponseWriter, r *http.Request) err
 	}
 	apierr.WriteJSON(w, http.StatusCreated, protocol.ConversationCreated{ConversationID: made})
 	return nil
-}
-
-// createdBy is the conversation the creation eventID made, 0 if none
-// yet; a refused creation is a retryable 503 (see handleCreate).
-func (g *Gateway) createdBy(ctx context.Context, eventID string) (int64, error) {
-	var cid *int64
-	var rejected bool
-	if err := g.pool.QueryRow(ctx, sqlCreatedBy, eventID).Scan(&cid, &rejected); err != nil {
-		return 0, fmt.Errorf("creation %s: %w", eventID, err)
-	}
-	if cid == nil && rejected {
-		return 0, apierr.Unavailable("conversation id already taken, retry", time.Second,
-			fmt.Errorf("conversation.created %s refused: id exists", eventID))
-	}
-	if cid == nil {
-		return 0, nil
-	}
-	return *cid, nil
 }
 
 // checkServerCreate checks a server create's body as handleCreate does,
@@ -176,15 +143,8 @@ func (g *Gateway) serverMembers(w http.ResponseWriter, r *http.Request, typ stri
 		evs[i] = events.New(typ, cid, 0)
 		evs[i].EventID, evs[i].Service, evs[i].UserID = derivedID(k, typ, idem, cid, id), k.Actor(), id
 	}
-	last := evs[len(evs)-1]
-	sub := g.hub.SubscribeUser(last.UserID) // it gets its join or removal, in either mode
-	defer sub.Close()
-	if err := g.appender.AppendAll(ctx, evs); err != nil {
-		return err
-	}
-	if err := g.waitProjected(ctx, sub, func(ctx context.Context) (bool, error) {
-		return g.memberSettled(ctx, cid, last.UserID, typ == events.MemberAdded, last.EventID)
-	}); err != nil {
+	// The last user gets its join or removal, in either mode.
+	if err := g.members.ChangeMembers(ctx, evs, evs[len(evs)-1].UserID, false); err != nil {
 		return err
 	}
 	writeAccepted(w)

@@ -1,5 +1,6 @@
 // Package write is the gateway's write path: a send (Sender), a change of
-// a message (Changer) and the append of any event (Appender), shared by
+// a message (Changer), the writes of conversations, memberships and
+// records (Members), and the append of any event (Appender), shared by
 // the HTTP routes, the WebSocket sessions and the server API.
 //
 // Each write checks, in one statement, what the projection would refuse

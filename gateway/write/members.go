@@ -1,0 +1,222 @@
+package write
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/internal/apierr"
+)
+
+// Members is the write path of conversations, memberships and records:
+// each write appends its events, then waits up to the ack wait for the
+// projection to show them (woken by the hub, re-checked by a query), so
+// that the caller's next request reads its own write. Running out of time
+// is not an error: the append is certain, the projection follows. It is
+// safe for concurrent use.
+type Members struct {
+	pool     *pgxpool.Pool
+	hub      *hub.Hub
+	app      *Appender
+	ackWait  time.Duration
+	draining <-chan struct{}
+}
+
+// MembersConfig is what Members needs; every field is required.
+type MembersConfig struct {
+	Pool     *pgxpool.Pool
+	Hub      *hub.Hub
+	App      *Appender
+	AckWait  time.Duration // how long a write waits for its projection
+	Draining <-chan struct{}
+}
+
+// NewMembers makes the membership writes of cfg.
+func NewMembers(cfg MembersConfig) *Members {
+	return &Members{pool: cfg.Pool, hub: cfg.Hub, app: cfg.App, ackWait: cfg.AckWait, draining: cfg.Draining}
+}
+
+const (
+	sqlNextConversationID = `SELECT nextval('conversation_ids')`
+	// The created system message has the event's id as msg_id: it names
+	// this creation, not any conversation that might hold the id.
+	sqlCreateSettled = `SELECT EXISTS (SELECT 1 FROM messages WHERE msg_id = $2 AND conversation_id = $1),
+	EXISTS (SELECT 1 FROM rejections WHERE event_id = $2)`
+	// sqlCreatedBy finds a creation by its event id (the created system
+	// message's msg_id): the conversation an earlier call with the same
+	// key made, and whether the event was refused.
+	sqlCreatedBy = `SELECT (SELECT conversation_id FROM messages WHERE msg_id = $1),
+	EXISTS (SELECT 1 FROM rejections WHERE event_id = $1)`
+	sqlMemberSettled = `SELECT EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL),
+	EXISTS (SELECT 1 FROM rejections WHERE event_id = $3)`
+	sqlRecordVersion = `SELECT COALESCE((SELECT record_version FROM users WHERE id = $1), 0)`
+	// sqlRecordSettled: a record change is visible once the user's record
+	// version moved past the one read before the append, or the record
+	// already has the asked values (the change was a no-op).
+	sqlRecordSettled = `SELECT COALESCE((SELECT record_version FROM users WHERE id = $1), 0) > $3
+	OR COALESCE((SELECT ($4::boolean IS NULL OR pinned = $4) AND ($5::boolean IS NULL OR muted = $5)
+		FROM records WHERE user_id = $1 AND conversation_id = $2), false)`
+	// sqlReadSettled is sqlRecordSettled for a read position (capped at
+	// the conversation's last seq by the projector).
+	sqlReadSettled = `SELECT COALESCE((SELECT record_version FROM users WHERE id = $1), 0) > $3
+	OR COALESCE((SELECT r.read_seq >= LEAST($4::bigint, c.last_seq)
+		FROM records r JOIN conversations c ON c.id = r.conversation_id
+		WHERE r.user_id = $1 AND r.conversation_id = $2), false)`
+)
+
+// errIDTaken is the answer to a creation the projection refused because
+// its id exists: only possible if the sequence fell behind the log (a
+// restore without replay's setval); a retry allocates a fresh id.
+func errIDTaken(what string) error {
+	return apierr.Unavailable("conversation id already taken, retry", time.Second,
+		fmt.Errorf("conversation.created %s refused: id exists", what))
+}
+
+// NextConversationID allocates a conversation id from the
+// conversation_ids sequence, so that a creation's key is known before its
+// append.
+func (m *Members) NextConversationID(ctx context.Context) (int64, error) {
+	var cid int64
+	if err := m.pool.QueryRow(ctx, sqlNextConversationID).Scan(&cid); err != nil {
+		return 0, fmt.Errorf("allocate conversation id: %w", err)
+	}
+	return cid, nil
+}
+
+// Create appends e, a conversation.created by its actor (a member), and
+// waits for its projection, so that an immediate follow-up (a send) finds
+// the conversation.
+func (m *Members) Create(ctx context.Context, e *events.Event) error {
+	sub := m.hub.SubscribeUser(e.ActorID)
+	defer sub.Close()
+	if err := m.app.Append(ctx, e); err != nil {
+		return err
+	}
+	var rejected bool
+	if err := m.await(ctx, sub, func(ctx context.Context) (bool, error) {
+		var exists bool
+		err := m.pool.QueryRow(ctx, sqlCreateSettled, e.ConversationID, e.EventID).Scan(&exists, &rejected)
+		return exists || rejected, err
+	}); err != nil {
+		return err
+	}
+	if rejected {
+		return errIDTaken(fmt.Sprint(e.ConversationID))
+	}
+	return nil
+}
+
+// CreateAs appends e, a service's conversation.created whose event id
+// derives from the call's idempotency key, and waits for its projection,
+// woken by the notifications of watch (a member: every member gets the
+// creation). It returns the conversation the event id made, which is
+// another call's when a concurrent call with the same key won, or 0 when
+// it was not projected within the wait (the append is certain).
+func (m *Members) CreateAs(ctx context.Context, e *events.Event, watch int64) (int64, error) {
+	sub := m.hub.SubscribeUser(watch)
+	defer sub.Close()
+	if err := m.app.Append(ctx, e); err != nil {
+		return 0, err
+	}
+	var made int64
+	err := m.await(ctx, sub, func(ctx context.Context) (bool, error) {
+		var err error
+		made, err = m.CreatedBy(ctx, e.EventID)
+		return made != 0, err
+	})
+	return made, err
+}
+
+// CreatedBy is the conversation the creation eventID made, 0 if none
+// yet; a refused creation is a retryable 503 (see Create).
+func (m *Members) CreatedBy(ctx context.Context, eventID string) (int64, error) {
+	var cid *int64
+	var rejected bool
+	if err := m.pool.QueryRow(ctx, sqlCreatedBy, eventID).Scan(&cid, &rejected); err != nil {
+		return 0, fmt.Errorf("creation %s: %w", eventID, err)
+	}
+	if cid == nil && rejected {
+		return 0, errIDTaken(eventID)
+	}
+	if cid == nil {
+		return 0, nil
+	}
+	return *cid, nil
+}
+
+// ChangeMembers appends evs, member.added or member.removed events of one
+// conversation (projected in order), and waits until the last one is
+// settled: its user is (or, for a removal, is no longer) a member, or the
+// event was refused. The wait is woken by watch's notifications and, with
+// watchConv, by the conversation's: in read mode a member gets no entry
+// of another member's join or removal.
+func (m *Members) ChangeMembers(ctx context.Context, evs []*events.Event, watch int64, watchConv bool) error {
+	last := evs[len(evs)-1]
+	sub := m.hub.SubscribeUser(watch)
+	defer sub.Close()
+	if watchConv {
+		defer m.hub.WatchConversations(sub, []int64{last.ConversationID})()
+	}
+	if err := m.app.AppendAll(ctx, evs); err != nil {
+		return err
+	}
+	member := last.Type == events.MemberAdded
+	return m.await(ctx, sub, func(ctx context.Context) (bool, error) {
+		var is, rejected bool
+		if err := m.pool.QueryRow(ctx, sqlMemberSettled, last.ConversationID, last.UserID, last.EventID).Scan(&is, &rejected); err != nil {
+			return false, fmt.Errorf("membership of user %d in %d: %w", last.UserID, last.ConversationID, err)
+		}
+		return is == member || rejected, nil
+	})
+}
+
+// ChangeRecord appends e, a record.updated or read.updated of its actor's
+// own record, and waits until the actor's record version moved past the
+// one read before the append, or the record already shows the change.
+func (m *Members) ChangeRecord(ctx context.Context, e *events.Event) error {
+	user, cid := e.ActorID, e.ConversationID
+	settled, args := sqlRecordSettled, []any{e.Pinned, e.Muted}
+	if e.Type == events.ReadUpdated {
+		settled, args = sqlReadSettled, []any{*e.ReadSeq}
+	}
+	sub := m.hub.SubscribeUser(user)
+	defer sub.Close()
+	var v0 int64
+	if err := m.pool.QueryRow(ctx, sqlRecordVersion, user).Scan(&v0); err != nil {
+		return fmt.Errorf("record version of user %d: %w", user, err)
+	}
+	if err := m.app.Append(ctx, e); err != nil {
+		return err
+	}
+	qargs := append([]any{user, cid, v0}, args...)
+	return m.await(ctx, sub, func(ctx context.Context) (bool, error) {
+		var done bool
+		err := m.pool.QueryRow(ctx, settled, qargs...).Scan(&done)
+		return done, err
+	})
+}
+
+// await waits up to the ack wait until done reports true, re-checking on
+// every wake-up of sub. Running out of time, or a drain, is not an error.
+func (m *Members) await(ctx context.Context, sub *hub.Subscription, done func(context.Context) (bool, error)) error {
+	timer := time.NewTimer(m.ackWait)
+	defer timer.Stop()
+	for {
+		if ok, err := done(ctx); err != nil || ok {
+			return err
+		}
+		select {
+		case <-sub.C():
+		case <-timer.C:
+			return nil
+		case <-m.draining:
+			return nil
+		case <-ctx.Done():
+			return apierr.ErrClientGone
+		}
+	}
+}

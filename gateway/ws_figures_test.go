@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,38 +21,25 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// The figures of issue 9, measured only on request:
-//
-//	go test ./gateway/ -run TestWSFigures -wsfigures -v -timeout 20m
-//
-// They run the whole pipeline in one process (kfake, fanout, PostgreSQL
-// started by the test, the gateway and every client), so the machine's
-// cores are shared by all of it: read them as an upper bound.
-var (
-	wsFigures      = flag.Bool("wsfigures", false, "measure the WebSocket figures (latency at a send rate, memory per idle connection, delivery to a big group)")
-	wsFigRate      = flag.Int("wsfigures.rate", 1000, "messages per second of the latency figure")
-	wsFigSeconds   = flag.Int("wsfigures.seconds", 10, "duration of the latency figure")
-	wsFigConns     = flag.Int("wsfigures.conns", 2000, "idle connections of the memory figure (each costs two file descriptors here: client and server)")
-	wsFigGroup     = flag.Int("wsfigures.group", 500, "members of the big group")
-	wsFigGroupRuns = flag.Int("wsfigures.groupruns", 5, "messages timed in the big group")
-)
+// The WebSocket figures of docs/websocket.md, as benchmarks: each
+// iteration is one whole measurement, its figures reported as metrics
+// (docs/benchmarks.md has the command of each). They run the whole
+// pipeline in one process (kfake, fanout, the gateway and every client;
+// PostgreSQL started by the tests), so the machine's cores are shared by
+// all of it: read them as upper bounds.
 
-func quantiles(ms []float64) string {
+// reportQuantiles reports p50, p90, p99 and the max of ms (milliseconds)
+// as name-p50-ms and so on.
+func reportQuantiles(b *testing.B, name string, ms []float64) {
 	if len(ms) == 0 {
-		return "no samples"
+		return
 	}
 	slices.Sort(ms)
 	q := func(p float64) float64 { return ms[min(len(ms)-1, int(p*float64(len(ms))))] }
-	return fmt.Sprintf("n=%d p50=%.1fms p90=%.1fms p99=%.1fms max=%.1fms", len(ms), q(.5), q(.9), q(.99), ms[len(ms)-1])
-}
-
-func TestWSFigures(t *testing.T) {
-	if !*wsFigures {
-		t.Skip("figures only with -wsfigures")
-	}
-	t.Run("latency", wsFigureLatency)
-	t.Run("idle memory", wsFigureIdleMemory)
-	t.Run("big group", wsFigureBigGroup)
+	b.ReportMetric(q(.5), name+"-p50-ms")
+	b.ReportMetric(q(.9), name+"-p90-ms")
+	b.ReportMetric(q(.99), name+"-p99-ms")
+	b.ReportMetric(ms[len(ms)-1], name+"-max-ms")
 }
 
 // figClient is a measuring client: it reads entries and records, for the
@@ -80,33 +66,7 @@ func startFigClient(t testing.TB, w *wsgw, u *user, sentAt *sync.Map) *figClient
 			if err != nil {
 				return
 			}
-			now := time.Now()
-			var f protocol.ServerFrame
-			if json.Unmarshal(raw, &f) != nil {
-				continue
-			}
-			if f.Type == protocol.FrameSendAck {
-				if v, ok := sentAt.Load(f.MsgID); ok {
-					fc.mu.Lock()
-					fc.ack = append(fc.ack, float64(now.Sub(v.(time.Time)).Microseconds())/1000)
-					fc.mu.Unlock()
-				}
-				continue
-			}
-			if f.Type != protocol.FrameEntries {
-				continue
-			}
-			fc.mu.Lock()
-			for _, e := range f.Entries {
-				if e.Message == nil {
-					continue
-				}
-				fc.seen[e.Message.MsgID] = now
-				if v, ok := sentAt.Load(e.Message.MsgID); ok && e.Message.SenderID != u.id {
-					fc.lat = append(fc.lat, float64(now.Sub(v.(time.Time)).Microseconds())/1000)
-				}
-			}
-			fc.mu.Unlock()
+			fc.frame(raw, time.Now(), u.id, sentAt)
 		}
 	}()
 	t.Cleanup(func() {
@@ -116,13 +76,57 @@ func startFigClient(t testing.TB, w *wsgw, u *user, sentAt *sync.Map) *figClient
 	return fc
 }
 
-// wsFigureLatency: conversations of 7 members; one member of each sends
-// over its socket, all together at -wsfigures.rate messages per second;
-// the other six measure send (frame written) to push (frame read).
-func wsFigureLatency(t *testing.T) {
-	w := newWSGateway(t, nil, WSConfig{})
+// frame records what one frame read at now says.
+func (fc *figClient) frame(raw []byte, now time.Time, self int64, sentAt *sync.Map) {
+	var f protocol.ServerFrame
+	if json.Unmarshal(raw, &f) != nil {
+		return
+	}
+	since := func(v any) float64 { return float64(now.Sub(v.(time.Time)).Microseconds()) / 1000 }
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	switch f.Type {
+	case protocol.FrameSendAck:
+		if v, ok := sentAt.Load(f.MsgID); ok {
+			fc.ack = append(fc.ack, since(v))
+		}
+	case protocol.FrameEntries:
+		for _, e := range f.Entries {
+			if e.Message == nil {
+				continue
+			}
+			fc.seen[e.Message.MsgID] = now
+			if v, ok := sentAt.Load(e.Message.MsgID); ok && e.Message.SenderID != self {
+				fc.lat = append(fc.lat, since(v))
+			}
+		}
+	}
+}
+
+// BenchmarkWSPushLatency: conversations of 7 members; one member of each
+// sends over its socket, all together at the sub-benchmark's rate for
+// 10 s; the other six measure send (frame written) to push (frame read).
+func BenchmarkWSPushLatency(b *testing.B) {
+	for _, rate := range []int{300, 1000} {
+		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
+			var lat, acks []float64
+			for range b.N {
+				l, a := wsPushLatency(b, rate, 10*time.Second)
+				lat, acks = append(lat, l...), append(acks, a...)
+			}
+			b.ReportMetric(0, "ns/op")
+			reportQuantiles(b, "push", lat)
+			reportQuantiles(b, "ack", acks)
+		})
+	}
+}
+
+// wsPushLatency runs one measurement and returns its send -> push and
+// send -> send_ack latencies (ms).
+func wsPushLatency(b *testing.B, rate int, d time.Duration) (lat, acks []float64) {
+	w := newWSGateway(b, nil, WSConfig{})
 	const members = 7
-	convs := max(10, *wsFigRate/25) // about 25 messages/s per conversation
+	convs := max(10, rate/25) // about 25 messages/s per conversation
 	var sentAt sync.Map
 	type conv struct {
 		cid    int64
@@ -137,38 +141,38 @@ func wsFigureLatency(t *testing.T) {
 		for m := int64(1); m < members; m++ {
 			others = append(others, base+m)
 		}
-		cid := w.user(t, base).create(t, fmt.Sprintf("c%d", i), others...)
+		cid := w.user(b, base).create(b, fmt.Sprintf("c%d", i), others...)
 		cs[i] = &conv{cid: cid}
 		for m := int64(0); m < members; m++ {
-			fc := startFigClient(t, w, w.user(t, base+m), &sentAt)
+			fc := startFigClient(b, w, w.user(b, base+m), &sentAt)
 			clients = append(clients, fc)
 			if m == 0 {
 				cs[i].sender = fc.c
 			}
 		}
 	}
-	t.Logf("%d conversations of %d members, %d connections", convs, members, len(clients))
-
-	total := *wsFigRate * *wsFigSeconds
-	interval := time.Second / time.Duration(*wsFigRate)
+	b.Logf("%d conversations of %d members, %d connections", convs, members, len(clients))
+	total := rate * int(d/time.Second)
+	interval := time.Second / time.Duration(rate)
 	start := time.Now()
-	var ids []string
 	for k := 0; k < total; k++ {
 		if d := time.Until(start.Add(time.Duration(k) * interval)); d > 0 {
 			time.Sleep(d)
 		}
 		c := cs[k%convs]
 		id := uuid.NewString()
-		ids = append(ids, id)
 		sentAt.Store(id, time.Now())
 		c.mu.Lock()
 		err := c.sender.writeJSONE(map[string]any{"type": protocol.FrameSend, "conversation_id": c.cid, "msg_id": id, "body": "figure"})
 		c.mu.Unlock()
-		require.NoError(t, err)
+		require.NoError(b, err)
 	}
 	sendSecs := time.Since(start).Seconds()
 	// Every receiver has every message (a generous bound only against hangs).
-	waitFor(t, 5*time.Minute, "all pushes", func() bool {
+	defer func() {
+		b.Logf("%d messages in %.1fs, all %d pushes done after %.1fs", total, sendSecs, total*(members-1), time.Since(start).Seconds())
+	}()
+	waitFor(b, 5*time.Minute, "all pushes", func() bool {
 		n := 0
 		for _, fc := range clients {
 			fc.mu.Lock()
@@ -177,37 +181,53 @@ func wsFigureLatency(t *testing.T) {
 		}
 		return n == total*(members-1)
 	})
-	elapsed := time.Since(start).Seconds()
-	var all, acks []float64
 	for _, fc := range clients {
 		fc.mu.Lock()
-		all = append(all, fc.lat...)
+		lat = append(lat, fc.lat...)
 		acks = append(acks, fc.ack...)
 		fc.mu.Unlock()
 	}
-	h := wsMetric(w.ws, "push_latency_seconds")
 	var hs, hc float64
-	if m, err := metricOf(h); err == nil {
+	if m, err := metricOf(wsMetric(w.ws, "push_latency_seconds")); err == nil {
 		hs, hc = m.GetHistogram().GetSampleSum(), float64(m.GetHistogram().GetSampleCount())
 	}
-	t.Logf("FIGURE send->push latency at %.0f msg/s offered (%d messages in %.1fs, all %d pushes done after %.1fs), %d members: %s",
-		float64(total)/sendSecs, total, sendSecs, total*(members-1), elapsed, members, quantiles(all))
-	t.Logf("FIGURE send->send_ack (appended, projected, acknowledged): %s", quantiles(acks))
-	t.Logf("FIGURE gateway push_latency_seconds (hub wake-up to frame written): mean %.2fms over %.0f frames; push queries: %.0f, mean %.1f sessions each",
-		1000*hs/max(hc, 1), hc, histCount(wsMetric(w.ws, "push_batch_sessions")), histMean(wsMetric(w.ws, "push_batch_sessions")))
+	b.ReportMetric(float64(total)/sendSecs, "offered-msg/s")
+	// The gateway's own push_latency_seconds: hub wake-up to frame written.
+	b.ReportMetric(1000*hs/max(hc, 1), "gateway-push-mean-ms")
+	b.ReportMetric(histCount(wsMetric(w.ws, "push_batch_sessions"))/sendSecs, "push-queries/s")
+	b.ReportMetric(histMean(wsMetric(w.ws, "push_batch_sessions")), "sessions/push-query")
+	return lat, acks
 }
 
-// wsFigureIdleMemory: connections that said hello and then idle. The
-// clients are raw sockets (a hand-made handshake and one masked frame), so
-// what grows is the server's side: its two goroutines, the gorilla
-// connection, the session, the hub subscription, the timers.
-func wsFigureIdleMemory(t *testing.T) {
-	w := newWSGateway(t, nil, WSConfig{MaxConns: *wsFigConns + 10})
+// BenchmarkWSIdleConnection: 2,000 connections that said hello and then
+// idle. The clients are raw sockets (a hand-made handshake and one masked
+// frame), so what grows is the server's side: its two goroutines, the
+// gorilla connection, the session, the hub subscription, the timers.
+func BenchmarkWSIdleConnection(b *testing.B) {
+	const n = 2000 // each costs two file descriptors here: client and server
+	var heap, stack, goroutines float64
+	for range b.N {
+		h, s, g := wsIdleMemory(b, n)
+		heap, stack, goroutines = heap+h/float64(b.N), stack+s/float64(b.N), goroutines+g/float64(b.N)
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(heap/1024, "heap-KiB/conn")
+	b.ReportMetric(stack/1024, "stack-KiB/conn")
+	b.ReportMetric((heap+stack)/1024, "KiB/conn")
+	b.ReportMetric(goroutines, "goroutines/conn")
+	// At that rate, the default MaxConns (under the 20,000 open files of
+	// a process).
+	b.ReportMetric(16384*(heap+stack)/(1<<20), "MiB/16384-conns")
+}
+
+// wsIdleMemory opens n idle connections and returns what each costs the
+// server: heap and stack bytes, goroutines.
+func wsIdleMemory(b *testing.B, n int) (heap, stack, goroutines float64) {
+	w := newWSGateway(b, nil, WSConfig{MaxConns: n + 10})
 	addr := strings.TrimPrefix(w.url, "http://")
-	n := *wsFigConns
 	toks := make([]string, n)
 	for i := range toks {
-		toks[i] = mustToken(t, testSecret, int64(100000+i))
+		toks[i] = mustToken(b, testSecret, int64(100000+i))
 	}
 	measure := func() (heap, stack uint64, goroutines int) {
 		for i := 0; i < 3; i++ {
@@ -219,46 +239,50 @@ func wsFigureIdleMemory(t *testing.T) {
 	}
 	heap0, stack0, g0 := measure()
 	conns := make([]net.Conn, n)
-	parallel(t, n, 16, func(i int) error {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return err
-		}
-		conns[i] = c
-		req := "GET /v1/ws HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" +
-			"Authorization: Bearer " + toks[i] + "\r\n\r\n"
-		if _, err := c.Write([]byte(req)); err != nil {
-			return err
-		}
-		br := bufio.NewReader(c)
-		res, err := http.ReadResponse(br, nil)
-		if err != nil {
-			return err
-		}
-		if res.StatusCode != http.StatusSwitchingProtocols {
-			return fmt.Errorf("handshake: %s", res.Status)
-		}
-		_, err = c.Write(maskedText([]byte(`{"type":"hello","after":0}`)))
-		return err
-	})
-	t.Cleanup(func() {
+	b.Cleanup(func() {
 		for _, c := range conns {
 			if c != nil {
 				_ = c.Close()
 			}
 		}
 	})
-	waitFor(t, 2*time.Minute, "every session to say welcome", func() bool {
+	parallel(b, n, 16, func(i int) error {
+		c, err := rawHello(addr, toks[i])
+		conns[i] = c
+		return err
+	})
+	waitFor(b, 2*time.Minute, "every session to say welcome", func() bool {
 		return counterValue(wsMetric(w.ws, "frames_written_total", protocol.FrameWelcome)) == float64(n)
 	})
 	time.Sleep(time.Second) // let the hellos' transient allocations go
 	heap1, stack1, g1 := measure()
 	per := func(a, b uint64) float64 { return float64(int64(b)-int64(a)) / float64(n) }
-	t.Logf("FIGURE idle WebSocket connections: %d; per connection: heap %.1f KiB, stacks %.1f KiB, total %.1f KiB, goroutines %.2f",
-		n, per(heap0, heap1)/1024, per(stack0, stack1)/1024, (per(heap0, heap1)+per(stack0, stack1))/1024, float64(g1-g0)/float64(n))
-	t.Logf("FIGURE at that rate, 16384 connections (the default MaxConns, under the 20000 open files of a process) take %.0f MiB",
-		16384*(per(heap0, heap1)+per(stack0, stack1))/(1<<20))
+	return per(heap0, heap1), per(stack0, stack1), float64(g1-g0) / float64(n)
+}
+
+// rawHello opens a WebSocket with a hand-made handshake and writes the
+// hello; the connection is returned even when the handshake fails, to be
+// closed.
+func rawHello(addr, tok string) (net.Conn, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	req := "GET /v1/ws HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" +
+		"Authorization: Bearer " + tok + "\r\n\r\n"
+	if _, err := c.Write([]byte(req)); err != nil {
+		return c, err
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return c, err
+	}
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		return c, fmt.Errorf("handshake: %s", res.Status)
+	}
+	_, err = c.Write(maskedText([]byte(`{"type":"hello","after":0}`)))
+	return c, err
 }
 
 // maskedText is one client text frame (clients must mask).
@@ -278,38 +302,50 @@ func maskedText(p []byte) []byte {
 	return out
 }
 
-// wsFigureBigGroup: one message to a group of -wsfigures.group members,
-// all connected: from the send to the last member's push.
-func wsFigureBigGroup(t *testing.T) {
-	env := testenv.New(t, testenv.Options{})
-	env.StartFanout(t)
-	w := newWSGatewayOn(t, env, wsOpts{ws: WSConfig{}})
-	n := *wsFigGroup
+// BenchmarkWSBigGroup: one message to a group of 500 members, all
+// connected: from the send to the last member's push, 5 messages an
+// iteration.
+func BenchmarkWSBigGroup(b *testing.B) {
+	var lastAll, projected []float64
+	for range b.N {
+		l, p := wsBigGroup(b, 500, 5)
+		lastAll, projected = append(lastAll, l...), append(projected, p...)
+	}
+	b.ReportMetric(0, "ns/op")
+	reportQuantiles(b, "last-push", lastAll)
+	reportQuantiles(b, "created", projected) // the sender's 201: projected
+}
+
+// wsBigGroup sends runs messages to a group of n members and returns, per
+// message, the time to the last member's push and to the sender's 201.
+func wsBigGroup(b *testing.B, n, runs int) (lastAll, projected []float64) {
+	env := testenv.New(b, testenv.Options{})
+	env.StartFanout(b)
+	w := newWSGatewayOn(b, env, wsOpts{ws: WSConfig{}})
 	var others []int64
 	for i := 2; i <= n; i++ {
 		others = append(others, int64(i))
 	}
-	owner := w.user(t, 1)
-	cid := owner.create(t, "big", others...)
+	owner := w.user(b, 1)
+	cid := owner.create(b, "big", others...)
 	var sentAt sync.Map
 	clients := make([]*figClient, n)
-	parallel(t, n, 16, func(i int) error {
-		clients[i] = startFigClient(t, w, w.user(t, int64(i+1)), &sentAt)
+	parallel(b, n, 16, func(i int) error {
+		clients[i] = startFigClient(b, w, w.user(b, int64(i+1)), &sentAt)
 		return nil
 	})
-	waitFor(t, time.Minute, "welcomes", func() bool {
+	waitFor(b, time.Minute, "welcomes", func() bool {
 		return counterValue(wsMetric(w.ws, "frames_written_total", protocol.FrameWelcome)) == float64(n)
 	})
-	var lastAll, projected []float64
-	for run := 0; run < *wsFigGroupRuns; run++ {
+	for run := 0; run < runs; run++ {
 		id := uuid.NewString()
 		t0 := time.Now()
 		sentAt.Store(id, t0)
-		r := owner.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", cid), map[string]any{"msg_id": id, "body": "to all"})
-		require.Equal(t, http.StatusCreated, r.status, "%s", r)
+		r := owner.do(b, "POST", fmt.Sprintf("/v1/conversations/%d/messages", cid), map[string]any{"msg_id": id, "body": "to all"})
+		require.Equal(b, http.StatusCreated, r.status, "%s", r)
 		projected = append(projected, float64(time.Since(t0).Microseconds())/1000)
 		var last time.Time
-		waitFor(t, time.Minute, "every member's push", func() bool {
+		waitFor(b, time.Minute, "every member's push", func() bool {
 			for _, fc := range clients {
 				fc.mu.Lock()
 				at, ok := fc.seen[id]
@@ -326,8 +362,9 @@ func wsFigureBigGroup(t *testing.T) {
 		lastAll = append(lastAll, float64(last.Sub(t0).Microseconds())/1000)
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("FIGURE one message to all %d members, %d runs: sender's 201 (projected) %s; last member's push %s; push queries %.0f (mean %.0f sessions each)",
-		n, len(lastAll), quantiles(projected), quantiles(lastAll), histCount(wsMetric(w.ws, "push_batch_sessions")), histMean(wsMetric(w.ws, "push_batch_sessions")))
+	b.ReportMetric(histCount(wsMetric(w.ws, "push_batch_sessions"))/float64(runs), "push-queries/msg")
+	b.ReportMetric(histMean(wsMetric(w.ws, "push_batch_sessions")), "sessions/push-query")
+	return lastAll, projected
 }
 
 // histogram helpers for the figures

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"flag"
-	"slices"
 	"testing"
 	"time"
 
@@ -10,48 +8,50 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-var typingFigures = flag.Int("typingfigures", 0, "measure typing frame -> other member's receipt across two gateways, this many samples (0: skip)")
-
-// TestTypingFigures measures the time from a typing frame written on
-// gateway A to the frame read by a member connected to gateway B (p50,
-// p99), everything (PostgreSQL, both gateways, both clients) on one
-// machine:
-//
-//	go test ./gateway/ -run TestTypingFigures -typingfigures 500 -v
-func TestTypingFigures(t *testing.T) {
-	if *typingFigures <= 0 {
-		t.Skip("measure with -typingfigures N")
+// BenchmarkTypingTwoGateways measures the time from a typing frame
+// written on gateway A to the frame read by a member connected to
+// gateway B, 1,000 frames an iteration, everything (PostgreSQL, both
+// gateways, both clients) on one machine (docs/benchmarks.md has the
+// command).
+func BenchmarkTypingTwoGateways(b *testing.B) {
+	var lat []float64
+	for range b.N {
+		lat = append(lat, typingLatency(b, 1000)...)
 	}
-	env := testenv.New(t, testenv.Options{})
-	env.StartFanout(t)
+	b.ReportMetric(0, "ns/op")
+	reportQuantiles(b, "typing", lat)
+}
+
+// typingLatency returns n typing frame latencies (ms) from a member on
+// one gateway to another member on a second one.
+func typingLatency(b *testing.B, n int) []float64 {
+	env := testenv.New(b, testenv.Options{})
+	env.StartFanout(b)
 	opts := ephemeralOpts()
 	opts.tweak = func(c *Config) {
 		// No rate limit between the samples.
 		c.Ephemeral = EphemeralConfig{TypingInterval: time.Nanosecond, PresenceGrace: testGrace, PresenceExpiry: testExpiry}
 	}
-	a, b := newWSGatewayOn(t, env, opts), newWSGatewayOn(t, env, opts)
-	u1 := a.user(t, 1)
-	conv := u1.create(t, "figures", 2)
-	c2 := dialWS(t, b, b.user(t, 2))
-	c2.hello(t, 0, nil)
-	c1 := dialWS(t, a, u1)
-	c1.hello(t, 0, nil)
+	ga, gb := newWSGatewayOn(b, env, opts), newWSGatewayOn(b, env, opts)
+	u1 := ga.user(b, 1)
+	conv := u1.create(b, "figures", 2)
+	c2 := dialWS(b, gb, gb.user(b, 2))
+	c2.hello(b, 0, nil)
+	c1 := dialWS(b, ga, u1)
+	c1.hello(b, 0, nil)
 	time.Sleep(200 * time.Millisecond) // presence and catch-up frames pass
-	lat := make([]time.Duration, 0, *typingFigures)
-	for i := 0; i < *typingFigures; i++ {
+	lat := make([]float64, 0, n)
+	for i := 0; i < n; i++ {
 		start := time.Now()
-		c1.writeJSON(t, protocol.Typing{Type: protocol.FrameTyping, ConversationID: conv})
+		c1.writeJSON(b, protocol.Typing{Type: protocol.FrameTyping, ConversationID: conv})
 		for {
-			f := c2.next(t)
+			f := c2.next(b)
 			if f.Type == protocol.FrameTyping && f.UserID == 1 {
 				break
 			}
 		}
-		lat = append(lat, time.Since(start))
+		lat = append(lat, float64(time.Since(start).Microseconds())/1000)
 		time.Sleep(2 * time.Millisecond)
 	}
-	slices.Sort(lat)
-	q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))] }
-	t.Logf("typing frame -> other member across two gateways, %d samples: p50 %v, p90 %v, p99 %v, max %v",
-		len(lat), q(0.5), q(0.9), q(0.99), lat[len(lat)-1])
+	return lat
 }

@@ -121,7 +121,7 @@ func TestOpenAPIListPagePattern(t *testing.T) {
 		if isNumber(s) {
 			require.True(t, numbered, "page=%q", s)
 		}
-		if numbered && s[0] != '+' {
+		if numbered {
 			require.True(t, isNumber(s), "page=%q", s)
 		}
 		require.False(t, tokenRe.MatchString(s), "page=%q is no next_page", s)
@@ -129,6 +129,8 @@ func TestOpenAPIListPagePattern(t *testing.T) {
 	for n := int64(1); n <= 9999999; n = n*3 + 1 {
 		require.True(t, isNumber(strconv.FormatInt(n, 10)), "page=%d", n)
 	}
+	_, err = parsePageToken("+5")
+	require.Error(t, err, "page=+5: numbers of the query are strict")
 	for range 2000 {
 		tok := pageToken{byVersion: mrand.IntN(2) == 0, version: mrand.Int64() >> mrand.IntN(63), pinned: mrand.IntN(2) == 0,
 			activity: time.UnixMicro(mrand.Int64N(1 << 52)), conv: 1 + mrand.Int64N(math.MaxInt64>>mrand.IntN(63))}

@@ -58,7 +58,8 @@ func (t pageToken) String() string {
 
 func parsePageToken(s string) (*pageToken, error) {
 	bad := apierr.BadRequest("page is not a next_page value of this API nor a page number")
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil && len(s) <= 7 {
+	// Strict, as every number of the query (queryInt): no sign.
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && len(s) <= 7 && s[0] != '+' {
 		if n < 1 {
 			return nil, bad
 		}

@@ -96,6 +96,13 @@
 //	store.go           State, Store, MemoryStore
 //	filestore.go       FileStore (atomic write-rename, fsync, lock)
 //	holes.go           history holes
+//	large.go           read-mode conversations: their history, read by the client
+//	hints.go           the gateway's reconnect hints, followed instead of the backoff
+//	receipts.go        Counts, MarkRead, read receipts
+//	members.go         the member list, adding and removing members
+//	ephemeral.go       typing, presence and the user's settings
+//	flock_unix.go      the lock of a FileStore's state file (flock)
+//	flock_other.go     no lock where flock is missing
 //	errors.go          APIError, CloseError, PermanentError
 //	types.go           the protocol's objects
 package client

@@ -11,7 +11,8 @@
 // logcheck.go (the stored offsets against the log: topic id, start and end;
 // stopping and releasing partitions), offsets.go (`inboxd offsets`),
 // health.go (per-partition stuck state for /readyz and metrics), group.go
-// (client options, Kafka commits, leaving the group), locks.go, retention.go.
+// (client options, Kafka commits, leaving the group), metrics.go, locks.go,
+// retention.go.
 //
 // Records that cannot be decoded, or that the database refuses for their own
 // data after bounded attempts, go to the DLQ topic with the reason in the

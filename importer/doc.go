@@ -9,7 +9,8 @@
 // (check.go), the deterministic ids that make a second run a no-op and the
 // mapping of external conversation ids to inboxd ids (ids.go), the
 // checkpoint a killed run resumes from (checkpoint.go) and the run itself
-// (importer.go). It must not write projections: everything it changes in
+// (importer.go: the passes; append.go: the events appended in file order,
+// checkpointed once the log acknowledged them). It must not write projections: everything it changes in
 // them goes through the log. Its only tables are its own (migrations
 // 00011_import.sql): the id mapping and the checkpoints.
 package importer

@@ -151,3 +151,50 @@ func fileDecls(t *testing.T, path string) map[string]bool {
 	}
 	return names
 }
+
+// A package doc that lists the package's files (names three or more) lists
+// them all, and every file any package doc names exists: a file list that
+// drifted from its directory misleads more than none.
+func TestPackageDocFileLists(t *testing.T) {
+	root := filepath.Join("..", "..")
+	goFile := regexp.MustCompile(`\b([a-z0-9_]+\.go)\b`)
+	for _, p := range modulePackages(t) {
+		dir := filepath.Join(root, filepath.FromSlash(p))
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		require.NoError(t, err)
+		have, tests := map[string]bool{}, map[string]bool{}
+		var doc string
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				tests[filepath.Base(f)] = true
+				continue
+			}
+			have[filepath.Base(f)] = true
+			af, err := parser.ParseFile(gotoken.NewFileSet(), f, nil, parser.ParseComments|parser.PackageClauseOnly)
+			require.NoError(t, err)
+			if af.Doc != nil {
+				doc += af.Doc.Text()
+			}
+		}
+		named := map[string]bool{}
+		for _, m := range goFile.FindAllStringSubmatch(doc, -1) {
+			named[m[1]] = true
+		}
+		for n := range named {
+			if !have[n] && !tests[n] {
+				t.Errorf("the package doc of %s names %s, which is not one of its files", p, n)
+			}
+		}
+		for n := range tests {
+			delete(named, n) // a test the doc points to is no entry of a file list
+		}
+		if len(named) < 3 {
+			continue // it names a file or two where it explains them; no list
+		}
+		for f := range have {
+			if f != "doc.go" && !named[f] {
+				t.Errorf("the package doc of %s lists its files but not %s", p, f)
+			}
+		}
+	}
+}

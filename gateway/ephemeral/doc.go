@@ -23,7 +23,8 @@
 //
 //	service.go   Service, Run, the local sessions (Join) and the dispatch
 //	typing.go    typing frames: rate limits, the member check, delivery
-//	presence.go  presence: transitions, grace, heartbeat, reaping, delivery
+//	presence.go  presence: transitions, grace, delivery
+//	heartbeat.go the gateways' heartbeats and the reaping of dead ones
 //	receipts.go  read receipts (the projector's notifications) to connected members
 //	lookup.go    the presence a user may see (GET /v1/presence), settings
 //	config.go    Config and its defaults

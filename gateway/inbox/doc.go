@@ -17,6 +17,7 @@
 //
 //	read.go       Reader, Config, Read (the key read, the second statements)
 //	sync.go       Query, Result, Sync (GET /v1/sync's rules)
+//	counts.go     the totals remembered at a user's head and large list
 //	announced.go  Announced, Resolve (pushes from the notifications' runs)
 //	entries.go    Entry and its wire form, written by hand
 //	pgraw.go      decoding of raw integer columns and integer arrays

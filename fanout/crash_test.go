@@ -2,7 +2,6 @@ package fanout_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -26,21 +25,11 @@ import (
 	"github.com/inboxd/inboxd/projector"
 )
 
-// Crash recovery: how long the partitions of a fanout stay
-// unprojected after a kill -9, with two `inboxd fanout` processes in one
-// group. The group settings compared are env vars handed to the processes,
-// so the harness measures whatever the binary built from this tree does.
-// The figures, measured only on request (kfake, or a real Kafka):
-//
-//	go test ./fanout -run TestFanoutKillFigures -killfigures -v -timeout 30m
-//	INBOXD_TEST_KAFKA_BROKERS=127.0.0.1:19092 go test ./fanout -run TestFanoutKillFigures -killfigures -v -timeout 30m
-var (
-	killFigures      = flag.Bool("killfigures", false, "measure the partition pause after kill -9 of a fanout, for several group configurations")
-	killFigKills     = flag.Int("killfigures.kills", 20, "kills (with restarts, one every 3-4 s) per configuration")
-	killFigOnly      = flag.String("killfigures.only", "", "comma-separated configuration names to run (default: all)")
-	killFigMore      = flag.String("killfigures.config", "", "more configurations: name:ENV=value,ENV=value;name2:ENV=value ({slot} in a value becomes the process slot, 0 or 1)")
-	killFigNoRestart = flag.Bool("killfigures.onekill", true, "also measure one kill without restart (the other fanout takes over)")
-)
+// Crash recovery: how long the partitions of a fanout stay unprojected
+// after a kill -9, with two `inboxd fanout` processes in one group. The
+// group settings compared are env vars handed to the processes, so the
+// harness measures whatever the binary built from this tree does; the
+// figures are BenchmarkFanoutFailover's (kill_figures_test.go).
 
 // killScenario is one run of kills against two fanout processes.
 type killScenario struct {
@@ -179,126 +168,6 @@ func TestFanoutKillsMoveQuickly(t *testing.T) {
 		require.Len(t, o.Pauses, 20)
 		require.LessOrEqual(t, o.max(), 15*time.Second, "no partition unprojected for more than 15 s")
 	})
-}
-
-// killConfig is a configuration of the figures.
-type killConfig struct {
-	name string
-	env  []string
-}
-
-func killFigureConfigs(t testing.TB) []killConfig {
-	t.Helper()
-	cfgs := []killConfig{
-		{"defaults", nil},
-		{"dynamic-45s", []string{"INBOXD_INSTANCE_ID=", "INBOXD_SESSION_TIMEOUT=45s"}}, // the dynamic membership of the first releases
-		{"dynamic-6s", []string{"INBOXD_INSTANCE_ID=", "INBOXD_SESSION_TIMEOUT=6s"}},
-		{"static-6s", []string{"INBOXD_INSTANCE_ID=fanout-{slot}", "INBOXD_SESSION_TIMEOUT=6s"}},
-	}
-	if *killFigMore != "" {
-		for _, spec := range strings.Split(*killFigMore, ";") {
-			name, vars, ok := strings.Cut(spec, ":")
-			require.True(t, ok, "-killfigures.config %q: want name:ENV=value,...", spec)
-			var env []string
-			for _, kv := range strings.Split(vars, ",") {
-				if kv = strings.TrimSpace(kv); kv != "" {
-					require.Contains(t, kv, "=", "-killfigures.config %q", spec)
-					env = append(env, kv)
-				}
-			}
-			cfgs = append(cfgs, killConfig{strings.TrimSpace(name), env})
-		}
-	}
-	if *killFigOnly == "" {
-		return cfgs
-	}
-	var out []killConfig
-	for _, c := range cfgs {
-		for _, n := range strings.Split(*killFigOnly, ",") {
-			if strings.TrimSpace(n) == c.name {
-				out = append(out, c)
-			}
-		}
-	}
-	require.NotEmpty(t, out, "-killfigures.only %q names no configuration", *killFigOnly)
-	return out
-}
-
-// The failover figures: per configuration, the pause of
-// one kill without restart (the other fanout takes over) and p50/max of the
-// pauses over twenty kills with restarts, one every 3-4 s.
-func TestFanoutKillFigures(t *testing.T) {
-	if !*killFigures {
-		t.Skip("figures only with -killfigures")
-	}
-	backend := "kfake"
-	if b := os.Getenv(testenv.EnvBrokers); b != "" {
-		backend = "kafka " + b
-	}
-	type row struct {
-		cfg       killConfig
-		one, many *killOutcome
-	}
-	var rows []row
-	for _, c := range killFigureConfigs(t) {
-		r := row{cfg: c}
-		if *killFigNoRestart {
-			t.Run(c.name+"/one kill", func(t *testing.T) {
-				o := runKillScenario(t, killScenario{Env: c.env, Kills: 1, Every: 5 * time.Second, Deadline: 3 * time.Minute, Seed: 1})
-				o.log(t)
-				r.one = &o
-			})
-		}
-		t.Run(c.name+"/kills", func(t *testing.T) {
-			o := runKillScenario(t, killScenario{Env: c.env, Kills: *killFigKills, Every: 3 * time.Second, Jitter: time.Second,
-				Restart: true, Deadline: 3 * time.Minute, Seed: 2})
-			o.log(t)
-			r.many = &o
-		})
-		rows = append(rows, r)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "partition pause after kill -9, two fanouts, 6 partitions, %s:\n", backend)
-	fmt.Fprintf(&b, "| config | env | one kill, no restart | p50 pause | max pause | kills | all projected once | max members | group not stable |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range rows {
-		one, p50, mx, kills, ok, members, unstable := "-", "-", "-", "-", "-", "-", "-"
-		lb := func(o *killOutcome) string {
-			if o.Lower {
-				return ">="
-			}
-			return ""
-		}
-		if o := r.one; o != nil && len(o.Pauses) == 1 {
-			one = lb(o) + o.Pauses[0].Round(100*time.Millisecond).String()
-		}
-		if o := r.many; o != nil && len(o.Pauses) > 0 {
-			p50 = lb(o) + o.quantile(0.5).Round(100*time.Millisecond).String()
-			mx = lb(o) + o.max().Round(100*time.Millisecond).String()
-			kills = fmt.Sprint(len(o.Pauses))
-			members = fmt.Sprint(o.MaxMembers)
-			unstable = o.Unstable.Round(100 * time.Millisecond).String()
-		}
-		okOne := r.one == nil || (r.one.Problem == "" && !r.one.Lower)
-		if r.many != nil {
-			ok = "no"
-			if okOne && r.many.Problem == "" && !r.many.Lower {
-				ok = "yes"
-			}
-		}
-		env := strings.Join(r.cfg.env, " ")
-		if env == "" {
-			env = "(none)"
-		}
-		for _, o := range []*killOutcome{r.one, r.many} {
-			if o != nil && len(o.Dropped) > 0 {
-				env += fmt.Sprintf(" (dropped, unsupported: %v)", o.Dropped)
-				break
-			}
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.cfg.name, env, one, p50, mx, kills, ok, members, unstable)
-	}
-	t.Logf("\n%s", b.String())
 }
 
 var (

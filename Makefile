@@ -45,7 +45,7 @@ test-short:
 test-ts: ## the TypeScript SDK (clients/typescript): npm ci, tsc, unit tests, then integration tests against an inboxd dev it builds (needs node 20+, go)
 	cd clients/typescript && npm ci && npm test
 
-bench: ## every figure of docs/benchmarks.md (about 4 minutes on 2 cores); regenerates its tables and charts
+bench: ## the figures of docs/benchmarks.md's generated block (about 4 minutes on 2 cores); regenerates its tables and charts
 	$(GO) run ./cmd/inboxd-bench all
 
 clean:

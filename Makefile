@@ -42,7 +42,7 @@ fuzz: ## schemathesis (pinned in scripts/fuzz/requirements.txt) against /openapi
 test-short:
 	$(GO) test -count=1 -short ./...
 
-test-ts: ## the TypeScript SDK (clients/typescript): npm ci, tsc, unit tests, then integration tests against an inboxd dev it builds (needs node 20+, go)
+test-ts: ## the TypeScript SDK (clients/typescript): npm ci, the build, eslint, the typedoc check, unit tests, then integration tests against an inboxd dev it builds (needs node 20+, go)
 	cd clients/typescript && npm ci && npm test
 
 bench: ## the figures of docs/benchmarks.md's generated block (about 4 minutes on 2 cores); regenerates its tables and charts

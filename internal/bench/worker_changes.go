@@ -77,6 +77,12 @@ type ChangesPhase struct {
 // their request times in the order they were made, and for each member
 // how many of them it has seen.
 type convEdits struct {
+	// one lets one edit of the message be in flight at a time, so that
+	// the edits are appended, hence applied, in the order of their
+	// request times: two concurrent edits could be applied in the other
+	// order, and an entry showing the earlier one (applied last) would
+	// not deliver the later one, superseded in the same batch.
+	one  sync.Mutex
 	mu   sync.Mutex
 	ts   []int64
 	seen map[int64]int
@@ -326,6 +332,8 @@ func (w *changesWorker) runPhase(ctx context.Context, idx int, cmd changesPhaseC
 			// later edit also delivers this one.
 			from := conv.Members[0]
 			ce := rec.edits[conv.ID]
+			ce.one.Lock()
+			defer ce.one.Unlock()
 			ce.mu.Lock()
 			t0 = time.Now()
 			ce.ts = append(ce.ts, t0.UnixNano())

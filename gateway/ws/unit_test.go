@@ -62,6 +62,8 @@ func FuzzWSInbound(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"hello","after":12,"epoch":3}`, `{"type":"hello"}`, `{"type":"ping"}`,
 		`{"type":"send","conversation_id":1,"msg_id":"0f8fad5b-d9cb-469f-a165-70867728950e","body":"hi"}`,
+		`{"type":"edit","change_id":"0f8fad5b-d9cb-469f-a165-70867728950e","conversation_id":1,"seq":2,"body":"b"}`,
+		`{"type":"delete"}`, `{"type":"react","emoji":"x"}`, `{"type":"typing","conversation_id":1,"state":"stop"}`,
 		`{"type":"send","body":null}`, `{"type":1}`, `[]`, `{`, "\xff", `{"type":"hello","after":"x"}`,
 		`{"type":"send","body":"\u0000"}`, `{"type":"ping","x":"\ud800"}`,
 	} {
@@ -78,7 +80,7 @@ func FuzzWSInbound(f *testing.F) {
 			require.Equal(t, protocol.CodeBadRequest, apierr.From(err).Code)
 			return
 		}
-		require.Contains(t, []string{"hello", "send", "ping"}, in.Type)
+		require.Contains(t, []string{"hello", "send", "ping", "edit", "delete", "react", "typing"}, in.Type)
 	})
 }
 

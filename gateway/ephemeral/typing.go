@@ -93,8 +93,10 @@ func (s *Service) typingAllowed(user, cid int64, stop bool, now time.Time) strin
 	case stop && !live:
 		return OutcomeIgnored
 	case stop:
-		// A start may follow at once (the user typed again after sending).
-		s.typing[k] = typingState{at: st.at}
+		// A start may follow at once (the user typed again after
+		// sending): the stop clears the interval too. The write bucket
+		// each broadcast costs still bounds a start/stop loop.
+		delete(s.typing, k)
 		return OutcomeBroadcast
 	case now.Sub(st.at) < s.cfg.TypingInterval:
 		return OutcomeRateLimited

@@ -21,7 +21,8 @@ import (
 
 // TestTypingAllowed: at most one start per user, conversation and
 // TypingInterval; a stop only while a start is live (within
-// TypingExpiry). The clock is the argument.
+// TypingExpiry); a start may follow a stop at once (docs/websocket.md).
+// The clock is the argument.
 func TestTypingAllowed(t *testing.T) {
 	g := startGateway(t, newWorld(), gatewayOpts{noRun: true, cfg: Config{TypingInterval: 2 * time.Second, TypingExpiry: 6 * time.Second}})
 	t0 := time.Date(2026, 12, 1, 7, 0, 0, 0, time.UTC)
@@ -39,6 +40,9 @@ func TestTypingAllowed(t *testing.T) {
 		{1, 10, false, 2 * time.Second, OutcomeBroadcast},
 		{1, 10, true, 2500 * time.Millisecond, OutcomeBroadcast}, // a live start: stopped
 		{1, 10, true, 2600 * time.Millisecond, OutcomeIgnored},   // nothing to stop
+		{1, 10, false, 3 * time.Second, OutcomeBroadcast},        // a start may follow a stop at once
+		{1, 10, false, 3500 * time.Millisecond, OutcomeRateLimited},
+		{1, 10, true, 3600 * time.Millisecond, OutcomeBroadcast},
 		{1, 10, false, 4 * time.Second, OutcomeBroadcast},
 		{1, 10, true, 10*time.Second + time.Millisecond, OutcomeIgnored}, // expired: the client stopped showing it
 		{1, 10, false, 10*time.Second + time.Millisecond, OutcomeBroadcast},

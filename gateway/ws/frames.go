@@ -27,8 +27,6 @@ func encodeFrame(v any) []byte {
 	return b
 }
 
-// errorFrame is the error frame of err (an *apierr.Error or anything
-// apierr.From maps).
 // changeErrorFrame is errorFrame for a change frame: it names its change_id.
 func changeErrorFrame(err error, changeID string) []byte {
 	e := apierr.From(err)
@@ -39,6 +37,8 @@ func changeErrorFrame(err error, changeID string) []byte {
 	return encodeFrame(f)
 }
 
+// errorFrame is the error frame of err (an *apierr.Error or anything
+// apierr.From maps), naming msgID when it is not empty.
 func errorFrame(err error, msgID string) []byte {
 	e := apierr.From(err)
 	f := protocol.ErrorFrame{Type: protocol.FrameError, Code: e.Code, Message: e.Message, Retryable: e.Retryable, MsgID: msgID}

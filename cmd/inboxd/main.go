@@ -27,6 +27,7 @@ var commands = map[string]command{
 	"migrate":       {"apply the database migrations", runMigrate},
 	"verify":        {"check invariants I1-I8 on the projections", runVerify},
 	"apikey":        {"create, list or revoke the server API's keys (apikey create|list|revoke)", runAPIKey},
+	"shards":        {"list the PostgreSQL servers and the partitions each holds, or add a server (shards list|add-server)", runShards},
 	"offsets":       {"compare the fanout's stored offsets with the log, or reset them (offsets reset)", runOffsets},
 	"login":         {"get a dev token (or store one) for send, tail and conversations", runLogin},
 	"send":          {"send a message to a conversation and print its seq", runSend},

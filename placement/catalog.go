@@ -1,0 +1,134 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/migrations"
+)
+
+// Channel is the NOTIFY channel a change of the placement is announced on
+// (the payload is the new version).
+const Channel = "inboxd_placement"
+
+// ErrNotEmpty is returned by AddServer for a database that already holds
+// projections or belongs to a deployment.
+var ErrNotEmpty = errors.New("placement: the database is not an empty inboxd database")
+
+var serverName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,63}$`)
+
+const (
+	sqlClaimCatalog = `INSERT INTO shard_identity (server) VALUES (1) ON CONFLICT (one) DO NOTHING`
+	sqlIdentity     = `SELECT server FROM shard_identity`
+	sqlHoldsState   = `SELECT EXISTS (SELECT 1 FROM users) OR EXISTS (SELECT 1 FROM conversations) OR EXISTS (SELECT 1 FROM consumer_offsets)`
+	sqlClaimServer  = `INSERT INTO shard_identity (server) VALUES ($1)`
+	sqlNextServer   = `SELECT coalesce(max(id), 1) + 1 FROM shard_servers`
+	sqlAddServer    = `INSERT INTO shard_servers (id, name, dsn) VALUES ($1, $2, $3) RETURNING added_at`
+	sqlBumpVersion  = `UPDATE placement_version SET version = version + 1 RETURNING version`
+	sqlAnnounce     = `SELECT pg_notify('` + Channel + `', $1::text)`
+	sqlLockCatalog  = `LOCK TABLE shard_servers, placement IN EXCLUSIVE MODE`
+)
+
+// AddServer registers the PostgreSQL database dsn as a new server of the
+// deployment whose catalog is reached through catalog: it connects to it,
+// applies the migrations there, checks that it is neither the catalog nor
+// another deployment's server nor a database holding projections, marks
+// it as the new server and adds it to the catalog. The server holds no
+// partition until one is moved to it. name defaults to server-<id>.
+func AddServer(ctx context.Context, catalog *pgxpool.Pool, name, dsn string) (Server, error) {
+	if dsn == "" {
+		return Server{}, errors.New("placement: a server needs a DSN")
+	}
+	if name != "" && !serverName.MatchString(name) {
+		return Server{}, fmt.Errorf("placement: server name %q: letters, digits, '.', '_' or '-', at most 64", name)
+	}
+	if err := claimCatalog(ctx, catalog); err != nil {
+		return Server{}, err
+	}
+	target, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return Server{}, fmt.Errorf("placement: connect to the new server: %w", err)
+	}
+	defer target.Close()
+	if err := migrations.Up(ctx, target); err != nil {
+		return Server{}, fmt.Errorf("placement: migrate the new server: %w", err)
+	}
+	var s Server
+	err = pgx.BeginFunc(ctx, catalog, func(ctl pgx.Tx) error {
+		if _, err := ctl.Exec(ctx, sqlLockCatalog); err != nil {
+			return err
+		}
+		if err := ctl.QueryRow(ctx, sqlNextServer).Scan(&s.ID); err != nil {
+			return err
+		}
+		s.Name, s.DSN = name, dsn
+		if s.Name == "" {
+			s.Name = fmt.Sprintf("server-%d", s.ID)
+		}
+		// The new server's mark commits first: if the catalog's insert
+		// then fails, the mark names an id nobody has, and a second
+		// attempt refuses the database; say so instead of guessing.
+		err := pgx.BeginFunc(ctx, target, func(tt pgx.Tx) error {
+			var id int32
+			switch err := tt.QueryRow(ctx, sqlIdentity).Scan(&id); {
+			case err == nil:
+				return fmt.Errorf("%w: it is already server %d of a deployment", ErrNotEmpty, id)
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			}
+			var holds bool
+			if err := tt.QueryRow(ctx, sqlHoldsState).Scan(&holds); err != nil {
+				return err
+			}
+			if holds {
+				return fmt.Errorf("%w: it holds projections or consumer offsets", ErrNotEmpty)
+			}
+			_, err := tt.Exec(ctx, sqlClaimServer, s.ID)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if err := ctl.QueryRow(ctx, sqlAddServer, s.ID, s.Name, s.DSN).Scan(&s.AddedAt); err != nil {
+			return fmt.Errorf("the new server is marked as server %d but the catalog did not take it (clear its shard_identity to retry): %w", s.ID, err)
+		}
+		return bump(ctx, ctl)
+	})
+	if err != nil {
+		return Server{}, fmt.Errorf("placement: add the server: %w", err)
+	}
+	return s, nil
+}
+
+// claimCatalog marks the catalog's database as server 1, and refuses a
+// catalog URL that names another server of a deployment.
+func claimCatalog(ctx context.Context, catalog *pgxpool.Pool) error {
+	if _, err := catalog.Exec(ctx, sqlClaimCatalog); err != nil {
+		return fmt.Errorf("placement: mark the catalog: %w", err)
+	}
+	var id int32
+	if err := catalog.QueryRow(ctx, sqlIdentity).Scan(&id); err != nil {
+		return fmt.Errorf("placement: read the catalog's mark: %w", err)
+	}
+	if id != Catalog {
+		return fmt.Errorf("placement: the database URL names server %d, not the catalog (server 1)", id)
+	}
+	return nil
+}
+
+// bump advances the placement's version and announces it, in tx.
+func bump(ctx context.Context, tx pgx.Tx) error {
+	var v int64
+	if err := tx.QueryRow(ctx, sqlBumpVersion).Scan(&v); err != nil {
+		return fmt.Errorf("bump the placement version: %w", err)
+	}
+	if _, err := tx.Exec(ctx, sqlAnnounce, fmt.Sprint(v)); err != nil {
+		return fmt.Errorf("announce the placement: %w", err)
+	}
+	return nil
+}

@@ -148,3 +148,33 @@ func Load(ctx context.Context, q Querier) (*Map, error) {
 	}
 	return m, nil
 }
+
+// NewMap is a map of the given servers and assignments (a partition
+// without one is on server 1): for tools and tests that place partitions
+// without a catalog.
+func NewMap(version int64, servers []Server, assignments ...Assignment) *Map {
+	m := &Map{Version: version, Servers: slices.Clone(servers), rows: map[int32]Assignment{}}
+	slices.SortFunc(m.Servers, func(a, b Server) int { return int(a.ID - b.ID) })
+	for _, a := range assignments {
+		if a.State == "" {
+			a.State = Serving
+		}
+		m.rows[a.Partition] = a
+	}
+	return m
+}
+
+// Users places users for the projector of one server: the partition of a
+// user is OfUser among Partitions, and it is local when the map puts that
+// partition on Server (package projector's UserPlacement).
+type Users struct {
+	Map        *Map
+	Server     int32
+	Partitions int32
+}
+
+// Place returns user's partition and whether it is on u.Server.
+func (u Users) Place(user int64) (int32, bool) {
+	p := OfUser(user, u.Partitions)
+	return p, u.Map.Server(p) == u.Server
+}

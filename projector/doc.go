@@ -20,6 +20,16 @@
 // Membership and record rows of a conversation are only written by the
 // partition that owns the conversation, which the offset lock serialises.
 //
+// # Several servers
+//
+// With Config.Users set (a sharded deployment, docs/scaling.md), Apply is
+// the conversation stage: the entries of users on other servers leave as
+// deliveries in the batch's outbox rows (deliveries.go), and
+// ApplyDeliveries is the user stage that applies them on the users'
+// server, exactly once by the marks of their sources (userstage.go). Its
+// locks: the deliveries topic's offsets, the marks, then users, so that
+// the two stages never wait for each other in a cycle.
+//
 // # Notifications
 //
 // The last statements of the transaction are pg_notify on Config.Channel

@@ -27,7 +27,17 @@ type Config struct {
 	// switches to read fan-out (docs/large-conversations.md). Default
 	// DefaultLargeThreshold. A replay must use the fanout's.
 	LargeThreshold int
+	// Users places users when the projection is sharded (deliveries.go):
+	// the entries of users on other servers leave as deliveries. Nil:
+	// every user is on this server.
+	Users UserPlacement
+	// Deliveries is the topic whose offsets the user stage stores
+	// (ApplyDeliveries). Default DefaultDeliveries.
+	Deliveries string
 }
+
+// DefaultDeliveries is the deliveries topic's default name.
+const DefaultDeliveries = "inboxd.deliveries"
 
 // Projector applies batches of records. It is safe for concurrent use; each
 // Apply is its own transaction.
@@ -53,6 +63,9 @@ func New(cfg Config, pool *pgxpool.Pool) (*Projector, error) {
 	}
 	if cfg.Channel == "" {
 		cfg.Channel = projection.DefaultChannel
+	}
+	if cfg.Deliveries == "" {
+		cfg.Deliveries = DefaultDeliveries
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -84,6 +97,9 @@ type Result struct {
 	InboxRows int
 	Rejected  int
 	Users     int // users whose heads moved
+	// Deliveries is the outbox rows a conversation stage wrote, Crossed
+	// their items (entries and read positions of users on other servers).
+	Deliveries, Crossed int
 
 	users []int64 // their ids (for Apply's memory of existing rows)
 }
@@ -202,6 +218,7 @@ type txn struct {
 	parts  map[int32]int64 // partition -> next offset after this batch
 	stored map[int32]int64 // partition -> stored next offset, as locked
 	heads  map[int64]*head // the batch's users, locked and numbered
+	out    []outboxRow     // deliveries to users on other servers (route)
 }
 
 // apply projects recs through tx; own says that apply begins the
@@ -234,6 +251,7 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 	for _, r := range live {
 		t.b.apply(r)
 	}
+	t.route(live)
 	// 3. Users: create, lock in id order, then assign inbox seqs and
 	// versions and write.
 	if err := t.assign(ctx); err != nil {
@@ -247,6 +265,10 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 	res.InboxRows = len(b.fan)
 	res.Rejected = len(b.rejects)
 	res.Users = len(t.heads)
+	res.Deliveries = len(t.out)
+	for _, o := range t.out {
+		res.Crossed += len(o.d.Items)
+	}
 	res.users = make([]int64, 0, len(t.heads))
 	for id := range t.heads {
 		res.users = append(res.users, id)

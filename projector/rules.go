@@ -156,8 +156,9 @@ type batch struct {
 
 // ack is a message.sent event and the seq its message got.
 type ack struct {
-	eventID string
-	seq     int64
+	eventID    string
+	seq        int64
+	user, conv int64 // the sender and conversation (message.sent)
 }
 
 func newBatch(threshold int64) *batch {
@@ -379,7 +380,7 @@ func (b *batch) messageSent(r Record, c *convState) {
 	st := b.msgStates[msgKey{c.id, seq}]
 	st.replyTo = e.ReplyTo
 	st.deleted = erased // its key is gone: deleted after this send, before this projection (a replay)
-	b.acks = append(b.acks, ack{eventID: e.EventID, seq: seq})
+	b.acks = append(b.acks, ack{eventID: e.EventID, seq: seq, user: e.ActorID, conv: c.id})
 }
 
 // recordUpdated changes pin and mute; a change to what they already are is

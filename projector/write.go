@@ -123,6 +123,9 @@ func (t *txn) write(ctx context.Context) error {
 	t.queueRejections(bt)
 	t.queueOffsets(bt)
 	t.b.queueChanges(bt)
+	if err := t.queueOutbox(bt); err != nil {
+		return err
+	}
 	// A small batch (the live case: a few messages) writes its rows and its
 	// notifications in the same pipeline as the rest, one round trip; a
 	// large one (catching up) copies its rows, which is faster in bulk.

@@ -12,7 +12,8 @@
 // stopping and releasing partitions), offsets.go (`inboxd offsets`),
 // health.go (per-partition stuck state for /readyz and metrics), group.go
 // (client options, Kafka commits, leaving the group), metrics.go, locks.go,
-// retention.go.
+// retention.go, deliveries.go (a sharded server's relay of its outbox and
+// its user stage: the Deliverer).
 //
 // Records that cannot be decoded, or that the database refuses for their own
 // data after bounded attempts, go to the DLQ topic with the reason in the

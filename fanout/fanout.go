@@ -114,6 +114,15 @@ type Config struct {
 	// offsets in PostgreSQL are the truth; the group's are never read).
 	// Default 5s; negative disables them.
 	KafkaCommitInterval time.Duration
+	// Owns, when set, makes this the conversation stage of one server of a
+	// sharded deployment (docs/scaling.md): its group (one per server)
+	// assigns only the partitions Owns accepts, those whose state the
+	// placement puts on this server. Nil: every partition.
+	Owns func(partition int32) bool
+	// Users is projector.Config's: the entries of users on other servers
+	// leave as deliveries (a Deliverer relays them). Nil: every user is
+	// on this server.
+	Users projector.UserPlacement
 }
 
 func (c *Config) setDefaults() {
@@ -209,7 +218,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Fanout, error) {
 		cfg.ApplyWorkers = w
 	}
 	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: cfg.Channel, Logger: cfg.Logger,
-		LargeThreshold: cfg.LargeThreshold}, pool)
+		LargeThreshold: cfg.LargeThreshold, Users: cfg.Users}, pool)
 	if err != nil {
 		return nil, err
 	}

@@ -60,10 +60,19 @@ func (f *Fanout) leave(cl *kgo.Client) {
 // clientOpts are the options of the consumer's client: a group member
 // whose offsets come from PostgreSQL (adjustOffsets), which never resets
 // an offset by itself and never commits for correctness.
+// owns is the group's partition filter (Config.Owns), nil for every
+// partition.
+func (f *Fanout) owns() func(string, int32) bool {
+	if f.cfg.Owns == nil {
+		return nil
+	}
+	return func(topic string, p int32) bool { return topic == f.cfg.Topic && f.cfg.Owns(p) }
+}
+
 func (f *Fanout) clientOpts() []kgo.Opt {
 	opts := append(kgroup.Member{Brokers: f.cfg.Brokers, ClientID: "inboxd-fanout", Group: f.cfg.Group, Topic: f.cfg.Topic,
 		InstanceID: f.cfg.InstanceID, SessionTimeout: f.cfg.SessionTimeout, FetchMaxWait: 200 * time.Millisecond,
-		Offsets: f.adjustOffsets}.Opts(),
+		Offsets: f.adjustOffsets, Owns: f.owns()}.Opts(),
 		kgo.DisableAutoCommit(),
 		// Every assigned partition gets an explicit offset (adjustOffsets);
 		// an offset the log no longer has is an error to stop on, never a

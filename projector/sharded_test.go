@@ -3,16 +3,15 @@ package projector_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/internal/shardtest"
 	"github.com/inboxd/inboxd/internal/workload"
 	"github.com/inboxd/inboxd/placement"
 	"github.com/inboxd/inboxd/projector"
@@ -385,89 +384,10 @@ FROM messages`)
 	rep, err := projector.Verify(ctx, w.one)
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "one server: %v", rep)
-	union := w.union(convOn, userOn)
+	union := shardtest.Servers{Pools: w.shards[:], Map: w.m, Partitions: shardParts, Topic: eventsTopic}.Union(t)
 	rep, err = projector.Verify(ctx, union)
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "the union of the two servers: %v", rep)
 	require.EqualValues(t, len(wantMsgs), rep.Messages)
 	t.Logf("%d messages, %d inbox rows, %d entries and read positions crossed servers, %d deliveries", rep.Messages, rep.InboxRows, w.crossed, len(w.produced))
-}
-
-// union copies the two servers into one database: each conversation's
-// state from its server, each user's from its own, the armed flags (rule
-// state) from the conversation's; Verify over it checks the invariants
-// across the servers.
-func (w *shardedWorld) union(convOn, userOn func(int) func(int64) bool) *pgxpool.Pool {
-	t, ctx := w.t, w.ctx
-	u, _ := pgtest.NewPool(t)
-	convTables := []string{"conversations", "member_spans", "messages", "conversation_modes", "changes", "reactions", "mentions", "rejections"}
-	for i, pool := range w.shards {
-		for _, table := range convTables {
-			col := "conversation_id"
-			if table == "conversations" {
-				col = "id"
-			}
-			copyRows(t, ctx, pool, u, table, func(row map[string]any) bool { return convOn(i)(toInt64(row[col])) })
-		}
-		copyRows(t, ctx, pool, u, "consumer_offsets", func(row map[string]any) bool {
-			return row["topic"] == eventsTopic && w.server(int32(toInt64(row["partition"]))) == i
-		})
-		copyRows(t, ctx, pool, u, "users", func(map[string]any) bool { return true })
-		copyRows(t, ctx, pool, u, "inbox", func(map[string]any) bool { return true })
-		copyRows(t, ctx, pool, u, "records", func(row map[string]any) bool { return userOn(i)(toInt64(row["user_id"])) })
-	}
-	for i, pool := range w.shards {
-		rows, err := pool.Query(ctx, `SELECT user_id, conversation_id FROM records WHERE armed`)
-		require.NoError(t, err)
-		var us, cs []int64
-		for rows.Next() {
-			var usr, c int64
-			require.NoError(t, rows.Scan(&usr, &c))
-			if convOn(i)(c) {
-				us, cs = append(us, usr), append(cs, c)
-			}
-		}
-		require.NoError(t, rows.Err())
-		_, err = u.Exec(ctx, `UPDATE records r SET armed = true FROM unnest($1::bigint[], $2::bigint[]) AS k(u, c)
-WHERE r.user_id = k.u AND r.conversation_id = k.c`, us, cs)
-		require.NoError(t, err)
-	}
-	return u
-}
-
-// copyRows copies the rows of table that keep accepts from src to dst.
-func copyRows(t *testing.T, ctx context.Context, src, dst *pgxpool.Pool, table string, keep func(map[string]any) bool) {
-	rows, err := src.Query(ctx, fmt.Sprintf(`SELECT * FROM %s`, pgx.Identifier{table}.Sanitize()))
-	require.NoError(t, err)
-	var cols []string
-	for _, f := range rows.FieldDescriptions() {
-		cols = append(cols, f.Name)
-	}
-	var out [][]any
-	for rows.Next() {
-		vals, err := rows.Values()
-		require.NoError(t, err)
-		row := map[string]any{}
-		for i, c := range cols {
-			row[c] = vals[i]
-		}
-		if keep(row) {
-			out = append(out, vals)
-		}
-	}
-	require.NoError(t, rows.Err())
-	_, err = dst.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(out))
-	require.NoError(t, err, "copy %s", table)
-}
-
-func toInt64(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case int32:
-		return int64(x)
-	case int16:
-		return int64(x)
-	}
-	panic(fmt.Sprintf("not an integer: %T", v))
 }

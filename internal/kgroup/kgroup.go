@@ -10,9 +10,12 @@ package kgroup
 
 import (
 	"context"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Member describes one group member's client.
@@ -32,6 +35,9 @@ type Member struct {
 	FetchMaxWait time.Duration
 	// Offsets chooses the offset each assigned partition starts at.
 	Offsets func(ctx context.Context, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error)
+	// Owns, when set, restricts the member's group to the partitions it
+	// accepts (Placed); nil keeps franz-go's balancers.
+	Owns func(topic string, partition int32) bool
 }
 
 // Opts are the client options m describes; the caller appends its own.
@@ -55,5 +61,77 @@ func (m Member) Opts() []kgo.Opt {
 	if m.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(m.InstanceID))
 	}
+	if m.Owns != nil {
+		opts = append(opts, kgo.Balancers(Placed(m.Owns)))
+	}
 	return opts
+}
+
+// Placed is the group balancer of a sharded deployment's per-server
+// groups (docs/scaling.md): it assigns only the partitions owns accepts
+// (those the placement puts on the group's server), round-robin over the
+// members in their sorted order, so that a member never holds a partition
+// whose state is on another server. The leader's view of the placement
+// decides; every member of one server's group reads the same one. It is
+// eager: a rebalance revokes everything, which a placement change (a
+// move) forces anyway.
+func Placed(owns func(topic string, partition int32) bool) kgo.GroupBalancer {
+	return &placed{owns: owns}
+}
+
+// PlacedProtocol is Placed's protocol name in the group.
+const PlacedProtocol = "inboxd-placed"
+
+type placed struct {
+	owns func(string, int32) bool
+}
+
+func (*placed) ProtocolName() string { return PlacedProtocol }
+func (*placed) IsCooperative() bool  { return false }
+
+func (*placed) JoinGroupMetadata(interests []string, _ map[string][]int32, generation int32) []byte {
+	meta := kmsg.NewConsumerMemberMetadata()
+	meta.Version = 3
+	meta.Topics = interests
+	meta.Generation = generation
+	return meta.AppendTo(nil)
+}
+
+func (*placed) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	return kgo.ParseConsumerSyncAssignment(assignment)
+}
+
+func (p *placed) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
+	b, err := kgo.NewConsumerBalancer(p, members)
+	return b, b.MemberTopics(), err
+}
+
+func (p *placed) Balance(b *kgo.ConsumerBalancer, topics map[string]int32) kgo.IntoSyncAssignment {
+	plan := b.NewPlan()
+	names := make([]string, 0, len(topics))
+	for t := range b.MemberTopics() {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	for _, topic := range names {
+		var subscribed []string
+		b.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
+			if slices.Contains(meta.Topics, topic) {
+				subscribed = append(subscribed, m.MemberID)
+			}
+		})
+		if len(subscribed) == 0 {
+			continue
+		}
+		sort.Strings(subscribed)
+		i := 0
+		for part := range topics[topic] {
+			if !p.owns(topic, part) {
+				continue
+			}
+			plan.AddPartitions(&kmsg.JoinGroupResponseMember{MemberID: subscribed[i%len(subscribed)]}, topic, []int32{part})
+			i++
+		}
+	}
+	return plan
 }

@@ -73,6 +73,9 @@ type DelivererConfig struct {
 	// SessionTimeout of the user stage's group membership. Default
 	// DefaultSessionTimeout.
 	SessionTimeout time.Duration
+	// InstanceID makes the user stage a static member of its group, as
+	// Config.InstanceID does the fanout. Default none.
+	InstanceID string
 	// MaxRetryInterval caps the backoff between retries. Default 5s.
 	MaxRetryInterval time.Duration
 	// Logger. Default slog.Default().
@@ -294,14 +297,20 @@ FROM outbox ORDER BY id LIMIT $1`, d.cfg.RelayBatch)
 // consume runs the user stage's group member until ctx ends or an error.
 func (d *Deliverer) consume(ctx context.Context) error {
 	opts := append(kgroup.Member{Brokers: d.cfg.Brokers, ClientID: "inboxd-user-stage", Group: d.cfg.Group, Topic: d.cfg.Topic,
-		SessionTimeout: d.cfg.SessionTimeout, FetchMaxWait: 200 * time.Millisecond, Offsets: d.offsets,
+		SessionTimeout: d.cfg.SessionTimeout, InstanceID: d.cfg.InstanceID, FetchMaxWait: 200 * time.Millisecond, Offsets: d.offsets,
 		Owns: func(topic string, p int32) bool { return topic == d.cfg.Topic && d.cfg.Owns(p) }}.Opts(),
-		kgo.DisableAutoCommit(), kgo.MetadataMinAge(500*time.Millisecond))
+		kgo.DisableAutoCommit(), kgo.MetadataMinAge(500*time.Millisecond),
+		// A stored offset the log no longer has (the topic's retention
+		// passed it) stops the partition with a fetch error, never skips.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("user stage client: %w", err)
 	}
-	defer cl.Close()
+	defer func() {
+		cl.Close()
+		leaveGroup(d.cfg.Brokers, d.cfg.Group, d.cfg.InstanceID, d.cfg.Logger)
+	}()
 	d.cfg.Logger.Info("user stage started", "topic", d.cfg.Topic, "group", d.cfg.Group)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/inboxd/inboxd/internal/kgroup"
@@ -35,26 +36,32 @@ func (f *Fanout) commitToKafka(ctx context.Context, cl *kgo.Client) {
 // instead of after the session timeout.
 func (f *Fanout) leave(cl *kgo.Client) {
 	cl.Close()
-	if f.cfg.InstanceID == "" {
+	leaveGroup(f.cfg.Brokers, f.cfg.Group, f.cfg.InstanceID, f.cfg.Logger)
+}
+
+// leaveGroup makes a closed static member (instanceID) leave group, so
+// that its partitions move at once; nothing for a dynamic member.
+func leaveGroup(brokers []string, group, instanceID string, log *slog.Logger) {
+	if instanceID == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Brokers...))
+	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err == nil {
 		defer adm.Close()
 		var resp kadm.LeaveGroupResponses
-		resp, err = kadm.NewClient(adm).LeaveGroup(ctx, kadm.LeaveGroup(f.cfg.Group).InstanceIDs(f.cfg.InstanceID).Reason("clean stop"))
+		resp, err = kadm.NewClient(adm).LeaveGroup(ctx, kadm.LeaveGroup(group).InstanceIDs(instanceID).Reason("clean stop"))
 		if err == nil {
 			err = resp.Error()
 		}
 	}
 	if err != nil {
-		f.cfg.Logger.Warn("leaving the group as a static member failed: its partitions move after the session timeout",
-			"group", f.cfg.Group, "instance_id", f.cfg.InstanceID, "err", err)
+		log.Warn("leaving the group as a static member failed: its partitions move after the session timeout",
+			"group", group, "instance_id", instanceID, "err", err)
 		return
 	}
-	f.cfg.Logger.Info("left the group", "group", f.cfg.Group, "instance_id", f.cfg.InstanceID)
+	log.Info("left the group", "group", group, "instance_id", instanceID)
 }
 
 // clientOpts are the options of the consumer's client: a group member

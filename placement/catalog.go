@@ -132,3 +132,79 @@ func bump(ctx context.Context, tx pgx.Tx) error {
 	}
 	return nil
 }
+
+// ErrHoldsState is returned by Assign once any server holds projections:
+// from then on a partition changes server only by a move, which copies
+// its state.
+var ErrHoldsState = errors.New("placement: the deployment holds projections; partitions move only with their state")
+
+const sqlAssign = `INSERT INTO placement ("partition", server) SELECT p, $2 FROM unnest($1::int[]) AS p
+ON CONFLICT ("partition") DO UPDATE SET server = excluded.server, state = 'serving', target = NULL, updated_at = now()`
+
+// Assign places partitions on server while the deployment is new: before
+// any server holds projections or consumer offsets (the initial
+// placement of a sharded deployment, `inboxd shards assign`). It refuses
+// with ErrHoldsState afterwards.
+func Assign(ctx context.Context, catalog *pgxpool.Pool, server int32, partitions []int32) error {
+	if len(partitions) == 0 {
+		return errors.New("placement: no partitions to assign")
+	}
+	for _, p := range partitions {
+		if p < 0 {
+			return fmt.Errorf("placement: partition %d", p)
+		}
+	}
+	if err := claimCatalog(ctx, catalog); err != nil {
+		return err
+	}
+	err := pgx.BeginFunc(ctx, catalog, func(ctl pgx.Tx) error {
+		if _, err := ctl.Exec(ctx, sqlLockCatalog); err != nil {
+			return err
+		}
+		rows, _ := ctl.Query(ctx, sqlLoadServers)
+		servers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Server, error) {
+			var s Server
+			return s, r.Scan(&s.ID, &s.Name, &s.DSN, &s.AddedAt)
+		})
+		if err != nil {
+			return fmt.Errorf("servers: %w", err)
+		}
+		known := false
+		for _, s := range servers {
+			known = known || s.ID == server
+			holds, err := holdsState(ctx, ctl, s)
+			if err != nil {
+				return fmt.Errorf("server %d: %w", s.ID, err)
+			}
+			if holds {
+				return fmt.Errorf("%w (server %d)", ErrHoldsState, s.ID)
+			}
+		}
+		if !known {
+			return fmt.Errorf("placement: no server %d (add it first)", server)
+		}
+		if _, err := ctl.Exec(ctx, sqlAssign, partitions, server); err != nil {
+			return err
+		}
+		return bump(ctx, ctl)
+	})
+	if err != nil {
+		return fmt.Errorf("placement: assign: %w", err)
+	}
+	return nil
+}
+
+// holdsState says whether server s holds projections or offsets; the
+// catalog (server 1) is read in its own transaction ctl.
+func holdsState(ctx context.Context, ctl pgx.Tx, s Server) (bool, error) {
+	var holds bool
+	if s.ID == Catalog {
+		return holds, ctl.QueryRow(ctx, sqlHoldsState).Scan(&holds)
+	}
+	conn, err := pgx.Connect(ctx, s.DSN)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return holds, conn.QueryRow(ctx, sqlHoldsState).Scan(&holds)
+}

@@ -191,31 +191,57 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
 		configs["min.insync.replicas"] = kadm.StringPtr("2")
 	}
 	for _, t := range []string{cfg.Topic, cfg.DLQTopic} {
-		for {
-			resp, err := adm.CreateTopic(ctx, cfg.Partitions, cfg.ReplicationFactor, configs, t)
-			if err == nil {
-				err = resp.Err
-			}
-			if err == nil || errors.Is(err, kerr.TopicAlreadyExists) {
-				break
-			}
-			if errors.Is(err, kerr.InvalidReplicationFactor) {
-				// Not transient: the cluster has fewer brokers than asked.
-				return fmt.Errorf("create topic %s with replication factor %d: %w (a cluster with fewer brokers cannot hold that many copies; "+
-					"ask for fewer explicitly, e.g. --replication-factor 1 for a single broker, knowing the log then has one copy)", t, cfg.ReplicationFactor, err)
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("create topic %s: %w", t, err)
-			}
-			cfg.Logger.Warn("creating topic failed, retrying", "topic", t, "err", err)
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("create topic %s: %w", t, ctx.Err())
-			case <-time.After(time.Second):
-			}
+		if err := createTopic(ctx, adm, cfg, t, configs); err != nil {
+			return err
 		}
 	}
 	return waitTopics(ctx, adm, cfg.Topic, cfg.DLQTopic)
+}
+
+// EnsureDeliveriesTopic creates the deliveries topic of a sharded
+// deployment (docs/scaling.md) when missing, with partitions (the event
+// topic's count) and cfg's replication, keeping its records for
+// retention, and waits until the metadata shows it.
+func EnsureDeliveriesTopic(ctx context.Context, cl *kgo.Client, cfg Config, topic string, partitions int32, retention time.Duration) error {
+	cfg.setDefaults()
+	cfg.Partitions = partitions
+	adm := kadm.NewClient(cl)
+	configs := map[string]*string{"retention.ms": kadm.StringPtr(strconv.FormatInt(retention.Milliseconds(), 10))}
+	if cfg.ReplicationFactor > 2 {
+		configs["min.insync.replicas"] = kadm.StringPtr("2")
+	}
+	if err := createTopic(ctx, adm, cfg, topic, configs); err != nil {
+		return err
+	}
+	return waitTopics(ctx, adm, topic)
+}
+
+// createTopic creates topic t unless it exists, retrying what is
+// transient.
+func createTopic(ctx context.Context, adm *kadm.Client, cfg Config, t string, configs map[string]*string) error {
+	for {
+		resp, err := adm.CreateTopic(ctx, cfg.Partitions, cfg.ReplicationFactor, configs, t)
+		if err == nil {
+			err = resp.Err
+		}
+		if err == nil || errors.Is(err, kerr.TopicAlreadyExists) {
+			return nil
+		}
+		if errors.Is(err, kerr.InvalidReplicationFactor) {
+			// Not transient: the cluster has fewer brokers than asked.
+			return fmt.Errorf("create topic %s with replication factor %d: %w (a cluster with fewer brokers cannot hold that many copies; "+
+				"ask for fewer explicitly, e.g. --replication-factor 1 for a single broker, knowing the log then has one copy)", t, cfg.ReplicationFactor, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("create topic %s: %w", t, err)
+		}
+		cfg.Logger.Warn("creating topic failed, retrying", "topic", t, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create topic %s: %w", t, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // waitTopics waits until the metadata shows every partition of topics with

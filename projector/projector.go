@@ -37,7 +37,7 @@ type Config struct {
 }
 
 // DefaultDeliveries is the deliveries topic's default name.
-const DefaultDeliveries = "inboxd.deliveries"
+const DefaultDeliveries = "inboxd.events.deliveries"
 
 // Projector applies batches of records. It is safe for concurrent use; each
 // Apply is its own transaction.

@@ -3,14 +3,111 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"log/slog"
 	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/placement"
+	"github.com/inboxd/inboxd/producer"
 )
+
+// shardFlags choose the server of a sharded deployment a fanout serves.
+type shardFlags struct {
+	server     int
+	deliveries string
+	retention  time.Duration
+}
+
+func (s *shardFlags) bind(fs *flag.FlagSet) {
+	fs.IntVar(&s.server, "shard-server", int(placement.Catalog), "the server of the placement (inboxd shards list) whose partitions this fanout projects: its conversation stage, relay and user stage; with one server, 1")
+	fs.StringVar(&s.deliveries, "deliveries-topic", "", "the topic that carries deliveries between the servers of a sharded deployment (default <topic>.deliveries)")
+	fs.DurationVar(&s.retention, "deliveries-retention", 7*24*time.Hour, "how long the deliveries topic keeps its records when inboxd creates it: a user stage stopped for longer stops at the gap, visibly, instead of skipping it")
+}
+
+// stages is a fanout process's part of a sharded deployment.
+type stages struct {
+	cfg       fanout.Config
+	pool      *pgxpool.Pool // the server's database
+	catalog   *pgxpool.Pool
+	deliverer *fanout.Deliverer
+	close     func()
+}
+
+// stages sets up the conversation stage's config, the relay and the user
+// stage of server s.server under placement m.
+func (s *shardFlags) stages(ctx context.Context, m *placement.Map, c *common, cfg fanout.Config, prod *producer.Producer,
+	catalog *pgxpool.Pool, log *slog.Logger) (*stages, error) {
+	srv, ok := m.ServerByID(int32(s.server))
+	if !ok {
+		return nil, fmt.Errorf("fanout: the placement has no server %d (inboxd shards list)", s.server)
+	}
+	st := &stages{pool: catalog, catalog: catalog, close: func() {}}
+	if srv.ID != placement.Catalog {
+		pool, err := app.OpenDB(ctx, srv.DSN, int32(c.dbMaxConns), true, log)
+		if err != nil {
+			return nil, fmt.Errorf("fanout: server %d: %w", srv.ID, err)
+		}
+		st.pool, st.close = pool, pool.Close
+	}
+	n, err := topicPartitions(ctx, config.SplitList(c.brokers), c.topic)
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	topic := s.deliveries
+	if topic == "" {
+		topic = c.topic + ".deliveries"
+	}
+	if err := producer.EnsureDeliveriesTopic(ctx, prod.Client(), c.producerConfig(log), topic, n, s.retention); err != nil {
+		st.close()
+		return nil, err
+	}
+	owns := func(p int32) bool { return m.Server(p) == srv.ID }
+	base := cfg.Group
+	cfg.Group = fmt.Sprintf("%s.%d", base, srv.ID)
+	cfg.Owns = owns
+	cfg.Users = placement.Users{Map: m, Server: srv.ID, Partitions: n}
+	st.cfg = cfg
+	st.deliverer, err = fanout.NewDeliverer(fanout.DelivererConfig{Brokers: cfg.Brokers, Topic: topic,
+		Group: fmt.Sprintf("%s-deliveries.%d", base, srv.ID), Owns: owns,
+		Channel: cfg.Channel, SessionTimeout: cfg.SessionTimeout, InstanceID: cfg.InstanceID, Logger: log, Registerer: cfg.Registerer}, st.pool)
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	log.Info("serving one server of a sharded deployment", "server", srv.ID, "name", srv.Name,
+		"partitions", m.Partitions(srv.ID, n), "deliveries_topic", topic, "placement_version", m.Version)
+	return st, nil
+}
+
+// watchPlacement ends the process when the placement changes (exit 1, for
+// its supervisor to restart it on the new one): a fanout serves one
+// version of the placement.
+func watchPlacement(ctx context.Context, catalog *pgxpool.Pool, version int64, log *slog.Logger) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+		m, err := placement.Load(ctx, catalog)
+		if err != nil {
+			log.Warn("reading the placement failed", "err", err)
+			continue
+		}
+		if m.Version != version {
+			return fmt.Errorf("the placement changed (version %d, now %d): restart to serve the new one", version, m.Version)
+		}
+	}
+}
 
 func runFanout(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("fanout", flag.ContinueOnError)
@@ -19,6 +116,8 @@ func runFanout(ctx context.Context, args []string) error {
 	c.bind(fs, true)
 	f.bind(fs)
 	httpAddr := fs.String("http-addr", "127.0.0.1:9091", "address of /healthz, /readyz and /metrics")
+	var sh shardFlags
+	sh.bind(fs)
 	fs.Usage = config.Usage(fs, "inboxd fanout: consume the event log into the PostgreSQL projections")
 	if err := config.Parse(fs, args); err != nil {
 		return err
@@ -44,11 +143,28 @@ func runFanout(ctx context.Context, args []string) error {
 		host, _ := os.Hostname()
 		cfg.InstanceID = fanout.InstanceIDFor(host, *httpAddr)
 	}
-	fo, err := fanout.New(cfg, pool)
+	m, err := placement.Load(ctx, pool)
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	if m.Sharded() || sh.server != int(placement.Catalog) {
+		// One server of several: its conversation stage, relay and user
+		// stage, on its own database.
+		st, err := sh.stages(ctx, m, &c, cfg, prod, pool, log)
+		if err != nil {
+			return err
+		}
+		defer st.close()
+		pool = st.pool
+		g.Go(func() error { return st.deliverer.Run(gctx) })
+		g.Go(func() error { return watchPlacement(gctx, st.catalog, m.Version, log) })
+		cfg = st.cfg
+	}
+	fo, err := fanout.New(cfg, pool)
+	if err != nil {
+		return err
+	}
 	g.Go(func() error { return fo.Run(gctx) })
 	g.Go(func() error {
 		return app.Serve(gctx, *httpAddr, app.OpsMux(reg, app.Ready(pool, prod.Client(), fo.Ready)), f.drain, log)

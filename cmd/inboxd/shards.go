@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,14 +39,17 @@ func runShards(ctx context.Context, args []string) error {
 	name := fs.String("name", "", "add-server: the server's name (default server-<id>)")
 	dsn := fs.String("dsn", "", "add-server: PostgreSQL URL of the new server's database (empty database; it is migrated)")
 	jsonOut := fs.Bool("json", false, "list: print JSON")
+	server := fs.Int("target-server", 0, "assign: the id of the server the partitions go to")
+	parts := fs.String("partition-ids", "", "assign: comma-separated partitions of the event topic")
 	fs.Usage = config.Usage(fs, "inboxd shards list: the servers and the partitions each holds\n"+
-		"inboxd shards add-server --dsn URL [--name NAME]: migrate an empty database and add it as a server (it holds no partition until one is moved to it)")
+		"inboxd shards add-server --dsn URL [--name NAME]: migrate an empty database and add it as a server (it holds no partition until one is moved to it)\n"+
+		"inboxd shards assign --target-server ID --partition-ids P,...: place partitions on a server while the deployment is new (before anything is projected)")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
-	if action != "list" && action != "add-server" {
+	if action != "list" && action != "add-server" && action != "assign" {
 		fs.Usage()
-		return errors.New("shards: give list or add-server")
+		return errors.New("shards: give list, add-server or assign")
 	}
 	log, err := c.logger()
 	if err != nil {
@@ -64,6 +68,17 @@ func runShards(ctx context.Context, args []string) error {
 		fmt.Printf("added server %d (%s) at %s; it holds no partition yet\n", s.ID, s.Name, redactDSN(s.DSN))
 		return nil
 	}
+	if action == "assign" {
+		ps, err := parsePartitions(*parts)
+		if err != nil {
+			return err
+		}
+		if err := placement.Assign(ctx, pool, int32(*server), ps); err != nil {
+			return fmt.Errorf("shards assign: %w", err)
+		}
+		fmt.Printf("partitions %v placed on server %d\n", ps, *server)
+		return nil
+	}
 	m, err := placement.Load(ctx, pool)
 	if err != nil {
 		return err
@@ -75,6 +90,22 @@ func runShards(ctx context.Context, args []string) error {
 		}
 	}
 	return printShards(os.Stdout, m, n, *jsonOut)
+}
+
+// parsePartitions reads "0,2,5".
+func parsePartitions(s string) ([]int32, error) {
+	var ps []int32
+	for _, f := range config.SplitList(s) {
+		p, err := strconv.ParseInt(f, 10, 32)
+		if err != nil || p < 0 {
+			return nil, fmt.Errorf("shards assign: partition %q", f)
+		}
+		ps = append(ps, int32(p))
+	}
+	if len(ps) == 0 {
+		return nil, errors.New("shards assign: give --partition-ids")
+	}
+	return ps, nil
 }
 
 // topicPartitions is the partition count of topic.

@@ -20,8 +20,10 @@ import (
 
 // `inboxd shards`: an existing deployment lists as server 1 holding every
 // partition of the topic; add-server migrates an empty database and lists
-// it holding nothing, its password hidden; a second add of the same
-// database, a missing DSN and an unknown action are refused with exit 1.
+// it holding nothing, its password hidden; assign places a partition on
+// it while nothing is projected; a second add of the same database, a
+// missing DSN, an assign to an unknown server or once state exists, and
+// an unknown action are refused with exit 1.
 func TestShardsCommand(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Partitions: 3})
 	ctx := testenv.Ctx(t, time.Minute)
@@ -85,6 +87,25 @@ func TestShardsCommand(t *testing.T) {
 	require.Empty(t, got.Servers[1].Partitions)
 	require.NotContains(t, got.Servers[1].DSN, "hunter2")
 	require.Contains(t, got.Servers[1].DSN, name)
+
+	// The initial placement: partition 1 goes to server 2 while nothing
+	// is projected; an unknown server and bad partitions are refused, and
+	// so is any assign once a server holds state.
+	out, code = run("assign", "--target-server", "2", "--partition-ids", "1")
+	require.Equal(t, 0, code, out)
+	out, code = run("list")
+	require.Equal(t, 0, code, out)
+	require.Regexp(t, `(?m)^1\s+server-1\s+\(the catalog's database\)\s+2 \[0 2\]$`, out)
+	require.Regexp(t, `(?m)^2\s+eu-2\s+.*\s+1 \[1\]$`, out)
+	for _, bad := range [][]string{{"--target-server", "3", "--partition-ids", "0"}, {"--target-server", "2", "--partition-ids", "x"}, {"--target-server", "2"}} {
+		out, code := run(append([]string{"assign"}, bad...)...)
+		require.NotEqual(t, 0, code, "%v: %s", bad, out)
+	}
+	_, err = env.Pool.Exec(ctx, `INSERT INTO users (id) VALUES (7)`)
+	require.NoError(t, err)
+	out, code = run("assign", "--target-server", "2", "--partition-ids", "0")
+	require.NotEqual(t, 0, code, out)
+	require.Contains(t, out, "holds projections")
 
 	for _, bad := range [][]string{
 		{"add-server", "--dsn", second},

@@ -100,6 +100,12 @@ func TestShardedStagesKilledHard(t *testing.T) {
 	for i, p := range procs {
 		require.NoError(t, p.Stop(20*time.Second), "server %d: %s", i+1, p.Output())
 	}
+	s.verifyCrossing(t)
+	verify := exec.Command(testenv.Binary(t), "verify")
+	verify.Env = append(os.Environ(), "DATABASE_URL="+env.DatabaseURL, "INBOXD_LOG_LEVEL=warn")
+	out, err := verify.CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Regexp(t, `X1\s+every delivery emitted is applied once, across servers\s+ok`, string(out))
 	t.Logf("30 kills, %d of them before server 1 had applied 6,000 records; %d outbox rows waiting on server 1 at the kills", behind, outboxRows)
 	assertOutcome(t, &testenv.Env{Pool: s.servers.Union(t), Producer: env.Producer, Topic: env.Topic}, g)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/workload"
 	"github.com/inboxd/inboxd/placement"
+	"github.com/inboxd/inboxd/projector"
 )
 
 // shardedEnv is a deployment on two servers (two databases): per server a
@@ -104,6 +105,17 @@ func (s *shardedEnv) waitCaughtUp(t *testing.T) {
 	})
 }
 
+// verifyCrossing requires every delivery emitted to be applied once.
+func (s *shardedEnv) verifyCrossing(t *testing.T) {
+	qs := make([]projector.Querier, len(s.servers.Pools))
+	for i, p := range s.servers.Pools {
+		qs[i] = p
+	}
+	c, err := projector.VerifyCrossing(context.Background(), qs)
+	require.NoError(t, err)
+	require.Zero(t, c.Violations, "%v", c.Samples)
+}
+
 // A randomized workload with duplicates on two servers, conversations
 // with members on both: every conversation stage, relay and user stage
 // runs through Kafka, and the deployment as a whole is what the model
@@ -119,6 +131,7 @@ func TestShardedPipeline(t *testing.T) {
 		appendEvents(t, s.Producer, evs[i:i+2000], true)
 	}
 	s.waitCaughtUp(t)
+	s.verifyCrossing(t)
 	union := s.servers.Union(t)
 	assertOutcome(t, &testenv.Env{Pool: union, Producer: s.Producer, Topic: s.Topic}, g)
 	var crossed int64

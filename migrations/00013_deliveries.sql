@@ -23,19 +23,34 @@ CREATE TABLE outbox (
     UNIQUE (source_partition, source_offset, destination)
 );
 
+-- delivery_sources: on the conversation's server, per source partition
+-- and destination partition, how many deliveries were emitted and the
+-- last one's offset, in the transaction that emitted them; with the
+-- marks' applied counts, the check across servers that every delivery
+-- emitted is applied once (projector.VerifyCrossing).
+CREATE TABLE delivery_sources (
+    source_partition integer NOT NULL CHECK (source_partition >= 0),
+    destination      integer NOT NULL CHECK (destination >= 0),
+    emitted          bigint  NOT NULL CHECK (emitted > 0),
+    last_offset      bigint  NOT NULL,
+    PRIMARY KEY (source_partition, destination)
+);
+
 -- delivery_marks: on the user's server, per destination partition and
 -- source partition, the source offset of the last delivery applied, in
 -- the same transaction as its entries and the deliveries topic's
 -- offsets. A delivery at or below its mark is a copy and changes nothing:
--- every delivery emitted is applied once.
+-- every delivery emitted is applied once. applied_count counts them.
 CREATE TABLE delivery_marks (
     destination      integer     NOT NULL CHECK (destination >= 0),
     source_partition integer     NOT NULL CHECK (source_partition >= 0),
     applied          bigint      NOT NULL,
+    applied_count    bigint      NOT NULL DEFAULT 0,
     updated_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (destination, source_partition)
 );
 
 -- +goose Down
 DROP TABLE delivery_marks;
+DROP TABLE delivery_sources;
 DROP TABLE outbox;

@@ -202,6 +202,12 @@ func sortedConvs(m map[int64]int64) []int64 {
 const sqlInsertOutbox = `INSERT INTO outbox (destination, source_partition, source_offset, payload)
 SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[], $4::jsonb[])`
 
+// sqlCountEmitted counts the batch's deliveries per source and
+// destination (one row each per batch).
+const sqlCountEmitted = `INSERT INTO delivery_sources (source_partition, destination, emitted, last_offset)
+SELECT s, d, 1, o FROM unnest($1::int[], $2::int[], $3::bigint[]) AS u(s, d, o)
+ON CONFLICT (source_partition, destination) DO UPDATE SET emitted = delivery_sources.emitted + 1, last_offset = excluded.last_offset`
+
 // OutboxChannel is the NOTIFY channel a batch that wrote deliveries wakes
 // the relay on.
 const OutboxChannel = "inboxd_outbox"
@@ -221,6 +227,7 @@ func (t *txn) queueOutbox(bt *pgx.Batch) error {
 		ds[i], ss[i], os[i], ps[i] = o.destination, o.d.Source, o.d.Offset, string(raw)
 	}
 	bt.Queue(sqlInsertOutbox, ds, ss, os, ps)
+	bt.Queue(sqlCountEmitted, ss, ds, os)
 	bt.Queue(`SELECT pg_notify($1, '')`, OutboxChannel)
 	return nil
 }

@@ -250,6 +250,19 @@ func TestShardedProjectionMatchesOne(t *testing.T) {
 		require.NoError(t, rows.Err())
 	}
 	require.Equal(t, lastOf, marks)
+	servers := []projector.Querier{w.shards[0], w.shards[1]}
+	cross, err := projector.VerifyCrossing(ctx, servers)
+	require.NoError(t, err)
+	require.Zero(t, cross.Violations, "%v", cross.Samples)
+	// The check can fail: one more delivery emitted than applied is one
+	// lost.
+	_, err = w.shards[0].Exec(ctx, `UPDATE delivery_sources SET emitted = emitted + 1 WHERE (source_partition, destination) IN
+  (SELECT source_partition, destination FROM delivery_sources LIMIT 1)`)
+	require.NoError(t, err)
+	cross, err = projector.VerifyCrossing(ctx, servers)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, cross.Violations)
+	require.Contains(t, cross.Samples[0], "neither applied nor in the outbox")
 
 	// Inboxes: per user and conversation, the same entries in the same
 	// order; the same heads.

@@ -31,8 +31,8 @@ SELECT d, s, 0 FROM unnest($1::int[], $2::int[]) AS u(d, s) ORDER BY d, s ON CON
 	sqlLockMarks = `SELECT m.destination, m.source_partition, m.applied FROM delivery_marks m
 JOIN unnest($1::int[], $2::int[]) AS u(d, s) ON m.destination = u.d AND m.source_partition = u.s
 ORDER BY m.destination, m.source_partition FOR UPDATE OF m`
-	sqlUpdateMarks = `UPDATE delivery_marks m SET applied = u.a, updated_at = now()
-FROM unnest($1::int[], $2::int[], $3::bigint[]) AS u(d, s, a) WHERE m.destination = u.d AND m.source_partition = u.s`
+	sqlUpdateMarks = `UPDATE delivery_marks m SET applied = u.a, applied_count = m.applied_count + u.n, updated_at = now()
+FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[]) AS u(d, s, a, n) WHERE m.destination = u.d AND m.source_partition = u.s`
 )
 
 type markKey struct{ destination, source int32 }
@@ -123,7 +123,7 @@ func (p *Projector) ApplyDeliveries(ctx context.Context, recs []DeliveryRecord) 
 	}
 
 	t := &txn{p: p, tx: tx, b: newBatch(int64(p.cfg.LargeThreshold))}
-	moved := map[markKey]bool{}
+	moved := map[markKey]int64{} // deliveries applied per mark
 	for _, r := range recs {
 		if r.Offset < stored[r.Partition] {
 			res.Skipped++
@@ -139,7 +139,8 @@ func (p *Projector) ApplyDeliveries(ctx context.Context, recs []DeliveryRecord) 
 			res.Skipped++ // a copy of a delivery already applied
 			continue
 		}
-		marks[k], moved[k] = d.Offset, true
+		marks[k] = d.Offset
+		moved[k]++
 		t.b.delivered(d)
 	}
 
@@ -154,13 +155,13 @@ func (p *Projector) ApplyDeliveries(ctx context.Context, recs []DeliveryRecord) 
 	queueInbox(bt, t.b.fan)
 	if len(moved) > 0 {
 		var ds, ss []int32
-		var as []int64
+		var as, ns []int64
 		for _, k := range markIDs {
-			if moved[k] {
-				ds, ss, as = append(ds, k.destination), append(ss, k.source), append(as, marks[k])
+			if n := moved[k]; n > 0 {
+				ds, ss, as, ns = append(ds, k.destination), append(ss, k.source), append(as, marks[k]), append(ns, n)
 			}
 		}
-		bt.Queue(sqlUpdateMarks, ds, ss, as)
+		bt.Queue(sqlUpdateMarks, ds, ss, as, ns)
 	}
 	var ps []int32
 	var ns []int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -273,4 +274,87 @@ func (r Report) String() string {
 	var sb strings.Builder
 	r.Print(&sb)
 	return sb.String()
+}
+
+// VerifyCrossing checks, over every server of a sharded deployment, that
+// every delivery emitted was applied once: per source partition and
+// destination, the deliveries applied on the users' server (the marks'
+// counts) are no more than those emitted on the conversations' server,
+// and no fewer than those emitted less those still in its outbox; no mark
+// is past the last delivery emitted. Run it caught up (the deliveries
+// topic applied): a delivery relayed but not applied yet counts as
+// missing.
+func VerifyCrossing(ctx context.Context, servers []Querier) (Check, error) {
+	c := Check{Invariant: "X1", Name: "every delivery emitted is applied once, across servers"}
+	type pair struct{ src, dst int32 }
+	type tally struct{ emitted, last, pending, applied, mark int64 }
+	all := map[pair]*tally{}
+	at := func(p pair) *tally {
+		if all[p] == nil {
+			all[p] = &tally{}
+		}
+		return all[p]
+	}
+	for i, q := range servers {
+		reads := []struct {
+			sql  string
+			into func(t *tally, a, b int64)
+		}{
+			{`SELECT source_partition, destination, emitted, last_offset FROM delivery_sources`,
+				func(t *tally, a, b int64) { t.emitted += a; t.last = max(t.last, b) }},
+			{`SELECT source_partition, destination, count(*), 0 FROM outbox GROUP BY 1, 2`,
+				func(t *tally, a, _ int64) { t.pending += a }},
+			{`SELECT source_partition, destination, applied_count, applied FROM delivery_marks`,
+				func(t *tally, a, b int64) { t.applied += a; t.mark = max(t.mark, b) }},
+		}
+		for _, r := range reads {
+			rows, err := q.Query(ctx, r.sql)
+			if err != nil {
+				return c, fmt.Errorf("server %d: %w", i+1, err)
+			}
+			for rows.Next() {
+				var p pair
+				var a, b int64
+				if err := rows.Scan(&p.src, &p.dst, &a, &b); err != nil {
+					rows.Close()
+					return c, fmt.Errorf("server %d: %w", i+1, err)
+				}
+				r.into(at(p), a, b)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return c, fmt.Errorf("server %d: %w", i+1, err)
+			}
+		}
+	}
+	keys := make([]pair, 0, len(all))
+	for p := range all {
+		keys = append(keys, p)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].src != keys[j].src {
+			return keys[i].src < keys[j].src
+		}
+		return keys[i].dst < keys[j].dst
+	})
+	for _, p := range keys {
+		t := all[p]
+		var bad string
+		switch {
+		case t.applied > t.emitted:
+			bad = "applied more deliveries than were emitted"
+		case t.applied+t.pending < t.emitted:
+			bad = fmt.Sprintf("%d emitted deliveries neither applied nor in the outbox (in the deliveries topic still, or lost)", t.emitted-t.applied-t.pending)
+		case t.mark > t.last:
+			bad = "the mark is past the last delivery emitted"
+		default:
+			continue
+		}
+		c.Violations++
+		if len(c.Samples) < 5 {
+			c.Samples = append(c.Samples, fmt.Sprintf("source %d to destination %d: %d emitted (last offset %d), %d in the outbox, %d applied (mark %d): %s",
+				p.src, p.dst, t.emitted, t.last, t.pending, t.applied, t.mark, bad))
+		}
+	}
+	return c, nil
 }

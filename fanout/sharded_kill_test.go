@@ -44,6 +44,17 @@ func TestShardedStagesKilledHard(t *testing.T) {
 	m, err := placement.Load(ctx, env.Pool)
 	require.NoError(t, err)
 	require.Equal(t, []int32{0, 2}, m.Partitions(1, 4))
+	// What reads one server's projections refuses a sharded placement
+	// rather than serve part of it.
+	for _, cmd := range []string{"gateway", "replay", "notifier"} {
+		c := exec.Command(testenv.Binary(t), cmd)
+		c.Env = append(os.Environ(), "DATABASE_URL="+env.DatabaseURL, "INBOXD_LOG_LEVEL=warn", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_AUTH_SECRET=0123456789abcdef0123456789abcdef",
+			"INBOXD_WEBHOOK_URL=http://127.0.0.1:1/hook", "INBOXD_WEBHOOK_SECRET=0123456789abcdef0123456789abcdef",
+			"INBOXD_KAFKA_BROKERS="+strings.Join(env.Brokers, ","), "INBOXD_TOPIC="+env.Topic)
+		out, err := c.CombinedOutput()
+		require.Error(t, err, "%s: %s", cmd, out)
+		require.Contains(t, string(out), "does not serve a sharded deployment yet", cmd)
+	}
 
 	g := workload.New(workload.Config{Seed: 41, Users: 400, Conversations: 80,
 		EditPct: 3, DeletePct: 2, ReactPct: 6, UnreactPct: 2, ReplyPct: 10})

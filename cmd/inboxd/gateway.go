@@ -209,6 +209,9 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeDeps()
+	if err := requireSingleServer(ctx, pool, "the gateway"); err != nil {
+		return err
+	}
 	reg := app.NewRegistry()
 	cfg := f.config(&c, log)
 	cfg.Registerer = reg

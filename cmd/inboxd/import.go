@@ -43,6 +43,9 @@ func runImport(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeAll()
+	if err := requireSingleServer(ctx, pool, "import"); err != nil {
+		return err
+	}
 	res, err := importer.Run(ctx, cfg, pool, prod)
 	return reportImport(res, err, false)
 }

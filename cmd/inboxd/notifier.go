@@ -88,6 +88,9 @@ func runNotifier(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	if err := requireSingleServer(ctx, pool, "the notifier"); err != nil {
+		return err
+	}
 	if err := app.WaitKafka(ctx, brokers, log); err != nil {
 		return err
 	}

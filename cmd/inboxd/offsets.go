@@ -48,6 +48,9 @@ func runOffsets(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	if err := requireSingleServer(ctx, pool, "inboxd offsets"); err != nil {
+		return err
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return err

@@ -31,6 +31,9 @@ func runReplay(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	if err := requireSingleServer(ctx, pool, "replay"); err != nil {
+		return err
+	}
 	res, err := replay.Run(ctx, replay.Config{
 		Brokers: brokers, Topic: c.topic, MaxBody: c.maxBody, BatchRecords: *batch, LargeThreshold: c.largeThreshold,
 		Shadow: *shadow, Verify: *verify, Progress: os.Stderr, Logger: log,

@@ -92,6 +92,7 @@ type Deliverer struct {
 
 	relayed, applied, copies prometheus.Counter
 	outboxAge                prometheus.Gauge
+	lag                      *prometheus.GaugeVec // per partition of the deliveries topic
 }
 
 // NewDeliverer returns the Deliverer of the server of pool.
@@ -136,9 +137,11 @@ func NewDeliverer(cfg DelivererConfig, pool *pgxpool.Pool) (*Deliverer, error) {
 			Help: "Records of the deliveries topic the user stage skipped as applied already (redelivered, or produced again by a relay)."}),
 		outboxAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_outbox_oldest_seconds",
 			Help: "Age of the oldest outbox row at the relay's last look: how far deliveries to other servers lag."}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inboxd_user_stage_lag_records",
+			Help: "Records of the deliveries topic not yet applied, per partition this user stage holds, at its last fetch."}, []string{"partition"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{d.relayed, d.applied, d.copies, d.outboxAge} {
+		for _, c := range []prometheus.Collector{d.relayed, d.applied, d.copies, d.outboxAge, d.lag} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -299,6 +302,8 @@ func (d *Deliverer) consume(ctx context.Context) error {
 	opts := append(kgroup.Member{Brokers: d.cfg.Brokers, ClientID: "inboxd-user-stage", Group: d.cfg.Group, Topic: d.cfg.Topic,
 		SessionTimeout: d.cfg.SessionTimeout, InstanceID: d.cfg.InstanceID, FetchMaxWait: 200 * time.Millisecond, Offsets: d.offsets,
 		Owns: func(topic string, p int32) bool { return topic == d.cfg.Topic && d.cfg.Owns(p) }}.Opts(),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { d.forgetLag(m[d.cfg.Topic]) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { d.forgetLag(m[d.cfg.Topic]) }),
 		kgo.DisableAutoCommit(), kgo.MetadataMinAge(500*time.Millisecond),
 		// A stored offset the log no longer has (the topic's retention
 		// passed it) stops the partition with a fetch error, never skips.
@@ -323,6 +328,11 @@ func (d *Deliverer) consume(ctx context.Context) error {
 		fetches.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				d.cfg.Logger.Warn("fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if n := len(fp.Records); n > 0 {
+				d.lag.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - fp.Records[n-1].Offset - 1))
 			}
 		})
 		var recs []projector.DeliveryRecord
@@ -356,6 +366,13 @@ func (d *Deliverer) consume(ctx context.Context) error {
 			d.copies.Add(float64(res.Skipped))
 		}
 		cl.AllowRebalance()
+	}
+}
+
+// forgetLag drops the lag of partitions this user stage no longer holds.
+func (d *Deliverer) forgetLag(ps []int32) {
+	for _, p := range ps {
+		d.lag.DeleteLabelValues(strconv.Itoa(int(p)))
 	}
 }
 

@@ -19,7 +19,9 @@ import (
 // everyoneElsewhere places every user on another server.
 type everyoneElsewhere struct{}
 
-func (everyoneElsewhere) Place(user int64) (int32, bool) { return placement.OfUser(user, shardParts), false }
+func (everyoneElsewhere) Place(user int64) (int32, bool) {
+	return placement.OfUser(user, shardParts), false
+}
 
 // BenchmarkCrossing measures what a crossing costs at the projection: the
 // same batches of sends into 7-member conversations applied with every

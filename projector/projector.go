@@ -100,6 +100,9 @@ type Result struct {
 	// Deliveries is the outbox rows a conversation stage wrote, Crossed
 	// their items (entries and read positions of users on other servers).
 	Deliveries, Crossed int
+	// Applied is the deliveries a user stage applied, Copies those it
+	// dropped as applied already (at or below their source's mark).
+	Applied, Copies int
 
 	users []int64 // their ids (for Apply's memory of existing rows)
 }

@@ -136,11 +136,12 @@ func (p *Projector) ApplyDeliveries(ctx context.Context, recs []DeliveryRecord) 
 		}
 		k := markKey{r.Partition, d.Source}
 		if d.Offset <= marks[k] {
-			res.Skipped++ // a copy of a delivery already applied
+			res.Copies++ // a copy of a delivery already applied
 			continue
 		}
 		marks[k] = d.Offset
 		moved[k]++
+		res.Applied++
 		t.b.delivered(d)
 	}
 

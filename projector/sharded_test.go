@@ -6,10 +6,12 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/shardtest"
 	"github.com/inboxd/inboxd/internal/workload"
@@ -67,11 +69,16 @@ func newShardedWorld(t *testing.T, seed uint64) *shardedWorld {
 // server is the index of the shard holding partition p.
 func (w *shardedWorld) server(p int32) int { return int(w.m.Server(p)) - 1 }
 
-// append adds e to its conversation's partition, now and then twice (a
-// producer's retry).
+// append adds n events of g to their conversations' partitions, now and
+// then twice (a producer's retry).
 func (w *shardedWorld) append(g *workload.Generator, n int) {
 	for range n {
-		e := g.Next()
+		w.appendEvent(g.Next())
+	}
+}
+
+func (w *shardedWorld) appendEvent(e *events.Event) {
+	{
 		p := placement.OfConversation(e.ConversationID, shardParts)
 		copies := 1
 		if w.rnd.IntN(40) == 0 {
@@ -217,6 +224,16 @@ func TestShardedProjectionMatchesOne(t *testing.T) {
 	w := newShardedWorld(t, 21)
 	g := workload.New(workload.Config{Seed: 21, Users: 70, Conversations: 30, MaxMembers: 16,
 		EditPct: 2, DeletePct: 1, ReactPct: 3, UnreactPct: 1, ReplyPct: 2})
+	// Imported history too (its read positions cross with the
+	// deliveries), in a conversation of its own.
+	// Its conversation is on server 2 and member 11 on server 1; the live
+	// message is 10's, so that 11's read position is the imported one.
+	imported := importedLog(time.Now().UTC().Truncate(time.Microsecond))
+	imported[len(imported)-1].ActorID = 10
+	for _, e := range imported {
+		e.ConversationID = 9001
+		w.appendEvent(e)
+	}
 	for range 4 {
 		w.append(g, 1500)
 		for range 40 {

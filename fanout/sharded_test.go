@@ -105,11 +105,15 @@ func (s *shardedEnv) waitCaughtUp(t *testing.T) {
 	})
 }
 
-// verifyCrossing requires every delivery emitted to be applied once.
+// verifyCrossing requires each server clean by itself and every delivery
+// emitted to be applied once.
 func (s *shardedEnv) verifyCrossing(t *testing.T) {
 	qs := make([]projector.Querier, len(s.servers.Pools))
 	for i, p := range s.servers.Pools {
 		qs[i] = p
+		rep, err := projector.VerifyServer(context.Background(), p)
+		require.NoError(t, err)
+		require.True(t, rep.OK(), "server %d: %v", i+1, rep)
 	}
 	c, err := projector.VerifyCrossing(context.Background(), qs)
 	require.NoError(t, err)

@@ -267,6 +267,17 @@ func TestShardedProjectionMatchesOne(t *testing.T) {
 		require.NoError(t, rows.Err())
 	}
 	require.Equal(t, lastOf, marks)
+	// Each server by itself: clean by VerifyServer, which leaves out the
+	// other server's conversations; Verify, which follows every entry to
+	// its conversation, would not be.
+	for i, pool := range w.shards {
+		rep, err := projector.VerifyServer(ctx, pool)
+		require.NoError(t, err)
+		require.True(t, rep.OK(), "server %d: %v", i+1, rep)
+		rep, err = projector.Verify(ctx, pool)
+		require.NoError(t, err)
+		require.False(t, rep.OK(), "server %d alone under the single-server checks", i+1)
+	}
 	servers := []projector.Querier{w.shards[0], w.shards[1]}
 	cross, err := projector.VerifyCrossing(ctx, servers)
 	require.NoError(t, err)

@@ -105,7 +105,7 @@ SELECT format('user %s misses conversation %s seq %s', user_id, conversation_id,
 FROM (SELECT * FROM expected EXCEPT SELECT * FROM actual) x`},
 	{"I3", "no one has a message outside its membership spans", `
 SELECT format('user %s has conversation %s seq %s without being a member then', i.user_id, i.conversation_id, i.seq)
-FROM inbox i WHERE i.kind = 1 AND NOT EXISTS (
+FROM inbox i WHERE i.kind = 1{local_i} AND NOT EXISTS (
   SELECT 1 FROM member_spans s WHERE s.conversation_id = i.conversation_id AND s.user_id = i.user_id
   AND i.seq >= s.joined_seq AND (s.left_seq IS NULL OR i.seq <= s.left_seq))`},
 	{"I3", "each message at most once per inbox", `
@@ -114,7 +114,7 @@ FROM inbox WHERE kind = 1 GROUP BY user_id, conversation_id, seq HAVING count(*)
 	{"I3", "inbox entries point at existing messages", `
 SELECT format('user %s inbox_seq %s points at missing conversation %s seq %s', i.user_id, i.inbox_seq, i.conversation_id, i.seq)
 FROM inbox i LEFT JOIN messages m ON m.conversation_id = i.conversation_id AND m.seq = i.seq
-WHERE i.kind = 1 AND m.seq IS NULL`},
+WHERE i.kind = 1 AND m.seq IS NULL{local_i}`},
 	{"I4", "a conversation's entries ascend within each inbox", `
 SELECT format('user %s: conversation %s seq %s at inbox_seq %s after seq %s', user_id, conversation_id, seq, inbox_seq, prev)
 FROM (SELECT user_id, conversation_id, seq, inbox_seq,
@@ -146,7 +146,7 @@ FROM users u JOIN records r ON r.user_id = u.id GROUP BY u.id, u.record_version 
 	{"M1", "update entries point at messages their users could see", `
 SELECT format('user %s inbox_seq %s: update of conversation %s seq %s it could not see', i.user_id, i.inbox_seq, i.conversation_id, i.seq)
 FROM inbox i LEFT JOIN messages m ON m.conversation_id = i.conversation_id AND m.seq = i.seq
-WHERE i.kind = 3 AND (m.seq IS NULL OR NOT EXISTS (
+WHERE i.kind = 3{local_i} AND (m.seq IS NULL OR NOT EXISTS (
   SELECT 1 FROM member_spans s WHERE s.conversation_id = i.conversation_id AND s.user_id = i.user_id
   AND i.seq >= s.joined_seq AND (s.left_seq IS NULL OR i.seq <= s.left_seq)))`},
 	{"M2", "every change of a message in write fan-out is an update entry of each member who sees it", `
@@ -230,21 +230,47 @@ GROUP BY m.conversation_id, m.changed_ord, c.change_count HAVING count(*) > 1 OR
 	{"--", "members and records agree", `
 SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)
 FROM records r LEFT JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
-WHERE (s.user_id IS NULL) <> r.removed`},
+WHERE (s.user_id IS NULL) <> r.removed{local_r}`},
 }
 
 // Verify checks invariants I1–I8, and the rules of message changes
 // (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), on the projections in the current schema
 // search path of q.
 func Verify(ctx context.Context, q Querier) (Report, error) {
+	return verify(ctx, q, false)
+}
+
+// VerifyServer is Verify on one server of a sharded deployment: each
+// check reads what this server holds, its users' inboxes and records and
+// its conversations, and the checks that follow an inbox entry or a
+// record to its conversation leave out the conversations of other
+// servers. What it cannot see (a member on another server missing an
+// entry of this server's conversation) VerifyCrossing and the union of
+// the servers check.
+func VerifyServer(ctx context.Context, q Querier) (Report, error) {
+	return verify(ctx, q, true)
+}
+
+// localConv restricts a check of an inbox entry (i) or a record (r) to
+// this server's conversations.
+const (
+	localInbox  = ` AND EXISTS (SELECT 1 FROM conversations lc WHERE lc.id = i.conversation_id)`
+	localRecord = ` AND EXISTS (SELECT 1 FROM conversations lc WHERE lc.id = r.conversation_id)`
+)
+
+func verify(ctx context.Context, q Querier, server bool) (Report, error) {
 	var r Report
 	err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM users), (SELECT count(*) FROM conversations),
 (SELECT count(*) FROM messages), (SELECT count(*) FROM inbox)`).Scan(&r.Users, &r.Conversations, &r.Messages, &r.InboxRows)
 	if err != nil {
 		return r, fmt.Errorf("count projections: %w", err)
 	}
+	li, lr := "", ""
+	if server {
+		li, lr = localInbox, localRecord
+	}
 	for _, c := range checks {
-		rows, err := q.Query(ctx, c.sql)
+		rows, err := q.Query(ctx, strings.NewReplacer("{local_i}", li, "{local_r}", lr).Replace(c.sql))
 		if err != nil {
 			return r, fmt.Errorf("check %s (%s): %w", c.inv, c.name, err)
 		}

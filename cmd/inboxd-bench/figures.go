@@ -32,6 +32,7 @@ var figures = map[string]figure{
 	"storm":   {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
 	"changes": {"edit -> WebSocket push latency vs a send's; update entries written for a burst of reactions on one message", bindChanges},
 	"large":   {"read fan-out: build of an N-member conversation, push latency to C connected members, small conversations' p99 with and without it, inbox rows per message, catch-up, sync cost of 50 channels", bindLarge},
+	"shards":  {"sharded projection on 2 servers: committed inbox rows/s vs 1 server, the share of entries that crossed, and append -> commit on the user's server for a crossed member vs a local one", bindShards},
 	"all":     {"every figure, then the goals (computed from the results), the tables and charts of docs/benchmarks.md", bindAll},
 }
 
@@ -45,6 +46,17 @@ func bindFanout(fs *flag.FlagSet) runFunc {
 	fs.BoolVar(&c.SkipReplay, "skip-replay", false, "leave out the replay figure")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		return bench.Fanout(ctx, env, c)
+	}
+}
+
+func bindShards(fs *flag.FlagSet) runFunc {
+	var c bench.ShardsConfig
+	fs.IntVar(&c.Messages, "messages", 40000, "messages to append (in each run)")
+	fs.IntVar(&c.Members, "members", 7, "members per conversation")
+	fs.IntVar(&c.Conversations, "conversations", 1000, "conversations")
+	fs.IntVar(&c.Partitions, "partitions", 4, "topic partitions (the odd ones on server 2)")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		return bench.Shards(ctx, env, c)
 	}
 }
 

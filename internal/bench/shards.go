@@ -1,0 +1,430 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/placement"
+	"github.com/inboxd/inboxd/producer"
+	"github.com/inboxd/inboxd/projection"
+	"github.com/inboxd/inboxd/projector"
+)
+
+// ShardsConfig configures Shards. Zero fields take the defaults in
+// brackets.
+type ShardsConfig struct {
+	Messages      int // [40000]
+	Members       int // [7] per conversation
+	Conversations int // [1000]
+	Partitions    int // [4]
+}
+
+func (c *ShardsConfig) setDefaults() {
+	setDefault(&c.Messages, 40000)
+	setDefault(&c.Members, 7)
+	setDefault(&c.Conversations, 1000)
+	setDefault(&c.Partitions, 4)
+}
+
+// ShardsResult is the outcome of Shards.
+type ShardsResult struct {
+	Messages        int     `json:"messages"`
+	Members         int     `json:"members"`
+	OneRowsPerSec   float64 `json:"one_server_inbox_rows_per_sec"`
+	TwoRowsPerSec   float64 `json:"two_servers_inbox_rows_per_sec"`
+	CrossedShare    float64 `json:"crossed_share"`
+	OneP50Ms        float64 `json:"one_server_idle_p50_ms"`
+	OneP99Ms        float64 `json:"one_server_idle_p99_ms"`
+	LocalP50Ms      float64 `json:"two_servers_local_idle_p50_ms"`
+	LocalP99Ms      float64 `json:"two_servers_local_idle_p99_ms"`
+	CrossedP50Ms    float64 `json:"two_servers_crossed_idle_p50_ms"`
+	CrossedP99Ms    float64 `json:"two_servers_crossed_idle_p99_ms"`
+	VerifyOK        bool    `json:"verify_ok"`
+	CrossingChecked bool    `json:"crossing_ok"`
+}
+
+// Rows implements Result.
+func (r ShardsResult) Rows() []Row {
+	return []Row{{
+		Figure:    fmt.Sprintf("sharded fan-out, committed inbox rows/s on 2 servers (%d members, %s messages, %.0f%% of the entries crossed)", r.Members, num(float64(r.Messages)), 100*r.CrossedShare),
+		Value:     num(r.TwoRowsPerSec),
+		Reference: fmt.Sprintf("the same on 1 server, same run: %s rows/s (both servers are databases of one PostgreSQL on this machine)", num(r.OneRowsPerSec)),
+		Ratio:     ratio(r.TwoRowsPerSec, r.OneRowsPerSec),
+	}, {
+		Figure:    "idle, append -> NOTIFY of the entry's commit on the user's server, crossed (member on the other server), p50 / p99",
+		Value:     fmt.Sprintf("%s / %s", ms(r.CrossedP50Ms), ms(r.CrossedP99Ms)),
+		Reference: fmt.Sprintf("the same message's member on the conversation's server: %s / %s (1 server: %s / %s)", ms(r.LocalP50Ms), ms(r.LocalP99Ms), ms(r.OneP50Ms), ms(r.OneP99Ms)),
+		Ratio:     fmt.Sprintf("p50 %s, p99 %s", ratio(r.CrossedP50Ms, r.LocalP50Ms), ratio(r.CrossedP99Ms, r.LocalP99Ms)),
+	}}
+}
+
+// server is one server of the figure's deployment.
+type shardServer struct {
+	url  string
+	pool *pgxpool.Pool
+	stop func()
+}
+
+// Shards measures what sharding the projection costs on one machine: the
+// same load projected on one server and on two (databases of the same
+// PostgreSQL, each with its conversation stage, relay and user stage, over
+// one kfake), committed inbox rows/s and the share of entries that crossed;
+// then, idle, the time from append to the NOTIFY of an entry's commit for a
+// member on the conversation's server and for one on the other server, of
+// the same messages. The gateway's push is not in it: the gateway does not
+// read a sharded deployment yet.
+func Shards(ctx context.Context, env *Env, cfg ShardsConfig) (ShardsResult, error) {
+	cfg.setDefaults()
+	res := ShardsResult{Messages: cfg.Messages, Members: cfg.Members}
+	for _, n := range []int{1, 2} {
+		if err := shardsRun(ctx, env, cfg, n, &res); err != nil {
+			return res, fmt.Errorf("%d servers: %w", n, err)
+		}
+	}
+	return res, nil
+}
+
+func shardsRun(ctx context.Context, env *Env, cfg ShardsConfig, n int, res *ShardsResult) error {
+	progress := env.Progress
+	pl, err := env.newPipeline(ctx, fmt.Sprintf("shards%d", n), cfg.Partitions)
+	if err != nil {
+		return err
+	}
+	defer pl.Close()
+	parts := int32(cfg.Partitions)
+	var rows []placement.Assignment
+	if n == 2 {
+		for p := int32(1); p < parts; p += 2 {
+			rows = append(rows, placement.Assignment{Partition: p, Server: 2})
+		}
+	}
+	m := placement.NewMap(1, []placement.Server{{ID: 1, Name: "one"}, {ID: 2, Name: "two"}}, rows...)
+	servers := []*shardServer{{url: pl.url, pool: pl.pool}}
+	if n == 2 {
+		url, drop, err := env.newDatabase(ctx, "shards2b")
+		if err != nil {
+			return err
+		}
+		defer drop()
+		pool, err := pgxpool.New(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		servers = append(servers, &shardServer{url: url, pool: pool})
+	}
+	deliveries := events.DefaultTopic + ".deliveries"
+	if n == 2 {
+		if err := producer.EnsureDeliveriesTopic(ctx, pl.prod.Client(), producer.Config{Brokers: pl.brokers, Logger: env.Log}, deliveries, parts, time.Hour); err != nil {
+			return err
+		}
+	}
+	for i, s := range servers {
+		id := int32(i + 1)
+		fcfg := fanout.Config{Brokers: pl.brokers, Logger: env.Log, Group: fmt.Sprintf("bench-shards.%d", id)}
+		var d *fanout.Deliverer
+		if n == 2 {
+			owns := func(p int32) bool { return m.Server(p) == id }
+			fcfg.Owns, fcfg.Users = owns, placement.Users{Map: m, Server: id, Partitions: parts}
+			// Its own connections: the relay holds one, the user stage
+			// applies through another, beside the fanout's pool.
+			dpool, err := pgxpool.New(ctx, s.url)
+			if err != nil {
+				return err
+			}
+			defer dpool.Close()
+			if d, err = fanout.NewDeliverer(fanout.DelivererConfig{Brokers: pl.brokers, Topic: deliveries,
+				Group: fmt.Sprintf("bench-deliveries.%d", id), Owns: owns, Logger: env.Log}, dpool); err != nil {
+				return err
+			}
+		}
+		fo, err := fanout.New(fcfg, s.pool)
+		if err != nil {
+			return err
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = fo.Run(sctx) }()
+		if d != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = d.Run(sctx) }()
+		}
+		s.stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
+		defer s.stop()
+	}
+
+	// Conversations of cfg.Members distinct members over a shared user
+	// set, as the fanout figure's.
+	users := int64(max(cfg.Conversations*cfg.Members/4, cfg.Members))
+	convs := make([][]int64, cfg.Conversations)
+	for i := range convs {
+		base := int64(i * 7919)
+		e := events.New(events.ConversationCreated, int64(i+1), 1+base%users)
+		convs[i] = []int64{e.ActorID}
+		for k := 1; k < cfg.Members; k++ {
+			u := 1 + (base+int64(k))%users
+			e.Members = append(e.Members, u)
+			convs[i] = append(convs[i], u)
+		}
+		pl.prod.AppendAsync(ctx, e, func(_ producer.Position, err error) {
+			if err != nil {
+				env.Log.Error("append", "err", err)
+			}
+		})
+	}
+	caughtUp := func(timeout time.Duration) error {
+		return shardsCaughtUp(ctx, pl, servers, m, deliveries, n == 2, timeout)
+	}
+	if err := caughtUp(5 * time.Minute); err != nil {
+		return err
+	}
+	for _, s := range servers {
+		if _, err := s.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(progress, "bench shards: %d servers, %d conversations of %d members created\n", n, cfg.Conversations, cfg.Members)
+
+	// Idle: one message at a time into a conversation with a member on
+	// each side.
+	ci, local, crossed := 0, convs[0][0], int64(0)
+	if n == 2 {
+		for i, c := range convs {
+			conv := m.Server(placement.OfConversation(int64(i+1), parts))
+			var l, x int64
+			for _, u := range c {
+				if m.Server(placement.OfUser(u, parts)) == conv {
+					l = u
+				} else {
+					x = u
+				}
+			}
+			if l != 0 && x != 0 {
+				ci, local, crossed = i, l, x
+				break
+			}
+		}
+		if crossed == 0 {
+			return fmt.Errorf("no conversation with members on both servers")
+		}
+	}
+	lat, err := shardsIdle(ctx, pl.prod, servers, m, parts, int64(ci+1), convs[ci][0], local, crossed)
+	if err != nil {
+		return err
+	}
+	if n == 1 {
+		res.OneP50Ms, res.OneP99Ms = lat[0].P50, lat[0].P99
+	} else {
+		res.LocalP50Ms, res.LocalP99Ms = lat[0].P50, lat[0].P99
+		res.CrossedP50Ms, res.CrossedP99Ms = lat[1].P50, lat[1].P99
+	}
+
+	count := func() (total, remote int64, err error) {
+		for _, s := range servers {
+			var t, r int64
+			if err := s.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT EXISTS
+  (SELECT 1 FROM conversations c WHERE c.id = i.conversation_id)) FROM inbox i`).Scan(&t, &r); err != nil {
+				return 0, 0, err
+			}
+			total, remote = total+t, remote+r
+		}
+		return total, remote, nil
+	}
+	t0, r0, err := count()
+	if err != nil {
+		return err
+	}
+	body := strings.Repeat("x", 32)
+	start := time.Now()
+	for i := range cfg.Messages {
+		c := i % cfg.Conversations
+		e := events.New(events.MessageSent, int64(c+1), convs[c][0])
+		e.MsgID, e.Body = uuid.NewString(), &body
+		pl.prod.AppendAsync(ctx, e, func(_ producer.Position, err error) {
+			if err != nil {
+				env.Log.Error("append", "err", err)
+			}
+		})
+	}
+	if err := caughtUp(30 * time.Minute); err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	t1, r1, err := count()
+	if err != nil {
+		return err
+	}
+	rate := float64(t1-t0) / secs
+	fmt.Fprintf(progress, "bench shards: %d servers: %s inbox rows/s\n", n, num(rate))
+	for _, s := range servers {
+		s.stop()
+	}
+	if n == 1 {
+		res.OneRowsPerSec = rate
+		rep, err := projector.Verify(ctx, pl.pool)
+		if err != nil {
+			return err
+		}
+		res.VerifyOK = rep.OK()
+		return nil
+	}
+	res.TwoRowsPerSec = rate
+	res.CrossedShare = float64(r1-r0) / float64(t1-t0)
+	qs := make([]projector.Querier, len(servers))
+	ok := true
+	for i, s := range servers {
+		qs[i] = s.pool
+		rep, err := projector.VerifyServer(ctx, s.pool)
+		if err != nil {
+			return err
+		}
+		ok = ok && rep.OK()
+	}
+	x, err := projector.VerifyCrossing(ctx, qs)
+	if err != nil {
+		return err
+	}
+	res.VerifyOK, res.CrossingChecked = res.VerifyOK && ok, x.Violations == 0
+	if !ok || x.Violations > 0 {
+		return fmt.Errorf("the sharded projection does not verify: %v", x.Samples)
+	}
+	return nil
+}
+
+// shardsCaughtUp waits until every server applied its partitions of the
+// event topic and, sharded, the outboxes are empty and the deliveries
+// applied.
+func shardsCaughtUp(ctx context.Context, pl *pipeline, servers []*shardServer, m *placement.Map, deliveries string, sharded bool,
+	timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := pl.prod.Flush(ctx); err != nil {
+		return err
+	}
+	adm := kadm.NewClient(pl.prod.Client())
+	applied := func(topic string) (bool, error) {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return false, err
+		}
+		ok := true
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Offset == 0 || !ok {
+				return
+			}
+			var next int64
+			_ = servers[m.Server(o.Partition)-1].pool.QueryRow(ctx,
+				`SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = $2`, topic, o.Partition).Scan(&next)
+			ok = next >= o.Offset
+		})
+		return ok, nil
+	}
+	for {
+		ok, err := applied(events.DefaultTopic)
+		if err != nil {
+			return err
+		}
+		if ok && sharded {
+			for _, s := range servers {
+				var rows int64
+				if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&rows); err != nil {
+					return err
+				}
+				ok = ok && rows == 0
+			}
+			if ok {
+				if ok, err = applied(deliveries); err != nil {
+					return err
+				}
+			}
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not caught up after %v", timeout)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// shardsIdle appends 50 messages of sender into conv, one at a time, and
+// measures append -> NOTIFY of the new head of local (a member on the
+// conversation's server) and, when crossed is not 0, of crossed (on its
+// own server).
+func shardsIdle(ctx context.Context, prod *producer.Producer, servers []*shardServer, m *placement.Map, parts int32,
+	conv, sender, local, crossed int64) ([2]Dist, error) {
+	type waiter struct {
+		user int64
+		conn *pgxpool.Conn
+	}
+	var ws []waiter
+	for _, u := range []int64{local, crossed} {
+		if u == 0 {
+			continue
+		}
+		c, err := servers[m.Server(placement.OfUser(u, parts))-1].pool.Acquire(ctx)
+		if err != nil {
+			return [2]Dist{}, err
+		}
+		defer c.Release()
+		if _, err := c.Exec(ctx, "LISTEN "+projection.DefaultChannel); err != nil {
+			return [2]Dist{}, err
+		}
+		ws = append(ws, waiter{u, c})
+	}
+	lat := make([][]float64, len(ws))
+	body := "ping"
+	for range 50 {
+		e := events.New(events.MessageSent, conv, sender)
+		e.MsgID, e.Body = uuid.NewString(), &body
+		t0 := time.Now()
+		if _, err := prod.Append(ctx, e); err != nil {
+			return [2]Dist{}, err
+		}
+		errs := make([]error, len(ws))
+		var wg sync.WaitGroup
+		for i, w := range ws {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				for {
+					n, err := w.conn.Conn().WaitForNotification(wctx)
+					if err != nil {
+						errs[i] = fmt.Errorf("wait for user %d's head: %w", w.user, err)
+						return
+					}
+					if _, ok := projection.ParseNotification(n.Payload).Heads[w.user]; ok {
+						lat[i] = append(lat[i], float64(time.Since(t0).Microseconds())/1000)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return [2]Dist{}, err
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var out [2]Dist
+	for i := range lat {
+		out[i] = newDist(lat[i])
+	}
+	return out, nil
+}

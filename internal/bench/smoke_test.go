@@ -328,3 +328,25 @@ func TestBenchLargeSmoke(t *testing.T) {
 	WriteTable(&out, rows)
 	t.Log("\n" + out.String())
 }
+
+// The shards figure at a tiny size: both runs verify (each server by
+// itself and the crossing), some entries cross, and every row has its
+// reference. A check that the figure works, not a measurement.
+func TestBenchShardsSmoke(t *testing.T) {
+	env, _ := testEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Shards(ctx, env, ShardsConfig{Messages: 300, Conversations: 40})
+	require.NoError(t, err)
+	require.True(t, res.VerifyOK)
+	require.True(t, res.CrossingChecked)
+	require.Greater(t, res.CrossedShare, 0.0)
+	require.Less(t, res.CrossedShare, 1.0)
+	require.Positive(t, res.OneRowsPerSec)
+	require.Positive(t, res.TwoRowsPerSec)
+	require.Positive(t, res.CrossedP50Ms)
+	for _, r := range res.Rows() {
+		require.NotEmpty(t, r.Value, r.Figure)
+		require.NotEmpty(t, r.Reference, r.Figure)
+	}
+}

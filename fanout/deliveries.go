@@ -76,6 +76,8 @@ type DelivererConfig struct {
 	// InstanceID makes the user stage a static member of its group, as
 	// Config.InstanceID does the fanout. Default none.
 	InstanceID string
+	// PlacementVersion is Config.PlacementVersion's, for the user stage.
+	PlacementVersion int64
 	// MaxRetryInterval caps the backoff between retries. Default 5s.
 	MaxRetryInterval time.Duration
 	// Logger. Default slog.Default().
@@ -124,7 +126,8 @@ func NewDeliverer(cfg DelivererConfig, pool *pgxpool.Pool) (*Deliverer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Deliveries: cfg.Topic, Channel: cfg.Channel, Logger: cfg.Logger}, pool)
+	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Deliveries: cfg.Topic, Channel: cfg.Channel, Logger: cfg.Logger,
+		PlacementVersion: cfg.PlacementVersion}, pool)
 	if err != nil {
 		return nil, err
 	}

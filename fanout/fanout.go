@@ -123,6 +123,9 @@ type Config struct {
 	// leave as deliveries (a Deliverer relays them). Nil: every user is
 	// on this server.
 	Users projector.UserPlacement
+	// PlacementVersion is projector.Config's: the placement version this
+	// process serves, refused by a server fenced at a later one.
+	PlacementVersion int64
 }
 
 func (c *Config) setDefaults() {
@@ -218,7 +221,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Fanout, error) {
 		cfg.ApplyWorkers = w
 	}
 	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: cfg.Channel, Logger: cfg.Logger,
-		LargeThreshold: cfg.LargeThreshold, Users: cfg.Users}, pool)
+		LargeThreshold: cfg.LargeThreshold, Users: cfg.Users, PlacementVersion: cfg.PlacementVersion}, pool)
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,19 @@ CREATE TABLE delivery_marks (
     PRIMARY KEY (destination, source_partition)
 );
 
+-- placement_fence: the oldest placement version a stage may project
+-- under on this server. Every batch of a sharded stage reads it with FOR
+-- SHARE and refuses to go on when its own version is older; raising it
+-- (a move, docs/decisions.md) waits for the batches already running and
+-- fences every later one of an older placement. 0: nothing fenced.
+CREATE TABLE placement_fence (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    version bigint  NOT NULL CHECK (version >= 0)
+);
+INSERT INTO placement_fence (version) VALUES (0);
+
 -- +goose Down
+DROP TABLE placement_fence;
 DROP TABLE delivery_marks;
 DROP TABLE delivery_sources;
 DROP TABLE outbox;

@@ -208,3 +208,13 @@ func holdsState(ctx context.Context, ctl pgx.Tx, s Server) (bool, error) {
 	defer conn.Close(context.WithoutCancel(ctx))
 	return holds, conn.QueryRow(ctx, sqlHoldsState).Scan(&holds)
 }
+
+// Fence raises the placement fence of the server of pool to version: the
+// stages' batches of an older placement already running finish first (the
+// raise waits for their shared lock), and every later one is refused.
+func Fence(ctx context.Context, pool *pgxpool.Pool, version int64) error {
+	if _, err := pool.Exec(ctx, `UPDATE placement_fence SET version = greatest(version, $1)`, version); err != nil {
+		return fmt.Errorf("placement: raise the fence to %d: %w", version, err)
+	}
+	return nil
+}

@@ -63,6 +63,15 @@ func (m *Map) Server(p int32) int32 {
 	return Catalog
 }
 
+// Serves says whether server serves partition p: p is on it and not
+// moving. A moving partition is served nowhere: its conversations are not
+// projected and its users are remote to every server, so that their
+// entries wait as deliveries until the move ends.
+func (m *Map) Serves(p, server int32) bool {
+	a := m.Assignment(p)
+	return a.Server == server && a.State == Serving
+}
+
 // Assignment is partition p's placement; a partition without a row is
 // serving on server 1.
 func (m *Map) Assignment(p int32) Assignment {
@@ -173,8 +182,9 @@ type Users struct {
 	Partitions int32
 }
 
-// Place returns user's partition and whether it is on u.Server.
+// Place returns user's partition and whether u.Server serves it (a user
+// of a moving partition is remote everywhere).
 func (u Users) Place(user int64) (int32, bool) {
 	p := OfUser(user, u.Partitions)
-	return p, u.Map.Server(p) == u.Server
+	return p, u.Map.Serves(p, u.Server)
 }

@@ -48,3 +48,30 @@ func TestSingleMap(t *testing.T) {
 	_, ok = m.ServerByID(2)
 	require.False(t, ok)
 }
+
+// A moving partition is served nowhere: its users are remote to both its
+// server and its target, and every other partition is served where it is.
+func TestServesAndMoving(t *testing.T) {
+	m := placement.NewMap(3, []placement.Server{{ID: 1}, {ID: 2}},
+		placement.Assignment{Partition: 1, Server: 2},
+		placement.Assignment{Partition: 2, Server: 1, State: placement.Moving, Target: 2})
+	require.True(t, m.Serves(0, 1))
+	require.True(t, m.Serves(1, 2))
+	require.False(t, m.Serves(1, 1))
+	require.False(t, m.Serves(2, 1), "moving: not served by its server")
+	require.False(t, m.Serves(2, 2), "moving: not served by its target")
+	require.True(t, m.Sharded())
+	for u := int64(1); u < 200; u++ {
+		p := placement.OfUser(u, 3)
+		_, on1 := placement.Users{Map: m, Server: 1, Partitions: 3}.Place(u)
+		_, on2 := placement.Users{Map: m, Server: 2, Partitions: 3}.Place(u)
+		switch p {
+		case 0:
+			require.True(t, on1 && !on2, "user %d", u)
+		case 1:
+			require.True(t, !on1 && on2, "user %d", u)
+		case 2:
+			require.True(t, !on1 && !on2, "user %d of the moving partition", u)
+		}
+	}
+}

@@ -28,7 +28,10 @@
 // ApplyDeliveries is the user stage that applies them on the users'
 // server, exactly once by the marks of their sources (userstage.go). Its
 // locks: the deliveries topic's offsets, the marks, then users, so that
-// the two stages never wait for each other in a cycle.
+// the two stages never wait for each other in a cycle. With
+// Config.PlacementVersion set, both stages first take the server's
+// placement fence shared and refuse a batch of an older placement than
+// the fence (the fence of a move).
 //
 // # Notifications
 //

@@ -87,6 +87,12 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 	if t.own {
 		bt.Queue("BEGIN")
 	}
+	fence := int64(0)
+	if t.p.cfg.PlacementVersion > 0 {
+		// First of the batch's locks (shared): a move's raise of the fence
+		// waits for this batch, and every later one sees the raise.
+		bt.Queue(sqlFence).QueryRow(func(row pgx.Row) error { return row.Scan(&fence) })
+	}
 	if ensure := t.p.unknownParts(t.own, partIDs); len(ensure) > 0 {
 		bt.Queue(sqlEnsureOffsets, topic, ensure)
 	}
@@ -107,6 +113,9 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 	queueLoad(bt, t.b, recs)
 	if err := t.tx.SendBatch(ctx, bt).Close(); err != nil {
 		return fmt.Errorf("lock offsets of %s and load the batch's state: %w", topic, err)
+	}
+	if err := fenced(t.p.cfg.PlacementVersion, fence); err != nil {
+		return err
 	}
 	if len(t.stored) != len(partIDs) {
 		t.p.forget()

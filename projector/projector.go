@@ -34,6 +34,23 @@ type Config struct {
 	// Deliveries is the topic whose offsets the user stage stores
 	// (ApplyDeliveries). Default DefaultDeliveries.
 	Deliveries string
+	// PlacementVersion is the placement version a sharded stage projects
+	// under: a batch on a server fenced at a later version (a move of a
+	// partition) is refused with a FencedError before it writes. 0: no
+	// fence (one server).
+	PlacementVersion int64
+}
+
+// sqlFence reads the server's fence, holding it shared for the batch.
+const sqlFence = `SELECT version FROM placement_fence FOR SHARE`
+
+// fenced is the error of a batch under placement version mine on a server
+// fenced at fence, nil when it may go on.
+func fenced(mine, fence int64) error {
+	if fence <= mine {
+		return nil
+	}
+	return &FencedError{Msg: fmt.Sprintf("the placement moved on: this stage projects under version %d, the server is fenced at %d", mine, fence)}
 }
 
 // DefaultDeliveries is the deliveries topic's default name.

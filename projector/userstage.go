@@ -43,7 +43,8 @@ type markKey struct{ destination, source int32 }
 // moved. A record below the stored offsets, or a delivery at or below its
 // source's mark (a copy the relay produced again), changes nothing.
 //
-// Lock order: the deliveries topic's offsets, the marks, then the users;
+// Lock order: the placement fence (shared, when Config.PlacementVersion
+// is set), the deliveries topic's offsets, the marks, then the users;
 // a conversation stage locks its own topic's offsets, conversations, then
 // users, so the two stages never wait for each other in a cycle.
 func (p *Projector) ApplyDeliveries(ctx context.Context, recs []DeliveryRecord) (Result, error) {
@@ -85,6 +86,10 @@ func (p *Projector) ApplyDeliveries(ctx context.Context, recs []DeliveryRecord) 
 
 	stored := map[int32]int64{}
 	bt := &pgx.Batch{}
+	fence := int64(0)
+	if p.cfg.PlacementVersion > 0 {
+		bt.Queue(sqlFence).QueryRow(func(row pgx.Row) error { return row.Scan(&fence) })
+	}
 	bt.Queue(sqlEnsureOffsets, topic, partIDs)
 	bt.Queue(sqlLockOffsets, topic, partIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -117,6 +122,9 @@ func (p *Projector) ApplyDeliveries(ctx context.Context, recs []DeliveryRecord) 
 	}
 	if err := tx.SendBatch(ctx, bt).Close(); err != nil {
 		return res, fmt.Errorf("lock offsets of %s and marks: %w", topic, err)
+	}
+	if err := fenced(p.cfg.PlacementVersion, fence); err != nil {
+		return res, err
 	}
 	if len(stored) != len(partIDs) {
 		return res, &FencedError{Msg: fmt.Sprintf("lock offsets of %s: %d of %d partitions have a row", topic, len(stored), len(partIDs))}

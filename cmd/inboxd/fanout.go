@@ -70,15 +70,16 @@ func (s *shardFlags) stages(ctx context.Context, m *placement.Map, c *common, cf
 		st.close()
 		return nil, err
 	}
-	owns := func(p int32) bool { return m.Server(p) == srv.ID }
+	owns := func(p int32) bool { return m.Serves(p, srv.ID) }
 	base := cfg.Group
 	cfg.Group = fmt.Sprintf("%s.%d", base, srv.ID)
 	cfg.Owns = owns
 	cfg.Users = placement.Users{Map: m, Server: srv.ID, Partitions: n}
+	cfg.PlacementVersion = m.Version
 	st.cfg = cfg
 	st.deliverer, err = fanout.NewDeliverer(fanout.DelivererConfig{Brokers: cfg.Brokers, Topic: topic,
 		Group: fmt.Sprintf("%s-deliveries.%d", base, srv.ID), Owns: owns,
-		Channel: cfg.Channel, SessionTimeout: cfg.SessionTimeout, InstanceID: cfg.InstanceID, Logger: log, Registerer: cfg.Registerer}, st.pool)
+		Channel: cfg.Channel, SessionTimeout: cfg.SessionTimeout, InstanceID: cfg.InstanceID, PlacementVersion: m.Version, Logger: log, Registerer: cfg.Registerer}, st.pool)
 	if err != nil {
 		st.close()
 		return nil, err

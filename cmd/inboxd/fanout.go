@@ -91,13 +91,37 @@ func (s *shardFlags) stages(ctx context.Context, m *placement.Map, c *common, cf
 
 // watchPlacement ends the process when the placement changes (exit 1, for
 // its supervisor to restart it on the new one): a fanout serves one
-// version of the placement.
+// version of the placement. It wakes on the catalog's announcement of a
+// change, and looks every 5 s in case one was missed.
 func watchPlacement(ctx context.Context, catalog *pgxpool.Pool, version int64, log *slog.Logger) error {
+	var conn *pgxpool.Conn
+	defer func() {
+		if conn != nil {
+			conn.Release()
+		}
+	}()
 	for {
-		select {
-		case <-ctx.Done():
+		if conn == nil {
+			if c, err := catalog.Acquire(ctx); err == nil {
+				if _, err := c.Exec(ctx, "LISTEN "+placement.Channel); err == nil {
+					conn = c
+				} else {
+					c.Release()
+				}
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if conn != nil {
+			if _, err := conn.Conn().WaitForNotification(wctx); err != nil && wctx.Err() == nil {
+				conn.Release() // a broken connection: listen again
+				conn = nil
+			}
+		} else {
+			<-wctx.Done()
+		}
+		cancel()
+		if ctx.Err() != nil {
 			return nil
-		case <-time.After(5 * time.Second):
 		}
 		m, err := placement.Load(ctx, catalog)
 		if err != nil {
@@ -109,7 +133,6 @@ func watchPlacement(ctx context.Context, catalog *pgxpool.Pool, version int64, l
 		}
 	}
 }
-
 func runFanout(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("fanout", flag.ContinueOnError)
 	var c common
@@ -129,8 +152,10 @@ func runFanout(ctx context.Context, args []string) error {
 	}
 	log = log.With("service", "fanout")
 	if c.dbMaxConns == 0 {
-		// The apply workers, the advisory lock and retention.
-		c.dbMaxConns = max(4, f.applyWorkers+2)
+		// The apply workers, the advisory lock and retention; on a server
+		// of a sharded deployment also the relay, the user stage and the
+		// placement watch.
+		c.dbMaxConns = max(4, f.applyWorkers+2) + 3
 	}
 	pool, prod, closeDeps, err := c.connect(ctx, log)
 	if err != nil {

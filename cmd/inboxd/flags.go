@@ -38,7 +38,7 @@ func (c *common) bind(fs *flag.FlagSet, kafka bool) {
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL of the projections")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	fs.IntVar(&c.dbMaxConns, "db-max-conns", 0, "PostgreSQL pool size (0: gateway max(16, cores), each send waits on its commit; fanout max(4, apply workers + 2); dev apply workers + 2 + the gateway's; others pgx's max(4, cores))")
+	fs.IntVar(&c.dbMaxConns, "db-max-conns", 0, "PostgreSQL pool size (0: gateway max(16, cores), each send waits on its commit; fanout max(4, apply workers + 2) + 3; dev apply workers + 2 + the gateway's; others pgx's max(4, cores))")
 	if kafka {
 		fs.StringVar(&c.brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers")
 		fs.StringVar(&c.topic, "topic", events.DefaultTopic, "event topic (the DLQ is <topic>.dlq)")

@@ -146,7 +146,8 @@ func TestShardedStagesKilledHard(t *testing.T) {
 	// first batch projected on server 1 (the processes follow the new
 	// placement and the group hands them the partition).
 	var copied int64
-	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = 3`, env.Topic).Scan(&copied))
+	err = env.Pool.QueryRow(ctx, `SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = 3`, env.Topic).Scan(&copied)
+	require.NoError(t, err, "server 1's stored offset of partition 3 after the move (%s)", moved)
 	testenv.WaitFor(t, time.Minute, "partition 3 projected on server 1", func() bool {
 		var next int64
 		_ = env.Pool.QueryRow(ctx, `SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = 3`, env.Topic).Scan(&next)

@@ -95,7 +95,12 @@ type Deliverer struct {
 	relayed, applied, copies, undecodable prometheus.Counter
 	outboxAge                             prometheus.Gauge
 	lag                                   *prometheus.GaugeVec // per partition of the deliveries topic
+	failing                               *prometheus.GaugeVec // per part: 1 while it keeps failing
 }
+
+// stuckAfter is the consecutive failures of a part (the relay, the user
+// stage) after which they are logged as errors and its failing gauge is 1.
+const stuckAfter = 5
 
 // NewDeliverer returns the Deliverer of the server of pool.
 func NewDeliverer(cfg DelivererConfig, pool *pgxpool.Pool) (*Deliverer, error) {
@@ -142,11 +147,13 @@ func NewDeliverer(cfg DelivererConfig, pool *pgxpool.Pool) (*Deliverer, error) {
 			Help: "Records of the deliveries topic the user stage could not decode and skipped (their entries are lost: only a relay should write the topic)."}),
 		outboxAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_outbox_oldest_seconds",
 			Help: "Age of the oldest outbox row at the relay's last look: how far deliveries to other servers lag."}),
+		failing: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inboxd_deliveries_failing",
+			Help: "1 while the relay or the user stage (part) has failed " + strconv.Itoa(stuckAfter) + " times in a row: deliveries to other servers are stuck."}, []string{"part"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inboxd_user_stage_lag_records",
 			Help: "Records of the deliveries topic not yet applied, per partition this user stage holds, at its last fetch."}, []string{"partition"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{d.relayed, d.applied, d.copies, d.undecodable, d.outboxAge, d.lag} {
+		for _, c := range []prometheus.Collector{d.relayed, d.applied, d.copies, d.undecodable, d.outboxAge, d.lag, d.failing} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -183,6 +190,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 // retry runs fn until ctx ends, with backoff between failures.
 func (d *Deliverer) retry(ctx context.Context, what string, fn func(context.Context) error) {
 	b := d.backoff(ctx)
+	fails := 0
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := fn(ctx)
@@ -191,13 +199,31 @@ func (d *Deliverer) retry(ctx context.Context, what string, fn func(context.Cont
 		}
 		if time.Since(start) > time.Minute {
 			b.Reset()
+			fails = 0
 		}
 		wait := b.NextBackOff()
 		if wait == backoff.Stop {
 			return
 		}
-		d.cfg.Logger.Warn(what+" failed, retrying", "err", err, "retry_in", wait)
+		fails++
+		d.report(what, fails, "failed, retrying", "err", err, "retry_in", wait)
 		sleepCtx(ctx, wait)
+	}
+}
+
+// report logs the fails-th consecutive failure of part: a warning at
+// first, an error (and its failing gauge at 1) once it keeps failing; 0
+// fails clears the gauge.
+func (d *Deliverer) report(part string, fails int, msg string, args ...any) {
+	g := d.failing.WithLabelValues(part)
+	switch {
+	case fails == 0:
+		g.Set(0)
+	case fails < stuckAfter:
+		d.cfg.Logger.Warn(part+" "+msg, append(args, "attempt", fails)...)
+	default:
+		g.Set(1)
+		d.cfg.Logger.Error(part+" "+msg+": deliveries to other servers are stuck", append(args, "attempt", fails)...)
 	}
 }
 
@@ -245,6 +271,7 @@ func (d *Deliverer) relay(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		d.report("relay", 0, "")
 		if n == d.cfg.RelayBatch {
 			continue // more waiting
 		}
@@ -362,8 +389,10 @@ func (d *Deliverer) consume(ctx context.Context) error {
 				res, err = d.proj.ApplyDeliveries(ctx, recs)
 				return err
 			}
+			fails := 0
 			if err := backoff.RetryNotify(op, d.backoff(ctx), func(err error, wait time.Duration) {
-				d.cfg.Logger.Warn("applying deliveries failed, retrying", "records", len(recs), "err", err, "retry_in", wait)
+				fails++
+				d.report("user stage", fails, "applying deliveries failed, retrying", "records", len(recs), "err", err, "retry_in", wait)
 			}); err != nil {
 				cl.AllowRebalance()
 				if ctx.Err() != nil {
@@ -371,6 +400,7 @@ func (d *Deliverer) consume(ctx context.Context) error {
 				}
 				return err
 			}
+			d.report("user stage", 0, "")
 			d.applied.Add(float64(res.Applied))
 			d.copies.Add(float64(res.Copies + res.Skipped))
 		}

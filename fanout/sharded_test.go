@@ -3,8 +3,6 @@ package fanout_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +26,6 @@ type shardedEnv struct {
 	*testenv.Env
 	servers    shardtest.Servers
 	deliveries string
-	current    atomic.Pointer[placement.Map] // followPlacement's
 }
 
 func newShardedEnv(t *testing.T) *shardedEnv {
@@ -38,53 +35,36 @@ func newShardedEnv(t *testing.T) *shardedEnv {
 		placement.Assignment{Partition: 1, Server: 2}, placement.Assignment{Partition: 3, Server: 2})
 	s := &shardedEnv{Env: env, deliveries: env.Topic + ".deliveries",
 		servers: shardtest.Servers{Pools: []*pgxpool.Pool{env.Pool, second}, Map: m, Partitions: env.Partitions, Topic: env.Topic}}
-	s.createDeliveries(t)
+	adm := kadm.NewClient(env.Producer.Client())
+	ctx := testenv.Ctx(t, time.Minute)
+	_, err := adm.CreateTopic(ctx, env.Partitions, 1, nil, s.deliveries)
+	require.NoError(t, err)
 	return s
 }
 
-// createDeliveries creates the deliveries topic.
-func (s *shardedEnv) createDeliveries(t *testing.T) {
-	adm := kadm.NewClient(s.Producer.Client())
-	ctx := testenv.Ctx(t, time.Minute)
-	_, err := adm.CreateTopic(ctx, s.Partitions, 1, nil, s.deliveries)
-	require.NoError(t, err)
-}
-
-// currentMap is the placement the stages of followPlacement run under.
-func (s *shardedEnv) currentMap() *placement.Map { return s.current.Load() }
-
-// start runs server i's conversation stage and deliverer under
-// s.servers.Map until the test ends.
+// start runs server i's conversation stage and deliverer until the test
+// ends.
 func (s *shardedEnv) start(t *testing.T, i int) {
-	t.Cleanup(s.startStages(t, i, s.servers.Map))
-}
-
-// startStages runs server i's conversation stage and deliverer under
-// placement m until the returned stop.
-func (s *shardedEnv) startStages(t *testing.T, i int, m *placement.Map) (stop func()) {
 	server := int32(i + 1)
-	owns := func(p int32) bool { return m.Serves(p, server) }
+	owns := func(p int32) bool { return s.servers.Map.Server(p) == server }
 	cfg := s.FanoutConfig()
 	cfg.Group = fmt.Sprintf("%s.%d", cfg.Group, server)
 	cfg.Owns = owns
-	cfg.Users = placement.Users{Map: m, Server: server, Partitions: s.Partitions}
-	cfg.PlacementVersion = m.Version
+	cfg.Users = placement.Users{Map: s.servers.Map, Server: server, Partitions: s.Partitions}
 	f, err := fanout.New(cfg, s.servers.Pools[i])
 	require.NoError(t, err)
 	d, err := fanout.NewDeliverer(fanout.DelivererConfig{Brokers: s.Brokers, Topic: s.deliveries,
 		Group: fmt.Sprintf("deliveries-%s.%d", s.Topic, server), Owns: owns, Logger: s.Logger,
-		RelayInterval: 200 * time.Millisecond, PlacementVersion: m.Version}, s.servers.Pools[i])
+		RelayInterval: 200 * time.Millisecond}, s.servers.Pools[i])
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	go func() { done <- f.Run(ctx) }()
 	go func() { done <- d.Run(ctx) }()
-	return sync.OnceFunc(func() {
+	t.Cleanup(func() {
 		cancel()
 		for range 2 {
-			if err := <-done; err != nil {
-				t.Errorf("server %d: %v", server, err)
-			}
+			require.NoError(t, <-done)
 		}
 	})
 }

@@ -61,14 +61,7 @@ CREATE TABLE placement_fence (
 );
 INSERT INTO placement_fence (version) VALUES (0);
 
--- move_phase: how far a move of the partition got (placement.Move):
--- started (paused, not copied yet; abortable) or copied (the target holds
--- the partition's state; it can only be resumed). NULL when serving.
-ALTER TABLE placement ADD COLUMN move_phase text
-    CHECK (move_phase IN ('started', 'copied') AND state = 'moving' OR move_phase IS NULL AND state = 'serving');
-
 -- +goose Down
-ALTER TABLE placement DROP COLUMN move_phase;
 DROP TABLE placement_fence;
 DROP TABLE delivery_marks;
 DROP TABLE delivery_sources;

@@ -119,7 +119,11 @@ func (t *txn) route(recs []Record) {
 		return &d.Items[len(d.Items)-1]
 	}
 	type entryKey struct{ user, conv, seq int64 }
-	sentTo := map[entryKey][2]int{} // a remote message entry: its delivery's index in order, its item
+	type itemAt struct {
+		d *Delivery
+		i int
+	}
+	sentTo := map[entryKey]itemAt{} // a remote message entry: its delivery and item
 	local := b.fan[:0:0]
 	for _, f := range b.fan {
 		it := Item{Kind: f.kind, Seq: f.seq, At: f.at}
@@ -135,8 +139,8 @@ func (t *txn) route(recs []Record) {
 		}
 		if f.kind == projection.KindMessage {
 			dst, _ := users.Place(f.user)
-			k := route{convPart[f.conv], dst}
-			sentTo[entryKey{f.user, f.conv, f.seq}] = [2]int{indexOf(order, k), len(out[k].Items) - 1}
+			d := out[route{convPart[f.conv], dst}]
+			sentTo[entryKey{f.user, f.conv, f.seq}] = itemAt{d, len(d.Items) - 1}
 		}
 	}
 	b.fan = local
@@ -159,21 +163,12 @@ func (t *txn) route(recs []Record) {
 			acks = append(acks, a)
 			continue
 		}
-		out[order[at[0]]].Items[at[1]].Ack = a.eventID
+		at.d.Items[at.i].Ack = a.eventID
 	}
 	b.acks = acks
 	for _, k := range order {
 		t.out = append(t.out, outboxRow{destination: k.dst, d: *out[k]})
 	}
-}
-
-func indexOf[T comparable](s []T, v T) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
 }
 
 func sortedReads(m map[recKey]int64) []recKey {

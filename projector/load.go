@@ -96,17 +96,7 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 	if ensure := t.p.unknownParts(t.own, partIDs); len(ensure) > 0 {
 		bt.Queue(sqlEnsureOffsets, topic, ensure)
 	}
-	bt.Queue(sqlLockOffsets, topic, partIDs).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var pt int32
-			var next int64
-			if err := rows.Scan(&pt, &next); err != nil {
-				return err
-			}
-			t.stored[pt] = next
-		}
-		return rows.Err()
-	})
+	queueLockOffsets(bt, topic, partIDs, t.stored)
 	// The state the batch depends on is read in the same round trip, after
 	// the offset locks (lock order: offsets, conversations, users), for
 	// every record: those already applied only add a few rows.
@@ -122,6 +112,22 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 		return &FencedError{Msg: fmt.Sprintf("lock offsets of %s: %d of %d partitions have a row", topic, len(t.stored), len(partIDs))}
 	}
 	return nil
+}
+
+// queueLockOffsets queues the lock of topic's offset rows of partIDs, read
+// into stored.
+func queueLockOffsets(bt *pgx.Batch, topic string, partIDs []int32, stored map[int32]int64) {
+	bt.Queue(sqlLockOffsets, topic, partIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var pt int32
+			var next int64
+			if err := rows.Scan(&pt, &next); err != nil {
+				return err
+			}
+			stored[pt] = next
+		}
+		return rows.Err()
+	})
 }
 
 // loadKeys is what the state of a batch is read by.

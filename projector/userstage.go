@@ -91,17 +91,7 @@ func (p *Projector) ApplyDeliveries(ctx context.Context, recs []DeliveryRecord) 
 		bt.Queue(sqlFence).QueryRow(func(row pgx.Row) error { return row.Scan(&fence) })
 	}
 	bt.Queue(sqlEnsureOffsets, topic, partIDs)
-	bt.Queue(sqlLockOffsets, topic, partIDs).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var pt int32
-			var next int64
-			if err := rows.Scan(&pt, &next); err != nil {
-				return err
-			}
-			stored[pt] = next
-		}
-		return rows.Err()
-	})
+	queueLockOffsets(bt, topic, partIDs, stored)
 	if len(markIDs) > 0 {
 		ds, ss := make([]int32, len(markIDs)), make([]int32, len(markIDs))
 		for i, k := range markIDs {

@@ -54,18 +54,24 @@ function log(text) {
 }
 
 // renderSoon draws the list, the view and the side panel once per burst
-// of changes (a microtask: background tabs get no animation frames).
+// of changes, in a task of its own: a message posted to itself (background
+// tabs get no animation frames and throttle timers). Not a microtask: the
+// SDK moves its cursor in a microtask after onEntry returned, and a render
+// queued as one ran before that, showing the cursor one entry behind until
+// something else drew the page.
 let renderQueued = false;
+const renderChannel = new MessageChannel();
+renderChannel.port1.onmessage = () => {
+  renderQueued = false;
+  renderList();
+  renderView();
+  renderSync();
+  counts.render();
+};
 function renderSoon() {
   if (renderQueued) return;
   renderQueued = true;
-  queueMicrotask(() => {
-    renderQueued = false;
-    renderList();
-    renderView();
-    renderSync();
-    counts.render();
-  });
+  renderChannel.port2.postMessage(null);
 }
 
 // renderSync shows the SDK's position in the side panel.

@@ -32,7 +32,7 @@ func (r *Reader) Resolve(ctx context.Context, runs []Announced) (pages []Page, o
 		for j, k := range run.Keys {
 			e := &pg.Entries[j]
 			e.InboxSeq, e.ConversationID, e.kind = run.First+int64(j), k[0], protocol.KindMessage
-			mk := msgKey{epoch: run.Epoch, conv: k[0], seq: k[1]}
+			mk := msgKey{epoch: r.epochOf(run, k[0]), conv: k[0], seq: k[1]}
 			if b, hit := r.msgs.get(mk, 0); hit {
 				e.raw = b
 				continue
@@ -46,12 +46,7 @@ func (r *Reader) Resolve(ctx context.Context, runs []Announced) (pages []Page, o
 	if len(misses) > 0 {
 		// The announced entries are of the readers' epoch; a replay since
 		// shows up as errEpochMoved and they are read instead.
-		var epoch int64
-		for k := range misses {
-			epoch = k.epoch
-			break
-		}
-		if err := r.loadMessages(ctx, epoch, misses, pages, func(page int) int64 { return runs[page].User }); err != nil {
+		if err := r.loadMessages(ctx, misses, pages, func(page int) int64 { return runs[page].User }); err != nil {
 			for _, refs := range misses {
 				for _, ref := range refs {
 					pages[ref.page].Entries = nil
@@ -67,4 +62,15 @@ func (r *Reader) Resolve(ctx context.Context, runs []Announced) (pages []Page, o
 		ok[i] = complete
 	}
 	return pages, ok
+}
+
+// epochOf is the epoch a message of conv in run is keyed with: the run's
+// (its reader's server's) when conv is on the same server, else the last
+// known of conv's server.
+func (r *Reader) epochOf(run Announced, conv int64) int64 {
+	s := r.ofConv(conv)
+	if s == r.ofUser(run.User) {
+		return run.Epoch
+	}
+	return r.known[s].Load()
 }

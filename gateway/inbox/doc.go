@@ -13,9 +13,17 @@
 // messages the cache lacks, and the records of record entries (current
 // state, rare), take a second statement.
 //
+// On several PostgreSQL servers (NewSharded, Servers) the key read runs on
+// each user's server, the messages, reactions and the conversation side of
+// records on the conversations' servers, and the totals and large lists on
+// every server, summed; a message is cached under its own server's epoch.
+// sharded_test.go reads the same log projected on one server and on two
+// and finds every user's entries, records, totals and large list equal.
+//
 // It only reads; it knows nothing of HTTP or WebSocket.
 //
-//	read.go       Reader, Config, Read (the key read, the second statements)
+//	read.go       Reader, Config, Servers, Read (the key read, the second
+//	              statements, across servers)
 //	sync.go       Query, Result, Sync (GET /v1/sync's rules)
 //	counts.go     the totals remembered at a user's head and large list
 //	announced.go  Announced, Resolve (pushes from the notifications' runs)

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -29,28 +30,46 @@ ORDER BY s.user_id, c.id`
 
 // LargeLists reads the large lists of users, in one statement; a user
 // without read-mode conversations maps to nil.
+// On several servers it is one statement on each (a user's memberships
+// are on its conversations' servers), merged by id.
 func (r *Reader) LargeLists(ctx context.Context, users []int64) (map[int64][]LargeMembership, error) {
-	rs, err := r.db.Query(ctx, sqlLargeLists, users)
-	if err != nil {
-		return nil, fmt.Errorf("read the large lists of %d users: %w", len(users), err)
-	}
-	defer rs.Close()
 	out := make(map[int64][]LargeMembership, len(users))
 	for _, u := range users {
 		out[u] = nil
 	}
+	for _, db := range r.dbs {
+		if err := largeListsOn(ctx, db, users, out); err != nil {
+			return nil, err
+		}
+	}
+	if r.sharded() {
+		for u, l := range out {
+			slices.SortFunc(l, func(a, b LargeMembership) int { return cmp.Compare(a.ConversationID, b.ConversationID) })
+			out[u] = l
+		}
+	}
+	return out, nil
+}
+
+// largeListsOn adds the large lists of users that db holds to out.
+func largeListsOn(ctx context.Context, db Querier, users []int64, out map[int64][]LargeMembership) error {
+	rs, err := db.Query(ctx, sqlLargeLists, users)
+	if err != nil {
+		return fmt.Errorf("read the large lists of %d users: %w", len(users), err)
+	}
+	defer rs.Close()
 	for rs.Next() {
 		var u int64
 		var m LargeMembership
 		if err := rs.Scan(&u, &m.ConversationID, &m.LastSeq, &m.ChangeCount, &m.JoinedSeq); err != nil {
-			return nil, fmt.Errorf("read the large lists: %w", err)
+			return fmt.Errorf("read the large lists: %w", err)
 		}
 		out[u] = append(out[u], m)
 	}
 	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("read the large lists: %w", err)
+		return fmt.Errorf("read the large lists: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // sqlMembersAmong reads which of users $2 are current members of $1.
@@ -59,7 +78,7 @@ WHERE conversation_id = $1 AND left_seq IS NULL AND user_id = ANY($2::bigint[])`
 
 // MembersAmong returns which of users are current members of conv.
 func (r *Reader) MembersAmong(ctx context.Context, conv int64, users []int64) ([]int64, error) {
-	rs, err := r.db.Query(ctx, sqlMembersAmong, conv, users)
+	rs, err := r.convDB(conv).Query(ctx, sqlMembersAmong, conv, users)
 	if err != nil {
 		return nil, fmt.Errorf("read the members of %d among %d users: %w", conv, len(users), err)
 	}
@@ -104,7 +123,7 @@ func (r *Reader) LargeNews(ctx context.Context, conv, afterSeq, uptoSeq, afterCh
 
 // messagesOf runs one of the reads of LargeNews and reverses its rows.
 func (r *Reader) messagesOf(ctx context.Context, sql string, conv, after, upto int64, limit int) ([]protocol.Message, error) {
-	rs, err := r.db.Query(ctx, sql, conv, after, limit, upto)
+	rs, err := r.convDB(conv).Query(ctx, sql, conv, after, limit, upto)
 	if err != nil {
 		return nil, fmt.Errorf("read the news of conversation %d: %w", conv, err)
 	}

@@ -1,7 +1,11 @@
 // Package shardtest checks a sharded projection as a whole: it copies the
 // servers' databases into one, each conversation's state from its server
 // and each user's from its own, so that projector.Verify (and any check
-// written for one server) reads the deployment as if it were one.
+// written for one server) reads the deployment as if it were one. World
+// (world.go) is a randomized log projected on one server and, through the
+// two stages with the copies and redeliveries of a crashing relay, on two,
+// for the tests that compare a sharded read or projection with one
+// server's.
 package shardtest
 
 import (

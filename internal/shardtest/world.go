@@ -221,4 +221,3 @@ func (w *World) Drain() {
 		w.userStages()
 	}
 }
-

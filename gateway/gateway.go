@@ -116,7 +116,7 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		Read:     g.eph.Receipt,
 		Channels: map[string]func(string){g.eph.Channel(): g.eph.Handle}})
 	g.inbox = inbox.New(pool, inbox.Config{MessageCacheBytes: cfg.MessageCacheBytes, TooLongLag: cfg.TooLongLag,
-		CountsCacheUsers: cfg.CountsCacheUsers, Heads: g.hub.Heads(), CacheHit: m.cache.WithLabelValues("messages", "hit").Inc,
+		CountsCacheUsers: cfg.CountsCacheUsers, Heads: g.hub.UserHeads(), CacheHit: m.cache.WithLabelValues("messages", "hit").Inc,
 		CacheMiss: m.cache.WithLabelValues("messages", "miss").Inc})
 	if g.auth, err = g.newAuthenticator(); err != nil {
 		return nil, err

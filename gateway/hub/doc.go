@@ -1,7 +1,9 @@
 // Package hub is the gateway's notification hub: one dedicated LISTEN
-// connection per gateway process (Hub.Run), the waiters subscribed to it
-// (Subscription), and the head cache the notifications keep current
-// (HeadCache). It reads the notifications through package projection, the
+// connection per gateway process and PostgreSQL server (Hub.Run, and
+// Hub.RunServers on a sharded placement), the waiters subscribed to it
+// (Subscription), and the head caches the notifications keep current
+// (HeadCache, one per server: each holds its users' heads at its epoch
+// and is valid while its connection is up; servers_test.go runs two). It reads the notifications through package projection, the
 // contract with the projector; it runs no query of its own and knows
 // nothing of HTTP or WebSocket.
 //

@@ -75,6 +75,27 @@ func (c *HeadCache) reset(valid bool) {
 	}
 }
 
+// forgetAll forgets every head and moves the generation, valid or not as
+// it was.
+func (c *HeadCache) forgetAll() {
+	if c == nil {
+		return
+	}
+	for {
+		g := c.gen.Load()
+		if c.gen.CompareAndSwap(g, g+2) {
+			break
+		}
+	}
+	c.epoch.Store(0)
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		clear(sh.heads)
+		sh.mu.Unlock()
+	}
+}
+
 // Learn records what a read saw, if nothing invalidated the cache since gen
 // was taken before the read.
 func (c *HeadCache) Learn(gen uint64, user, epoch, head int64) {

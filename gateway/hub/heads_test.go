@@ -48,12 +48,12 @@ func TestHeadCacheUnit(t *testing.T) {
 
 	// A replay's announcement resets through the hub.
 	h2 := New(Config{WakeBurst: 1, HeadCacheUsers: 1000})
-	h2.heads.reset(true)
-	h2.heads.Learn(h2.heads.Generation(), 5, 9, 1)
-	_, _, ok = h2.heads.Get(5)
+	h2.heads[0].reset(true)
+	h2.heads[0].Learn(h2.heads[0].Generation(), 5, 9, 1)
+	_, _, ok = h2.heads[0].Get(5)
 	require.True(t, ok)
-	h2.dispatch("e10")
-	_, _, ok = h2.heads.Get(5)
+	h2.dispatch(0, "e10")
+	_, _, ok = h2.heads[0].Get(5)
 	require.False(t, ok)
 
 	var nilCache *HeadCache

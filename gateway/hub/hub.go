@@ -60,6 +60,13 @@ type Config struct {
 	// Default none.
 	Channels map[string]func(payload string)
 
+	// Servers is the number of PostgreSQL servers the hub listens to
+	// (RunServers), each projecting its own users' heads; OfUser names
+	// the server (0 to Servers-1) of a user's state, which must be set
+	// when Servers > 1. Default 1.
+	Servers int
+	OfUser  func(user int64) int
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -85,11 +92,15 @@ type Hub struct {
 	keyMu sync.Mutex
 	keyed map[string]map[*Subscription]struct{} // "r"+msg_id, "e"+event_id
 
-	heads *HeadCache // nil when disabled
+	// heads is a head cache per server (nil when disabled): each is valid
+	// while its server's LISTEN connection is up and holds the heads of
+	// that server's users at that server's epoch.
+	heads  []*HeadCache
+	ofUser func(user int64) int
 
 	convWatch convWatch // read-mode conversations (large.go)
 
-	connected atomic.Bool
+	up        atomic.Int32 // LISTEN connections up
 	listening atomic.Bool
 	spread    sync.WaitGroup // goroutines spreading the wake-ups of one notification
 }
@@ -215,10 +226,18 @@ func New(cfg Config) *Hub {
 	if cfg.Read == nil {
 		cfg.Read = func(int64, int64, int64) {}
 	}
+	if cfg.Servers <= 1 {
+		cfg.Servers, cfg.OfUser = 1, func(int64) int { return 0 }
+	} else if cfg.OfUser == nil {
+		panic("hub: several servers without OfUser")
+	}
 	h := &Hub{log: cfg.Logger, jitter: cfg.WakeJitter, burst: cfg.WakeBurst, updated: cfg.Updated, lost: cfg.Lost, read: cfg.Read,
 		channels:      cfg.Channels,
 		notifications: cfg.Notifications, reconnects: cfg.Reconnects,
-		keyed: map[string]map[*Subscription]struct{}{}, heads: newHeadCache(cfg.HeadCacheUsers)}
+		keyed: map[string]map[*Subscription]struct{}{}, ofUser: cfg.OfUser}
+	for range cfg.Servers {
+		h.heads = append(h.heads, newHeadCache(cfg.HeadCacheUsers/cfg.Servers))
+	}
 	for i := range h.users {
 		h.users[i].subs = map[int64]map[*Subscription]struct{}{}
 	}
@@ -233,11 +252,28 @@ func inc(c prometheus.Counter) {
 }
 
 // Heads is the head cache the notifications keep current (nil, which
-// knows nothing, when disabled).
-func (h *Hub) Heads() *HeadCache { return h.heads }
+// knows nothing, when disabled): the first server's, the only one of a
+// single-server deployment; see HeadsOf.
+func (h *Hub) Heads() *HeadCache { return h.heads[0] }
 
-// Connected reports whether the LISTEN connection is up.
-func (h *Hub) Connected() bool { return h.connected.Load() }
+// HeadsOf is the head cache of user's server.
+func (h *Hub) HeadsOf(user int64) *HeadCache { return h.heads[h.ofUser(user)] }
+
+// UserHeads is what a reader (inbox.Config.Heads) teaches the head caches:
+// each user's head goes to its server's cache.
+type UserHeads struct{ h *Hub }
+
+// UserHeads is the hub's head caches as a reader teaches them.
+func (h *Hub) UserHeads() UserHeads { return UserHeads{h} }
+
+// Generation is the generation of user's server's cache, taken before a read.
+func (u UserHeads) Generation(user int64) uint64 { return u.h.HeadsOf(user).Generation() }
+
+// Learn teaches user's server's cache what a read saw (HeadCache.Learn).
+func (u UserHeads) Learn(gen uint64, user, epoch, head int64) { u.h.HeadsOf(user).Learn(gen, user, epoch, head) }
+
+// Connected reports whether the LISTEN connections (one per server) are up.
+func (h *Hub) Connected() bool { return h.up.Load() == int32(len(h.heads)) }
 
 // Listening reports whether Run is running.
 func (h *Hub) Listening() bool { return h.listening.Load() }
@@ -354,8 +390,9 @@ func (h *Hub) subscribeKey(key string, onProjected func(int64)) *Subscription {
 	return s
 }
 
-// dispatch wakes the waiters of one notification payload.
-func (h *Hub) dispatch(payload string) {
+// dispatch wakes the waiters of one notification payload of server.
+func (h *Hub) dispatch(server int, payload string) {
+	heads := h.heads[server]
 	n := projection.ParseNotification(payload)
 	for _, u := range n.Updated {
 		h.updated(u.Conv, u.Seq, u.Version) // before any waiter re-reads
@@ -364,10 +401,10 @@ func (h *Hub) dispatch(payload string) {
 		h.read(r.Conv, r.User, r.Seq)
 	}
 	if n.Epoch != 0 {
-		h.heads.reset(true) // a replay swapped the projections
+		heads.reset(true) // a replay swapped the server's projections
 		h.clearRuns()
 	}
-	h.heads.notified(n.Heads) // before any waiter re-reads
+	heads.notified(n.Heads) // before any waiter re-reads
 	wake := h.readFanout(&n)
 	for user, head := range n.Heads {
 		sh := &h.users[uint64(user)%hubShards]
@@ -489,39 +526,65 @@ func (h *Hub) Waiters() int {
 // exponential backoff. connect opens a dedicated connection (never a pool
 // connection: LISTEN is session state).
 func (h *Hub) Run(ctx context.Context, channel string, maxBackoff time.Duration, connect func(context.Context) (*pgx.Conn, error)) error {
+	return h.RunServers(ctx, channel, maxBackoff, []func(context.Context) (*pgx.Conn, error){connect})
+}
+
+// RunServers is Run on several servers, connects[i] opening a connection
+// to server i (Config.Servers of them): one LISTEN connection each, every
+// one reconnecting on its own. The channels of Config.Channels are
+// listened on the first server's. A reconnection to any server wakes every
+// waiter (its notifications may have been lost) and resets only that
+// server's head cache.
+func (h *Hub) RunServers(ctx context.Context, channel string, maxBackoff time.Duration, connects []func(context.Context) (*pgx.Conn, error)) error {
+	if len(connects) != len(h.heads) {
+		return fmt.Errorf("hub: %d connections for %d servers", len(connects), len(h.heads))
+	}
 	if !h.listening.CompareAndSwap(false, true) {
 		return errors.New("hub: already running")
 	}
 	defer h.listening.Store(false)
 	defer h.spread.Wait()
+	var wg sync.WaitGroup
+	for s, connect := range connects {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.runServer(ctx, s, channel, maxBackoff, connect)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// runServer holds server s's LISTEN connection until ctx ends.
+func (h *Hub) runServer(ctx context.Context, s int, channel string, maxBackoff time.Duration, connect func(context.Context) (*pgx.Conn, error)) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 50 * time.Millisecond
 	bo.MaxInterval = maxBackoff
 	bo.MaxElapsedTime = 0
 	for {
-		err := h.listen(ctx, channel, connect)
-		h.connected.Store(false)
+		err := h.listen(ctx, s, channel, connect)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		inc(h.reconnects)
 		if err == nil { // it had been connected: a new outage starts
 			bo.Reset()
 		}
 		d := bo.NextBackOff()
-		h.log.Warn("LISTEN connection lost, reconnecting", "channel", channel, "err", err, "backoff", d)
+		h.log.Warn("LISTEN connection lost, reconnecting", "channel", channel, "server", s+1, "err", err, "backoff", d)
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-time.After(d):
 		}
 	}
 }
 
-// listen connects, listens and dispatches until the connection fails. It
-// returns nil when the connection had been established (so the backoff
-// resets), else the connect error.
-func (h *Hub) listen(ctx context.Context, channel string, connect func(context.Context) (*pgx.Conn, error)) error {
+// listen connects to server s, listens and dispatches until the
+// connection fails. It returns nil when the connection had been
+// established (so the backoff resets), else the connect error.
+func (h *Hub) listen(ctx context.Context, s int, channel string, connect func(context.Context) (*pgx.Conn, error)) error {
 	conn, err := connect(ctx)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -534,15 +597,19 @@ func (h *Hub) listen(ctx context.Context, channel string, connect func(context.C
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen %s: %w", channel, err)
 	}
-	for other := range h.channels {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{other}.Sanitize()); err != nil {
-			return fmt.Errorf("listen %s: %w", other, err)
+	if s == 0 {
+		for other := range h.channels {
+			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{other}.Sanitize()); err != nil {
+				return fmt.Errorf("listen %s: %w", other, err)
+			}
 		}
 	}
-	h.connected.Store(true)
-	h.heads.reset(true)
-	defer h.heads.reset(false)
-	h.log.Debug("listening for notifications", "channel", channel)
+	h.up.Add(1)
+	defer h.up.Add(-1)
+	heads := h.heads[s]
+	heads.reset(true)
+	defer heads.reset(false)
+	h.log.Debug("listening for notifications", "channel", channel, "server", s+1)
 	// Notifications may have been missed before this connection listened.
 	h.lost()
 	h.resetReadFanout()
@@ -553,7 +620,7 @@ func (h *Hub) listen(ctx context.Context, channel string, connect func(context.C
 			if ctx.Err() != nil {
 				return nil
 			}
-			h.log.Warn("waiting for notifications failed", "channel", channel, "err", err)
+			h.log.Warn("waiting for notifications failed", "channel", channel, "server", s+1, "err", err)
 			return nil
 		}
 		inc(h.notifications)
@@ -563,6 +630,6 @@ func (h *Hub) listen(ctx context.Context, channel string, connect func(context.C
 			}
 			continue
 		}
-		h.dispatch(n.Payload)
+		h.dispatch(s, n.Payload)
 	}
 }

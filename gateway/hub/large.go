@@ -89,7 +89,7 @@ func (h *Hub) readFanout(n *projection.Notification) (wake []*Subscription) {
 		return nil
 	}
 	for _, m := range n.Members {
-		h.heads.forget(m.User)
+		h.HeadsOf(m.User).forget(m.User)
 		sh := &h.users[uint64(m.User)%hubShards]
 		sh.mu.Lock()
 		for s := range sh.subs[m.User] {
@@ -99,7 +99,9 @@ func (h *Hub) readFanout(n *projection.Notification) (wake []*Subscription) {
 	}
 	if len(n.Modes) > 0 {
 		// Rare: whose list a switch changes is not known here.
-		h.heads.reset(true)
+		for _, c := range h.heads {
+			c.forgetAll()
+		}
 	}
 	w := &h.convWatch
 	w.mu.Lock()

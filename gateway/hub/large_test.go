@@ -24,10 +24,10 @@ func signalled(s *Subscription) bool {
 // heads), and the listeners get every token, and a Reset on an epoch.
 func TestReadFanoutDispatch(t *testing.T) {
 	h := New(Config{WakeJitter: -1})
-	h.heads.reset(true)
-	gen := h.heads.Generation()
-	h.heads.Learn(gen, 1, 7, 10)
-	h.heads.Learn(gen, 2, 7, 20)
+	h.heads[0].reset(true)
+	gen := h.heads[0].Generation()
+	h.heads[0].Learn(gen, 1, 7, 10)
+	h.heads[0].Learn(gen, 2, 7, 20)
 
 	s1 := h.SubscribeUser(1)
 	defer s1.Close()
@@ -39,41 +39,41 @@ func TestReadFanoutDispatch(t *testing.T) {
 
 	var e projection.Encoder
 	e.Large(projection.Large{Conv: 100, LastSeq: 5, Changes: 1})
-	h.dispatch(e.Payloads()[0])
+	h.dispatch(0, e.Payloads()[0])
 	require.True(t, signalled(s1))
 	require.False(t, signalled(s2))
 
 	e = projection.Encoder{}
 	e.Large(projection.Large{Conv: 101, LastSeq: 5})
-	h.dispatch(e.Payloads()[0])
+	h.dispatch(0, e.Payloads()[0])
 	require.False(t, signalled(s1), "another conversation")
 
 	e = projection.Encoder{}
 	e.Member(projection.Membership{Conv: 101, User: 2, Joined: true})
-	h.dispatch(e.Payloads()[0])
+	h.dispatch(0, e.Payloads()[0])
 	require.True(t, signalled(s2))
 	require.False(t, signalled(s1))
-	_, _, ok := h.heads.Get(2)
+	_, _, ok := h.heads[0].Get(2)
 	require.False(t, ok, "the user's ETag changed without its head")
-	_, _, ok = h.heads.Get(1)
+	_, _, ok = h.heads[0].Get(1)
 	require.True(t, ok)
 
 	e = projection.Encoder{}
 	e.Mode(projection.Mode{Conv: 100, From: 9, Read: false})
-	h.dispatch(e.Payloads()[0])
+	h.dispatch(0, e.Payloads()[0])
 	require.True(t, signalled(s1))
-	_, _, ok = h.heads.Get(1)
+	_, _, ok = h.heads[0].Get(1)
 	require.False(t, ok, "a switch forgets every head")
 
 	stop()
 	e = projection.Encoder{}
 	e.Large(projection.Large{Conv: 100, LastSeq: 6})
-	h.dispatch(e.Payloads()[0])
+	h.dispatch(0, e.Payloads()[0])
 	require.False(t, signalled(s1), "no longer watched")
 
-	h.dispatch("e3")
+	h.dispatch(0, "e3")
 	stopL()
-	h.dispatch(e.Payloads()[0])
+	h.dispatch(0, e.Payloads()[0])
 	require.Len(t, got, 6)
 	require.Equal(t, []projection.Large{{Conv: 100, LastSeq: 5, Changes: 1}}, got[0].Large)
 	require.Equal(t, []projection.Membership{{Conv: 101, User: 2, Joined: true}}, got[2].Members)

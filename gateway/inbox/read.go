@@ -90,9 +90,10 @@ type Config struct {
 }
 
 // Heads is what Sync teaches the heads it reads: Generation is taken
-// before the read and handed to Learn after it (see hub.HeadCache).
+// before the read and handed to Learn after it (see hub.HeadCache; the
+// user names the cache of its server, hub.UserHeads).
 type Heads interface {
-	Generation() uint64
+	Generation(user int64) uint64
 	Learn(gen uint64, user, epoch, head int64)
 }
 

@@ -9,10 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/gateway/inbox"
+	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/shardtest"
 	"github.com/inboxd/inboxd/internal/workload"
 	"github.com/inboxd/inboxd/placement"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestShardedReadMatchesOne: the same log projected on one server and on
 // two (internal/shardtest's world: duplicates, redeliveries, a relay that

@@ -35,7 +35,7 @@ type Result struct {
 func (r *Reader) Sync(ctx context.Context, user int64, q Query) (*Result, error) {
 	var gen uint64
 	if r.heads != nil {
-		gen = r.heads.Generation()
+		gen = r.heads.Generation(user)
 	}
 	req := Req{User: user, After: q.After, Limit: int32(q.Limit), Counts: true, KnownHead: -1, KnownEpoch: -1}
 	known, ok := r.counts.get(user)

@@ -270,7 +270,9 @@ func (h *Hub) UserHeads() UserHeads { return UserHeads{h} }
 func (u UserHeads) Generation(user int64) uint64 { return u.h.HeadsOf(user).Generation() }
 
 // Learn teaches user's server's cache what a read saw (HeadCache.Learn).
-func (u UserHeads) Learn(gen uint64, user, epoch, head int64) { u.h.HeadsOf(user).Learn(gen, user, epoch, head) }
+func (u UserHeads) Learn(gen uint64, user, epoch, head int64) {
+	u.h.HeadsOf(user).Learn(gen, user, epoch, head)
+}
 
 // Connected reports whether the LISTEN connections (one per server) are up.
 func (h *Hub) Connected() bool { return h.up.Load() == int32(len(h.heads)) }

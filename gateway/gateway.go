@@ -31,7 +31,8 @@ import (
 // concurrent use.
 type Gateway struct {
 	cfg     Config
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool // the catalog: server 1
+	srv     *servers      // the servers of the placement (pool alone on one)
 	prod    *producer.Producer
 	log     *slog.Logger
 	metrics *metrics
@@ -81,6 +82,7 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	g := &Gateway{
 		cfg:        cfg,
 		pool:       pool,
+		srv:        oneServer(pool),
 		prod:       prod,
 		log:        cfg.Logger,
 		sendLimits: ratelimit.New(cfg.SendRate, cfg.SendBurst),

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/rows"
@@ -101,8 +100,16 @@ func parsePageToken(s string) (*pageToken, error) {
 // the conversation's last, at last_at); only its rows are then read out
 // whole, with their counts.
 var sqlListRecords = `SELECT ` + rows.RecordCols + `, x.activity
-FROM (
-	SELECT * FROM (
+FROM (` + sqlListOrder + `
+) x
+JOIN records r ON r.user_id = x.user_id AND r.conversation_id = x.conversation_id` + rows.RecordJoins + `
+ORDER BY x.pinned DESC, x.activity DESC, x.conversation_id DESC`
+
+// sqlListOrder chooses the page of sqlListRecords (same parameters): the
+// records' keys in list order with their activity. On a sharded placement
+// each server answers it for the conversations it holds, from the copies of
+// the user's records there (listSharded).
+const sqlListOrder = `SELECT * FROM (
 		SELECT r.user_id, r.conversation_id, r.pinned, CASE WHEN NOT r.removed THEN c.last_at
 			ELSE COALESCE((SELECT m.created_at FROM messages m WHERE m.conversation_id = r.conversation_id
 				AND m.seq = (SELECT max(s.left_seq) FROM member_spans s
@@ -112,10 +119,7 @@ FROM (
 	) a
 	WHERE $2::boolean IS NULL OR (a.pinned, a.activity, a.conversation_id) < ($2::boolean, $3::timestamptz, $4::bigint)
 	ORDER BY a.pinned DESC, a.activity DESC, a.conversation_id DESC
-	LIMIT $5 OFFSET $6
-) x
-JOIN records r ON r.user_id = x.user_id AND r.conversation_id = x.conversation_id` + rows.RecordJoins + `
-ORDER BY x.pinned DESC, x.activity DESC, x.conversation_id DESC`
+	LIMIT $5 OFFSET $6`
 
 // sqlRecordsSince is one page of the records changed after a version, in
 // version order, removals included.
@@ -127,14 +131,18 @@ LIMIT $3 OFFSET $4`
 
 // listRecords reads one page of user's records and the next_page token
 // (nil on the last page). It is the list behind GET /v1/conversations and
-// the too-long answers.
-func listRecords(ctx context.Context, db *pgxpool.Pool, user int64, p listParams) ([]protocol.Record, *string, error) {
+// the too-long answers. On several servers it is listSharded.
+func listRecords(ctx context.Context, srv *servers, user int64, p listParams) ([]protocol.Record, *string, error) {
 	byVersion := p.hasSince || (p.page != nil && p.page.byVersion)
 	var offset int64
 	if p.page != nil && p.page.number > 0 {
 		offset = (p.page.number - 1) * int64(p.limit)
 		p.page = nil
 	}
+	if srv.sharded() {
+		return listSharded(ctx, srv, user, p, byVersion, offset)
+	}
+	db := srv.pools[0]
 	var rs pgx.Rows
 	var err error
 	if byVersion {
@@ -213,10 +221,10 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
 	// The head (and record version) before the list: a change committed
 	// in between is in the list and after the head, never in neither.
 	var resp protocol.ConversationList
-	if err := g.pool.QueryRow(ctx, sqlUserHead, user).Scan(&resp.Epoch, &resp.InboxHead, &resp.RecordVersion); err != nil {
+	if err := g.srv.user(user).QueryRow(ctx, sqlUserHead, user).Scan(&resp.Epoch, &resp.InboxHead, &resp.RecordVersion); err != nil {
 		return fmt.Errorf("head of user %d: %w", user, err)
 	}
-	if resp.Conversations, resp.NextPage, err = listRecords(ctx, g.pool, user, p); err != nil {
+	if resp.Conversations, resp.NextPage, err = listRecords(ctx, g.srv, user, p); err != nil {
 		return err
 	}
 	apierr.WriteJSON(w, http.StatusOK, resp)

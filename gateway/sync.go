@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
@@ -43,8 +41,8 @@ func polling(held int64, maxHeld int, interval time.Duration) protocol.Polling {
 // inbox.Reader.Sync) and then the first page of the conversation list. A
 // commit between the two shows up in the list and again after the head,
 // never in neither.
-func tooLongAnswer(ctx context.Context, db *pgxpool.Pool, user int64, res *inbox.Result, limit int, hint func() protocol.Polling) (*protocol.TooLong, error) {
-	recs, next, err := listRecords(ctx, db, user, listParams{limit: limit})
+func tooLongAnswer(ctx context.Context, srv *servers, user int64, res *inbox.Result, limit int, hint func() protocol.Polling) (*protocol.TooLong, error) {
+	recs, next, err := listRecords(ctx, srv, user, listParams{limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +54,7 @@ func tooLongAnswer(ctx context.Context, db *pgxpool.Pool, user int64, res *inbox
 // the first page of Config.PageDefault records and the polling hint of
 // the long-polls held by the gateway.
 type rebaser struct {
-	db       *pgxpool.Pool
+	srv      *servers
 	limit    int
 	held     *atomic.Int64 // the gateway's count of held long-polls
 	maxHeld  int
@@ -65,7 +63,7 @@ type rebaser struct {
 
 // Rebase implements ws.Rebaser.
 func (r *rebaser) Rebase(ctx context.Context, user int64, at *inbox.Result) (*protocol.TooLong, error) {
-	return tooLongAnswer(ctx, r.db, user, at, r.limit, func() protocol.Polling {
+	return tooLongAnswer(ctx, r.srv, user, at, r.limit, func() protocol.Polling {
 		return polling(r.held.Load(), r.maxHeld, r.interval)
 	})
 }
@@ -189,7 +187,7 @@ func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, 
 	h.Set("ETag", tag)
 	h.Set("Cache-Control", "private, no-cache")
 	if res.TooLong {
-		ans, err := tooLongAnswer(r.Context(), g.pool, user, res, p.Limit, g.pollingHint)
+		ans, err := tooLongAnswer(r.Context(), g.srv, user, res, p.Limit, g.pollingHint)
 		if err != nil {
 			return err
 		}

@@ -267,23 +267,6 @@ var sqlRecordsByKey = `SELECT (SELECT epoch FROM meta), k.user_id, ` + rows.Reco
 FROM unnest($1::bigint[], $2::bigint[]) AS k(user_id, conversation_id)
 JOIN records r ON r.user_id = k.user_id AND r.conversation_id = k.conversation_id` + rows.RecordJoins
 
-// sqlRecordBases reads the user's side of records by (user, conversation)
-// on the user's server, with the epoch of the snapshot: what the user
-// sets (pinned, muted), its read position, whether it was removed, and
-// the version. $1 users, $2 conversations.
-const sqlRecordBases = `SELECT (SELECT epoch FROM meta), r.user_id, r.conversation_id, r.pinned, r.muted, r.read_seq, r.version, r.removed
-FROM unnest($1::bigint[], $2::bigint[]) AS k(user_id, conversation_id)
-JOIN records r ON r.user_id = k.user_id AND r.conversation_id = k.conversation_id`
-
-// sqlRecordsGiven is sqlRecordsByKey on the conversation's server for
-// records whose user's side ($1..$7, sqlRecordBases's columns) was read on
-// the user's: the conversation's title and last seq, the last message and
-// the counts come from the conversation's server, the rest from the
-// user's, so the record reads as it would on one server.
-var sqlRecordsGiven = `SELECT (SELECT epoch FROM meta), r.user_id, ` + rows.RecordCols + `
-FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::bool[], $5::bigint[], $6::bigint[], $7::bool[])
-	AS r(user_id, conversation_id, pinned, muted, read_seq, version, removed)` + rows.RecordJoins
-
 // sqlElsewhere reads, on a server other than the user's, the part of the
 // user's totals and large list that its conversations hold (the copies of
 // the user's records there, its spans). $1 user.
@@ -806,7 +789,7 @@ func readMine(ctx context.Context, db Querier, us, cs, ss []int64, mine map[[3]i
 // projections keep only the current state; versions only grow): in one
 // statement on the server of both user and conversation, else the user's
 // side on the user's server and the rest on the conversation's
-// (sqlRecordsGiven).
+// (rows.SQLRecordsGiven).
 func (rd *inboxRead) loadRecords(ctx context.Context) error {
 	r := rd.r
 	type group struct{ users, convs []int64 }
@@ -835,7 +818,7 @@ func (rd *inboxRead) loadRecords(ctx context.Context) error {
 		if len(args[0].([]int64)) == 0 {
 			continue
 		}
-		if err := rd.recordRows(ctx, cs, sqlRecordsGiven, args...); err != nil {
+		if err := rd.recordRows(ctx, cs, rows.SQLRecordsGiven, args...); err != nil {
 			return err
 		}
 	}
@@ -843,9 +826,9 @@ func (rd *inboxRead) loadRecords(ctx context.Context) error {
 }
 
 // recordBases reads the user's side of records on server s, as the
-// arguments of sqlRecordsGiven.
+// arguments of rows.SQLRecordsGiven.
 func (rd *inboxRead) recordBases(ctx context.Context, s int, users, convs []int64) ([]any, error) {
-	rs, err := rd.r.dbs[s].Query(ctx, sqlRecordBases, users, convs)
+	rs, err := rd.r.dbs[s].Query(ctx, rows.SQLRecordBases, users, convs)
 	if err != nil {
 		return nil, fmt.Errorf("read %d records: %w", len(users), err)
 	}
@@ -870,7 +853,7 @@ func (rd *inboxRead) recordBases(ctx context.Context, s int, users, convs []int6
 	return []any{us, cs, pinned, muted, reads, vers, removed}, nil
 }
 
-// recordRows runs a records statement (sqlRecordsByKey, sqlRecordsGiven)
+// recordRows runs a records statement (sqlRecordsByKey, rows.SQLRecordsGiven)
 // on server s and sets the records on their entries.
 func (rd *inboxRead) recordRows(ctx context.Context, s int, sql string, args ...any) error {
 	rs, err := rd.r.dbs[s].Query(ctx, sql, args...)

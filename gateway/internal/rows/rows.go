@@ -142,6 +142,25 @@ LEFT JOIN LATERAL (SELECT CASE WHEN r.removed THEN COALESCE((SELECT max(s.left_s
 	WHERE s.conversation_id = r.conversation_id AND s.user_id = r.user_id), 0) ELSE c.last_seq END AS last_seq) ls ON true
 LEFT JOIN messages lm ON lm.conversation_id = r.conversation_id AND lm.seq = ls.last_seq`
 
+// SQLRecordBases reads the user's side of records by (user,
+// conversation), on the user's server of a sharded placement, with the
+// epoch of the snapshot: what the user sets (pinned, muted), its read
+// position, whether it was removed, and the version. $1 users, $2
+// conversations.
+const SQLRecordBases = `SELECT (SELECT epoch FROM meta), r.user_id, r.conversation_id, r.pinned, r.muted, r.read_seq, r.version, r.removed
+FROM unnest($1::bigint[], $2::bigint[]) AS k(user_id, conversation_id)
+JOIN records r ON r.user_id = k.user_id AND r.conversation_id = k.conversation_id`
+
+// SQLRecordsGiven reads, on the conversation's server, the records whose
+// user's side ($1 users, $2 conversations, $3 pinned, $4 muted, $5
+// read_seq, $6 version, $7 removed: SQLRecordBases's columns) was read on
+// the user's: the title, the last seq, the last message and the counts
+// come from the conversation's server, the rest from the user's, so a
+// record reads as on one server. Columns: the epoch, the user, RecordCols.
+var SQLRecordsGiven = `SELECT (SELECT epoch FROM meta), r.user_id, ` + RecordCols + `
+FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::bool[], $5::bigint[], $6::bigint[], $7::bool[])
+	AS r(user_id, conversation_id, pinned, muted, read_seq, version, removed)` + RecordJoins
+
 // RecordCols are the columns RecordScan reads.
 // The aliases keep the names unique when wrapped in a subquery.
 var RecordCols = `r.conversation_id, c.title, r.pinned, r.muted, r.read_seq, ls.last_seq, r.version, r.removed,

@@ -1,0 +1,145 @@
+package gateway
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/internal/shardtest"
+	"github.com/inboxd/inboxd/internal/workload"
+	"github.com/inboxd/inboxd/placement"
+	"github.com/inboxd/inboxd/protocol"
+)
+
+// TestShardedListMatchesOne: the same log projected on one server and on
+// two (internal/shardtest's world); every user's conversation list read
+// across the two servers, page by page through the keyset tokens and by
+// page number, is the list one server gives, record for record (but for
+// the versions, which count the user's record changes in each server's
+// own interleaving: they are the user's server's, and the since_version
+// list is in their order and holds the same records).
+func TestShardedListMatchesOne(t *testing.T) {
+	w := shardtest.NewWorld(t, 44)
+	g := workload.New(workload.Config{Seed: 44, Users: 50, Conversations: 30, MaxMembers: 14, PinPct: 4, ReadPct: 8,
+		EditPct: 2, DeletePct: 1, ReactPct: 3, ReplyPct: 2})
+	for range 3 {
+		w.Append(g, 900)
+		for range 40 {
+			w.Step()
+		}
+	}
+	w.Drain()
+	ctx := context.Background()
+	placed := w.Servers()
+	two := &servers{pools: w.Shards[:],
+		ofUser: func(u int64) int { return placed.ServerOf(placement.OfUser(u, shardtest.WorldParts)) },
+		ofConv: func(c int64) int { return placed.ServerOf(placement.OfConversation(c, shardtest.WorldParts)) }}
+	one := oneServer(w.One)
+
+	var users []int64
+	require.NoError(t, pgxScanAll(ctx, w.One, `SELECT id FROM users ORDER BY id`, &users))
+	require.NotEmpty(t, users)
+
+	// all pages through the tokens, or by page number.
+	pages := func(srv *servers, user int64, p listParams, numbered bool) []protocol.Record {
+		var out []protocol.Record
+		for n := int64(1); ; n++ {
+			if numbered {
+				p.page = &pageToken{number: n}
+			}
+			recs, next, err := listRecords(ctx, srv, user, p)
+			require.NoError(t, err)
+			out = append(out, recs...)
+			if next == nil {
+				return out
+			}
+			require.LessOrEqual(t, n, int64(100), "pages end")
+			if !numbered {
+				p.page, err = parsePageToken(*next)
+				require.NoError(t, err)
+			}
+		}
+	}
+	unversioned := func(recs []protocol.Record) []protocol.Record {
+		out := make([]protocol.Record, len(recs))
+		for i, r := range recs {
+			r.Version = 0
+			out[i] = r
+		}
+		return out
+	}
+	crossed, pinned := 0, 0
+	for _, u := range users {
+		want := pages(one, u, listParams{limit: 4}, false)
+		got := pages(two, u, listParams{limit: 4}, false)
+		require.NotEmpty(t, want, "user %d has conversations", u)
+		require.Equal(t, unversioned(want), unversioned(got), "user %d's list", u)
+		require.Equal(t, unversioned(want), unversioned(pages(two, u, listParams{limit: 3}, true)), "user %d's list by page number", u)
+		stored := map[int64]int64{}
+		require.NoError(t, scanVersions(ctx, w.Shards[two.ofUser(u)], u, stored))
+		for _, r := range got {
+			require.Equal(t, stored[r.ConversationID], r.Version, "user %d's record of %d: its server's version", u, r.ConversationID)
+			if two.ofConv(r.ConversationID) != two.ofUser(u) {
+				crossed++
+			}
+			if r.Pinned {
+				pinned++
+			}
+		}
+		since := pages(two, u, listParams{limit: 5, hasSince: true}, false)
+		require.ElementsMatch(t, got, since, "user %d's since_version list holds the same records", u)
+		require.IsIncreasing(t, versionsOf(since), "user %d's since_version list is in version order", u)
+		if len(since) > 2 {
+			mid := since[len(since)/2].Version
+			later := pages(two, u, listParams{limit: 2, hasSince: true, sinceVersion: mid}, false)
+			require.Equal(t, since[len(since)/2+1:], later, "user %d's records after version %d", u, mid)
+		}
+	}
+	require.Positive(t, crossed, "records of conversations on the other server")
+	require.Positive(t, pinned, "pinned records, listed first")
+	t.Logf("%d users' lists, %d records of the other server's conversations, %d pinned", len(users), crossed, pinned)
+}
+
+func versionsOf(recs []protocol.Record) []int64 {
+	out := make([]int64, len(recs))
+	for i, r := range recs {
+		out[i] = r.Version
+	}
+	return out
+}
+
+// scanVersions reads the versions of user's records on db into out.
+func scanVersions(ctx context.Context, db *pgxpool.Pool, user int64, out map[int64]int64) error {
+	rs, err := db.Query(ctx, `SELECT conversation_id, version FROM records WHERE user_id = $1`, user)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var c, v int64
+		if err := rs.Scan(&c, &v); err != nil {
+			return err
+		}
+		out[c] = v
+	}
+	return rs.Err()
+}
+
+// pgxScanAll reads one bigint column of sql on db into out.
+func pgxScanAll(ctx context.Context, db *pgxpool.Pool, sql string, out *[]int64) error {
+	rs, err := db.Query(ctx, sql)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var v int64
+		if err := rs.Scan(&v); err != nil {
+			return err
+		}
+		*out = append(*out, v)
+	}
+	return rs.Err()
+}

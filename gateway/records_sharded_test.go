@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,14 +14,15 @@ import (
 	"github.com/inboxd/inboxd/protocol"
 )
 
-// TestShardedListMatchesOne: the same log projected on one server and on
+// TestShardedReadsMatchOne: the same log projected on one server and on
 // two (internal/shardtest's world); every user's conversation list read
 // across the two servers, page by page through the keyset tokens and by
 // page number, is the list one server gives, record for record (but for
 // the versions, which count the user's record changes in each server's
 // own interleaving: they are the user's server's, and the since_version
-// list is in their order and holds the same records).
-func TestShardedListMatchesOne(t *testing.T) {
+// list is in their order and holds the same records); and so are the
+// histories of every conversation for every member.
+func TestShardedReadsMatchOne(t *testing.T) {
 	w := shardtest.NewWorld(t, 44)
 	g := workload.New(workload.Config{Seed: 44, Users: 50, Conversations: 30, MaxMembers: 14, PinPct: 4, ReadPct: 8,
 		EditPct: 2, DeletePct: 1, ReactPct: 3, ReplyPct: 2})
@@ -97,9 +99,33 @@ func TestShardedListMatchesOne(t *testing.T) {
 			require.Equal(t, since[len(since)/2+1:], later, "user %d's records after version %d", u, mid)
 		}
 	}
+	// History, read on the conversation's server, with the reader's own
+	// reactions marked, as on one server; so are the membership checks.
+	g1, g2 := &Gateway{srv: one}, &Gateway{srv: two}
+	histories := 0
+	for _, u := range users {
+		for _, r := range pages(one, u, listParams{limit: 100}, false) {
+			c := r.ConversationID
+			for _, q := range []struct {
+				mode historyMode
+				pos  int64
+			}{{historyBefore, math.MaxInt64}, {historyAfter, 0}, {historyChanged, 0}, {historyBefore, r.LastSeq / 2}} {
+				want, wantMore, err := g1.history(ctx, u, c, q.mode, q.pos, 40)
+				require.NoError(t, err)
+				got, gotMore, err := g2.history(ctx, u, c, q.mode, q.pos, 40)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "user %d's history of %d (%v after %d)", u, c, q.mode, q.pos)
+				require.Equal(t, wantMore, gotMore)
+				histories++
+			}
+			require.Equal(t, g1.requireMember(ctx, u, c), g2.requireMember(ctx, u, c), "user %d in %d", u, c)
+		}
+	}
+	_, _, err := g2.history(ctx, users[0], 1<<40, historyBefore, math.MaxInt64, 10)
+	require.ErrorContains(t, err, "does not exist")
 	require.Positive(t, crossed, "records of conversations on the other server")
 	require.Positive(t, pinned, "pinned records, listed first")
-	t.Logf("%d users' lists, %d records of the other server's conversations, %d pinned", len(users), crossed, pinned)
+	t.Logf("%d users' lists, %d records of the other server's conversations, %d pinned; %d history pages", len(users), crossed, pinned, histories)
 }
 
 func versionsOf(recs []protocol.Record) []int64 {

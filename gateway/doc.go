@@ -31,6 +31,8 @@
 //	internal/input      JSON decoding, text checks, msg_ids
 //	internal/ratelimit  the per-user token buckets
 //	internal/rows       columns and scanners of messages and records
+//	internal/servers    the placement: the server of a user's and of a
+//	                    conversation's statements
 //
 // The pieces shared by HTTP and WebSocket: hub.Hub (wake-ups),
 // inbox.Reader.Sync and tooLongAnswer (entries after a cursor, or the

@@ -20,6 +20,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
+	"github.com/inboxd/inboxd/gateway/internal/servers"
 	"github.com/inboxd/inboxd/gateway/write"
 	"github.com/inboxd/inboxd/producer"
 )
@@ -31,8 +32,8 @@ import (
 // concurrent use.
 type Gateway struct {
 	cfg     Config
-	pool    *pgxpool.Pool // the catalog: server 1
-	srv     *servers      // the servers of the placement (pool alone on one)
+	pool    *pgxpool.Pool    // the catalog: server 1
+	srv     *servers.Servers // the servers of the placement (pool alone on one)
 	prod    *producer.Producer
 	log     *slog.Logger
 	metrics *metrics
@@ -82,7 +83,7 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	g := &Gateway{
 		cfg:        cfg,
 		pool:       pool,
-		srv:        oneServer(pool),
+		srv:        servers.One(pool),
 		prod:       prod,
 		log:        cfg.Logger,
 		sendLimits: ratelimit.New(cfg.SendRate, cfg.SendBurst),
@@ -124,12 +125,12 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 		return nil, err
 	}
 	app := write.NewAppender(prod, cfg.AppendTimeout)
-	g.sends = write.NewSender(write.SenderConfig{Pool: pool, Hub: g.hub, Inbox: g.inbox, App: app,
+	g.sends = write.NewSender(write.SenderConfig{Servers: g.srv, Hub: g.hub, Inbox: g.inbox, App: app,
 		Outcomes: m.sends, Stages: m.sendStages, MaxBody: cfg.MaxBody, AckWait: cfg.AckWait, Draining: g.draining,
 		Seal: !cfg.PlainBodies, MentionAllMax: cfg.MentionAllMax})
-	g.members = write.NewMembers(write.MembersConfig{Pool: pool, Hub: g.hub, App: app, AckWait: cfg.AckWait,
+	g.members = write.NewMembers(write.MembersConfig{Servers: g.srv, Hub: g.hub, App: app, AckWait: cfg.AckWait,
 		Draining: g.draining})
-	g.changes = write.NewChanger(write.ChangerConfig{Pool: pool, Hub: g.hub, Inbox: g.inbox, App: app,
+	g.changes = write.NewChanger(write.ChangerConfig{Servers: g.srv, Hub: g.hub, Inbox: g.inbox, App: app,
 		Outcomes: m.changes, MaxBody: cfg.MaxBody, AckWait: cfg.AckWait, Draining: g.draining, Seal: !cfg.PlainBodies})
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err

@@ -55,7 +55,7 @@ const sqlEverMember = `SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1)
 // pos (ascending) or changed after pos (by changed_ord).
 func (g *Gateway) history(ctx context.Context, user, cid int64, mode historyMode, pos int64, limit int) ([]protocol.Message, bool, error) {
 	var exists, member bool
-	if err := g.srv.conv(cid).QueryRow(ctx, sqlEverMember, cid, user).Scan(&exists, &member); err != nil {
+	if err := g.srv.Conv(cid).QueryRow(ctx, sqlEverMember, cid, user).Scan(&exists, &member); err != nil {
 		return nil, false, fmt.Errorf("membership of user %d in %d: %w", user, cid, err)
 	}
 	if !exists {
@@ -64,7 +64,7 @@ func (g *Gateway) history(ctx context.Context, user, cid int64, mode historyMode
 	if !member {
 		return nil, false, apierr.NotMember("user %d was never a member of conversation %d", user, cid)
 	}
-	rs, err := g.srv.conv(cid).Query(ctx, sqlHistory[mode], cid, user, pos, limit+1)
+	rs, err := g.srv.Conv(cid).Query(ctx, sqlHistory[mode], cid, user, pos, limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("history of %d for user %d: %w", cid, user, err)
 	}

@@ -35,7 +35,7 @@ func (g *Gateway) handleMembers(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx := r.Context()
 	out := protocol.MemberList{ConversationID: pg.cid, Members: []protocol.Member{}}
-	err = pg.read(ctx, g.srv.conv(pg.cid), sqlMembers, []any{pg.cid, pg.after, pg.limit + 1}, func(rs pgx.Rows) (int64, error) {
+	err = pg.read(ctx, g.srv.Conv(pg.cid), sqlMembers, []any{pg.cid, pg.after, pg.limit + 1}, func(rs pgx.Rows) (int64, error) {
 		var m protocol.Member
 		err := rs.Scan(&m.UserID, &m.JoinedSeq)
 		out.Members = append(out.Members, m)

@@ -18,7 +18,7 @@ const sqlMembership = `SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1)
 // current member of it (403).
 func (g *Gateway) requireMember(ctx context.Context, user, cid int64) error {
 	var exists, member bool
-	if err := g.srv.conv(cid).QueryRow(ctx, sqlMembership, cid, user).Scan(&exists, &member); err != nil {
+	if err := g.srv.Conv(cid).QueryRow(ctx, sqlMembership, cid, user).Scan(&exists, &member); err != nil {
 		return fmt.Errorf("membership of user %d in %d: %w", user, cid, err)
 	}
 	if !exists {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/rows"
+	"github.com/inboxd/inboxd/gateway/internal/servers"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -132,17 +133,17 @@ LIMIT $3 OFFSET $4`
 // listRecords reads one page of user's records and the next_page token
 // (nil on the last page). It is the list behind GET /v1/conversations and
 // the too-long answers. On several servers it is listSharded.
-func listRecords(ctx context.Context, srv *servers, user int64, p listParams) ([]protocol.Record, *string, error) {
+func listRecords(ctx context.Context, srv *servers.Servers, user int64, p listParams) ([]protocol.Record, *string, error) {
 	byVersion := p.hasSince || (p.page != nil && p.page.byVersion)
 	var offset int64
 	if p.page != nil && p.page.number > 0 {
 		offset = (p.page.number - 1) * int64(p.limit)
 		p.page = nil
 	}
-	if srv.sharded() {
+	if srv.Sharded() {
 		return listSharded(ctx, srv, user, p, byVersion, offset)
 	}
-	db := srv.pools[0]
+	db := srv.Pools[0]
 	var rs pgx.Rows
 	var err error
 	if byVersion {
@@ -221,7 +222,7 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
 	// The head (and record version) before the list: a change committed
 	// in between is in the list and after the head, never in neither.
 	var resp protocol.ConversationList
-	if err := g.srv.user(user).QueryRow(ctx, sqlUserHead, user).Scan(&resp.Epoch, &resp.InboxHead, &resp.RecordVersion); err != nil {
+	if err := g.srv.User(user).QueryRow(ctx, sqlUserHead, user).Scan(&resp.Epoch, &resp.InboxHead, &resp.RecordVersion); err != nil {
 		return fmt.Errorf("head of user %d: %w", user, err)
 	}
 	if resp.Conversations, resp.NextPage, err = listRecords(ctx, g.srv, user, p); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/gateway/internal/rows"
+	"github.com/inboxd/inboxd/gateway/internal/servers"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -47,7 +48,7 @@ const sqlRecordsSinceKeys = `SELECT conversation_id, version FROM records WHERE 
 ORDER BY version LIMIT $3 OFFSET $4`
 
 // listSharded is listRecords on several servers.
-func listSharded(ctx context.Context, srv *servers, user int64, p listParams, byVersion bool, offset int64) ([]protocol.Record, *string, error) {
+func listSharded(ctx context.Context, srv *servers.Servers, user int64, p listParams, byVersion bool, offset int64) ([]protocol.Record, *string, error) {
 	var keys []listKey
 	var versions []int64 // byVersion: the version of each key
 	if byVersion {
@@ -55,7 +56,7 @@ func listSharded(ctx context.Context, srv *servers, user int64, p listParams, by
 		if p.page != nil {
 			since = p.page.version
 		}
-		rs, err := srv.user(user).Query(ctx, sqlRecordsSinceKeys, user, since, p.limit+1, offset)
+		rs, err := srv.User(user).Query(ctx, sqlRecordsSinceKeys, user, since, p.limit+1, offset)
 		if err != nil {
 			return nil, nil, fmt.Errorf("list records of user %d: %w", user, err)
 		}
@@ -108,14 +109,14 @@ func listSharded(ctx context.Context, srv *servers, user int64, p listParams, by
 
 // listOrder merges every server's page of user's records in list order
 // (sqlListOrder) and returns the limit+1 keys from offset on.
-func listOrder(ctx context.Context, srv *servers, user int64, p listParams, offset int64) ([]listKey, error) {
+func listOrder(ctx context.Context, srv *servers.Servers, user int64, p listParams, offset int64) ([]listKey, error) {
 	var pinned, activity, conv any
 	if p.page != nil {
 		pinned, activity, conv = p.page.pinned, p.page.activity, p.page.conv
 	}
 	want := offset + int64(p.limit) + 1
 	var keys []listKey
-	for _, db := range srv.pools {
+	for _, db := range srv.Pools {
 		rs, err := db.Query(ctx, sqlListOrder, user, pinned, activity, conv, want, 0)
 		if err != nil {
 			return nil, fmt.Errorf("list records of user %d: %w", user, err)
@@ -152,7 +153,7 @@ func listOrder(ctx context.Context, srv *servers, user int64, p listParams, offs
 // recordsOf reads user's records of convs as one server would: the user's
 // side on the user's server, the rest on each conversation's. A record
 // the user's server does not have is left out.
-func recordsOf(ctx context.Context, srv *servers, user int64, convs []int64) (map[int64]protocol.Record, error) {
+func recordsOf(ctx context.Context, srv *servers.Servers, user int64, convs []int64) (map[int64]protocol.Record, error) {
 	out := make(map[int64]protocol.Record, len(convs))
 	if len(convs) == 0 {
 		return out, nil
@@ -165,8 +166,8 @@ func recordsOf(ctx context.Context, srv *servers, user int64, convs []int64) (ma
 		users, convs, reads, versions []int64
 		pinned, muted, removed        []bool
 	}
-	sides := make([]side, len(srv.pools)) // by conversation server
-	rs, err := srv.user(user).Query(ctx, rows.SQLRecordBases, users, convs)
+	sides := make([]side, len(srv.Pools)) // by conversation server
+	rs, err := srv.User(user).Query(ctx, rows.SQLRecordBases, users, convs)
 	if err != nil {
 		return nil, fmt.Errorf("read the records of user %d: %w", user, err)
 	}
@@ -177,7 +178,7 @@ func recordsOf(ctx context.Context, srv *servers, user int64, convs []int64) (ma
 			rs.Close()
 			return nil, fmt.Errorf("read the records of user %d: %w", user, err)
 		}
-		sd := &sides[srv.ofConv(c)]
+		sd := &sides[srv.OfConv(c)]
 		sd.users, sd.convs, sd.reads, sd.versions = append(sd.users, u), append(sd.convs, c), append(sd.reads, read), append(sd.versions, version)
 		sd.pinned, sd.muted, sd.removed = append(sd.pinned, pinned), append(sd.muted, muted), append(sd.removed, removed)
 	}
@@ -189,7 +190,7 @@ func recordsOf(ctx context.Context, srv *servers, user int64, convs []int64) (ma
 		if len(sd.convs) == 0 {
 			continue
 		}
-		rs, err := srv.pools[s].Query(ctx, rows.SQLRecordsGiven, sd.users, sd.convs, sd.pinned, sd.muted, sd.reads, sd.versions, sd.removed)
+		rs, err := srv.Pools[s].Query(ctx, rows.SQLRecordsGiven, sd.users, sd.convs, sd.pinned, sd.muted, sd.reads, sd.versions, sd.removed)
 		if err != nil {
 			return nil, fmt.Errorf("read the records of user %d on server %d: %w", user, s+1, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxd/inboxd/gateway/internal/servers"
 	"github.com/inboxd/inboxd/internal/shardtest"
 	"github.com/inboxd/inboxd/internal/workload"
 	"github.com/inboxd/inboxd/placement"
@@ -35,17 +36,17 @@ func TestShardedReadsMatchOne(t *testing.T) {
 	w.Drain()
 	ctx := context.Background()
 	placed := w.Servers()
-	two := &servers{pools: w.Shards[:],
-		ofUser: func(u int64) int { return placed.ServerOf(placement.OfUser(u, shardtest.WorldParts)) },
-		ofConv: func(c int64) int { return placed.ServerOf(placement.OfConversation(c, shardtest.WorldParts)) }}
-	one := oneServer(w.One)
+	two := &servers.Servers{Pools: w.Shards[:],
+		OfUser: func(u int64) int { return placed.ServerOf(placement.OfUser(u, shardtest.WorldParts)) },
+		OfConv: func(c int64) int { return placed.ServerOf(placement.OfConversation(c, shardtest.WorldParts)) }}
+	one := servers.One(w.One)
 
 	var users []int64
 	require.NoError(t, pgxScanAll(ctx, w.One, `SELECT id FROM users ORDER BY id`, &users))
 	require.NotEmpty(t, users)
 
 	// all pages through the tokens, or by page number.
-	pages := func(srv *servers, user int64, p listParams, numbered bool) []protocol.Record {
+	pages := func(srv *servers.Servers, user int64, p listParams, numbered bool) []protocol.Record {
 		var out []protocol.Record
 		for n := int64(1); ; n++ {
 			if numbered {
@@ -80,10 +81,10 @@ func TestShardedReadsMatchOne(t *testing.T) {
 		require.Equal(t, unversioned(want), unversioned(got), "user %d's list", u)
 		require.Equal(t, unversioned(want), unversioned(pages(two, u, listParams{limit: 3}, true)), "user %d's list by page number", u)
 		stored := map[int64]int64{}
-		require.NoError(t, scanVersions(ctx, w.Shards[two.ofUser(u)], u, stored))
+		require.NoError(t, scanVersions(ctx, w.Shards[two.OfUser(u)], u, stored))
 		for _, r := range got {
 			require.Equal(t, stored[r.ConversationID], r.Version, "user %d's record of %d: its server's version", u, r.ConversationID)
-			if two.ofConv(r.ConversationID) != two.ofUser(u) {
+			if two.OfConv(r.ConversationID) != two.OfUser(u) {
 				crossed++
 			}
 			if r.Pinned {

@@ -21,7 +21,7 @@ func (g *Gateway) handleServerInbox(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	a := protocol.ServerInbox{UserID: uid}
-	if err := g.srv.user(uid).QueryRow(r.Context(), sqlServerInbox, uid).Scan(&a.Head, &a.Floor); err != nil {
+	if err := g.srv.User(uid).QueryRow(r.Context(), sqlServerInbox, uid).Scan(&a.Head, &a.Floor); err != nil {
 		return fmt.Errorf("inbox head of user %d: %w", uid, err)
 	}
 	apierr.WriteJSON(w, http.StatusOK, a)
@@ -39,7 +39,7 @@ func (g *Gateway) handleServerConversation(w http.ResponseWriter, r *http.Reques
 	}
 	a := protocol.ServerConversation{ConversationID: cid, Mode: protocol.ModeWrite}
 	var read bool
-	err = g.srv.conv(cid).QueryRow(r.Context(), sqlServerConversation, cid).Scan(&a.Title, &a.LastSeq, &a.MemberCount, &read, &a.Channel)
+	err = g.srv.Conv(cid).QueryRow(r.Context(), sqlServerConversation, cid).Scan(&a.Title, &a.LastSeq, &a.MemberCount, &read, &a.Channel)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return apierr.NotFound("conversation %d does not exist", cid)
 	}

@@ -93,7 +93,7 @@ const sqlConversationExists = `SELECT EXISTS (SELECT 1 FROM conversations WHERE 
 // requireConversation answers 404 unless conversation cid exists.
 func (g *Gateway) requireConversation(ctx context.Context, cid int64) error {
 	var ok bool
-	if err := g.srv.conv(cid).QueryRow(ctx, sqlConversationExists, cid).Scan(&ok); err != nil {
+	if err := g.srv.Conv(cid).QueryRow(ctx, sqlConversationExists, cid).Scan(&ok); err != nil {
 		return fmt.Errorf("conversation %d: %w", cid, err)
 	}
 	if !ok {

@@ -12,6 +12,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/servers"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -41,7 +42,7 @@ func polling(held int64, maxHeld int, interval time.Duration) protocol.Polling {
 // inbox.Reader.Sync) and then the first page of the conversation list. A
 // commit between the two shows up in the list and again after the head,
 // never in neither.
-func tooLongAnswer(ctx context.Context, srv *servers, user int64, res *inbox.Result, limit int, hint func() protocol.Polling) (*protocol.TooLong, error) {
+func tooLongAnswer(ctx context.Context, srv *servers.Servers, user int64, res *inbox.Result, limit int, hint func() protocol.Polling) (*protocol.TooLong, error) {
 	recs, next, err := listRecords(ctx, srv, user, listParams{limit: limit})
 	if err != nil {
 		return nil, err
@@ -54,7 +55,7 @@ func tooLongAnswer(ctx context.Context, srv *servers, user int64, res *inbox.Res
 // the first page of Config.PageDefault records and the polling hint of
 // the long-polls held by the gateway.
 type rebaser struct {
-	srv      *servers
+	srv      *servers.Servers
 	limit    int
 	held     *atomic.Int64 // the gateway's count of held long-polls
 	maxHeld  int

@@ -256,6 +256,9 @@ func inc(c prometheus.Counter) {
 // single-server deployment; see HeadsOf.
 func (h *Hub) Heads() *HeadCache { return h.heads[0] }
 
+// HeadsOfServer is the head cache of server s (an index from 0).
+func (h *Hub) HeadsOfServer(s int) *HeadCache { return h.heads[s] }
+
 // HeadsOf is the head cache of user's server.
 func (h *Hub) HeadsOf(user int64) *HeadCache { return h.heads[h.ofUser(user)] }
 

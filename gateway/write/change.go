@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inboxd/inboxd/events"
@@ -14,6 +13,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/gateway/internal/rows"
+	"github.com/inboxd/inboxd/gateway/internal/servers"
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -23,7 +23,7 @@ import (
 // the append and the wait for the projection, as for a send. It is safe
 // for concurrent use.
 type Changer struct {
-	pool     *pgxpool.Pool
+	srv      *servers.Servers
 	hub      *hub.Hub
 	inbox    *inbox.Reader
 	app      *Appender
@@ -36,10 +36,10 @@ type Changer struct {
 
 // ChangerConfig is what a Changer needs; every field is required.
 type ChangerConfig struct {
-	Pool  *pgxpool.Pool
-	Hub   *hub.Hub
-	Inbox *inbox.Reader // caches the state a change's answer read, for the members' pushes
-	App   *Appender
+	Servers *servers.Servers // a message's statements go to its conversation's server
+	Hub     *hub.Hub
+	Inbox   *inbox.Reader // caches the state a change's answer read, for the members' pushes
+	App     *Appender
 	// Outcomes is inboxd_gateway_changes_total by type and outcome.
 	Outcomes *prometheus.CounterVec
 	MaxBody  int           // the largest edited body, in bytes
@@ -50,7 +50,7 @@ type ChangerConfig struct {
 
 // NewChanger makes the change path of cfg.
 func NewChanger(cfg ChangerConfig) *Changer {
-	return &Changer{pool: cfg.Pool, hub: cfg.Hub, inbox: cfg.Inbox, app: cfg.App, outcomes: cfg.Outcomes,
+	return &Changer{srv: cfg.Servers, hub: cfg.Hub, inbox: cfg.Inbox, app: cfg.App, outcomes: cfg.Outcomes,
 		maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: cfg.Draining, seal: cfg.Seal}
 }
 
@@ -122,7 +122,7 @@ func (c *Changer) Change(ctx context.Context, user int64, req ChangeRequest) (*p
 	if e.Type == events.MessageEdited {
 		// Sealed with its message's key: deleting the message erases the
 		// edits too.
-		if err := sealBody(ctx, c.pool, c.seal, e, msgID, *e.Body, key); err != nil {
+		if err := sealBody(ctx, c.srv.Conv(e.ConversationID), c.seal, e, msgID, *e.Body, key); err != nil {
 			return nil, false, err
 		}
 	}
@@ -194,7 +194,7 @@ func (c *Changer) event(user int64, req ChangeRequest) (*events.Event, error) {
 func (c *Changer) check(ctx context.Context, user int64, e *events.Event) (*protocol.Message, string, []byte, error) {
 	var ms rows.MessageScan
 	var ck changeCheck
-	err := c.pool.QueryRow(ctx, sqlChangeCheck, e.ConversationID, e.Seq, user, e.ChangeID).Scan(
+	err := c.srv.Conv(e.ConversationID).QueryRow(ctx, sqlChangeCheck, e.ConversationID, e.Seq, user, e.ChangeID).Scan(
 		append(ms.Targets(), &ck.exists, &ck.creator, &ck.joined, &ck.applied, &ck.taken, &ck.refusal, &ck.at, &ck.key)...)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("check the change %s: %w", e.ChangeID, err)
@@ -288,7 +288,7 @@ func (c *Changer) outcome(ctx context.Context, user int64, e *events.Event) (*pr
 	var ms rows.MessageScan
 	var applied bool
 	var reason *string
-	if err := c.pool.QueryRow(ctx, sqlChangeOutcome, e.ConversationID, e.Seq, user, e.EventID, e.ChangeID).Scan(
+	if err := c.srv.Conv(e.ConversationID).QueryRow(ctx, sqlChangeOutcome, e.ConversationID, e.Seq, user, e.EventID, e.ChangeID).Scan(
 		append(ms.Targets(), &applied, &reason)...); err != nil {
 		return nil, false, fmt.Errorf("outcome of the change %s: %w", e.ChangeID, err)
 	}
@@ -303,7 +303,7 @@ func (c *Changer) outcome(ctx context.Context, user int64, e *events.Event) (*pr
 	m := ms.Message()
 	if m != nil && len(m.Reactions) == 0 {
 		// The members' pushes read it next: from the cache.
-		if epoch := c.hub.Heads().CurrentEpoch(); epoch != 0 {
+		if epoch := c.hub.HeadsOfServer(c.srv.OfConv(m.ConversationID)).CurrentEpoch(); epoch != 0 {
 			c.inbox.CacheMessage(epoch, m)
 		}
 	}

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/hub"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/gateway/internal/servers"
 )
 
 // Members is the write path of conversations, memberships and records:
@@ -19,7 +18,7 @@ import (
 // is not an error: the append is certain, the projection follows. It is
 // safe for concurrent use.
 type Members struct {
-	pool     *pgxpool.Pool
+	srv      *servers.Servers
 	hub      *hub.Hub
 	app      *Appender
 	ackWait  time.Duration
@@ -28,7 +27,9 @@ type Members struct {
 
 // MembersConfig is what Members needs; every field is required.
 type MembersConfig struct {
-	Pool     *pgxpool.Pool
+	// Servers: the id sequence is the catalog's, a conversation's state
+	// its server's, a record's its user's.
+	Servers  *servers.Servers
 	Hub      *hub.Hub
 	App      *Appender
 	AckWait  time.Duration // how long a write waits for its projection
@@ -37,7 +38,7 @@ type MembersConfig struct {
 
 // NewMembers makes the membership writes of cfg.
 func NewMembers(cfg MembersConfig) *Members {
-	return &Members{pool: cfg.Pool, hub: cfg.Hub, app: cfg.App, ackWait: cfg.AckWait, draining: cfg.Draining}
+	return &Members{srv: cfg.Servers, hub: cfg.Hub, app: cfg.App, ackWait: cfg.AckWait, draining: cfg.Draining}
 }
 
 const (
@@ -62,6 +63,11 @@ const (
 		FROM records WHERE user_id = $1 AND conversation_id = $2), false)`
 	// sqlReadSettled is sqlRecordSettled for a read position (capped at
 	// the conversation's last seq by the projector).
+	// sqlReadSettledAt is sqlReadSettled on the user's server of a
+	// sharded placement, the conversation's last seq ($5) read on its own.
+	sqlReadSettledAt = `SELECT COALESCE((SELECT record_version FROM users WHERE id = $1), 0) > $3
+	OR COALESCE((SELECT read_seq >= LEAST($4::bigint, $5::bigint) FROM records WHERE user_id = $1 AND conversation_id = $2), false)`
+	sqlLastSeq     = `SELECT COALESCE((SELECT last_seq FROM conversations WHERE id = $1), 0)`
 	sqlReadSettled = `SELECT COALESCE((SELECT record_version FROM users WHERE id = $1), 0) > $3
 	OR COALESCE((SELECT r.read_seq >= LEAST($4::bigint, c.last_seq)
 		FROM records r JOIN conversations c ON c.id = r.conversation_id
@@ -81,7 +87,7 @@ func errIDTaken(what string) error {
 // append.
 func (m *Members) NextConversationID(ctx context.Context) (int64, error) {
 	var cid int64
-	if err := m.pool.QueryRow(ctx, sqlNextConversationID).Scan(&cid); err != nil {
+	if err := m.srv.Catalog().QueryRow(ctx, sqlNextConversationID).Scan(&cid); err != nil {
 		return 0, fmt.Errorf("allocate conversation id: %w", err)
 	}
 	return cid, nil
@@ -99,7 +105,7 @@ func (m *Members) Create(ctx context.Context, e *events.Event) error {
 	var rejected bool
 	if err := m.await(ctx, sub, func(ctx context.Context) (bool, error) {
 		var exists bool
-		err := m.pool.QueryRow(ctx, sqlCreateSettled, e.ConversationID, e.EventID).Scan(&exists, &rejected)
+		err := m.srv.Conv(e.ConversationID).QueryRow(ctx, sqlCreateSettled, e.ConversationID, e.EventID).Scan(&exists, &rejected)
 		return exists || rejected, err
 	}); err != nil {
 		return err
@@ -134,10 +140,20 @@ func (m *Members) CreateAs(ctx context.Context, e *events.Event, watch int64) (i
 // CreatedBy is the conversation the creation eventID made, 0 if none
 // yet; a refused creation is a retryable 503 (see Create).
 func (m *Members) CreatedBy(ctx context.Context, eventID string) (int64, error) {
+	// The conversation is not known yet: every server is asked (one, but
+	// for a sharded placement), the one holding it answers.
 	var cid *int64
 	var rejected bool
-	if err := m.pool.QueryRow(ctx, sqlCreatedBy, eventID).Scan(&cid, &rejected); err != nil {
-		return 0, fmt.Errorf("creation %s: %w", eventID, err)
+	for _, db := range m.srv.Pools {
+		var c *int64
+		var r bool
+		if err := db.QueryRow(ctx, sqlCreatedBy, eventID).Scan(&c, &r); err != nil {
+			return 0, fmt.Errorf("creation %s: %w", eventID, err)
+		}
+		if c != nil {
+			cid = c
+		}
+		rejected = rejected || r
 	}
 	if cid == nil && rejected {
 		return 0, errIDTaken(eventID)
@@ -167,7 +183,7 @@ func (m *Members) ChangeMembers(ctx context.Context, evs []*events.Event, watch 
 	member := last.Type == events.MemberAdded
 	return m.await(ctx, sub, func(ctx context.Context) (bool, error) {
 		var is, rejected bool
-		if err := m.pool.QueryRow(ctx, sqlMemberSettled, last.ConversationID, last.UserID, last.EventID).Scan(&is, &rejected); err != nil {
+		if err := m.srv.Conv(last.ConversationID).QueryRow(ctx, sqlMemberSettled, last.ConversationID, last.UserID, last.EventID).Scan(&is, &rejected); err != nil {
 			return false, fmt.Errorf("membership of user %d in %d: %w", last.UserID, last.ConversationID, err)
 		}
 		return is == member || rejected, nil
@@ -186,7 +202,7 @@ func (m *Members) ChangeRecord(ctx context.Context, e *events.Event) error {
 	sub := m.hub.SubscribeUser(user)
 	defer sub.Close()
 	var v0 int64
-	if err := m.pool.QueryRow(ctx, sqlRecordVersion, user).Scan(&v0); err != nil {
+	if err := m.srv.User(user).QueryRow(ctx, sqlRecordVersion, user).Scan(&v0); err != nil {
 		return fmt.Errorf("record version of user %d: %w", user, err)
 	}
 	if err := m.app.Append(ctx, e); err != nil {
@@ -194,8 +210,11 @@ func (m *Members) ChangeRecord(ctx context.Context, e *events.Event) error {
 	}
 	qargs := append([]any{user, cid, v0}, args...)
 	return m.await(ctx, sub, func(ctx context.Context) (bool, error) {
+		if m.srv.Sharded() && e.Type == events.ReadUpdated {
+			return m.readSettledApart(ctx, qargs)
+		}
 		var done bool
-		err := m.pool.QueryRow(ctx, settled, qargs...).Scan(&done)
+		err := m.srv.User(user).QueryRow(ctx, settled, qargs...).Scan(&done)
 		return done, err
 	})
 }
@@ -219,4 +238,18 @@ func (m *Members) await(ctx context.Context, sub *hub.Subscription, done func(co
 			return apierr.ErrClientGone
 		}
 	}
+}
+
+// readSettledApart is sqlReadSettled across servers: the conversation's
+// last seq from its server, then the user's record on the user's.
+// args: user, conversation, the version before, the read seq.
+func (m *Members) readSettledApart(ctx context.Context, args []any) (bool, error) {
+	cid := args[1].(int64)
+	var last int64
+	if err := m.srv.Conv(cid).QueryRow(ctx, sqlLastSeq, cid).Scan(&last); err != nil {
+		return false, fmt.Errorf("last seq of %d: %w", cid, err)
+	}
+	var done bool
+	err := m.srv.User(args[0].(int64)).QueryRow(ctx, sqlReadSettledAt, append(args, last)...).Scan(&done)
+	return done, err
 }

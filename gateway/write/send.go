@@ -14,6 +14,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/gateway/internal/rows"
+	"github.com/inboxd/inboxd/gateway/internal/servers"
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -22,7 +23,7 @@ import (
 // server's send frames and the server API: the check, the append and the
 // wait for the projection. It is safe for concurrent use.
 type Sender struct {
-	pool          *pgxpool.Pool
+	srv           *servers.Servers
 	hub           *hub.Hub
 	inbox         *inbox.Reader
 	app           *Appender
@@ -38,10 +39,10 @@ type Sender struct {
 // SenderConfig is what a Sender needs; every field is required (the
 // gateway's New fills them from its Config).
 type SenderConfig struct {
-	Pool  *pgxpool.Pool
-	Hub   *hub.Hub
-	Inbox *inbox.Reader // caches what a send's answer carries
-	App   *Appender
+	Servers *servers.Servers // a message's statements go to its conversation's server
+	Hub     *hub.Hub
+	Inbox   *inbox.Reader // caches what a send's answer carries
+	App     *Appender
 	// Outcomes is inboxd_gateway_sends_total by outcome; Stages is
 	// inboxd_gateway_send_stage_seconds by stage.
 	Outcomes *prometheus.CounterVec
@@ -57,7 +58,7 @@ type SenderConfig struct {
 
 // NewSender makes the send path of cfg.
 func NewSender(cfg SenderConfig) *Sender {
-	return &Sender{pool: cfg.Pool, hub: cfg.Hub, inbox: cfg.Inbox, app: cfg.App, outcomes: cfg.Outcomes,
+	return &Sender{srv: cfg.Servers, hub: cfg.Hub, inbox: cfg.Inbox, app: cfg.App, outcomes: cfg.Outcomes,
 		stages: newSendStages(cfg.Stages), maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: cfg.Draining,
 		seal: cfg.Seal, mentionAllMax: cfg.MentionAllMax}
 }
@@ -224,7 +225,7 @@ func (s *Sender) SendAs(ctx context.Context, user int64, req SendRequest, stamp 
 	}
 	t1 := time.Now()
 	s.stages.check.Observe(t1.Sub(t0).Seconds())
-	if err := sealBody(ctx, s.pool, s.seal, e, msgID, body, key); err != nil {
+	if err := sealBody(ctx, s.srv.Conv(e.ConversationID), s.seal, e, msgID, body, key); err != nil {
 		return nil, err
 	}
 	if err := s.app.Append(ctx, e); err != nil {
@@ -259,7 +260,7 @@ func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*R
 	if s.seal {
 		fresh = events.NewKey()
 	}
-	if err := s.pool.QueryRow(ctx, sqlSendCheck, msgID, cid, user, fresh, e.Mentions, e.MentionAll).Scan(
+	if err := s.srv.Conv(cid).QueryRow(ctx, sqlSendCheck, msgID, cid, user, fresh, e.Mentions, e.MentionAll).Scan(
 		append(ms.Targets(), &exists, &member, &deadLettered, &key, &mentioned, &members)...); err != nil {
 		return nil, nil, fmt.Errorf("check the send of msg_id %s: %w", msgID, err)
 	}
@@ -396,7 +397,8 @@ func projectedMessage(e *events.Event, body string) protocol.Message {
 // cacheProjected puts tmpl, projected at seq, into the message cache (on
 // the hub's goroutine, before the members' sessions are woken).
 func (s *Sender) cacheProjected(tmpl protocol.Message, seq int64) {
-	if epoch := s.hub.Heads().CurrentEpoch(); epoch != 0 {
+	// The message is of its conversation's server, at that server's epoch.
+	if epoch := s.hub.HeadsOfServer(s.srv.OfConv(tmpl.ConversationID)).CurrentEpoch(); epoch != 0 {
 		tmpl.Seq = seq
 		s.inbox.CacheMessage(epoch, &tmpl)
 	}
@@ -409,7 +411,7 @@ func (s *Sender) sendOutcome(ctx context.Context, e *events.Event, ack *hub.Subs
 	cid, user, msgID := e.ConversationID, e.ActorID, e.MsgID
 	var reason *string
 	var out rows.MessageScan
-	if err := s.pool.QueryRow(ctx, sqlSendOutcome, msgID, e.EventID).Scan(append(out.Targets(), &reason)...); err != nil {
+	if err := s.srv.Conv(cid).QueryRow(ctx, sqlSendOutcome, msgID, e.EventID).Scan(append(out.Targets(), &reason)...); err != nil {
 		return nil, fmt.Errorf("outcome of msg_id %s: %w", msgID, err)
 	}
 	if m := out.Message(); m != nil {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -24,7 +25,7 @@ func (g *Gateway) handleHealthz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// handleReadyz is GET /readyz: PostgreSQL answers a ping, a Kafka broker
+// handleReadyz is GET /readyz: PostgreSQL (every server) answers a ping, a Kafka broker
 // answers, (while Listen runs) the LISTEN connection is up, and (with
 // AuthJWKSURL) a key set of the identity provider was fetched. Each check
 // has a short timeout; a failure is a 503 naming the failing checks.
@@ -35,6 +36,14 @@ func (g *Gateway) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	ready := true
 	if err := g.pool.Ping(ctx); err != nil {
 		checks["postgres"], ready = err.Error(), false
+	}
+	// Every other server of a sharded placement: postgres_2, postgres_3, ...
+	for i, pool := range g.srv.Pools[1:] {
+		name := fmt.Sprintf("postgres_%d", i+2)
+		checks[name] = "ok"
+		if err := pool.Ping(ctx); err != nil {
+			checks[name], ready = err.Error(), false
+		}
 	}
 	if err := g.prod.Client().Ping(ctx); err != nil {
 		checks["kafka"], ready = err.Error(), false

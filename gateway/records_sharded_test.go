@@ -122,11 +122,58 @@ func TestShardedReadsMatchOne(t *testing.T) {
 			require.Equal(t, g1.requireMember(ctx, u, c), g2.requireMember(ctx, u, c), "user %d in %d", u, c)
 		}
 	}
+	// Receipts: read positions from the conversation's server, the
+	// settings (a third of the users hide theirs) from the catalog.
+	var hide []int64
+	for _, u := range users {
+		if u%3 == 0 {
+			hide = append(hide, u)
+		}
+	}
+	for _, db := range []*pgxpool.Pool{w.One, w.Shards[0]} {
+		_, err := db.Exec(ctx, `INSERT INTO user_settings (user_id, hide_receipts) SELECT unnest($1::bigint[]), true`, hide)
+		require.NoError(t, err)
+	}
+	g1.pool, g2.pool = w.One, w.Shards[0]
+	receipts := func(g *Gateway, cid, caller, limit int64) []protocol.Receipt {
+		var out []protocol.Receipt
+		pg := &memberPage{cid: cid, limit: limit}
+		for n := 0; ; n++ {
+			page, err := g.receiptsPage(ctx, pg, caller)
+			require.NoError(t, err)
+			page, next := cut(pg, page)
+			out = append(out, page...)
+			if next == nil {
+				return out
+			}
+			require.Less(t, n, 1000)
+			pg = &memberPage{cid: cid, limit: limit, after: pg.last[limit-1]}
+		}
+	}
+	receiptPages, hiding := 0, 0
+	for _, u := range users[:10] {
+		for _, r := range pages(one, u, listParams{limit: 100}, false) {
+			if r.Removed {
+				continue
+			}
+			want := receipts(g1, r.ConversationID, u, 3)
+			require.Equal(t, want, receipts(g2, r.ConversationID, u, 3), "receipts of %d for %d", r.ConversationID, u)
+			receiptPages++
+			for _, rc := range want {
+				if rc.UserID%3 == 0 && rc.UserID == u {
+					hiding++ // the caller sees its own
+				}
+			}
+		}
+	}
+	require.Positive(t, receiptPages)
+	require.Positive(t, hiding, "a caller who hides its receipts sees its own")
 	_, _, err := g2.history(ctx, users[0], 1<<40, historyBefore, math.MaxInt64, 10)
 	require.ErrorContains(t, err, "does not exist")
 	require.Positive(t, crossed, "records of conversations on the other server")
 	require.Positive(t, pinned, "pinned records, listed first")
-	t.Logf("%d users' lists, %d records of the other server's conversations, %d pinned; %d history pages", len(users), crossed, pinned, histories)
+	t.Logf("%d users' lists, %d records of the other server's conversations, %d pinned; %d history pages; %d receipt lists",
+		len(users), crossed, pinned, histories, receiptPages)
 }
 
 func versionsOf(recs []protocol.Record) []int64 {

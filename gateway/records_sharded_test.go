@@ -11,7 +11,6 @@ import (
 	"github.com/inboxd/inboxd/gateway/internal/servers"
 	"github.com/inboxd/inboxd/internal/shardtest"
 	"github.com/inboxd/inboxd/internal/workload"
-	"github.com/inboxd/inboxd/placement"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -27,18 +26,9 @@ func TestShardedReadsMatchOne(t *testing.T) {
 	w := shardtest.NewWorld(t, 44)
 	g := workload.New(workload.Config{Seed: 44, Users: 50, Conversations: 30, MaxMembers: 14, PinPct: 4, ReadPct: 8,
 		EditPct: 2, DeletePct: 1, ReactPct: 3, ReplyPct: 2})
-	for range 3 {
-		w.Append(g, 900)
-		for range 40 {
-			w.Step()
-		}
-	}
-	w.Drain()
+	w.Run(g, 3, 900)
 	ctx := context.Background()
-	placed := w.Servers()
-	two := &servers.Servers{Pools: w.Shards[:],
-		OfUser: func(u int64) int { return placed.ServerOf(placement.OfUser(u, shardtest.WorldParts)) },
-		OfConv: func(c int64) int { return placed.ServerOf(placement.OfConversation(c, shardtest.WorldParts)) }}
+	two := &servers.Servers{Pools: w.Shards[:], OfUser: w.OfUser, OfConv: w.OfConv}
 	one := servers.One(w.One)
 
 	var users []int64

@@ -53,37 +53,27 @@ func (c *HeadCache) Generation() uint64 {
 // reset forgets everything; valid says whether notifications flow from now
 // on (the LISTEN connection is up).
 func (c *HeadCache) reset(valid bool) {
-	if c == nil {
-		return
-	}
-	for {
-		g := c.gen.Load()
+	c.clearWith(func(g uint64) uint64 {
 		next := g + 1
 		if (next%2 == 1) != valid {
 			next++
 		}
-		if c.gen.CompareAndSwap(g, next) {
-			break
-		}
-	}
-	c.epoch.Store(0)
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		clear(sh.heads)
-		sh.mu.Unlock()
-	}
+		return next
+	})
 }
 
 // forgetAll forgets every head and moves the generation, valid or not as
 // it was.
-func (c *HeadCache) forgetAll() {
+func (c *HeadCache) forgetAll() { c.clearWith(func(g uint64) uint64 { return g + 2 }) }
+
+// clearWith moves the generation g to next(g) and forgets every head.
+func (c *HeadCache) clearWith(next func(g uint64) uint64) {
 	if c == nil {
 		return
 	}
 	for {
 		g := c.gen.Load()
-		if c.gen.CompareAndSwap(g, g+2) {
+		if c.gen.CompareAndSwap(g, next(g)) {
 			break
 		}
 	}

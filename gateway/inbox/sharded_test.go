@@ -12,7 +12,6 @@ import (
 	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/shardtest"
 	"github.com/inboxd/inboxd/internal/workload"
-	"github.com/inboxd/inboxd/placement"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -31,17 +30,9 @@ func TestShardedReadMatchesOne(t *testing.T) {
 	w := shardtest.NewWorld(t, 33)
 	g := workload.New(workload.Config{Seed: 33, Users: 60, Conversations: 25, MaxMembers: 16, PinPct: 2, ReadPct: 8,
 		EditPct: 3, DeletePct: 1, ReactPct: 5, UnreactPct: 1, ReplyPct: 2})
-	for range 3 {
-		w.Append(g, 1200)
-		for range 40 {
-			w.Step()
-		}
-	}
-	w.Drain()
+	w.Run(g, 3, 1200)
 	ctx := context.Background()
-	srv := w.Servers()
-	ofUser := func(u int64) int { return srv.ServerOf(placement.OfUser(u, shardtest.WorldParts)) }
-	ofConv := func(c int64) int { return srv.ServerOf(placement.OfConversation(c, shardtest.WorldParts)) }
+	ofUser, ofConv := w.OfUser, w.OfConv
 	one := inbox.New(w.One, inbox.Config{})
 	two := inbox.NewSharded(inbox.Servers{DBs: []inbox.Querier{w.Shards[0], w.Shards[1]},
 		OfUser: ofUser, OfConversation: ofConv}, inbox.Config{})

@@ -49,6 +49,23 @@ const (
 	WorldParts = 4
 )
 
+// Run appends rounds of n events of g, stepping 40 batches after each,
+// then drains the world.
+func (w *World) Run(g *workload.Generator, rounds, n int) {
+	for range rounds {
+		w.Append(g, n)
+		for range 40 {
+			w.Step()
+		}
+	}
+	w.Drain()
+}
+
+// OfUser is the index in Shards of user u's server; OfConv of
+// conversation c's.
+func (w *World) OfUser(u int64) int { return w.Server(placement.OfUser(u, WorldParts)) }
+func (w *World) OfConv(c int64) int { return w.Server(placement.OfConversation(c, WorldParts)) }
+
 // Servers is the world's two servers as a Servers.
 func (w *World) Servers() Servers {
 	return Servers{Pools: w.Shards[:], Map: w.Map, Partitions: WorldParts, Topic: WorldTopic}

@@ -17,22 +17,54 @@ import (
 // sqlLookup is the presence of the users $2 that $1 may see: $1 itself
 // and the users sharing a current write-mode conversation with $1 (as
 // sqlPartners), in user id order, with whether each hides its presence.
-var sqlLookup = fmt.Sprintf(`SELECT q.u, %s, ls.last_seen, COALESCE(st.hide_presence, false)
+var sqlLookup = fmt.Sprintf(lookupOf, `q.u = $1 OR EXISTS (SELECT 1 FROM member_spans a
+	JOIN conversations c ON c.id = a.conversation_id AND NOT c.read_fanout
+	JOIN member_spans b ON b.conversation_id = a.conversation_id AND b.left_seq IS NULL AND b.user_id = q.u
+	WHERE a.user_id = $1 AND a.left_seq IS NULL)`)
+
+// lookupOf is the presence of the users $2 that the condition picks.
+var lookupOf = fmt.Sprintf(`SELECT q.u, %s, ls.last_seen, COALESCE(st.hide_presence, false)
 FROM (SELECT DISTINCT u FROM unnest($2::bigint[]) u) q
 LEFT JOIN presence_last_seen ls ON ls.user_id = q.u
 LEFT JOIN user_settings st ON st.user_id = q.u
-WHERE q.u = $1 OR EXISTS (SELECT 1 FROM member_spans a
-	JOIN conversations c ON c.id = a.conversation_id AND NOT c.read_fanout
-	JOIN member_spans b ON b.conversation_id = a.conversation_id AND b.left_seq IS NULL AND b.user_id = q.u
-	WHERE a.user_id = $1 AND a.left_seq IS NULL)
+WHERE %%s
 ORDER BY q.u`, fmt.Sprintf(liveRow, "q.u", "'00000000-0000-0000-0000-000000000000'::uuid", "$3"))
+
+// On several servers the partners are found on every server, among the
+// users asked for ($2), and the presence read on the catalog for them
+// ($4) and $1.
+var sqlLookupGiven = fmt.Sprintf(lookupOf, `q.u = $1 OR q.u = ANY($4::bigint[])`)
+
+// sqlPartnersAmong are those of $2 who share a current write-mode
+// conversation on this server with $1.
+const sqlPartnersAmong = `SELECT DISTINCT b.user_id FROM member_spans a
+	JOIN conversations c ON c.id = a.conversation_id AND NOT c.read_fanout
+	JOIN member_spans b ON b.conversation_id = a.conversation_id AND b.left_seq IS NULL AND b.user_id = ANY($2::bigint[])
+	WHERE a.user_id = $1 AND a.left_seq IS NULL`
+
+// lookupRows runs the lookup of users for asker: one statement on one
+// server, a scatter for the partners and then the catalog's on several.
+func (s *Service) lookupRows(ctx context.Context, asker int64, users []int64) (pgx.Rows, error) {
+	if !s.srv.Sharded() {
+		return s.pool.Query(ctx, sqlLookup, asker, users, secs(s.cfg.PresenceExpiry))
+	}
+	var seen []int64
+	for _, pool := range s.srv.Pools {
+		found, err := queryUsers(ctx, pool, sqlPartnersAmong, asker, users)
+		if err != nil {
+			return nil, err
+		}
+		seen = append(seen, found...)
+	}
+	return s.pool.Query(ctx, sqlLookupGiven, asker, users, secs(s.cfg.PresenceExpiry), seen)
+}
 
 // Lookup returns the presence of users as asker may see it: users who
 // share no current conversation with asker are left out (as are unknown
 // ids: the answer does not tell them apart); one who hides their presence
 // is offline without a last seen, to everyone but themselves.
 func (s *Service) Lookup(ctx context.Context, asker int64, users []int64) ([]protocol.Presence, error) {
-	rows, err := s.pool.Query(ctx, sqlLookup, asker, users, secs(s.cfg.PresenceExpiry))
+	rows, err := s.lookupRows(ctx, asker, users)
 	if err != nil {
 		return nil, fmt.Errorf("presence for user %d: %w", asker, err)
 	}

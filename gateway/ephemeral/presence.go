@@ -3,10 +3,12 @@ package ephemeral
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
@@ -221,11 +223,7 @@ func (s *Service) deliverPresence(ctx context.Context, p projection.Presence) er
 	// members of write-mode conversations), the local users are not (a
 	// list of 17,000 ids sent with each of 17,000 connects' presence was
 	// gigabytes of parameters); deliver skips users with no session here.
-	rows, err := s.pool.Query(ctx, sqlPartners, p.User)
-	if err != nil {
-		return err
-	}
-	users, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	users, err := s.partners(ctx, p.User)
 	if err != nil || len(users) == 0 {
 		return err
 	}
@@ -260,9 +258,29 @@ SELECT DISTINCT b.user_id FROM mine
 JOIN member_spans b ON b.conversation_id = mine.conversation_id AND b.left_seq IS NULL
 WHERE b.user_id <> $1`
 
-// queryUsers runs a query of user ids with parameters $1 and $2.
-func (s *Service) queryUsers(ctx context.Context, sql string, a int64, local []int64, more ...any) ([]int64, error) {
-	rows, err := s.pool.Query(ctx, sql, append([]any{a, local}, more...)...)
+// partners runs sqlPartners on every server (a user's conversations are
+// on any of them) and returns the users it found, each once.
+func (s *Service) partners(ctx context.Context, user int64) ([]int64, error) {
+	if !s.srv.Sharded() {
+		rows, _ := s.pool.Query(ctx, sqlPartners, user)
+		return pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	var all []int64
+	for _, pool := range s.srv.Pools {
+		rows, _ := pool.Query(ctx, sqlPartners, user)
+		users, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, users...)
+	}
+	slices.Sort(all)
+	return slices.Compact(all), nil
+}
+
+// queryUsers runs a query of user ids with parameters $1 and $2 on pool.
+func queryUsers(ctx context.Context, pool *pgxpool.Pool, sql string, a int64, local []int64, more ...any) ([]int64, error) {
+	rows, err := pool.Query(ctx, sql, append([]any{a, local}, more...)...)
 	if err != nil {
 		return nil, err
 	}

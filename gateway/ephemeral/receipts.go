@@ -29,6 +29,9 @@ WHERE s.conversation_id = $1 AND s.left_seq IS NULL AND s.user_id = ANY($2::bigi
 	AND NOT EXISTS (SELECT 1 FROM conversations c WHERE c.id = $1 AND c.read_fanout)`,
 }
 
+// sqlHidesReceipts says whether $1 hides its read receipts.
+const sqlHidesReceipts = `SELECT EXISTS (SELECT 1 FROM user_settings WHERE user_id = $1 AND hide_receipts)`
+
 // Receipt queues the receipt of user, who read conv up to seq, for
 // delivery (the hub's Config.Read). It never blocks: a full queue drops
 // it, counted.
@@ -39,6 +42,14 @@ func (s *Service) Receipt(conv, user, seq int64) {
 // deliverReceipt pushes a receipt to the local sessions of the
 // conversation's other current members, unless the reader hides it.
 func (s *Service) deliverReceipt(ctx context.Context, r projection.Read) error {
+	if s.srv.OfConv(r.Conv) != 0 {
+		// The settings are the catalog's; the audience's statements read
+		// the conversation's server, whose user_settings is empty.
+		var hidden bool
+		if err := s.pool.QueryRow(ctx, sqlHidesReceipts, r.User).Scan(&hidden); err != nil || hidden {
+			return err
+		}
+	}
 	return s.deliverToMembers(ctx, receiptAudience, r.Conv, r.User, protocol.FrameReceipt,
 		protocol.ReceiptFrame{Type: protocol.FrameReceipt, ConversationID: r.Conv, UserID: r.User, ReadSeq: r.Seq}, r.User)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
+	"github.com/inboxd/inboxd/gateway/internal/servers"
 	"github.com/inboxd/inboxd/projection"
 )
 
@@ -33,7 +34,8 @@ type listener struct {
 // listens. It is safe for concurrent use.
 type Service struct {
 	cfg    Config
-	pool   *pgxpool.Pool
+	pool   *pgxpool.Pool    // the catalog: presence, settings, the channel
+	srv    *servers.Servers // where conversations and member spans are
 	limits *ratelimit.Limiters
 	log    *slog.Logger
 	m      *metrics
@@ -63,18 +65,30 @@ type token struct {
 // New makes a Service over pool; limits is the bucket a typing broadcast
 // spends a token of (the gateway's write bucket).
 func New(cfg Config, pool *pgxpool.Pool, limits *ratelimit.Limiters) (*Service, error) {
+	if pool == nil {
+		return nil, errors.New("gateway: ephemeral needs a pool and rate limits")
+	}
+	return NewOn(cfg, servers.One(pool), limits)
+}
+
+// NewOn is New on the servers of a placement: the presence rows, the
+// settings and the ephemeral channel are the catalog's; who is a member,
+// and so who shares a conversation or hears a frame, is read on the
+// conversations' servers.
+func NewOn(cfg Config, srv *servers.Servers, limits *ratelimit.Limiters) (*Service, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if pool == nil || limits == nil {
+	if srv == nil || limits == nil {
 		return nil, errors.New("gateway: ephemeral needs a pool and rate limits")
 	}
+	pool := srv.Catalog()
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: register ephemeral metrics: %w", err)
 	}
-	s := &Service{cfg: cfg, pool: pool, limits: limits, log: cfg.Logger, m: m,
+	s := &Service{cfg: cfg, pool: pool, srv: srv, limits: limits, log: cfg.Logger, m: m,
 		local: map[int64]map[*listener]struct{}{}, grace: map[int64]*time.Timer{}, typing: map[typingKey]typingState{}}
 	for i := range s.sync {
 		s.sync[i] = newSyncShard()

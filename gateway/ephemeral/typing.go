@@ -31,6 +31,32 @@ type typingState struct {
 const sqlTypingNotify = `SELECT pg_notify($3, $4) FROM member_spans
 WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL`
 
+// sqlIsMember says whether $2 is a current member of conversation $1.
+const sqlIsMember = `SELECT EXISTS (SELECT 1 FROM member_spans
+WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL)`
+
+// notifyTyping sends t on the ephemeral channel if its user is a current
+// member, and says whether it did: one statement on one server; two when
+// the conversation is on another server than the channel's (the catalog).
+func (s *Service) notifyTyping(ctx context.Context, t projection.Typing) (bool, error) {
+	payload := string(projection.AppendTyping(nil, t))
+	if s.srv.OfConv(t.Conv) != 0 {
+		var member bool
+		if err := s.srv.Conv(t.Conv).QueryRow(ctx, sqlIsMember, t.Conv, t.User).Scan(&member); err != nil || !member {
+			return false, err
+		}
+		_, err := s.pool.Exec(ctx, sqlNotify, s.cfg.Channel, payload)
+		return err == nil, err
+	}
+	rows, err := s.pool.Query(ctx, sqlTypingNotify, t.Conv, t.User, s.cfg.Channel, payload)
+	if err != nil {
+		return false, err
+	}
+	sent := rows.Next()
+	rows.Close()
+	return sent, rows.Err()
+}
+
 // typingAudience: the current members of $1 (see audience).
 var typingAudience = audience{
 	byConv: `SELECT c.member_count <= $2, ARRAY(SELECT s.user_id FROM member_spans s
@@ -61,14 +87,8 @@ func (s *Service) Typing(ctx context.Context, user, cid int64, stop bool) (strin
 	if stop {
 		t.ExpiresMS = 0
 	}
-	rows, err := s.pool.Query(ctx, sqlTypingNotify, cid, user, s.cfg.Channel, string(projection.AppendTyping(nil, t)))
+	sent, err := s.notifyTyping(ctx, t)
 	if err != nil {
-		s.m.typing.WithLabelValues(OutcomeFailed).Inc()
-		return OutcomeFailed, fmt.Errorf("typing of user %d in %d: %w", user, cid, err)
-	}
-	sent := rows.Next()
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		s.m.typing.WithLabelValues(OutcomeFailed).Inc()
 		return OutcomeFailed, fmt.Errorf("typing of user %d in %d: %w", user, cid, err)
 	}
@@ -149,14 +169,15 @@ func (s *Service) deliverToMembers(ctx context.Context, a audience, conv, from i
 	}
 	var small bool
 	var users []int64
-	err := s.pool.QueryRow(ctx, a.byConv, append([]any{conv, n}, more...)...).Scan(&small, &users)
+	pool := s.srv.Conv(conv)
+	err := pool.QueryRow(ctx, a.byConv, append([]any{conv, n}, more...)...).Scan(&small, &users)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil
 	case err != nil:
 		return err
 	case !small:
-		if users, err = s.queryUsers(ctx, a.byList, conv, s.localUsers(), more...); err != nil {
+		if users, err = queryUsers(ctx, pool, a.byList, conv, s.localUsers(), more...); err != nil {
 			return err
 		}
 	}

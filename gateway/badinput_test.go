@@ -24,12 +24,18 @@ func (tg *tgw) snapshot(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
 	var counts [9]int64
-	require.NoError(t, tg.env.Pool.QueryRow(ctx, `SELECT
+	for _, pool := range tg.env.Pools {
+		var c [9]int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM messages), (SELECT count(*) FROM inbox), (SELECT count(*) FROM records),
 		(SELECT COALESCE(sum(version), 0) FROM records), (SELECT count(*) FROM member_spans),
 		(SELECT count(*) FROM member_spans WHERE left_seq IS NULL), (SELECT count(*) FROM conversations),
 		(SELECT COALESCE(sum(inbox_seq), 0) FROM users), (SELECT count(*) FROM rejections)`).Scan(
-		&counts[0], &counts[1], &counts[2], &counts[3], &counts[4], &counts[5], &counts[6], &counts[7], &counts[8]))
+			&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8]))
+		for i := range c {
+			counts[i] += c[i]
+		}
+	}
 	require.NoError(t, tg.env.Producer.Flush(ctx))
 	ends, err := kadm.NewClient(tg.env.Producer.Client()).ListEndOffsets(ctx, tg.env.Topic)
 	require.NoError(t, err)

@@ -154,6 +154,7 @@ func TestSendAnsweredFromTheNotification(t *testing.T) {
 	a, b := tg.user(t, 1), tg.user(t, 2)
 	cid := a.create(t, "acks", 2)
 	_, head, _ := b.syncAll(t, 0, 50) // teaches the epoch
+	tg.teachEpochs(t)
 	before := tg.g.inbox.CachedMessages()
 	r := a.do(t, "POST", "/v1/conversations/"+strconv.FormatInt(cid, 10)+"/messages",
 		`{"msg_id":"0b8e2a52-7f0e-4a57-9d8e-3c1f2f7a00a1","body":"caf\u00e9 <ok> \"q\""}`)

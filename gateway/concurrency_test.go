@@ -107,7 +107,7 @@ func TestConcurrentSendersAndReaders(t *testing.T) {
 	tg.env.WaitCaughtUp(t, 60*time.Second)
 	for uid := int64(1); uid <= 8; uid++ {
 		var head int64
-		require.NoError(t, tg.env.Pool.QueryRow(context.Background(), `SELECT inbox_seq FROM users WHERE id = $1`, uid).Scan(&head))
+		require.NoError(t, tg.env.UserPool(uid).QueryRow(context.Background(), `SELECT inbox_seq FROM users WHERE id = $1`, uid).Scan(&head))
 		finals.Store(uid, head)
 	}
 	readers.Wait()
@@ -161,9 +161,9 @@ func TestSameMsgIDConcurrently(t *testing.T) {
 	}
 	tg.env.WaitCaughtUp(t, 30*time.Second)
 	var n, last int64
-	require.NoError(t, tg.env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM messages WHERE msg_id = $1`, id).Scan(&n))
+	require.NoError(t, tg.env.ConvPool(cid).QueryRow(context.Background(), `SELECT count(*) FROM messages WHERE msg_id = $1`, id).Scan(&n))
 	require.Equal(t, int64(1), n)
-	require.NoError(t, tg.env.Pool.QueryRow(context.Background(), `SELECT last_seq FROM conversations WHERE id = $1`, cid).Scan(&last))
+	require.NoError(t, tg.env.ConvPool(cid).QueryRow(context.Background(), `SELECT last_seq FROM conversations WHERE id = $1`, cid).Scan(&last))
 	require.Equal(t, int64(2), last, "the created message and one text")
 	tg.verify(t)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
 	"github.com/inboxd/inboxd/gateway/internal/servers"
 	"github.com/inboxd/inboxd/gateway/write"
+	"github.com/inboxd/inboxd/placement"
 	"github.com/inboxd/inboxd/producer"
 )
 
@@ -70,20 +71,76 @@ type Gateway struct {
 	beforeConnect func(ctx context.Context)
 }
 
+// Placement is a deployment on several PostgreSQL servers as the gateway
+// reads it (docs/scaling.md): a pool per server of Map.Servers, in the
+// same order (Pools[0] is server 1, the catalog), and the partition count
+// of the event topic, which places users and conversations.
+type Placement struct {
+	Pools      []*pgxpool.Pool
+	Map        *placement.Map
+	Partitions int32
+}
+
+// servers is the routing of p's statements.
+func (p Placement) servers() (*servers.Servers, error) {
+	if len(p.Pools) == 0 || p.Map == nil || len(p.Map.Servers) != len(p.Pools) {
+		return nil, errors.New("gateway: a placement needs a pool for each of its servers")
+	}
+	if p.Partitions <= 0 {
+		return nil, errors.New("gateway: a placement needs the topic's partition count")
+	}
+	index := map[int32]int{}
+	for i, s := range p.Map.Servers {
+		if p.Pools[i] == nil {
+			return nil, fmt.Errorf("gateway: no pool for server %d", s.ID)
+		}
+		index[s.ID] = i
+	}
+	for part := range p.Partitions {
+		if _, ok := index[p.Map.Server(part)]; !ok {
+			return nil, fmt.Errorf("gateway: partition %d is on server %d, which the placement does not list", part, p.Map.Server(part))
+		}
+	}
+	if len(p.Pools) == 1 {
+		return servers.One(p.Pools[0]), nil
+	}
+	// A moving partition is still read on its source until the switch.
+	m, n := p.Map, p.Partitions
+	return &servers.Servers{Pools: p.Pools,
+		OfUser: func(user int64) int { return index[m.Server(placement.OfUser(user, n))] },
+		OfConv: func(conv int64) int { return index[m.Server(placement.OfConversation(conv, n))] }}, nil
+}
+
 // New builds a gateway reading projections through pool and appending
 // through prod. It does not connect; Listen and the requests do.
 func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, error) {
+	if pool == nil {
+		return nil, errors.New("gateway: a pool and a producer are required")
+	}
+	return NewOn(cfg, Placement{Pools: []*pgxpool.Pool{pool}, Map: placement.Single(), Partitions: 1}, prod)
+}
+
+// NewOn is New on the servers of a placement: each user's inbox is read
+// on its server and each conversation's messages on theirs, the hub
+// listens to every server, and the writes are checked where their state
+// is. With one server it is New.
+func NewOn(cfg Config, pl Placement, prod *producer.Producer) (*Gateway, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if pool == nil || prod == nil {
+	if prod == nil {
 		return nil, errors.New("gateway: a pool and a producer are required")
 	}
+	srv, err := pl.servers()
+	if err != nil {
+		return nil, err
+	}
+	pool := srv.Catalog()
 	g := &Gateway{
 		cfg:        cfg,
 		pool:       pool,
-		srv:        servers.One(pool),
+		srv:        srv,
 		prod:       prod,
 		log:        cfg.Logger,
 		sendLimits: ratelimit.New(cfg.SendRate, cfg.SendBurst),
@@ -106,19 +163,24 @@ func New(cfg Config, pool *pgxpool.Pool, prod *producer.Producer) (*Gateway, err
 	if g.reconnects, err = newReconnects(cfg.Reconnect, cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("gateway: reconnect hints: %w", err)
 	}
-	if g.eph, err = ephemeral.New(cfg.Ephemeral, pool, g.sendLimits); err != nil {
+	if g.eph, err = ephemeral.NewOn(cfg.Ephemeral, srv, g.sendLimits); err != nil {
 		return nil, err
 	}
 	// The hub tells the reader (made next) of changed messages and of
 	// notifications it may have missed, so that cached messages never
 	// outlive a change.
-	g.hub = hub.New(hub.Config{WakeJitter: cfg.WakeJitter, WakeBurst: cfg.WakeBurst, HeadCacheUsers: cfg.HeadCacheUsers,
+	g.hub = hub.New(hub.Config{Servers: len(srv.Pools), OfUser: srv.OfUser,
+		WakeJitter: cfg.WakeJitter, WakeBurst: cfg.WakeBurst, HeadCacheUsers: cfg.HeadCacheUsers,
 		Notifications: m.notifications, Reconnects: m.listenerReconnects, Logger: cfg.Logger,
 		Updated:  func(conv, seq, version int64) { g.inbox.Forget(conv, seq, version) },
 		Lost:     func() { g.inbox.ForgetAll() },
 		Read:     g.eph.Receipt,
 		Channels: map[string]func(string){g.eph.Channel(): g.eph.Handle}})
-	g.inbox = inbox.New(pool, inbox.Config{MessageCacheBytes: cfg.MessageCacheBytes, TooLongLag: cfg.TooLongLag,
+	dbs := make([]inbox.Querier, len(srv.Pools))
+	for i, p := range srv.Pools {
+		dbs[i] = p
+	}
+	g.inbox = inbox.NewSharded(inbox.Servers{DBs: dbs, OfUser: srv.OfUser, OfConversation: srv.OfConv}, inbox.Config{MessageCacheBytes: cfg.MessageCacheBytes, TooLongLag: cfg.TooLongLag,
 		CountsCacheUsers: cfg.CountsCacheUsers, Heads: g.hub.UserHeads(), CacheHit: m.cache.WithLabelValues("messages", "hit").Inc,
 		CacheMiss: m.cache.WithLabelValues("messages", "miss").Inc})
 	if g.auth, err = g.newAuthenticator(); err != nil {
@@ -153,22 +215,24 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 // that need the key set are refused. Run calls it; tests that serve
 // Handler themselves run it beside.
 func (g *Gateway) Listen(ctx context.Context) error {
-	cc := g.pool.Config().ConnConfig.Copy()
-	if cc.RuntimeParams == nil {
-		cc.RuntimeParams = map[string]string{}
-	}
-	cc.RuntimeParams["application_name"] = "inboxd-gateway-listen"
-	eg, ctx := errgroup.WithContext(ctx)
-	eg.Go(func() error {
-		return g.hub.Run(ctx, g.cfg.Channel, g.cfg.ListenBackoffMax, func(ctx context.Context) (*pgx.Conn, error) {
+	connects := make([]func(context.Context) (*pgx.Conn, error), len(g.srv.Pools))
+	for i, pool := range g.srv.Pools {
+		cc := pool.Config().ConnConfig.Copy()
+		if cc.RuntimeParams == nil {
+			cc.RuntimeParams = map[string]string{}
+		}
+		cc.RuntimeParams["application_name"] = "inboxd-gateway-listen"
+		connects[i] = func(ctx context.Context) (*pgx.Conn, error) {
 			if g.beforeConnect != nil {
 				g.beforeConnect(ctx)
 			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			return pgx.ConnectConfig(cctx, cc)
-		})
-	})
+		}
+	}
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return g.hub.RunServers(ctx, g.cfg.Channel, g.cfg.ListenBackoffMax, connects) })
 	// The WebSocket pusher lives as long as the hub that feeds it; when
 	// ctx ends every session is closed with 1012.
 	eg.Go(func() error { return g.ws.Run(ctx) })

@@ -239,7 +239,7 @@ func TestSendDeadLettered(t *testing.T) {
 	stopFanout := env.StartFanout(t)
 	// A long ack wait: the waiting sender must be answered by the
 	// rejection's notification, not by the end of the wait.
-	g, err := New(wsTestConfig(env, func(c *Config) { c.AckWait = 20 * time.Second }), env.Pool, env.Producer)
+	g, err := NewOn(wsTestConfig(env, func(c *Config) { c.AckWait = 20 * time.Second }), placementOf(env), env.Producer)
 	require.NoError(t, err)
 	startListen(t, g)
 	srv := httptest.NewServer(g.Handler())
@@ -257,7 +257,7 @@ func TestSendDeadLettered(t *testing.T) {
 
 	ctx := context.Background()
 	insertDeadLetter := func(eventID, msgID string, actor int64) {
-		_, err := env.Pool.Exec(ctx, `INSERT INTO rejections (event_id, msg_id, event_type, conversation_id, actor_id,
+		_, err := env.ConvPool(cid).Exec(ctx, `INSERT INTO rejections (event_id, msg_id, event_type, conversation_id, actor_id,
 			reason, topic, "partition", "offset", rejected_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, now())`,
 			eventID, msgID, events.MessageSent, cid, actor, projection.ReasonDeadLetter, env.Topic)
 		require.NoError(t, err)
@@ -265,7 +265,7 @@ func TestSendDeadLettered(t *testing.T) {
 		var enc projection.Encoder
 		enc.Rejected(msgID)
 		for _, pl := range enc.Payloads() {
-			_, err = env.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, projection.DefaultChannel, pl)
+			_, err = env.ConvPool(cid).Exec(ctx, `SELECT pg_notify($1, $2)`, projection.DefaultChannel, pl)
 			require.NoError(t, err)
 		}
 	}
@@ -293,7 +293,7 @@ func TestSendDeadLettered(t *testing.T) {
 	// Retries answer the same, append nothing, also after leaving.
 	idB := uuid.NewString()
 	insertDeadLetter(uuid.NewString(), idB, b.id)
-	_, err = env.Pool.Exec(ctx, `UPDATE member_spans SET left_seq = 2 WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL`, cid, b.id)
+	_, err = env.ConvPool(cid).Exec(ctx, `UPDATE member_spans SET left_seq = 2 WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL`, cid, b.id)
 	require.NoError(t, err)
 	logBefore := tg.snapshot(t)
 	r = a.do(t, "POST", msgs, map[string]any{"msg_id": id, "body": "poison"})

@@ -25,7 +25,7 @@ import (
 // so that the projector keeps it there whatever its member count.
 func setReadFanout(t testing.TB, tg *tgw, cid int64, on bool) {
 	t.Helper()
-	_, err := tg.env.Pool.Exec(context.Background(), `UPDATE conversations SET read_fanout = $2, channel = $2 WHERE id = $1`, cid, on)
+	_, err := tg.env.ConvPool(cid).Exec(context.Background(), `UPDATE conversations SET read_fanout = $2, channel = $2 WHERE id = $1`, cid, on)
 	require.NoError(t, err)
 }
 
@@ -34,9 +34,9 @@ func setReadFanout(t testing.TB, tg *tgw, cid int64, on bool) {
 func setChanged(t testing.TB, tg *tgw, cid, seq, ord int64) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := tg.env.Pool.Exec(ctx, `UPDATE messages SET changed_ord = $3 WHERE conversation_id = $1 AND seq = $2`, cid, seq, ord)
+	_, err := tg.env.ConvPool(cid).Exec(ctx, `UPDATE messages SET changed_ord = $3 WHERE conversation_id = $1 AND seq = $2`, cid, seq, ord)
 	require.NoError(t, err)
-	_, err = tg.env.Pool.Exec(ctx, `UPDATE conversations SET change_count = greatest(change_count, $2) WHERE id = $1`, cid, ord)
+	_, err = tg.env.ConvPool(cid).Exec(ctx, `UPDATE conversations SET change_count = greatest(change_count, $2) WHERE id = $1`, cid, ord)
 	require.NoError(t, err)
 }
 
@@ -54,7 +54,7 @@ func notifyLarge(t testing.TB, tg *tgw, fill func(e *projection.Encoder)) {
 // lastSeq reads conversations.last_seq and change_count.
 func lastSeq(t testing.TB, tg *tgw, cid int64) (seq, changes int64) {
 	t.Helper()
-	require.NoError(t, tg.env.Pool.QueryRow(context.Background(),
+	require.NoError(t, tg.env.ConvPool(cid).QueryRow(context.Background(),
 		`SELECT last_seq, change_count FROM conversations WHERE id = $1`, cid).Scan(&seq, &changes))
 	return seq, changes
 }
@@ -152,7 +152,7 @@ func TestBulkAddMembers(t *testing.T) {
 	r := a.do(t, "POST", path, map[string]any{"user_ids": ids})
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r)
 	var n int
-	require.NoError(t, tg.env.Pool.QueryRow(context.Background(),
+	require.NoError(t, tg.env.ConvPool(cid).QueryRow(context.Background(),
 		`SELECT count(*) FROM member_spans WHERE conversation_id = $1 AND left_seq IS NULL AND user_id >= 100`, cid).Scan(&n))
 	require.Equal(t, len(ids), n, "the last one visible means all are (one partition, in order)")
 	var ml protocol.MemberList
@@ -271,7 +271,7 @@ func TestLongPollWokenByLargeToken(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	seq, _ := lastSeq(t, tg, big)
-	_, err := tg.env.Pool.Exec(context.Background(), `UPDATE conversations SET last_seq = last_seq + 1 WHERE id = $1`, big)
+	_, err := tg.env.ConvPool(big).Exec(context.Background(), `UPDATE conversations SET last_seq = last_seq + 1 WHERE id = $1`, big)
 	require.NoError(t, err)
 	notifyLarge(t, tg, func(e *projection.Encoder) { e.Large(projection.Large{Conv: big, LastSeq: seq + 1}) })
 	r = <-done

@@ -26,7 +26,7 @@ func TestPages(t *testing.T) {
 	})
 	get := func(t *testing.T, pages map[string]http.Handler, path string) (int, string) {
 		t.Helper()
-		g, err := New(wsTestConfig(env, func(c *Config) { c.Pages = pages }), env.Pool, env.Producer)
+		g, err := NewOn(wsTestConfig(env, func(c *Config) { c.Pages = pages }), placementOf(env), env.Producer)
 		require.NoError(t, err)
 		rec := httptest.NewRecorder()
 		g.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))

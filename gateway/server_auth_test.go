@@ -99,7 +99,7 @@ func TestServerAPIAuthorization(t *testing.T) {
 
 	// A second gateway on the same database: the key works there too,
 	// until it is revoked.
-	g2, err := New(wsTestConfig(tg.env, serverTestConfig), tg.env.Pool, tg.env.Producer)
+	g2, err := NewOn(wsTestConfig(tg.env, serverTestConfig), placementOf(tg.env), tg.env.Producer)
 	require.NoError(t, err)
 	srv2 := httptest.NewServer(g2.Handler())
 	t.Cleanup(srv2.Close)

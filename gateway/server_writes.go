@@ -45,7 +45,7 @@ func (g *Gateway) handleServerCreate(w http.ResponseWriter, r *http.Request) err
 		}
 		return err
 	}
-	cid, err := g.members.NextConversationID(ctx)
+	cid, err := g.members.KeyedConversationID(ctx, eventID)
 	if err != nil {
 		return err
 	}

@@ -211,7 +211,7 @@ func (g *Gateway) notModified(w http.ResponseWriter, r *http.Request, user int64
 	if inm == "" {
 		return false
 	}
-	epoch, head, ok := g.hub.Heads().Get(user)
+	epoch, head, ok := g.hub.HeadsOf(user).Get(user)
 	if ok && p.After == head && (!p.HasEpoch || p.Epoch == epoch || p.After == 0) {
 		tag := etagOf(epoch, head, nil) // see large.go: only users without a large list match
 		if etagMatch(inm, tag) {

@@ -143,18 +143,20 @@ func TestOfflineUserSync(t *testing.T) {
 	after := u.sync(t, "after="+strconv.FormatInt(cursor, 10))
 	require.False(t, after.TooLong)
 	require.Empty(t, after.Entries)
-	rows, err := tg.env.Pool.Query(context.Background(), `SELECT m.conversation_id, m.seq FROM messages m
+	visible := 0
+	for _, pool := range tg.env.Pools { // messages and spans are on their conversations' servers
+		rows, err := pool.Query(context.Background(), `SELECT m.conversation_id, m.seq FROM messages m
 		JOIN member_spans s ON s.conversation_id = m.conversation_id AND s.user_id = $1
 		AND m.seq >= s.joined_seq AND (s.left_seq IS NULL OR m.seq <= s.left_seq)`, reader)
-	require.NoError(t, err)
-	visible := 0
-	for rows.Next() {
-		var c, seq int64
-		require.NoError(t, rows.Scan(&c, &seq))
-		require.True(t, have[c][seq], "message %d/%d visible to the reader but never received", c, seq)
-		visible++
+		require.NoError(t, err)
+		for rows.Next() {
+			var c, seq int64
+			require.NoError(t, rows.Scan(&c, &seq))
+			require.True(t, have[c][seq], "message %d/%d visible to the reader but never received", c, seq)
+			visible++
+		}
+		require.NoError(t, rows.Err())
 	}
-	require.NoError(t, rows.Err())
 	require.Equal(t, 200+2+230+510, visible)
 	tg.verify(t)
 }
@@ -228,7 +230,7 @@ func TestSyncTooLongRules(t *testing.T) {
 	require.True(t, s.TooLong, "lag 8 is too long whatever the epoch")
 
 	// Retention moved the floor past the cursor.
-	_, err := tg.env.Pool.Exec(context.Background(), `UPDATE users SET inbox_floor = 6 WHERE id = 1`)
+	_, err := tg.env.UserPool(1).Exec(context.Background(), `UPDATE users SET inbox_floor = 6 WHERE id = 1`)
 	require.NoError(t, err)
 	tooLong("after=5")
 	s = a.sync(t, "after=6")

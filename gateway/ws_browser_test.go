@@ -221,7 +221,7 @@ func (d *demo) readHead(user, conversation, seq int64) int64 {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var read, head int64
-		err := d.env.Pool.QueryRow(context.Background(), `SELECT r.read_seq, u.inbox_seq FROM records r JOIN users u ON u.id = r.user_id
+		err := d.env.UserPool(user).QueryRow(context.Background(), `SELECT r.read_seq, u.inbox_seq FROM records r JOIN users u ON u.id = r.user_id
 WHERE r.user_id = $1 AND r.conversation_id = $2`, user, conversation).Scan(&read, &head)
 		if err == nil && read >= seq {
 			return head

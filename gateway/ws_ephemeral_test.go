@@ -122,7 +122,7 @@ func TestTypingTwoGateways(t *testing.T) {
 	u3.create(t, "alone")
 	waitFor(t, 30*time.Second, "the removal projected", func() bool {
 		var current bool
-		require.NoError(t, a.env.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM member_spans
+		require.NoError(t, a.env.ConvPool(conv).QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM member_spans
 			WHERE conversation_id = $1 AND user_id = 4 AND left_seq IS NULL)`, conv).Scan(&current))
 		return !current
 	})

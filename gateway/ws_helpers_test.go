@@ -88,7 +88,7 @@ func newWSGateway(t testing.TB, tweak func(*Config), wcfg WSConfig) *wsgw {
 func newWSGatewayOn(t testing.TB, env *testenv.Env, o wsOpts) *wsgw {
 	t.Helper()
 	noWSGoroutinesAtEnd(t)
-	g, err := New(wsTestConfig(env, o.tweak), env.Pool, env.Producer)
+	g, err := NewOn(wsTestConfig(env, o.tweak), placementOf(env), env.Producer)
 	require.NoError(t, err)
 	g.beforeConnect = o.beforeConnect
 	tg := &tgw{env: env, g: g,

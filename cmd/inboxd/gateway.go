@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/gateway"
@@ -16,6 +19,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/ws"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/placement"
 )
 
 // gatewayFlags are the settings of a gateway.
@@ -209,15 +213,62 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeDeps()
-	if err := requireSingleServer(ctx, pool, "the gateway"); err != nil {
-		return err
-	}
-	reg := app.NewRegistry()
-	cfg := f.config(&c, log)
-	cfg.Registerer = reg
-	g, err := gateway.New(cfg, pool, prod)
+	pl, loaded, closeServers, err := c.openPlacement(ctx, pool, log)
 	if err != nil {
 		return err
 	}
-	return g.Run(ctx)
+	defer closeServers()
+	reg := app.NewRegistry()
+	cfg := f.config(&c, log)
+	cfg.Registerer = reg
+	g, err := gateway.NewOn(cfg, pl, prod)
+	if err != nil {
+		return err
+	}
+	// A gateway reads one version of the placement: when it changes (a
+	// server added, a partition moved), the gateway ends (exit 1, to be
+	// restarted by its supervisor on the new one), as a fanout does;
+	// clients reconnect to the others meanwhile. One LISTEN on the
+	// catalog, and a look every 5 s.
+	eg, gctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return g.Run(gctx) })
+	eg.Go(func() error { return watchPlacement(gctx, pool, loaded.Version, log) })
+	return eg.Wait()
+}
+
+// openPlacement reads the placement from the catalog and opens a pool on
+// each of its other servers (migrated, as the catalog's is), for a process
+// that reads every server: pools[0] is the catalog itself. It returns the
+// placement as loaded too, to watch.
+func (c *common) openPlacement(ctx context.Context, catalog *pgxpool.Pool, log *slog.Logger) (gateway.Placement, *placement.Map, func(), error) {
+	m, err := placement.Load(ctx, catalog)
+	if err != nil {
+		return gateway.Placement{}, nil, nil, err
+	}
+	pl := gateway.Placement{Map: m, Pools: []*pgxpool.Pool{catalog}, Partitions: 1}
+	closeAll := func() {
+		for _, p := range pl.Pools[1:] {
+			p.Close()
+		}
+	}
+	if !m.Sharded() {
+		// Every partition on server 1: today's deployment, whatever
+		// servers were added for a move to come.
+		pl.Map = placement.Single()
+		return pl, m, closeAll, nil
+	}
+	if pl.Partitions, err = topicPartitions(ctx, config.SplitList(c.brokers), c.topic); err != nil {
+		return gateway.Placement{}, nil, nil, err
+	}
+	for _, s := range m.Servers[1:] {
+		pool, err := app.OpenDB(ctx, s.DSN, catalog.Config().MaxConns, true, log)
+		if err != nil {
+			closeAll()
+			return gateway.Placement{}, nil, nil, fmt.Errorf("server %d (%s): %w", s.ID, s.Name, err)
+		}
+		pl.Pools = append(pl.Pools, pool)
+	}
+	log.Info("reading a placement of several servers", "servers", len(pl.Pools), "partitions", pl.Partitions,
+		"placement_version", m.Version)
+	return pl, m, closeAll, nil
 }

@@ -86,6 +86,14 @@ func (c *HeadCache) clearWith(next func(g uint64) uint64) {
 	}
 }
 
+// seed sets the epoch of an empty, valid cache (the server's, read as
+// the LISTEN connection came up), unless a read taught one already.
+func (c *HeadCache) seed(epoch int64) {
+	if c != nil {
+		c.epoch.CompareAndSwap(0, epoch)
+	}
+}
+
 // Learn records what a read saw, if nothing invalidated the cache since gen
 // was taken before the read.
 func (c *HeadCache) Learn(gen uint64, user, epoch, head int64) {

@@ -561,6 +561,9 @@ func (h *Hub) RunServers(ctx context.Context, channel string, maxBackoff time.Du
 	return nil
 }
 
+// sqlEpoch is a server's epoch (package projection's meta row).
+const sqlEpoch = `SELECT epoch FROM meta`
+
 // runServer holds server s's LISTEN connection until ctx ends.
 func (h *Hub) runServer(ctx context.Context, s int, channel string, maxBackoff time.Duration, connect func(context.Context) (*pgx.Conn, error)) {
 	bo := backoff.NewExponentialBackOff()
@@ -599,6 +602,15 @@ func (h *Hub) listen(ctx context.Context, s int, channel string, connect func(co
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
+	// The server's epoch keys the messages a send caches before a read of
+	// one of this server's users taught it. It is read before LISTEN (the
+	// last statement stays LISTEN, which operators look for): a replay in
+	// between is caught by the next read, which sees another epoch and
+	// starts the cache over.
+	var epoch int64
+	if err := conn.QueryRow(ctx, sqlEpoch).Scan(&epoch); err != nil {
+		return fmt.Errorf("read the epoch: %w", err)
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen %s: %w", channel, err)
 	}
@@ -609,11 +621,12 @@ func (h *Hub) listen(ctx context.Context, s int, channel string, connect func(co
 			}
 		}
 	}
-	h.up.Add(1)
-	defer h.up.Add(-1)
 	heads := h.heads[s]
 	heads.reset(true)
+	heads.seed(epoch)
 	defer heads.reset(false)
+	h.up.Add(1)
+	defer h.up.Add(-1)
 	h.log.Debug("listening for notifications", "channel", channel, "server", s+1)
 	// Notifications may have been missed before this connection listened.
 	h.lost()

@@ -29,6 +29,9 @@ func TestHubOnTwoServers(t *testing.T) {
 	var dsns [2]string
 	for i := range pools {
 		pools[i], dsns[i] = pgtest.NewPool(t)
+		// Each server's epoch, which its cache starts at.
+		_, err := pools[i].Exec(ctx, `UPDATE meta SET epoch = $1`, 100*(i+1))
+		require.NoError(t, err)
 	}
 	ofUser := func(u int64) int { return int(u % 2) } // even users on server 1, odd on server 2
 	h := hub.New(hub.Config{Servers: 2, OfUser: ofUser, WakeJitter: -1})
@@ -44,6 +47,8 @@ func TestHubOnTwoServers(t *testing.T) {
 		require.NoError(t, <-done)
 	}()
 	require.Eventually(t, h.Connected, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, [2]int64{100, 200}, [2]int64{h.HeadsOfServer(0).CurrentEpoch(), h.HeadsOfServer(1).CurrentEpoch()},
+		"each cache at its server's epoch before any read")
 
 	even, odd := h.SubscribeUser(2), h.SubscribeUser(3)
 	defer even.Close()

@@ -93,6 +93,23 @@ func (m *Members) NextConversationID(ctx context.Context) (int64, error) {
 	return cid, nil
 }
 
+// sqlKeyedConversationID allocates the id of keyed creation $1 once: a
+// later or concurrent call with the same key gets the same id (DO UPDATE
+// returns the row another call committed, which DO NOTHING would not).
+const sqlKeyedConversationID = `INSERT INTO keyed_creations (event_id, conversation_id) VALUES ($1, nextval('conversation_ids'))
+ON CONFLICT (event_id) DO UPDATE SET event_id = excluded.event_id RETURNING conversation_id`
+
+// KeyedConversationID is NextConversationID for the creation eventID of
+// a keyed call: every call with that event id gets the same id, so that
+// they append one creation however many run at once.
+func (m *Members) KeyedConversationID(ctx context.Context, eventID string) (int64, error) {
+	var cid int64
+	if err := m.srv.Catalog().QueryRow(ctx, sqlKeyedConversationID, eventID).Scan(&cid); err != nil {
+		return 0, fmt.Errorf("allocate the conversation id of creation %s: %w", eventID, err)
+	}
+	return cid, nil
+}
+
 // Create appends e, a conversation.created by its actor (a member), and
 // waits for its projection, so that an immediate follow-up (a send) finds
 // the conversation.

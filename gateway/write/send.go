@@ -287,6 +287,9 @@ func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*R
 	if m != nil {
 		return nil, nil, sameMessage(m, user, cid)
 	}
+	if err := s.takenElsewhere(ctx, msgID, cid); err != nil {
+		return nil, nil, err
+	}
 	if mentioned != int64(len(e.Mentions)) {
 		return nil, nil, apierr.BadRequest("mentions name %d users who are not members of conversation %d",
 			int64(len(e.Mentions))-mentioned, cid)
@@ -296,6 +299,36 @@ func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*R
 			s.mentionAllMax, members)
 	}
 	return nil, key, nil
+}
+
+// sqlMsgIDTaken says whether a message has msg_id $1.
+const sqlMsgIDTaken = `SELECT EXISTS (SELECT 1 FROM messages WHERE msg_id = $1)`
+
+// takenElsewhere refuses a msg_id that a message of a conversation on
+// another server has (one server: sqlSendCheck saw every message). Each
+// server's projection keeps msg_ids unique among its own conversations
+// only, so two sends of one msg_id to conversations on two servers at the
+// same instant can both be projected; a msg_id reused later is refused
+// here as on one server (docs/decisions.md, "Placement of state on
+// several PostgreSQL servers").
+func (s *Sender) takenElsewhere(ctx context.Context, msgID string, cid int64) error {
+	if !s.srv.Sharded() {
+		return nil
+	}
+	own := s.srv.OfConv(cid)
+	for i, pool := range s.srv.Pools {
+		if i == own {
+			continue
+		}
+		var taken bool
+		if err := pool.QueryRow(ctx, sqlMsgIDTaken, msgID).Scan(&taken); err != nil {
+			return fmt.Errorf("look msg_id %s up on server %d: %w", msgID, i+1, err)
+		}
+		if taken {
+			return apierr.BadRequest("msg_id %s is already used by another message", msgID)
+		}
+	}
+	return nil
 }
 
 // checkMentions checks a send's mentions (distinct positive user ids, at

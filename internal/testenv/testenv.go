@@ -2,6 +2,11 @@
 // migrated PostgreSQL database (pgtest), a Kafka protocol server (an
 // in-process kfake cluster per test, or the brokers in INBOXD_TEST_KAFKA_BROKERS
 // with a fresh topic per test), a producer, and a running fanout.
+//
+// With INBOXD_TEST_PG_SERVERS=N (or Options.Servers) the world is a sharded
+// deployment instead (sharded.go): N databases, each a server of a
+// placement kept in the first one's catalog, and StartFanout runs each
+// server's conversation stage, relay and user stage.
 package testenv
 
 import (
@@ -18,6 +23,7 @@ import (
 
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/placement"
 	"github.com/inboxd/inboxd/producer"
 )
 
@@ -36,6 +42,13 @@ type Env struct {
 	Logger      *slog.Logger
 	// LargeThreshold is the fanout's (FanoutConfig); 0: the default.
 	LargeThreshold int
+	// Pools are the servers' databases, Pools[0] being Pool (the
+	// catalog); Map places the partitions on them. One server: Pools is
+	// {Pool} and Map is placement.Single().
+	Pools []*pgxpool.Pool
+	Map   *placement.Map
+	// Deliveries is the topic between the servers' stages (sharded only).
+	Deliveries string
 }
 
 // Options of New.
@@ -45,6 +58,9 @@ type Options struct {
 	// LargeThreshold is the member count above which the fanouts of
 	// FanoutConfig switch a conversation to read fan-out; 0: the default.
 	LargeThreshold int
+	// Servers is the number of PostgreSQL servers (databases) of the
+	// placement; 0: INBOXD_TEST_PG_SERVERS, else 1.
+	Servers int
 }
 
 var topicSeq atomic.Int64
@@ -109,6 +125,10 @@ func build(t testing.TB, o Options, adminURL string) *Env {
 		t.Fatal(err)
 	}
 	e.Producer = p
+	e.Pools, e.Map = []*pgxpool.Pool{e.Pool}, placement.Single()
+	if n := o.servers(t); n > 1 {
+		e.shard(t, n)
+	}
 	return e
 }
 
@@ -124,9 +144,12 @@ func (e *Env) FanoutConfig() fanout.Config {
 }
 
 // StartFanout runs an in-process fanout until the returned stop is called
-// (or the test ends).
+// (or the test ends); on several servers, every server's stages.
 func (e *Env) StartFanout(t testing.TB) (stop func()) {
 	t.Helper()
+	if e.Sharded() {
+		return e.startStages(t)
+	}
 	f, err := fanout.New(e.FanoutConfig(), e.Pool)
 	if err != nil {
 		t.Fatal(err)
@@ -149,9 +172,16 @@ func (e *Env) StartFanout(t testing.TB) (stop func()) {
 }
 
 // WaitCaughtUp waits until the stored offsets reach the end of every
-// partition of the topic, or fails the test after timeout.
+// partition of the topic (on several servers, also the outboxes and the
+// deliveries topic), or fails the test after timeout.
 func (e *Env) WaitCaughtUp(t testing.TB, timeout time.Duration) {
 	t.Helper()
+	if e.Sharded() {
+		if err := e.waitStages(context.Background(), timeout); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	if err := WaitCaughtUp(context.Background(), e.Pool, e.Producer, timeout); err != nil {
 		t.Fatal(err)
 	}

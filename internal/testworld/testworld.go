@@ -40,7 +40,7 @@ func Serve(t testing.TB, env *testenv.Env, cfg gateway.Config, wcfg gateway.WSCo
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
-	g, err := gateway.New(cfg, env.Pool, env.Producer)
+	g, err := gateway.NewOn(cfg, Placement(env), env.Producer)
 	require.NoError(t, err)
 	ws, err := g.NewWebSocket(wcfg)
 	require.NoError(t, err)
@@ -89,4 +89,10 @@ func listening(reg *prometheus.Registry) bool {
 		}
 	}
 	return false
+}
+
+// Placement is env's placement as the gateway reads it: one server, or
+// the servers of INBOXD_TEST_PG_SERVERS.
+func Placement(env *testenv.Env) gateway.Placement {
+	return gateway.Placement{Pools: env.Pools, Map: env.Map, Partitions: env.Partitions}
 }

@@ -334,7 +334,7 @@ func TestChangeRetried(t *testing.T) {
 	c, err := client.New(w.config(t, p.url, alice, newApp()))
 	require.NoError(t, err)
 	version := func(seq int64) (v int64, changes int) {
-		err := w.env.Pool.QueryRow(ctx, `SELECT m.version, (SELECT count(*) FROM changes WHERE conversation_id = $1 AND seq = $2)
+		err := w.env.ConvPool(cid).QueryRow(ctx, `SELECT m.version, (SELECT count(*) FROM changes WHERE conversation_id = $1 AND seq = $2)
 			FROM messages m WHERE m.conversation_id = $1 AND m.seq = $2`, cid, seq).Scan(&v, &changes)
 		require.NoError(t, err)
 		return v, changes
@@ -364,7 +364,7 @@ func TestChangeRetried(t *testing.T) {
 	require.EqualValues(t, 3, v)
 	require.Equal(t, 2, n, "one change per change_id")
 	var id string
-	require.NoError(t, w.env.Pool.QueryRow(ctx, `SELECT change_id::text FROM changes WHERE conversation_id = $1 AND seq = $2 AND version = 2`,
+	require.NoError(t, w.env.ConvPool(cid).QueryRow(ctx, `SELECT change_id::text FROM changes WHERE conversation_id = $1 AND seq = $2 AND version = 2`,
 		cid, seqs[0]).Scan(&id))
 	require.Equal(t, r.res.Change.ChangeID, id, "the retries carried the first attempt's change_id")
 

@@ -21,7 +21,7 @@ func TestPermanentErrors(t *testing.T) {
 	noClientGoroutines(t)
 	w := newWorld(t, nil, nil)
 	var epoch int64
-	require.NoError(t, w.env.Pool.QueryRow(context.Background(), `SELECT epoch FROM meta`).Scan(&epoch))
+	require.NoError(t, w.env.UserPool(1).QueryRow(context.Background(), `SELECT epoch FROM meta`).Scan(&epoch)) // user 1's server
 
 	cases := []struct {
 		name      string

@@ -289,7 +289,7 @@ type truthEntry struct {
 
 func (w *world) inbox(t testing.TB, user int64) []truthEntry {
 	t.Helper()
-	rows, err := w.env.Pool.Query(context.Background(),
+	rows, err := w.env.UserPool(user).Query(context.Background(),
 		`SELECT inbox_seq, conversation_id, kind, seq FROM inbox WHERE user_id = $1 ORDER BY inbox_seq`, user)
 	require.NoError(t, err)
 	defer rows.Close()
@@ -306,7 +306,7 @@ func (w *world) inbox(t testing.TB, user int64) []truthEntry {
 func (w *world) head(t testing.TB, user int64) int64 {
 	t.Helper()
 	var h int64
-	err := w.env.Pool.QueryRow(context.Background(), `SELECT COALESCE((SELECT inbox_seq FROM users WHERE id = $1), 0)`, user).Scan(&h)
+	err := w.env.UserPool(user).QueryRow(context.Background(), `SELECT COALESCE((SELECT inbox_seq FROM users WHERE id = $1), 0)`, user).Scan(&h)
 	require.NoError(t, err)
 	return h
 }
@@ -314,10 +314,17 @@ func (w *world) head(t testing.TB, user int64) int64 {
 // rowsOf returns how many messages carry msgID and the seq of one.
 func (w *world) rowsOf(t testing.TB, msgID string) (n int, conv, seq int64) {
 	t.Helper()
-	err := w.env.Pool.QueryRow(context.Background(),
-		`SELECT count(*), COALESCE(min(conversation_id), 0), COALESCE(min(seq), 0) FROM messages WHERE msg_id = $1`, msgID).
-		Scan(&n, &conv, &seq)
-	require.NoError(t, err)
+	for _, pool := range w.env.Pools { // a message is on its conversation's server
+		var pn int
+		var pc, ps int64
+		err := pool.QueryRow(context.Background(),
+			`SELECT count(*), COALESCE(min(conversation_id), 0), COALESCE(min(seq), 0) FROM messages WHERE msg_id = $1`, msgID).
+			Scan(&pn, &pc, &ps)
+		require.NoError(t, err)
+		if pn > 0 {
+			n, conv, seq = n+pn, pc, ps
+		}
+	}
 	return n, conv, seq
 }
 

@@ -20,7 +20,6 @@ import (
 	"github.com/inboxd/inboxd/client"
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/projector"
 )
 
 // End-to-end tests of read fan-out (docs/large-conversations.md): real
@@ -149,8 +148,8 @@ func (w *world) lgMode(t testing.TB, cid int64) (bool, []string) {
 	t.Helper()
 	ctx := context.Background()
 	var rf bool
-	require.NoError(t, w.env.Pool.QueryRow(ctx, `SELECT read_fanout FROM conversations WHERE id = $1`, cid).Scan(&rf))
-	rows, err := w.env.Pool.Query(ctx, `SELECT from_seq, read_fanout FROM conversation_modes WHERE conversation_id = $1 ORDER BY from_seq`, cid)
+	require.NoError(t, w.env.ConvPool(cid).QueryRow(ctx, `SELECT read_fanout FROM conversations WHERE id = $1`, cid).Scan(&rf))
+	rows, err := w.env.ConvPool(cid).Query(ctx, `SELECT from_seq, read_fanout FROM conversation_modes WHERE conversation_id = $1 ORDER BY from_seq`, cid)
 	require.NoError(t, err)
 	defer rows.Close()
 	var hist []string
@@ -201,7 +200,7 @@ func lgViewProblems(t testing.TB, w *world, d *rcDevice, cid int64) []string {
 	t.Helper()
 	ctx := context.Background()
 	var curFrom int64 = -1
-	require.NoError(t, w.env.Pool.QueryRow(ctx, `SELECT coalesce(max(joined_seq) FILTER (WHERE left_seq IS NULL), -1)
+	require.NoError(t, w.env.ConvPool(cid).QueryRow(ctx, `SELECT coalesce(max(joined_seq) FILTER (WHERE left_seq IS NULL), -1)
 FROM member_spans WHERE conversation_id = $1 AND user_id = $2`, cid, d.user).Scan(&curFrom))
 	current := func(seq int64) bool { return curFrom >= 0 && seq >= curFrom }
 
@@ -285,9 +284,7 @@ func lgRequireCounts(t testing.TB, devs []*rcDevice, cid int64) {
 // lgVerify runs projector.Verify (I*, M*, C*, L1–L4).
 func lgVerify(t testing.TB, w *world) {
 	t.Helper()
-	rep, err := projector.Verify(testenv.Ctx(t, time.Minute), w.env.Pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), rep.String())
+	w.env.Verify(t)
 }
 
 func lgDevice(t *testing.T, w *world, dir string, user int64, tr client.Transport, tag string) *rcDevice {
@@ -424,7 +421,7 @@ func TestLargeConversationEndToEnd(t *testing.T) {
 func (w *world) lgMembers(t testing.TB, cid int64) int {
 	t.Helper()
 	var n int
-	require.NoError(t, w.env.Pool.QueryRow(context.Background(),
+	require.NoError(t, w.env.ConvPool(cid).QueryRow(context.Background(),
 		`SELECT count(*) FROM member_spans WHERE conversation_id = $1 AND left_seq IS NULL`, cid).Scan(&n))
 	return n
 }
@@ -444,10 +441,7 @@ func TestLargeSwitchesUnderFanoutKills(t *testing.T) {
 	noClientGoroutines(t)
 	t0 := time.Now()
 	env := testenv.New(t, testenv.Options{})
-	f := &fanoutProcs{t: t, env: []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
-		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=fanout-" + env.Topic, "INBOXD_INSTANCE_ID=fanout-large",
-		"INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_LOG_LEVEL=warn", "INBOXD_MAX_POLL_RECORDS=4",
-		fmt.Sprintf("INBOXD_LARGE_THRESHOLD=%d", lgThreshold)}}
+	f := newFanoutProcs(t, env, "fanout-large", "INBOXD_MAX_POLL_RECORDS=4", fmt.Sprintf("INBOXD_LARGE_THRESHOLD=%d", lgThreshold))
 	f.start()
 	// A short ack wait: requests made while no fanout runs answer 202 soon.
 	w := serveWorld(t, env, func(c *gateway.Config) { c.AckWait = 2 * time.Second }, nil)
@@ -497,7 +491,7 @@ func TestLargeSwitchesUnderFanoutKills(t *testing.T) {
 	t.Cleanup(func() { stopLoadWait() })
 	waitFor(t, 30*time.Second, "some load", func() bool {
 		var l int64
-		_ = env.Pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = $1`, cid).Scan(&l)
+		_ = env.ConvPool(cid).QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = $1`, cid).Scan(&l)
 		return l > 20
 	})
 
@@ -541,7 +535,7 @@ func TestLargeSwitchesUnderFanoutKills(t *testing.T) {
 	require.NoError(t, w.direct(t, 2).MarkRead(ctx, cid, s))
 	waitFor(t, 30*time.Second, "load in read mode", func() bool {
 		var n int
-		_ = env.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND kind = 'text'
+		_ = env.ConvPool(cid).QueryRow(ctx, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND kind = 'text'
 AND seq >= (SELECT max(from_seq) FROM conversation_modes WHERE conversation_id = $1)`, cid).Scan(&n)
 		return n >= 40
 	})
@@ -565,7 +559,7 @@ AND seq >= (SELECT max(from_seq) FROM conversation_modes WHERE conversation_id =
 	t.Logf("%v down; kills: %s", time.Since(t0), strings.Join(kills, "; "))
 	waitFor(t, 30*time.Second, "load after the switch down", func() bool {
 		var n int
-		_ = env.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND kind = 'text'
+		_ = env.ConvPool(cid).QueryRow(ctx, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND kind = 'text'
 AND seq > (SELECT max(from_seq) FROM conversation_modes WHERE conversation_id = $1)`, cid).Scan(&n)
 		return n >= 30
 	})
@@ -583,7 +577,7 @@ AND seq > (SELECT max(from_seq) FROM conversation_modes WHERE conversation_id = 
 	lgRequireCounts(t, devs, cid)
 	lgVerify(t, w)
 	var texts int
-	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND kind = 'text' AND body LIKE 'load %'`, cid).Scan(&texts))
+	require.NoError(t, env.ConvPool(cid).QueryRow(ctx, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND kind = 'text' AND body LIKE 'load %'`, cid).Scan(&texts))
 	require.Equal(t, sent, texts, "each load send projected once")
 	t.Logf("%v done: %d load sends, modes %v", time.Since(t0), sent, hist)
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/projector"
 )
 
 // The randomized workload of the chat layer's changes: sends, replies,
@@ -296,7 +295,7 @@ func (d *rcDriver) member(ctx context.Context, actor, target int64, add bool) er
 	err := pollUntil(ctx, func() (bool, error) {
 		var joined int64
 		var left *int64
-		err := d.w.env.Pool.QueryRow(ctx, `SELECT joined_seq, left_seq FROM member_spans
+		err := d.w.env.ConvPool(cm.id).QueryRow(ctx, `SELECT joined_seq, left_seq FROM member_spans
 WHERE conversation_id = $1 AND user_id = $2 ORDER BY joined_seq DESC LIMIT 1`, cm.id, target).Scan(&joined, &left)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil // never a member, not yet projected
@@ -465,26 +464,62 @@ func (d *rcDevice) down(t *testing.T) {
 	d.offline++
 }
 
-// fanoutProcs is a world's fanout as `inboxd fanout` processes, one at a
-// time, like fanout/pipeline_test.go's TestFanoutKilledHard: a static
-// member, so that a process started after a SIGKILL resumes at once.
+// fanoutProcs is a world's fanout as `inboxd fanout` processes, one per
+// server (each server's conversation stage, relay and user stage on
+// several), like fanout/pipeline_test.go's TestFanoutKilledHard: static
+// members, so that a process started after a SIGKILL resumes at once.
 type fanoutProcs struct {
-	t   *testing.T
-	env []string
-	cur *testenv.Proc
+	t    *testing.T
+	envs [][]string // by server
+	cur  []*testenv.Proc
 }
 
-// start starts a process; kill kills it with SIGKILL.
-func (f *fanoutProcs) start() { f.cur = testenv.Start(f.t, f.env, "fanout") }
-func (f *fanoutProcs) kill()  { f.cur.Kill(); f.cur = nil }
+// start starts the processes; kill kills each with SIGKILL; up says
+// whether they run.
+func (f *fanoutProcs) start() {
+	for _, env := range f.envs {
+		f.cur = append(f.cur, testenv.Start(f.t, env, "fanout"))
+	}
+}
+
+func (f *fanoutProcs) kill() {
+	for _, p := range f.cur {
+		p.Kill()
+	}
+	f.cur = nil
+}
+
+func (f *fanoutProcs) up() bool { return f.cur != nil }
+
+// newFanoutProcs are env's fanout processes, not started: instance names
+// their static memberships, extra adds settings (KEY=value).
+func newFanoutProcs(t *testing.T, env *testenv.Env, instance string, extra ...string) *fanoutProcs {
+	f := &fanoutProcs{t: t}
+	for i := range env.Pools {
+		f.envs = append(f.envs, append([]string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
+			"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=fanout-" + env.Topic, fmt.Sprintf("INBOXD_INSTANCE_ID=%s-%d", instance, i+1),
+			fmt.Sprintf("INBOXD_SHARD_SERVER=%d", i+1), "INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_LOG_LEVEL=warn"},
+			extra...))
+	}
+	return f
+}
+
+// stop stops each process cleanly, and says what failed with its output.
+func (f *fanoutProcs) stop(timeout time.Duration) error {
+	var errs []error
+	for i, p := range f.cur {
+		if err := p.Stop(timeout); err != nil {
+			errs = append(errs, fmt.Errorf("fanout of server %d: %w\n%s", i+1, err, p.Output()))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // procFanoutWorld is newWorld with the fanout in processes of its own.
 func procFanoutWorld(t *testing.T, tweak func(*gateway.Config)) (*world, *fanoutProcs) {
 	t.Helper()
 	env := testenv.New(t, testenv.Options{})
-	f := &fanoutProcs{t: t, env: []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
-		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=fanout-" + env.Topic, "INBOXD_INSTANCE_ID=fanout-rand",
-		"INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_LOG_LEVEL=warn"}}
+	f := newFanoutProcs(t, env, "fanout-rand")
 	f.start()
 
 	return serveWorld(t, env, tweak, nil), f
@@ -703,14 +738,18 @@ func TestRandomChanges(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 		n := ops.Load()
-		if fanout.cur == nil && time.Now().After(downUntil) {
+		if !fanout.up() && time.Now().After(downUntil) {
 			fanout.start()
 		}
-		if fanout.cur != nil && len(killAt) > 0 && n >= killAt[0] {
+		if fanout.up() && len(killAt) > 0 && n >= killAt[0] {
 			killAt = killAt[1:]
 			if ends, err := adm.ListEndOffsets(ctx, w.env.Topic); err == nil {
 				var stored int64
-				_ = w.env.Pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets`).Scan(&stored)
+				for _, pool := range w.env.Pools {
+					var n int64
+					_ = pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE topic = $1`, w.env.Topic).Scan(&n)
+					stored += n
+				}
 				var end int64
 				ends.Each(func(o kadm.ListedOffset) { end += o.Offset })
 				if stored < end {
@@ -738,7 +777,7 @@ func TestRandomChanges(t *testing.T) {
 	}
 	stopDup()
 	require.NoError(t, <-dupDone, "seed %d", seed)
-	if fanout.cur == nil {
+	if !fanout.up() {
 		fanout.start()
 	}
 	for _, d := range devs {
@@ -769,11 +808,7 @@ func TestRandomChanges(t *testing.T) {
 	}
 
 	// The server: the invariants, the model's state, each change once.
-	rep, err := projector.Verify(ctx, w.env.Pool)
-	require.NoError(t, err)
-	if !rep.OK() {
-		fail("invariants:\n%s", rep.String())
-	}
+	w.env.Verify(t)
 	var changeIDs, noops []string
 	var pending int
 	kinds := map[string]int{}
@@ -789,10 +824,14 @@ func TestRandomChanges(t *testing.T) {
 	// (nothing appended) or, had it raced, by the projection: its
 	// change_id may be in the table too, at the version it found.
 	var rows, distinct, applied, noop, rejected int
-	require.NoError(t, w.env.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT change_id),
+	for _, pool := range w.env.Pools { // each conversation's changes are on its server
+		var r, d, a, n, rj int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT change_id),
   count(*) FILTER (WHERE change_id = ANY($1::uuid[])), count(*) FILTER (WHERE change_id = ANY($2::uuid[])) FROM changes`,
-		changeIDs, noops).Scan(&rows, &distinct, &applied, &noop))
-	require.NoError(t, w.env.Pool.QueryRow(ctx, `SELECT count(*) FROM rejections`).Scan(&rejected))
+			changeIDs, noops).Scan(&r, &d, &a, &n))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM rejections`).Scan(&rj))
+		rows, distinct, applied, noop, rejected = rows+r, distinct+d, applied+a, noop+n, rejected+rj
+	}
 	if rows != distinct || applied != len(changeIDs) || rows != applied+noop {
 		fail("changes: %d rows, %d distinct change_ids, %d of the %d changes made, %d of the %d that changed nothing",
 			rows, distinct, applied, len(changeIDs), noop, len(noops))
@@ -833,7 +872,7 @@ func TestRandomChanges(t *testing.T) {
 	for _, d := range devs {
 		require.NoError(t, d.r.stop(), d.name)
 	}
-	require.NoError(t, fanout.cur.Stop(20*time.Second), fanout.cur.Output())
+	require.NoError(t, fanout.stop(20*time.Second))
 	// rcKills SIGKILLs of the fanout, then a clean stop of the last one.
 	require.Equal(t, rcKills, kills)
 	t.Logf("seed %d: %d operations %v (%d changes, %d changing nothing, %d answered 202 and retried); fanout killed %d times (%d with records still to apply); "+
@@ -848,9 +887,9 @@ func requireModel(t *testing.T, w *world, cm *rcConv, seed uint64) {
 	t.Helper()
 	ctx := context.Background()
 	var last int64
-	require.NoError(t, w.env.Pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = $1`, cm.id).Scan(&last))
+	require.NoError(t, w.env.ConvPool(cm.id).QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = $1`, cm.id).Scan(&last))
 	require.Equal(t, cm.last, last, "seed %d: conversation %d's last seq", seed, cm.id)
-	rows, err := w.env.Pool.Query(ctx, `SELECT m.seq, m.sender_id, m.body, m.deleted, m.version, coalesce(m.reply_to, 0),
+	rows, err := w.env.ConvPool(cm.id).Query(ctx, `SELECT m.seq, m.sender_id, m.body, m.deleted, m.version, coalesce(m.reply_to, 0),
   coalesce((SELECT jsonb_object_agg(r.user_id::text, r.emoji) FROM reactions r WHERE r.conversation_id = m.conversation_id AND r.seq = m.seq), '{}')
 FROM messages m WHERE m.conversation_id = $1 AND m.kind = 'text' ORDER BY m.seq`, cm.id)
 	require.NoError(t, err)
@@ -893,7 +932,7 @@ func requireDeviceView(t *testing.T, w *world, d *rcDevice, cid int64, seed uint
 	ctx := context.Background()
 	type span struct{ from, to int64 } // to 0: current
 	var spans []span
-	rows, err := w.env.Pool.Query(ctx, `SELECT joined_seq, coalesce(left_seq, 0) FROM member_spans
+	rows, err := w.env.ConvPool(cid).Query(ctx, `SELECT joined_seq, coalesce(left_seq, 0) FROM member_spans
 WHERE conversation_id = $1 AND user_id = $2 ORDER BY joined_seq`, cid, d.user)
 	require.NoError(t, err)
 	for rows.Next() {
@@ -912,7 +951,7 @@ WHERE conversation_id = $1 AND user_id = $2 ORDER BY joined_seq`, cid, d.user)
 	}
 	// The versions of the last update entries of each message in the user's inbox.
 	floor := map[int64]int64{}
-	rows, err = w.env.Pool.Query(ctx, `SELECT seq, max(version) FROM inbox WHERE user_id = $1 AND conversation_id = $2 AND kind = 3 GROUP BY seq`, d.user, cid)
+	rows, err = w.env.UserPool(d.user).Query(ctx, `SELECT seq, max(version) FROM inbox WHERE user_id = $1 AND conversation_id = $2 AND kind = 3 GROUP BY seq`, d.user, cid)
 	require.NoError(t, err)
 	for rows.Next() {
 		var s, v int64

@@ -62,7 +62,7 @@ func (w *world) post(t testing.TB, user, cid int64, n int) {
 // visibleSeqs are the seqs of every message of cid.
 func (w *world) seqsOf(t testing.TB, cid int64) []int64 {
 	t.Helper()
-	rows, err := w.env.Pool.Query(context.Background(), `SELECT seq FROM messages WHERE conversation_id = $1 ORDER BY seq`, cid)
+	rows, err := w.env.ConvPool(cid).Query(context.Background(), `SELECT seq FROM messages WHERE conversation_id = $1 ORDER BY seq`, cid)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []int64

@@ -608,7 +608,7 @@ func (h *Hub) listen(ctx context.Context, s int, channel string, connect func(co
 	// between is caught by the next read, which sees another epoch and
 	// starts the cache over.
 	var epoch int64
-	if err := conn.QueryRow(ctx, sqlEpoch).Scan(&epoch); err != nil {
+	if err := conn.QueryRow(ctx, sqlEpoch, pgx.QueryExecModeSimpleProtocol).Scan(&epoch); err != nil {
 		return fmt.Errorf("read the epoch: %w", err)
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {

@@ -53,6 +53,7 @@ func (f *fakeListen) serve(nc net.Conn) {
 		return
 	}
 	b.send(&pgproto3.AuthenticationOk{}, &pgproto3.ParameterStatus{Name: "server_version", Value: "17.0"},
+		&pgproto3.ParameterStatus{Name: "standard_conforming_strings", Value: "on"}, &pgproto3.ParameterStatus{Name: "client_encoding", Value: "UTF8"},
 		&pgproto3.BackendKeyData{ProcessID: 1, SecretKey: []byte{0, 0, 0, 1}}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 	for {
 		msg, err := b.be.Receive()
@@ -67,6 +68,12 @@ func (f *fakeListen) serve(nc net.Conn) {
 				f.backends = append(f.backends, b)
 				f.mu.Unlock()
 				f.listening <- strings.Trim(ch, `"`)
+				continue
+			}
+			if m.String == "SELECT epoch FROM meta" { // the hub reads the server's epoch
+				b.send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("epoch"), DataTypeOID: 20, DataTypeSize: 8, TypeModifier: -1}}},
+					&pgproto3.DataRow{Values: [][]byte{[]byte("1")}}, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")},
+					&pgproto3.ReadyForQuery{TxStatus: 'I'})
 				continue
 			}
 			b.send(&pgproto3.EmptyQueryResponse{}, &pgproto3.ReadyForQuery{TxStatus: 'I'})

@@ -2,7 +2,7 @@
 GO ?= go
 GOTESTFLAGS ?=
 
-.PHONY: run check test test-race test-kafka test-compose test-short test-ts fuzz build vet bench clean
+.PHONY: run check test test-race test-kafka test-compose test-sharded test-short test-ts fuzz build vet bench clean
 
 run: ## build bin/inboxd and start inboxd dev on its embedded Kafka and PostgreSQL (Ctrl-C stops it; exit 0)
 	$(GO) build -o bin/inboxd ./cmd/inboxd
@@ -28,6 +28,9 @@ test: ## every test, against a real PostgreSQL and kfake started by the tests; t
 
 test-race: ## every test under the race detector (the inboxd binaries the tests start too)
 	INBOXD_COMPOSE_TEST=skip $(GO) test -race -count=1 -timeout 40m $(GOTESTFLAGS) ./...
+
+test-sharded: ## the gateway's and the client's suites again on two PostgreSQL servers (INBOXD_TEST_PG_SERVERS=2: a placement of two databases, each server's stages)
+	INBOXD_TEST_PG_SERVERS=2 INBOXD_COMPOSE_TEST=skip $(GO) test -count=1 -timeout 30m $(GOTESTFLAGS) ./gateway/... ./client/
 
 test-kafka: ## the integration tests against a real Apache Kafka 4.1.1 (KRaft, jars from Maven Central; needs java 17+, mvn)
 	GOTESTFLAGS="$(GOTESTFLAGS)" scripts/test-kafka.sh

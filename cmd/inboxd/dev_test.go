@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/protocol"
 	"github.com/inboxd/inboxd/internal/workload"
 	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projector"
@@ -77,4 +82,109 @@ func TestDevRestartKeepsEverything(t *testing.T) {
 	require.Greater(t, m3, m2)
 	require.NoError(t, p.Stop(30*time.Second), p.Output())
 	require.False(t, strings.Contains(p.Output(), "panic"))
+}
+
+// `inboxd dev --pg-servers 2` is a sharded deployment on one machine: two
+// PostgreSQL servers of one placement, the partitions alternating between
+// them. A conversation whose members are on both servers reaches each
+// member's inbox once, in order; inboxd verify is clean on each server and
+// across them; a restart on the same data dir keeps the placement, and a
+// start with another number of servers is refused.
+func TestDevOnTwoServers(t *testing.T) {
+	d := newDevInstance(t)
+	d.start(t, "--pg-servers", "2")
+	require.NoError(t, d.proc.WaitOutput("partitions assigned", 2*time.Minute))
+	second := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", d.PGPort+1)
+	require.Contains(t, d.proc.Output(), "server 2: "+second)
+
+	call := func(method, path, token string, body any, out any) int {
+		t.Helper()
+		var rd io.Reader
+		if body != nil {
+			raw, err := json.Marshal(body)
+			require.NoError(t, err)
+			rd = bytes.NewReader(raw)
+		}
+		req, err := http.NewRequest(method, d.url()+path, rd)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		raw, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		if out != nil {
+			require.NoError(t, json.Unmarshal(raw, out), "%s", raw)
+		}
+		return res.StatusCode
+	}
+	var ready struct{ Checks map[string]string }
+	require.Equal(t, http.StatusOK, call("GET", "/readyz", "", nil, &ready))
+	require.Equal(t, "ok", ready.Checks["postgres_2"], "%v", ready.Checks)
+	token := func(user int64) string {
+		var tok struct{ Token string }
+		require.Equal(t, http.StatusOK, call("POST", "/v1/dev/token", "", map[string]int64{"user_id": user}, &tok))
+		return tok.Token
+	}
+	members := []int64{2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	var created struct {
+		ConversationID int64 `json:"conversation_id"`
+	}
+	owner := token(1)
+	require.Equal(t, http.StatusCreated, call("POST", "/v1/conversations", owner, map[string]any{"title": "both", "members": members}, &created))
+	var texts []string
+	for i := range 5 {
+		texts = append(texts, fmt.Sprintf("text %d", i))
+		require.Equal(t, http.StatusCreated, call("POST", fmt.Sprintf("/v1/conversations/%d/messages", created.ConversationID), owner,
+			map[string]string{"msg_id": uuid.NewString(), "body": texts[i]}, nil))
+	}
+	inboxOf := func(user int64) (head int64, got []string) {
+		var page protocol.SyncPage
+		require.Equal(t, http.StatusOK, call("GET", "/v1/sync?after=0", token(user), nil, &page))
+		for _, e := range page.Entries {
+			if e.Kind == protocol.KindMessage && e.Message.Kind == protocol.MessageText {
+				var s string
+				require.NoError(t, json.Unmarshal(e.Message.Body, &s))
+				got = append(got, s)
+			}
+		}
+		return page.Head, got
+	}
+	heads := map[int64]int64{}
+	for _, u := range append([]int64{1}, members...) {
+		testenv.WaitFor(t, time.Minute, fmt.Sprintf("user %d's inbox", u), func() bool {
+			head, got := inboxOf(u)
+			if len(got) < len(texts) {
+				return false
+			}
+			require.Equal(t, texts, got, "user %d: every text once, in order", u)
+			heads[u] = head
+			return true
+		})
+	}
+	ctx := testenv.Ctx(t, time.Minute)
+	for i, url := range []string{d.dbURL(), second} {
+		pool, err := pgxpool.New(ctx, url)
+		require.NoError(t, err)
+		var users int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM users`).Scan(&users))
+		pool.Close()
+		require.Positive(t, users, "server %d holds some of the members' inboxes", i+1)
+	}
+	vp := testenv.Start(t, nil, "verify", "--database-url", d.dbURL())
+	require.NoError(t, vp.Wait(time.Minute), vp.Output())
+	require.Contains(t, vp.Output(), "across the 2 servers")
+
+	require.NoError(t, d.proc.Stop(30*time.Second), d.proc.Output())
+	d.start(t, "--pg-servers", "2")
+	for u, head := range heads {
+		got, _ := inboxOf(u)
+		require.Equal(t, head, got, "user %d after a restart", u)
+	}
+	require.NoError(t, d.proc.Stop(30*time.Second), d.proc.Output())
+	one := testenv.Start(t, testenv.DevEnv, d.Args("--partitions", "4")...)
+	require.Error(t, one.Wait(time.Minute))
+	require.Contains(t, one.Output(), "start with --pg-servers 2")
 }

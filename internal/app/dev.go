@@ -23,10 +23,13 @@ import (
 // private PostgreSQL unless a database URL is given.
 type DevInfra struct {
 	DatabaseURL string
-	Brokers     []string
-	pg          *pgserver.Server
-	kafka       *kfake.Cluster
-	lock        *os.File
+	// ServerURLs are the databases of servers 2..N of a sharded dev
+	// (DevConfig.PGServers), each on a PostgreSQL of its own.
+	ServerURLs []string
+	Brokers    []string
+	pg         []*pgserver.Server
+	kafka      *kfake.Cluster
+	lock       *os.File
 }
 
 // DevConfig configures StartDev.
@@ -40,7 +43,11 @@ type DevConfig struct {
 	// the others before anything starts.
 	HTTPAddr   string
 	Partitions int
-	Logger     *slog.Logger
+	// PGServers is the number of PostgreSQL servers to start (1 or 0:
+	// one); server i (from 2) lives under DataDir/pg-i on PGPort+i-1.
+	// It needs the embedded PostgreSQL: not with DatabaseURL.
+	PGServers int
+	Logger    *slog.Logger
 }
 
 // PortTakenError says which of dev's ports another process holds, and the
@@ -60,6 +67,9 @@ func (e *PortTakenError) Error() string {
 // data dir's lock, so a second dev refuses instead of sharing the first
 // one's files or attaching to its servers.
 func StartDev(ctx context.Context, cfg DevConfig) (*DevInfra, error) {
+	if cfg.PGServers > 1 && cfg.DatabaseURL != "" {
+		return nil, errors.New("--pg-servers starts its own PostgreSQL servers: it cannot be given a database URL")
+	}
 	if err := checkDevPorts(cfg); err != nil {
 		return nil, err
 	}
@@ -96,15 +106,26 @@ func StartDev(ctx context.Context, cfg DevConfig) (*DevInfra, error) {
 }
 
 func (d *DevInfra) startPostgres(ctx context.Context, cfg DevConfig) error {
-	s, err := pgserver.Start(ctx, pgserver.Config{Dir: filepath.Join(cfg.DataDir, "pg"), Port: cfg.PGPort, Logger: cfg.Logger})
-	if err != nil {
-		return fmt.Errorf("start embedded PostgreSQL on port %d: %w", cfg.PGPort, err)
+	for i := 1; i <= max(cfg.PGServers, 1); i++ {
+		dir, port := filepath.Join(cfg.DataDir, "pg"), cfg.PGPort
+		if i > 1 {
+			dir, port = filepath.Join(cfg.DataDir, fmt.Sprintf("pg-%d", i)), cfg.PGPort+i-1
+		}
+		s, err := pgserver.Start(ctx, pgserver.Config{Dir: dir, Port: port, Logger: cfg.Logger})
+		if err != nil {
+			return fmt.Errorf("start embedded PostgreSQL %d on port %d: %w", i, port, err)
+		}
+		d.pg = append(d.pg, s)
+		if err := createDatabase(ctx, s.URL, "inboxd"); err != nil {
+			return err
+		}
+		url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", s.Port)
+		if i == 1 {
+			d.DatabaseURL = url
+		} else {
+			d.ServerURLs = append(d.ServerURLs, url)
+		}
 	}
-	d.pg = s
-	if err := createDatabase(ctx, s.URL, "inboxd"); err != nil {
-		return err
-	}
-	d.DatabaseURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/inboxd?sslmode=disable", s.Port)
 	return nil
 }
 
@@ -118,6 +139,10 @@ func checkDevPorts(cfg DevConfig) error {
 	}
 	if cfg.DatabaseURL == "" && cfg.PGPort != 0 {
 		ports = append(ports, port{"embedded PostgreSQL", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.PGPort)), "pg-port", "INBOXD_PG_PORT"})
+		for i := 2; i <= cfg.PGServers; i++ {
+			ports = append(ports, port{fmt.Sprintf("embedded PostgreSQL %d", i),
+				net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.PGPort+i-1)), "pg-port", "INBOXD_PG_PORT"})
+		}
 	}
 	if len(cfg.Brokers) == 0 && cfg.KafkaPort != 0 {
 		// kfake listens on every interface.
@@ -162,10 +187,10 @@ func (d *DevInfra) Close() {
 		d.kafka.Close()
 		d.kafka = nil
 	}
-	if d.pg != nil {
-		_ = d.pg.Stop()
-		d.pg = nil
+	for _, pg := range d.pg {
+		_ = pg.Stop()
 	}
+	d.pg = nil
 	if d.lock != nil {
 		d.lock.Close()
 		d.lock = nil

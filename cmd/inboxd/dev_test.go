@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/protocol"
 	"github.com/inboxd/inboxd/internal/workload"
 	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // `inboxd dev` on its embedded default keeps every event and projection

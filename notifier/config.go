@@ -48,6 +48,11 @@ type Config struct {
 	// (dynamic membership).
 	InstanceID string
 
+	// Servers, when set, makes this the notifier of one server of a
+	// sharded deployment (see Servers): the pool given to New is that
+	// server's. Nil: one server.
+	Servers *Servers
+
 	// WebhookURL receives one POST per notification. Required.
 	WebhookURL string
 	// WebhookSecret signs every body (X-Inboxd-Signature). Required.

@@ -36,9 +36,14 @@ FROM unnest($2::int[]) AS p`
 const sqlProjected = `SELECT COALESCE((SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = $2), 0)`
 
 func (n *Notifier) consume(ctx context.Context) error {
-	opts := append(kgroup.Member{Brokers: n.cfg.Brokers, ClientID: "inboxd-notifier", Group: n.cfg.Group, Topic: n.cfg.Topic,
+	member := kgroup.Member{Brokers: n.cfg.Brokers, ClientID: "inboxd-notifier", Group: n.cfg.Group, Topic: n.cfg.Topic,
 		InstanceID: n.cfg.InstanceID, SessionTimeout: n.cfg.SessionTimeout, FetchMaxWait: 200 * time.Millisecond,
-		Offsets: n.startOffsets}.Opts(),
+		Offsets: n.startOffsets}
+	if n.sharded() {
+		owns := n.cfg.Servers.Owns
+		member.Owns = func(_ string, p int32) bool { return owns(p) }
+	}
+	opts := append(member.Opts(),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
 	cl, err := kgo.NewClient(opts...)

@@ -29,18 +29,21 @@ func TestNotifierKilled(t *testing.T) {
 	env := []string{"DATABASE_URL=" + w.env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(w.env.Brokers, ","),
 		"INBOXD_TOPIC=" + w.env.Topic, "INBOXD_NOTIFIER_GROUP=notifier-" + w.env.Topic,
 		"INBOXD_WEBHOOK_URL=" + w.rcv.srv.URL, "INBOXD_WEBHOOK_SECRET=" + string(webhookSecret),
-		"INBOXD_NOTIFY_DELAY=200ms", "INBOXD_NOTIFIER_INSTANCE_ID=notifier-1", "INBOXD_NOTIFY_PRESENCE_EXPIRY=3s", "INBOXD_LOG_LEVEL=warn"}
-	start := func() *testenv.Proc {
-		return testenv.Start(t, append(env, fmt.Sprintf("INBOXD_HTTP_ADDR=127.0.0.1:%d", testenv.FreePort(t))), "notifier")
+		"INBOXD_NOTIFY_DELAY=200ms", "INBOXD_NOTIFY_PRESENCE_EXPIRY=3s", "INBOXD_LOG_LEVEL=warn"}
+	// One process per server (one server: one process).
+	start := func(server int) *testenv.Proc {
+		return testenv.Start(t, append(env, fmt.Sprintf("INBOXD_HTTP_ADDR=127.0.0.1:%d", testenv.FreePort(t)),
+			fmt.Sprintf("INBOXD_SHARD_SERVER=%d", server), fmt.Sprintf("INBOXD_NOTIFIER_INSTANCE_ID=notifier-%d", server)), "notifier")
 	}
-	proc := start()
-	// Sends count from when the notifier stored where it starts: before
+	procs := make([]*testenv.Proc, len(w.env.Pools))
+	for i := range procs {
+		procs[i] = start(i + 1)
+	}
+	// Sends count from when the notifiers stored where they start: before
 	// that, a new notifier starts where the fanout is.
-	waitFor(t, 60*time.Second, "the notifier's start", func() bool {
-		var missing int
-		_ = w.env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM consumer_offsets c WHERE NOT EXISTS (
-			SELECT 1 FROM notifier_offsets n WHERE n.topic = c.topic AND n."partition" = c."partition")`).Scan(&missing)
-		return missing == 0
+	waitFor(t, 60*time.Second, "the notifiers' start", func() bool {
+		return w.sum(t, `SELECT count(*) FROM consumer_offsets c WHERE c.topic = $1 AND NOT EXISTS (
+			SELECT 1 FROM notifier_offsets n WHERE n.topic = c.topic AND n."partition" = c."partition")`, w.env.Topic) == 0
 	})
 
 	var mu sync.Mutex
@@ -62,15 +65,16 @@ func TestNotifierKilled(t *testing.T) {
 	}()
 	for range 4 {
 		time.Sleep(time.Duration(400+rand.IntN(600)) * time.Millisecond)
-		proc.Kill()
-		proc = start()
+		i := rand.IntN(len(procs))
+		procs[i].Kill()
+		procs[i] = start(i + 1)
 	}
 	<-done
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		rows, _ := w.env.Pool.Query(context.Background(), `SELECT user_id, conversation_id, first_seq, last_seq, count, state, attempts, coalesce(last_error,'') FROM notifications ORDER BY user_id, conversation_id, first_seq`)
+		rows, _ := w.env.ConvPool(a).Query(context.Background(), `SELECT user_id, conversation_id, first_seq, last_seq, count, state, attempts, coalesce(last_error,'') FROM notifications ORDER BY user_id, conversation_id, first_seq`)
 		for rows.Next() {
 			var u, c, f, l, n, at int64
 			var st, e string
@@ -86,7 +90,9 @@ func TestNotifierKilled(t *testing.T) {
 			t.Logf("offsets %s partition %d: %d", k, p, o)
 		}
 		rows.Close()
-		t.Logf("proc output: %s", proc.Output())
+		for i, p := range procs {
+			t.Logf("output of server %d's: %s", i+1, p.Output())
+		}
 	})
 	for _, c := range []struct{ user, cid int64 }{{2, a}, {3, a}, {2, b}, {5, b}} {
 		want := seqs[c.cid]

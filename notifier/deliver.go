@@ -60,8 +60,14 @@ SELECT count(*) FROM s`
 
 // skipConnected runs sqlSkipConnected.
 func (n *Notifier) skipConnected(ctx context.Context) {
-	var skipped int
-	if err := n.pool.QueryRow(ctx, sqlSkipConnected, n.cfg.PresenceExpiry.Milliseconds()).Scan(&skipped); err != nil {
+	var skipped int64
+	var err error
+	if n.sharded() {
+		skipped, err = n.skipConnectedApart(ctx)
+	} else {
+		err = n.pool.QueryRow(ctx, sqlSkipConnected, n.cfg.PresenceExpiry.Milliseconds()).Scan(&skipped)
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			n.cfg.Logger.Warn("skipping the notifications of connected members failed", "err", err)
 		}
@@ -164,8 +170,13 @@ func (n *Notifier) deliver(ctx context.Context, c claimed) {
 	var connected, deleted bool
 	var body string
 	var w Webhook
-	err := n.pool.QueryRow(ctx, sqlPrepare, c.user, c.conv, c.lastSeq, n.cfg.PresenceExpiry.Milliseconds()).Scan(
-		&connected, &body, &deleted, &w.InboxSeq, &w.Badge, &w.Mentions)
+	var err error
+	if n.sharded() {
+		connected, body, deleted, err = n.prepareApart(ctx, c, &w)
+	} else {
+		err = n.pool.QueryRow(ctx, sqlPrepare, c.user, c.conv, c.lastSeq, n.cfg.PresenceExpiry.Milliseconds()).Scan(
+			&connected, &body, &deleted, &w.InboxSeq, &w.Badge, &w.Mentions)
+	}
 	switch {
 	case err != nil:
 		n.retry(ctx, c, 0, fmt.Sprintf("prepare: %v", err))

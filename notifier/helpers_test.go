@@ -61,16 +61,53 @@ func (w *world) run(t *testing.T, tweak func(*notifier.Config)) {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	n, err := notifier.New(cfg, w.env.Pool)
-	require.NoError(t, err)
+	// One notifier per server: on several, each consumes its server's
+	// partitions and notifies of its conversations.
+	var ns []*notifier.Notifier
+	for i, pool := range w.env.Pools {
+		scfg := cfg
+		if w.env.Sharded() {
+			server := w.env.Map.Servers[i].ID
+			scfg.Group = fmt.Sprintf("%s.%d", cfg.Group, server)
+			scfg.Servers = &notifier.Servers{Catalog: w.env.Pool, All: w.env.Pools, OfUser: w.env.UserPool,
+				Owns: func(p int32) bool { return w.env.Map.Serves(p, server) }}
+		}
+		n, err := notifier.New(scfg, pool)
+		require.NoError(t, err)
+		ns = append(ns, n)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
+	done := make(chan error, len(ns))
+	for _, n := range ns {
+		go func() { done <- n.Run(ctx) }()
+	}
 	t.Cleanup(func() {
 		cancel()
-		require.NoError(t, <-done)
+		for range ns {
+			require.NoError(t, <-done)
+		}
 	})
-	waitFor(t, 30*time.Second, "the notifier's consumer", n.Ready)
+	waitFor(t, 30*time.Second, "the notifiers' consumers", func() bool {
+		for _, n := range ns {
+			if !n.Ready() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// sum sums a count over the servers (each keeps the notifications and
+// messages of its conversations).
+func (w *world) sum(t *testing.T, sql string, args ...any) int64 {
+	t.Helper()
+	var total int64
+	for _, pool := range w.env.Pools {
+		var n int64
+		require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+		total += n
+	}
+	return total
 }
 
 func (w *world) config() notifier.Config {

@@ -32,9 +32,10 @@ ON CONFLICT (conversation_id) DO UPDATE SET last_seq = GREATEST(notifier_convs.l
 
 // sqlQueue queues the notifications of one message ($1 conversation, $2
 // seq, $3 sender, $4 mentioned ids, $5 @all, $6 its time, $7 the delay in
-// ms): one per member who could see it, but the sender, members with
-// notifications off, and members who muted the conversation unless it
-// mentions them. A member's open burst in the conversation takes it in.
+// ms, $8 members with notifications off by the catalog's settings, on a
+// server of several): one per member who could see it, but the sender,
+// members with notifications off, and members who muted the conversation
+// unless it mentions them. A member's open burst in the conversation takes it in.
 // Each row returned is a new burst (true) or a join (false).
 const sqlQueue = `INSERT INTO notifications (id, user_id, conversation_id, first_seq, last_seq, sender_id, mention, committed_at, due_at)
 SELECT gen_random_uuid(), s.user_id, $1, $2, $2, $3, s.user_id = ANY($4::bigint[]) OR $5, $6,
@@ -43,7 +44,7 @@ FROM member_spans s
 LEFT JOIN records r ON r.user_id = s.user_id AND r.conversation_id = s.conversation_id
 LEFT JOIN user_settings us ON us.user_id = s.user_id
 WHERE s.conversation_id = $1 AND s.joined_seq <= $2 AND (s.left_seq IS NULL OR s.left_seq >= $2) AND s.user_id <> $3
-	AND COALESCE(us.notifications, true)
+	AND COALESCE(us.notifications, true) AND NOT s.user_id = ANY($8::bigint[])
 	AND (NOT COALESCE(r.muted, false) OR s.user_id = ANY($4::bigint[]) OR $5)
 ON CONFLICT (user_id, conversation_id) WHERE state = 'pending' AND attempts = 0 DO UPDATE SET
 	last_seq = GREATEST(notifications.last_seq, EXCLUDED.last_seq), count = notifications.count + 1,
@@ -83,7 +84,11 @@ func (n *Notifier) queue(ctx context.Context, p int32, from, next int64, msgIDs 
 			return err
 		}
 		drop := n.pendingNow.Load() >= int64(n.cfg.MaxPending)
-		if queued, joined, err = n.queueMessages(ctx, tx, msgs, drop); err != nil {
+		off, err := n.notificationsOff(ctx, tx, msgs)
+		if err != nil {
+			return err
+		}
+		if queued, joined, err = n.queueMessages(ctx, tx, msgs, off, drop); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, sqlSaveOffset, n.cfg.Topic, p, next)
@@ -119,7 +124,7 @@ func loadMessages(ctx context.Context, tx pgx.Tx, msgIDs []string) ([]message, e
 // queueMessages queues msgs (in conversation order) in one pipeline and
 // moves each conversation's last queued seq; with drop, nothing is queued
 // (MaxPending) but the messages count as handled.
-func (n *Notifier) queueMessages(ctx context.Context, tx pgx.Tx, msgs []message, drop bool) (queued, joined int, err error) {
+func (n *Notifier) queueMessages(ctx context.Context, tx pgx.Tx, msgs []message, off []int64, drop bool) (queued, joined int, err error) {
 	if len(msgs) == 0 {
 		return 0, 0, nil
 	}
@@ -131,7 +136,7 @@ func (n *Notifier) queueMessages(ctx context.Context, tx pgx.Tx, msgs []message,
 			n.m.outcomes.WithLabelValues(OutcomeDropped).Inc()
 			continue
 		}
-		b.Queue(sqlQueue, m.conv, m.seq, m.sender, m.mentions, m.all, m.at, n.cfg.Delay.Milliseconds()).Query(func(rows pgx.Rows) error {
+		b.Queue(sqlQueue, m.conv, m.seq, m.sender, m.mentions, m.all, m.at, n.cfg.Delay.Milliseconds(), off).Query(func(rows pgx.Rows) error {
 			var isNew bool
 			_, err := pgx.ForEachRow(rows, []any{&isNew}, func() error {
 				if isNew {

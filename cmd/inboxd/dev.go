@@ -156,21 +156,31 @@ func serveDev(ctx context.Context, log *slog.Logger, c *common, f *fanoutFlags, 
 			}
 			return nil
 		}}
-		if len(fos) > 1 {
-			log.Warn("no notifier on several servers: it reads the projections of one server (docs/scaling.md)")
-		} else {
-			n, err := devNotifier(c, gf, nf, reg, pool, log)
-			if err != nil {
-				return fail(err)
-			}
-			g.Go(func() error { return n.Run(gctx) })
-		}
 	}
 	pl, _, closeServers, err := c.openPlacement(ctx, pool, log)
 	if err != nil {
 		return fail(err)
 	}
 	defer closeServers()
+	if !noFanout {
+		// One notifier per server, each of its own conversations.
+		for i, db := range pl.Pools {
+			ncfg := nf.config(c, log.With("service", "notifier"))
+			if len(pl.Pools) > 1 {
+				srv := pl.Map.Servers[i].ID
+				ncfg.Group = fmt.Sprintf("%s.%d", ncfg.Group, srv)
+				ncfg.Servers = notifierServers(pl, srv)
+				ncfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"server": fmt.Sprint(srv)}, reg)
+			} else {
+				ncfg.Registerer = reg
+			}
+			n, err := devNotifier(ncfg, gf, nf, db)
+			if err != nil {
+				return fail(err)
+			}
+			g.Go(func() error { return n.Run(gctx) })
+		}
+	}
 	gw, err := gateway.NewOn(gcfg, pl, prod)
 	if err != nil {
 		return fail(err)
@@ -283,20 +293,16 @@ func placeDev(ctx context.Context, c *common, catalog *pgxpool.Pool, urls []stri
 	return nil
 }
 
-// devNotifier is dev's notifier: it delivers to dev's own receiver unless
-// --webhook-url names another.
-func devNotifier(c *common, gf *gatewayFlags, nf *notifierFlags, reg *prometheus.Registry, pool *pgxpool.Pool,
-	log *slog.Logger) (*notifier.Notifier, error) {
+// devNotifier is dev's notifier of ncfg on pool: it delivers to dev's own
+// receiver unless --webhook-url names another.
+func devNotifier(ncfg notifier.Config, gf *gatewayFlags, nf *notifierFlags, pool *pgxpool.Pool) (*notifier.Notifier, error) {
 	if nf.webhookURL == "" {
-		nf.webhookURL = app.DevWebhookURL(gf.httpAddr)
+		ncfg.WebhookURL = app.DevWebhookURL(gf.httpAddr)
 		if nf.webhookSecret == "" {
-			nf.webhookSecret = app.DevWebhookSecret
+			ncfg.WebhookSecret = []byte(app.DevWebhookSecret)
 		}
-	}
-	if nf.webhookSecret == "" {
+	} else if nf.webhookSecret == "" {
 		return nil, errors.New("--webhook-url needs --webhook-secret")
 	}
-	ncfg := nf.config(c, log.With("service", "notifier"))
-	ncfg.Registerer = reg
 	return notifier.New(ncfg, pool)
 }

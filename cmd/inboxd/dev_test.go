@@ -173,6 +173,35 @@ func TestDevOnTwoServers(t *testing.T) {
 		pool.Close()
 		require.Positive(t, users, "server %d holds some of the members' inboxes", i+1)
 	}
+	// Nobody is connected: every member but the sender is notified, by the
+	// notifier of the conversation's server, with its inbox_seq and badge
+	// read on the member's own server and summed over both.
+	testenv.WaitFor(t, time.Minute, "a notification of every member", func() bool {
+		var list struct {
+			Notifications []struct {
+				Notification struct {
+					UserID   int64 `json:"user_id"`
+					Seq      int64 `json:"seq"`
+					InboxSeq int64 `json:"inbox_seq"`
+					Badge    int64 `json:"badge"`
+				} `json:"notification"`
+			} `json:"notifications"`
+		}
+		require.Equal(t, http.StatusOK, call("GET", "/v1/dev/notifications", "", nil, &list))
+		last := map[int64]int64{}
+		for _, n := range list.Notifications {
+			nf := n.Notification
+			require.Positive(t, nf.InboxSeq, "user %d", nf.UserID)
+			require.Positive(t, nf.Badge, "user %d", nf.UserID)
+			last[nf.UserID] = max(last[nf.UserID], nf.Seq)
+		}
+		for _, u := range members {
+			if last[u] != int64(len(texts)+1) {
+				return false
+			}
+		}
+		return true
+	})
 	vp := testenv.Start(t, nil, "verify", "--database-url", d.dbURL())
 	require.NoError(t, vp.Wait(time.Minute), vp.Output())
 	require.Contains(t, vp.Output(), "across the 2 servers")

@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/notifier"
+	"github.com/inboxd/inboxd/placement"
 )
 
 // notifierFlags are the settings of the notifier (inboxd notifier, and
@@ -70,6 +75,7 @@ func runNotifier(ctx context.Context, args []string) error {
 	fs.StringVar(&c.topic, "topic", events.DefaultTopic, "event topic")
 	f.bind(fs)
 	httpAddr := fs.String("http-addr", "127.0.0.1:9096", "address of /healthz, /readyz and /metrics")
+	shardServer := fs.Int("shard-server", int(placement.Catalog), "the server of the placement (inboxd shards list) whose conversations this notifier notifies of; with one server, 1")
 	drain := fs.Duration("drain-timeout", 5*time.Second, "time to finish HTTP requests at shutdown")
 	fs.Usage = config.Usage(fs, "inboxd notifier: notify members who are not connected through a webhook")
 	if err := config.Parse(fs, args); err != nil {
@@ -88,15 +94,32 @@ func runNotifier(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := requireSingleServer(ctx, pool, "the notifier"); err != nil {
-		return err
-	}
 	if err := app.WaitKafka(ctx, brokers, log); err != nil {
 		return err
 	}
 	reg := app.NewRegistry()
 	cfg := f.config(&c, log)
 	cfg.Registerer = reg
+	catalog := pool
+	pl, loaded, closeServers, err := c.openPlacement(ctx, catalog, log)
+	if err != nil {
+		return err
+	}
+	defer closeServers()
+	if pl.Map.Sharded() || *shardServer != int(placement.Catalog) {
+		// One server of several: its partitions, its conversations'
+		// notifications, on its database.
+		i := slices.IndexFunc(pl.Map.Servers, func(s placement.Server) bool { return int(s.ID) == *shardServer })
+		if i < 0 {
+			return fmt.Errorf("notifier: the placement has no server %d (inboxd shards list)", *shardServer)
+		}
+		server := pl.Map.Servers[i].ID
+		cfg.Group = fmt.Sprintf("%s.%d", cfg.Group, server)
+		cfg.Servers = notifierServers(pl, server)
+		pool = pl.Pools[i]
+		log.Info("notifying of one server's conversations", "server", server, "partitions", pl.Map.Partitions(server, pl.Partitions),
+			"placement_version", pl.Map.Version)
+	}
 	n, err := notifier.New(cfg, pool)
 	if err != nil {
 		return err
@@ -109,8 +132,24 @@ func runNotifier(ctx context.Context, args []string) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return n.Run(gctx) })
+	if len(loaded.Servers) > 1 {
+		// Like a fanout, a notifier serves one version of the placement.
+		g.Go(func() error { return watchPlacement(gctx, catalog, loaded.Version, log) })
+	}
 	g.Go(func() error {
 		return app.Serve(gctx, *httpAddr, app.OpsMux(reg, app.Ready(pool, nil, ready)), *drain, log)
 	})
 	return g.Wait()
+}
+
+// notifierServers is the notifier of server's view of placement pl.
+func notifierServers(pl gateway.Placement, server int32) *notifier.Servers {
+	m, n := pl.Map, pl.Partitions
+	index := map[int32]int{}
+	for i, s := range m.Servers {
+		index[s.ID] = i
+	}
+	return &notifier.Servers{Catalog: pl.Pools[0], All: pl.Pools,
+		OfUser: func(user int64) *pgxpool.Pool { return pl.Pools[index[m.Server(placement.OfUser(user, n))]] },
+		Owns:   func(p int32) bool { return m.Serves(p, server) }}
 }

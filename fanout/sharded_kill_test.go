@@ -46,7 +46,7 @@ func TestShardedStagesKilledHard(t *testing.T) {
 	require.Equal(t, []int32{0, 2}, m.Partitions(1, 4))
 	// What reads one server's projections refuses a sharded placement
 	// rather than serve part of it.
-	for _, cmd := range []string{"replay"} {
+	for _, cmd := range []string{"offsets"} {
 		c := exec.Command(testenv.Binary(t), cmd)
 		c.Env = append(os.Environ(), "DATABASE_URL="+env.DatabaseURL, "INBOXD_LOG_LEVEL=warn", "INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_AUTH_SECRET=0123456789abcdef0123456789abcdef",
 			"INBOXD_WEBHOOK_URL=http://127.0.0.1:1/hook", "INBOXD_WEBHOOK_SECRET=0123456789abcdef0123456789abcdef",

@@ -230,6 +230,11 @@ func rebuild(ctx context.Context, cfg Config, cl *kgo.Client, end map[int32]int6
 		return err
 	}
 	prog.finish(res.Records)
+	return indexShadow(ctx, shadow)
+}
+
+// indexShadow builds the primary keys the bulk load left out.
+func indexShadow(ctx context.Context, shadow *pgxpool.Pool) error {
 	if _, err := shadow.Exec(ctx, `ALTER TABLE inbox ADD CONSTRAINT inbox_pkey PRIMARY KEY (user_id, inbox_seq);
 ALTER TABLE messages ADD CONSTRAINT messages_pkey PRIMARY KEY (conversation_id, seq)`); err != nil {
 		return fmt.Errorf("index the rebuilt inbox: %w", err)
@@ -366,8 +371,12 @@ func readLog(ctx context.Context, cl *kgo.Client, cfg Config, end map[int32]int6
 	return <-readErr
 }
 
-// The projection tables moved by a swap; goose's own table stays.
-var tables = []string{"meta", "conversations", "member_spans", "messages", "users", "inbox", "records", "rejections", "consumer_offsets", "reactions", "changes", "mentions"}
+// The projection tables moved by a swap (the read fan-out modes and the
+// crossing of a sharded deployment's stages included); goose's own table,
+// and what is not projected (settings, presence, body keys, API keys, the
+// placement, notifications), stay.
+var tables = []string{"meta", "conversations", "member_spans", "messages", "users", "inbox", "records", "rejections", "consumer_offsets",
+	"reactions", "changes", "mentions", "conversation_modes", "outbox", "delivery_sources", "delivery_marks"}
 
 // swap makes the shadow the live generation in one transaction, with a new
 // epoch, keeping the live conversation id sequence ahead of every id.

@@ -18,6 +18,7 @@ func runReplay(ctx context.Context, args []string) error {
 	verify := fs.Bool("verify", false, "rebuild into the shadow schema and diff it with the live projections, touching nothing; exit 1 on a difference")
 	batch := fs.Int("replay-batch-records", 20000, "records per replay transaction")
 	shadow := fs.String("shadow-schema", "inboxd_shadow", "schema the replay rebuilds into")
+	deliveries := fs.String("deliveries-topic", "", "the topic between the servers of a sharded deployment (default <topic>.deliveries): the rebuilt servers go on from its end")
 	fs.Usage = config.Usage(fs, "inboxd replay: rebuild the projections from offset 0 under a new epoch (fanout must be stopped), or --verify them")
 	if err := config.Parse(fs, args); err != nil {
 		return err
@@ -31,13 +32,24 @@ func runReplay(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := requireSingleServer(ctx, pool, "replay"); err != nil {
-		return err
-	}
-	res, err := replay.Run(ctx, replay.Config{
+	rcfg := replay.Config{
 		Brokers: brokers, Topic: c.topic, MaxBody: c.maxBody, BatchRecords: *batch, LargeThreshold: c.largeThreshold,
 		Shadow: *shadow, Verify: *verify, Progress: os.Stderr, Logger: log,
-	}, pool)
+	}
+	pl, _, closeServers, err := c.openPlacement(ctx, pool, log)
+	if err != nil {
+		return err
+	}
+	defer closeServers()
+	var res replay.Result
+	if len(pl.Pools) > 1 {
+		// Every server at once: each its partitions, the deliveries
+		// between them applied in place (replay.RunSharded).
+		res, err = replay.RunSharded(ctx, rcfg, replay.Servers{Pools: pl.Pools, Map: pl.Map, Partitions: pl.Partitions,
+			Deliveries: *deliveries})
+	} else {
+		res, err = replay.Run(ctx, rcfg, pool)
+	}
 	if errors.Is(err, replay.ErrFanoutRunning) {
 		fmt.Fprintf(os.Stderr, "inboxd replay: refused: %v\n", err)
 		return exitCode(3)
@@ -52,6 +64,10 @@ func runReplay(ctx context.Context, args []string) error {
 		if !res.Diff.Empty() {
 			return exitCode(1)
 		}
+		return nil
+	}
+	if len(pl.Pools) > 1 {
+		fmt.Printf("%d servers rebuilt, each under a new epoch (server 1: %d); the stages continue from offsets %v\n", len(pl.Pools), res.Epoch, res.Offsets)
 		return nil
 	}
 	fmt.Printf("new epoch %d; fanout continues from offsets %v\n", res.Epoch, res.Offsets)

@@ -13,7 +13,8 @@
 // health.go (per-partition stuck state for /readyz and metrics), group.go
 // (client options, Kafka commits, leaving the group), metrics.go, locks.go,
 // retention.go, deliveries.go (a sharded server's relay of its outbox and
-// its user stage: the Deliverer).
+// its user stage: the Deliverer), settle.go (a move's settle-out:
+// ApplyWaiting applies a partition's waiting deliveries on its target).
 //
 // Records that cannot be decoded, or that the database refuses for their own
 // data after bounded attempts, go to the DLQ topic with the reason in the

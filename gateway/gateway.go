@@ -79,6 +79,11 @@ type Placement struct {
 	Pools      []*pgxpool.Pool
 	Map        *placement.Map
 	Partitions int32
+	// Version is the catalog's placement version this was read at, which
+	// the gateway reports with its presence heartbeat (a move cleans a
+	// partition's old server once no gateway reads an older one); 0: not
+	// reported.
+	Version int64
 }
 
 // servers is the routing of p's statements.
@@ -163,7 +168,9 @@ func NewOn(cfg Config, pl Placement, prod *producer.Producer) (*Gateway, error) 
 	if g.reconnects, err = newReconnects(cfg.Reconnect, cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("gateway: reconnect hints: %w", err)
 	}
-	if g.eph, err = ephemeral.NewOn(cfg.Ephemeral, srv, g.sendLimits); err != nil {
+	ecfg := cfg.Ephemeral
+	ecfg.PlacementVersion = pl.Version
+	if g.eph, err = ephemeral.NewOn(ecfg, srv, g.sendLimits); err != nil {
 		return nil, err
 	}
 	// The hub tells the reader (made next) of changed messages and of

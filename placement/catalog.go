@@ -88,7 +88,17 @@ func AddServer(ctx context.Context, catalog *pgxpool.Pool, name, dsn string) (Se
 			if holds {
 				return fmt.Errorf("%w: it holds projections or consumer offsets", ErrNotEmpty)
 			}
-			_, err := tt.Exec(ctx, sqlClaimServer, s.ID)
+			if _, err := tt.Exec(ctx, sqlClaimServer, s.ID); err != nil {
+				return err
+			}
+			// One epoch for the deployment: a user's cursor names the
+			// catalog's epoch wherever the user's state is, so it stays
+			// valid when a move takes the user to this server.
+			var epoch int64
+			if err := ctl.QueryRow(ctx, `SELECT epoch FROM meta`).Scan(&epoch); err != nil {
+				return err
+			}
+			_, err := tt.Exec(ctx, `UPDATE meta SET epoch = $1`, epoch)
 			return err
 		})
 		if err != nil {

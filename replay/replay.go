@@ -157,7 +157,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool) (Result, error) {
 		return res, err
 	}
 	shadow.Close()
-	epoch, err := swap(ctx, pool, cfg.Shadow, cfg.Channel)
+	epoch, err := swap(ctx, pool, cfg.Shadow, cfg.Channel, 0)
 	if err != nil {
 		return res, err
 	}
@@ -379,8 +379,9 @@ var tables = []string{"meta", "conversations", "member_spans", "messages", "user
 	"reactions", "changes", "mentions", "conversation_modes", "outbox", "delivery_sources", "delivery_marks"}
 
 // swap makes the shadow the live generation in one transaction, with a new
-// epoch, keeping the live conversation id sequence ahead of every id.
-func swap(ctx context.Context, pool *pgxpool.Pool, schema, channel string) (int64, error) {
+// epoch (least when given, which is past the live one; else from the
+// clock), keeping the live conversation id sequence ahead of every id.
+func swap(ctx context.Context, pool *pgxpool.Pool, schema, channel string, least int64) (int64, error) {
 	q := pgx.Identifier{schema}.Sanitize()
 	var epoch int64
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
@@ -396,7 +397,8 @@ func swap(ctx context.Context, pool *pgxpool.Pool, schema, channel string) (int6
 				return fmt.Errorf("move %s: %w", t, err)
 			}
 		}
-		if err := tx.QueryRow(ctx, `UPDATE public.meta SET epoch = greatest($1::bigint + 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint) RETURNING epoch`, old).Scan(&epoch); err != nil {
+		if err := tx.QueryRow(ctx, `UPDATE public.meta SET epoch = greatest($1::bigint + 1,
+	CASE WHEN $2::bigint > 0 THEN $2::bigint ELSE (extract(epoch FROM clock_timestamp()) * 1000)::bigint END) RETURNING epoch`, old, least).Scan(&epoch); err != nil {
 			return fmt.Errorf("new epoch: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `SELECT setval('public.conversation_ids', greatest((SELECT last_value FROM public.conversation_ids), (SELECT coalesce(max(id), 1) FROM public.conversations)))`); err != nil {

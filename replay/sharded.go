@@ -37,7 +37,7 @@ type Servers struct {
 // marks and counts included, so the rebuilt servers verify across); then
 // each shadow takes the deliveries topic's end offsets, so that the user
 // stages go on after what the rebuild already holds, and the servers are
-// swapped in one after the other, each under a new epoch.
+// swapped in one after the other, under one new epoch.
 //
 // Every fanout of every server must be stopped (each server's fanout lock
 // is taken for the run). The swaps are one transaction per server: a run
@@ -126,10 +126,21 @@ func RunSharded(ctx context.Context, cfg Config, s Servers) (Result, error) {
 		}
 	}
 	res.Duration = time.Since(start)
+	// One new epoch for every server (a deployment has one, so that a
+	// cursor stays valid when its user moves): past each server's, and
+	// past the clock.
+	least := time.Now().UnixMilli()
+	for _, pool := range s.Pools {
+		var old int64
+		if err := pool.QueryRow(ctx, `SELECT epoch FROM public.meta`).Scan(&old); err != nil {
+			return res, err
+		}
+		least = max(least, old+1)
+	}
 	for i, pool := range s.Pools {
 		shadows[i].Close()
 		shadows[i] = nil
-		epoch, err := swap(ctx, pool, cfg.Shadow, cfg.Channel)
+		epoch, err := swap(ctx, pool, cfg.Shadow, cfg.Channel, least)
 		if err != nil {
 			return res, fmt.Errorf("swap server %d (servers before it are swapped: run the replay again): %w", s.Map.Servers[i].ID, err)
 		}

@@ -54,9 +54,12 @@ func TestShardedReplayRebuildsTheSameProjections(t *testing.T) {
 	res, err := replay.RunSharded(ctx, cfg(env), rs)
 	require.NoError(t, err)
 	require.Positive(t, res.Records)
-	for i, e := range epochs() {
+	now := epochs()
+	for i, e := range now {
 		require.Greater(t, e, old[i], "server %d's epoch", i+1)
+		require.Equal(t, now[0], e, "one epoch for the deployment")
 	}
+	require.Equal(t, old[0], old[1], "the servers of a deployment start at the catalog's epoch")
 	after := take(t, servers.Union(t))
 	require.Equal(t, before.conversations, after.conversations)
 	require.Equal(t, before.messages, after.messages)

@@ -245,7 +245,7 @@ func (c *common) openPlacement(ctx context.Context, catalog *pgxpool.Pool, log *
 	if err != nil {
 		return gateway.Placement{}, nil, nil, err
 	}
-	pl := gateway.Placement{Map: m, Pools: []*pgxpool.Pool{catalog}, Partitions: 1}
+	pl := gateway.Placement{Map: m, Pools: []*pgxpool.Pool{catalog}, Partitions: 1, Version: m.Version}
 	closeAll := func() {
 		for _, p := range pl.Pools[1:] {
 			p.Close()

@@ -67,7 +67,7 @@ func runReplay(ctx context.Context, args []string) error {
 		return nil
 	}
 	if len(pl.Pools) > 1 {
-		fmt.Printf("%d servers rebuilt, each under a new epoch (server 1: %d); the stages continue from offsets %v\n", len(pl.Pools), res.Epoch, res.Offsets)
+		fmt.Printf("%d servers rebuilt under the new epoch %d; the stages continue from offsets %v\n", len(pl.Pools), res.Epoch, res.Offsets)
 		return nil
 	}
 	fmt.Printf("new epoch %d; fanout continues from offsets %v\n", res.Epoch, res.Offsets)

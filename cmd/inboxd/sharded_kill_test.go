@@ -313,7 +313,7 @@ func TestShardedProcessesKilledUnderSends(t *testing.T) {
 	// inboxd replay rebuilds both servers from the log: the same entries,
 	// verified again.
 	out := cli("replay")
-	require.Contains(t, out, "2 servers rebuilt")
+	require.Contains(t, out, "2 servers rebuilt under the new epoch")
 	require.Equal(t, before, entries(), "the rebuilt inboxes hold the same entries")
 	checkAll("after the replay")
 	total := 0

@@ -9,15 +9,18 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/placement"
@@ -39,17 +42,22 @@ func runShards(ctx context.Context, args []string) error {
 	name := fs.String("name", "", "add-server: the server's name (default server-<id>)")
 	dsn := fs.String("dsn", "", "add-server: PostgreSQL URL of the new server's database (empty database; it is migrated)")
 	jsonOut := fs.Bool("json", false, "list: print JSON")
-	server := fs.Int("target-server", 0, "assign: the id of the server the partitions go to")
-	parts := fs.String("partition-ids", "", "assign: comma-separated partitions of the event topic")
+	server := fs.Int("target-server", 0, "assign, move: the id of the server the partitions go to")
+	parts := fs.String("partition-ids", "", "assign, move: comma-separated partitions of the event topic")
+	deliveries := fs.String("deliveries-topic", "", "move: the deliveries topic, whose offsets move with the partitions (default <topic>.deliveries)")
+	abort := fs.Bool("abort", false, "move: roll back the interrupted moves of the partitions instead (before their copy is recorded)")
+	drain := fs.Duration("move-timeout", 2*time.Minute, "move: how long each step waits for the stages (relays, user stages) before the move stops, to be run again")
+	gwExpiry := fs.Duration("presence-expiry", 30*time.Second, "move: the gateways' --presence-expiry: a partition leaves its old server once no gateway whose heartbeat is younger reads an older placement")
 	fs.Usage = config.Usage(fs, "inboxd shards list: the servers and the partitions each holds\n"+
 		"inboxd shards add-server --dsn URL [--name NAME]: migrate an empty database and add it as a server (it holds no partition until one is moved to it)\n"+
-		"inboxd shards assign --target-server ID --partition-ids P,...: place partitions on a server while the deployment is new (before anything is projected)")
+		"inboxd shards assign --target-server ID --partition-ids P,...: place partitions on a server while the deployment is new (before anything is projected)\n"+
+		"inboxd shards move --target-server ID --partition-ids P,... --kafka-brokers B [--abort]: move partitions with their state, one after the other (paused, settled, copied, switched; run it again to resume an interrupted move)")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
-	if action != "list" && action != "add-server" && action != "assign" {
+	if action != "list" && action != "add-server" && action != "assign" && action != "move" {
 		fs.Usage()
-		return errors.New("shards: give list, add-server or assign")
+		return errors.New("shards: give list, add-server, assign or move")
 	}
 	log, err := c.logger()
 	if err != nil {
@@ -79,6 +87,26 @@ func runShards(ctx context.Context, args []string) error {
 		fmt.Printf("partitions %v placed on server %d\n", ps, *server)
 		return nil
 	}
+	if action == "move" {
+		ps, err := parsePartitions(*parts)
+		if err != nil {
+			return err
+		}
+		brokers := config.SplitList(c.brokers)
+		if len(brokers) == 0 {
+			return errors.New("shards move: give --kafka-brokers (the topic's partition count places the conversations and users)")
+		}
+		n, err := topicPartitions(ctx, brokers, c.topic)
+		if err != nil {
+			return err
+		}
+		topic := *deliveries
+		if topic == "" {
+			topic = c.topic + ".deliveries"
+		}
+		return movePartitions(ctx, pool, ps, placement.MoveConfig{Target: int32(*server), Partitions: n, Topic: c.topic,
+			Deliveries: topic, DrainTimeout: *drain, GatewayExpiry: *gwExpiry, Logger: log}, brokers, *abort)
+	}
 	m, err := placement.Load(ctx, pool)
 	if err != nil {
 		return err
@@ -90,6 +118,43 @@ func runShards(ctx context.Context, args []string) error {
 		}
 	}
 	return printShards(os.Stdout, m, n, *jsonOut)
+}
+
+// movePartitions moves (or with abort, rolls back the moves of) the
+// partitions one after the other, printing each one's pause, and the
+// pauses' p50 and max.
+func movePartitions(ctx context.Context, catalog *pgxpool.Pool, ps []int32, cfg placement.MoveConfig, brokers []string, abort bool) error {
+	var pauses []time.Duration
+	start := time.Now()
+	var rows int64
+	for _, p := range ps {
+		cfg.Partition = p
+		cfg.Settle = func(ctx context.Context, target *pgxpool.Pool, version int64) (int, error) {
+			return fanout.ApplyWaiting(ctx, brokers, cfg.Deliveries, p, target, version, cfg.Logger)
+		}
+		if abort {
+			if err := placement.Abort(ctx, catalog, cfg); err != nil {
+				return fmt.Errorf("shards move --abort: partition %d: %w", p, err)
+			}
+			fmt.Printf("partition %d: move rolled back\n", p)
+			continue
+		}
+		res, err := placement.Move(ctx, catalog, cfg)
+		if err != nil {
+			return fmt.Errorf("shards move: partition %d: %w (run the same command again to resume)", p, err)
+		}
+		pauses = append(pauses, res.Paused)
+		rows += res.Rows
+		fmt.Printf("partition %d: server %d -> %d, %d conversations, %d users, %d rows, copied in %v, paused %v (the target held %v), %d deliveries settled\n",
+			p, res.From, res.To, res.Conversations, res.Users, res.Rows, res.Copy.Round(time.Millisecond), res.Paused.Round(time.Millisecond),
+			res.Fenced.Round(time.Millisecond), res.Settled)
+	}
+	if len(pauses) > 0 {
+		slices.Sort(pauses)
+		fmt.Printf("%d partitions, %d rows in %v; pause per partition p50 %v, max %v\n", len(pauses), rows,
+			time.Since(start).Round(time.Millisecond), pauses[len(pauses)/2].Round(time.Millisecond), pauses[len(pauses)-1].Round(time.Millisecond))
+	}
+	return nil
 }
 
 // parsePartitions reads "0,2,5".

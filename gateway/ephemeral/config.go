@@ -56,6 +56,12 @@ type Config struct {
 	// users of a killed gateway look online. Default 30s.
 	PresenceExpiry time.Duration
 
+	// PlacementVersion is the version of the placement this gateway reads
+	// (docs/scaling.md), written with its heartbeat so that a move of a
+	// partition waits for the gateways of older versions to restart before
+	// it removes the partition from its old server. 0: not written.
+	PlacementVersion int64
+
 	// Queue bounds the notifications waiting for delivery; past it they
 	// are dropped (and counted): typing and presence are best effort.
 	// Default 4096.

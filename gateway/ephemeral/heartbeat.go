@@ -20,8 +20,8 @@ import (
 // sqlBeat refreshes this gateway's heartbeat; inserted is true when the row
 // was missing (first beat, or reaped while this gateway could not reach
 // PostgreSQL: its rows are gone and must be written again).
-const sqlBeat = `INSERT INTO presence_gateways (gateway_id, heartbeat_at) VALUES ($1, now())
-ON CONFLICT (gateway_id) DO UPDATE SET heartbeat_at = now() RETURNING xmax = 0`
+const sqlBeat = `INSERT INTO presence_gateways (gateway_id, heartbeat_at, placement_version) VALUES ($1, now(), NULLIF($2::bigint, 0))
+ON CONFLICT (gateway_id) DO UPDATE SET heartbeat_at = now(), placement_version = excluded.placement_version RETURNING xmax = 0`
 
 // sqlRetire makes a stopping gateway's heartbeat expire after the grace
 // ($2 = expiry - grace, in seconds): its users go offline then, unless
@@ -75,7 +75,7 @@ func (s *Service) heartbeatLoop(ctx context.Context) {
 // this gateway had been reaped) and reaps the dead gateways.
 func (s *Service) beat(ctx context.Context) error {
 	var inserted bool
-	if err := s.pool.QueryRow(ctx, sqlBeat, s.cfg.GatewayID).Scan(&inserted); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlBeat, s.cfg.GatewayID, s.cfg.PlacementVersion).Scan(&inserted); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
 	if inserted {

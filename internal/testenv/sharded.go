@@ -119,24 +119,74 @@ func (e *Env) ConvPool(conv int64) *pgxpool.Pool {
 // partitions) and its deliverer (relay and user stage) until stop.
 func (e *Env) startStages(t testing.TB) (stop func()) {
 	t.Helper()
+	stop = e.startStagesOn(t, e.Map)
+	t.Cleanup(stop)
+	return stop
+}
+
+// FollowPlacement runs every server's stages under the catalog's
+// placement and, as inboxd fanout does by exiting, starts them again on
+// each new version (a server added to the catalog needs its pool in Pools
+// first, in the catalog's order). CurrentMap is the version they run
+// under. It replaces StartFanout in tests that move partitions.
+func (e *Env) FollowPlacement(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	m, err := placement.Load(ctx, e.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.current.Store(m)
+	stop := e.startStagesOn(t, m)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			now, err := placement.Load(ctx, e.Pool)
+			if err != nil || now.Version == e.current.Load().Version {
+				continue
+			}
+			stop()
+			e.current.Store(now)
+			stop = e.startStagesOn(t, now)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		stop()
+	})
+}
+
+// CurrentMap is the placement FollowPlacement's stages run under.
+func (e *Env) CurrentMap() *placement.Map { return e.current.Load() }
+
+// startStagesOn runs every server's stages under placement m until stop.
+func (e *Env) startStagesOn(t testing.TB, m *placement.Map) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*len(e.Pools))
-	for i, pool := range e.Pools {
-		server := e.Map.Servers[i].ID
-		owns := func(p int32) bool { return e.Map.Serves(p, server) }
+	errs := make(chan error, 2*len(m.Servers))
+	for i, srv := range m.Servers {
+		pool := e.Pools[i]
+		server := srv.ID
+		owns := func(p int32) bool { return m.Serves(p, server) }
 		cfg := e.FanoutConfig()
 		cfg.Group = fmt.Sprintf("%s.%d", cfg.Group, server)
 		cfg.Owns = owns
-		cfg.Users = placement.Users{Map: e.Map, Server: server, Partitions: e.Partitions}
-		cfg.PlacementVersion = e.Map.Version
+		cfg.Users = placement.Users{Map: m, Server: server, Partitions: e.Partitions}
+		cfg.PlacementVersion = m.Version
 		f, err := fanout.New(cfg, pool)
 		if err != nil {
 			t.Fatal(err)
 		}
 		d, err := fanout.NewDeliverer(fanout.DelivererConfig{Brokers: e.Brokers, Topic: e.Deliveries,
-			Group: fmt.Sprintf("deliveries-%s.%d", e.Topic, server), Owns: owns, PlacementVersion: e.Map.Version,
-			Logger: e.Logger}, pool)
+			Group: fmt.Sprintf("deliveries-%s.%d", e.Topic, server), Owns: owns, PlacementVersion: m.Version,
+			RelayInterval: 100 * time.Millisecond, Logger: e.Logger}, pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +199,7 @@ func (e *Env) startStages(t testing.TB) (stop func()) {
 		}
 	}
 	var stopped atomic.Bool
-	stop = func() {
+	return func() {
 		if stopped.Swap(true) {
 			return
 		}
@@ -162,8 +212,6 @@ func (e *Env) startStages(t testing.TB) (stop func()) {
 			}
 		}
 	}
-	t.Cleanup(stop)
-	return stop
 }
 
 // Settle waits up to timeout until every server's stages are caught up

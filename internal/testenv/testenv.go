@@ -49,6 +49,7 @@ type Env struct {
 	Map   *placement.Map
 	// Deliveries is the topic between the servers' stages (sharded only).
 	Deliveries string
+	current    atomic.Pointer[placement.Map] // FollowPlacement's
 }
 
 // Options of New.

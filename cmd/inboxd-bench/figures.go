@@ -55,7 +55,17 @@ func bindShards(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&c.Members, "members", 7, "members per conversation")
 	fs.IntVar(&c.Conversations, "conversations", 1000, "conversations")
 	fs.IntVar(&c.Partitions, "partitions", 4, "topic partitions (the odd ones on server 2)")
+	var rates string
+	fs.StringVar(&rates, "rates", "100,1000", "paced loads, msg/s, at which an entry's latency is measured on 1 and 2 servers")
+	fs.DurationVar(&c.PacedFor, "paced-for", 10*time.Second, "length of each paced load")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		for _, r := range strings.Split(rates, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(r))
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("--rates: %q is not a positive rate", r)
+			}
+			c.Rates = append(c.Rates, n)
+		}
 		return bench.Shards(ctx, env, c)
 	}
 }

@@ -26,6 +26,10 @@ type ShardsConfig struct {
 	Members       int // [7] per conversation
 	Conversations int // [1000]
 	Partitions    int // [4]
+	// Rates of the paced phases, messages/s [100, 1000], each PacedFor
+	// [10s]: the latency of an entry under load, not idle.
+	Rates    []int
+	PacedFor time.Duration
 }
 
 func (c *ShardsConfig) setDefaults() {
@@ -33,28 +37,47 @@ func (c *ShardsConfig) setDefaults() {
 	setDefault(&c.Members, 7)
 	setDefault(&c.Conversations, 1000)
 	setDefault(&c.Partitions, 4)
+	if len(c.Rates) == 0 {
+		c.Rates = []int{100, 1000}
+	}
+	if c.PacedFor == 0 {
+		c.PacedFor = 10 * time.Second
+	}
+}
+
+// ShardsPaced is one paced phase's latencies, append -> NOTIFY of the
+// entry's commit on the user's server (what wakes a push), in ms.
+type ShardsPaced struct {
+	Rate         int     `json:"rate"`
+	OneP50Ms     float64 `json:"one_server_p50_ms"`
+	OneP99Ms     float64 `json:"one_server_p99_ms"`
+	LocalP50Ms   float64 `json:"two_servers_local_p50_ms"`
+	LocalP99Ms   float64 `json:"two_servers_local_p99_ms"`
+	CrossedP50Ms float64 `json:"two_servers_crossed_p50_ms"`
+	CrossedP99Ms float64 `json:"two_servers_crossed_p99_ms"`
 }
 
 // ShardsResult is the outcome of Shards.
 type ShardsResult struct {
-	Messages        int     `json:"messages"`
-	Members         int     `json:"members"`
-	OneRowsPerSec   float64 `json:"one_server_inbox_rows_per_sec"`
-	TwoRowsPerSec   float64 `json:"two_servers_inbox_rows_per_sec"`
-	CrossedShare    float64 `json:"crossed_share"`
-	OneP50Ms        float64 `json:"one_server_idle_p50_ms"`
-	OneP99Ms        float64 `json:"one_server_idle_p99_ms"`
-	LocalP50Ms      float64 `json:"two_servers_local_idle_p50_ms"`
-	LocalP99Ms      float64 `json:"two_servers_local_idle_p99_ms"`
-	CrossedP50Ms    float64 `json:"two_servers_crossed_idle_p50_ms"`
-	CrossedP99Ms    float64 `json:"two_servers_crossed_idle_p99_ms"`
-	VerifyOK        bool    `json:"verify_ok"`
-	CrossingChecked bool    `json:"crossing_ok"`
+	Messages        int           `json:"messages"`
+	Members         int           `json:"members"`
+	OneRowsPerSec   float64       `json:"one_server_inbox_rows_per_sec"`
+	TwoRowsPerSec   float64       `json:"two_servers_inbox_rows_per_sec"`
+	CrossedShare    float64       `json:"crossed_share"`
+	OneP50Ms        float64       `json:"one_server_idle_p50_ms"`
+	OneP99Ms        float64       `json:"one_server_idle_p99_ms"`
+	LocalP50Ms      float64       `json:"two_servers_local_idle_p50_ms"`
+	LocalP99Ms      float64       `json:"two_servers_local_idle_p99_ms"`
+	CrossedP50Ms    float64       `json:"two_servers_crossed_idle_p50_ms"`
+	CrossedP99Ms    float64       `json:"two_servers_crossed_idle_p99_ms"`
+	VerifyOK        bool          `json:"verify_ok"`
+	CrossingChecked bool          `json:"crossing_ok"`
+	Paced           []ShardsPaced `json:"paced"`
 }
 
 // Rows implements Result.
 func (r ShardsResult) Rows() []Row {
-	return []Row{{
+	rows := []Row{{
 		Figure:    fmt.Sprintf("sharded fan-out, committed inbox rows/s on 2 servers (%d members, %s messages, %.0f%% of the entries crossed)", r.Members, num(float64(r.Messages)), 100*r.CrossedShare),
 		Value:     num(r.TwoRowsPerSec),
 		Reference: fmt.Sprintf("the same on 1 server, same run: %s rows/s (both servers are databases of one PostgreSQL on this machine)", num(r.OneRowsPerSec)),
@@ -65,6 +88,15 @@ func (r ShardsResult) Rows() []Row {
 		Reference: fmt.Sprintf("the same message's member on the conversation's server: %s / %s (1 server: %s / %s)", ms(r.LocalP50Ms), ms(r.LocalP99Ms), ms(r.OneP50Ms), ms(r.OneP99Ms)),
 		Ratio:     fmt.Sprintf("p50 %s, p99 %s", ratio(r.CrossedP50Ms, r.LocalP50Ms), ratio(r.CrossedP99Ms, r.LocalP99Ms)),
 	}}
+	for _, p := range r.Paced {
+		rows = append(rows, Row{
+			Figure:    fmt.Sprintf("at %d msg/s, append -> NOTIFY of the entry's commit (what wakes a push) on 2 servers: crossed / local member, p50 / p99", p.Rate),
+			Value:     fmt.Sprintf("%s / %s, local %s / %s", ms(p.CrossedP50Ms), ms(p.CrossedP99Ms), ms(p.LocalP50Ms), ms(p.LocalP99Ms)),
+			Reference: fmt.Sprintf("the same load on 1 server, same run: %s / %s", ms(p.OneP50Ms), ms(p.OneP99Ms)),
+			Ratio:     fmt.Sprintf("crossed p50 %s of 1 server's", ratio(p.CrossedP50Ms, p.OneP50Ms)),
+		})
+	}
+	return rows
 }
 
 // server is one server of the figure's deployment.
@@ -80,8 +112,9 @@ type shardServer struct {
 // one kfake), committed inbox rows/s and the share of entries that crossed;
 // then, idle, the time from append to the NOTIFY of an entry's commit for a
 // member on the conversation's server and for one on the other server, of
-// the same messages. The gateway's push is not in it: the gateway does not
-// read a sharded deployment yet.
+// the same messages; then the same latency under paced loads (Rates), of
+// a sample conversation's members beside a background load. The latency
+// ends at the NOTIFY that wakes the gateway's push, not at the client.
 func Shards(ctx context.Context, env *Env, cfg ShardsConfig) (ShardsResult, error) {
 	cfg.setDefaults()
 	res := ShardsResult{Messages: cfg.Messages, Members: cfg.Members}
@@ -227,6 +260,56 @@ func shardsRun(ctx context.Context, env *Env, cfg ShardsConfig, n int, res *Shar
 	} else {
 		res.LocalP50Ms, res.LocalP99Ms = lat[0].P50, lat[0].P99
 		res.CrossedP50Ms, res.CrossedP99Ms = lat[1].P50, lat[1].P99
+	}
+	// Paced: a sample conversation of three users of its own (a sender,
+	// a member on the conversation's server and, on two servers, one on
+	// the other), whose heads only its messages move, under a background
+	// load into the others at each rate.
+	sample := int64(cfg.Conversations + 1)
+	sender, sLocal, sCrossed := users+1, int64(0), int64(0)
+	home := m.Server(placement.OfConversation(sample, parts))
+	for u := users + 2; sLocal == 0 || (n == 2 && sCrossed == 0); u++ {
+		if m.Server(placement.OfUser(u, parts)) == home {
+			if sLocal == 0 {
+				sLocal = u
+			}
+		} else if sCrossed == 0 {
+			sCrossed = u
+		}
+	}
+	if n == 1 {
+		sCrossed = 0
+	}
+	ce := events.New(events.ConversationCreated, sample, sender)
+	ce.Members = []int64{sLocal}
+	if sCrossed != 0 {
+		ce.Members = append(ce.Members, sCrossed)
+	}
+	if _, err := pl.prod.Append(ctx, ce); err != nil {
+		return err
+	}
+	if err := caughtUp(time.Minute); err != nil {
+		return err
+	}
+	for i, rate := range cfg.Rates {
+		lat, err := shardsPaced(ctx, pl.prod, servers, m, parts, rate, cfg.PacedFor, convs, sample, sender, sLocal, sCrossed)
+		if err != nil {
+			return fmt.Errorf("paced at %d msg/s: %w", rate, err)
+		}
+		if len(res.Paced) <= i {
+			res.Paced = append(res.Paced, ShardsPaced{Rate: rate})
+		}
+		p := &res.Paced[i]
+		if n == 1 {
+			p.OneP50Ms, p.OneP99Ms = lat[0].P50, lat[0].P99
+		} else {
+			p.LocalP50Ms, p.LocalP99Ms = lat[0].P50, lat[0].P99
+			p.CrossedP50Ms, p.CrossedP99Ms = lat[1].P50, lat[1].P99
+		}
+		fmt.Fprintf(progress, "bench shards: %d servers at %d msg/s: p50 %s local, %s crossed\n", n, rate, ms(lat[0].P50), ms(lat[1].P50))
+		if err := caughtUp(5 * time.Minute); err != nil {
+			return err
+		}
 	}
 
 	count := func() (total, remote int64, err error) {
@@ -422,6 +505,101 @@ func shardsIdle(ctx context.Context, prod *producer.Producer, servers []*shardSe
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	var out [2]Dist
+	for i := range lat {
+		out[i] = newDist(lat[i])
+	}
+	return out, nil
+}
+
+// shardsPaced appends rate messages a second for dur: every one into the
+// background conversations but, ten times a second, one of sender into
+// conv, whose members local (on the conversation's server) and crossed
+// (on the other, when not 0) get one entry each; it measures, for those,
+// append -> NOTIFY of the member's new head on its server.
+func shardsPaced(ctx context.Context, prod *producer.Producer, servers []*shardServer, m *placement.Map, parts int32,
+	rate int, dur time.Duration, convs [][]int64, conv, sender, local, crossed int64) ([2]Dist, error) {
+	users := []int64{local, crossed}
+	var heads [2]int64
+	var conns [2]*pgxpool.Conn
+	for i, u := range users {
+		if u == 0 {
+			continue
+		}
+		pool := servers[m.Server(placement.OfUser(u, parts))-1].pool
+		if err := pool.QueryRow(ctx, `SELECT coalesce((SELECT inbox_seq FROM users WHERE id = $1), 0)`, u).Scan(&heads[i]); err != nil {
+			return [2]Dist{}, err
+		}
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return [2]Dist{}, err
+		}
+		defer c.Release()
+		if _, err := c.Exec(ctx, "LISTEN "+projection.DefaultChannel); err != nil {
+			return [2]Dist{}, err
+		}
+		conns[i] = c
+	}
+	var mu sync.Mutex
+	var sent []time.Time // of the sample messages, in order
+	var lat [2][]float64
+	// Only the sample's messages give its members entries: the k-th one
+	// sent is the member's entry base+k, and a notification of head h
+	// covers every sample message up to h-base.
+	wctx, stopWait := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		if c == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u, base, seen := users[i], heads[i], 0
+			for {
+				n, err := c.Conn().WaitForNotification(wctx)
+				if err != nil {
+					return
+				}
+				h, ok := projection.ParseNotification(n.Payload).Heads[u]
+				if !ok {
+					continue
+				}
+				now := time.Now()
+				var at []time.Time
+				mu.Lock()
+				at = sent
+				mu.Unlock()
+				for seen < len(at) && base+int64(seen)+1 <= h {
+					lat[i] = append(lat[i], float64(now.Sub(at[seen]).Microseconds())/1000)
+					seen++
+				}
+			}
+		}()
+	}
+	body := strings.Repeat("x", 32)
+	every := max(rate/10, 1)
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	end := time.Now().Add(dur)
+	for k := 0; time.Now().Before(end); k++ {
+		<-tick.C
+		var e *events.Event
+		if k%every == 0 {
+			e = events.New(events.MessageSent, conv, sender)
+			mu.Lock()
+			sent = append(sent, time.Now())
+			mu.Unlock()
+		} else {
+			c := k % len(convs)
+			e = events.New(events.MessageSent, int64(c+1), convs[c][0])
+		}
+		e.MsgID, e.Body = uuid.NewString(), &body
+		prod.AppendAsync(ctx, e, func(_ producer.Position, err error) {})
+	}
+	time.Sleep(2 * time.Second)
+	stopWait()
+	wg.Wait()
 	var out [2]Dist
 	for i := range lat {
 		out[i] = newDist(lat[i])

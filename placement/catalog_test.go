@@ -90,6 +90,11 @@ func TestAddServer(t *testing.T) {
 	var id int32
 	require.NoError(t, tp.QueryRow(ctx, `SELECT server FROM shard_identity`).Scan(&id))
 	require.Equal(t, int32(2), id)
+	// One epoch for the deployment: a moved user's cursor stays valid.
+	var epochs [2]int64
+	require.NoError(t, catalog.QueryRow(ctx, `SELECT epoch FROM meta`).Scan(&epochs[0]))
+	require.NoError(t, tp.QueryRow(ctx, `SELECT epoch FROM meta`).Scan(&epochs[1]))
+	require.Equal(t, epochs[0], epochs[1], "the new server takes the catalog's epoch")
 
 	// Refused: the same database again, the catalog itself, a database
 	// holding projections, a bad name, no DSN; none of them changes the

@@ -102,7 +102,7 @@ func (a *appender) waitProjected(ctx context.Context, start time.Time, res *Resu
 	a.mu.Unlock()
 	last := time.Now()
 	for {
-		behind, err := projectedBehind(ctx, a.pool, a.prod.Topic(), want)
+		behind, err := projectedBehind(ctx, a.cfg.servers(a.pool), a.prod.Topic(), want)
 		if err != nil {
 			return err
 		}
@@ -122,26 +122,38 @@ func (a *appender) waitProjected(ctx context.Context, start time.Time, res *Resu
 	}
 }
 
-// projectedBehind is how many records of want (partition -> end) the
-// stored offsets of topic are behind.
-func projectedBehind(ctx context.Context, pool *pgxpool.Pool, topic string, want map[int32]int64) (int64, error) {
-	rows, err := pool.Query(ctx, sqlProjectedOffsets, topic)
-	if err != nil {
-		return 0, fmt.Errorf("read the fanout's offsets of %s: %w", topic, err)
+// servers are the pools the projection is read on: Servers, or pool.
+func (c Config) servers(pool *pgxpool.Pool) []*pgxpool.Pool {
+	if len(c.Servers) > 0 {
+		return c.Servers
 	}
+	return []*pgxpool.Pool{pool}
+}
+
+// projectedBehind is how many records of want (partition -> end) the
+// stored offsets of topic are behind, each partition's offset read on
+// the server that stores it (the highest any server has: a moved
+// partition's old server keeps an older row until it is cleaned).
+func projectedBehind(ctx context.Context, pools []*pgxpool.Pool, topic string, want map[int32]int64) (int64, error) {
 	have := map[int32]int64{}
-	for rows.Next() {
-		var p int32
-		var n int64
-		if err := rows.Scan(&p, &n); err != nil {
-			rows.Close()
+	for _, pool := range pools {
+		rows, err := pool.Query(ctx, sqlProjectedOffsets, topic)
+		if err != nil {
 			return 0, fmt.Errorf("read the fanout's offsets of %s: %w", topic, err)
 		}
-		have[p] = n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("read the fanout's offsets of %s: %w", topic, err)
+		for rows.Next() {
+			var p int32
+			var n int64
+			if err := rows.Scan(&p, &n); err != nil {
+				rows.Close()
+				return 0, fmt.Errorf("read the fanout's offsets of %s: %w", topic, err)
+			}
+			have[p] = max(have[p], n)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, fmt.Errorf("read the fanout's offsets of %s: %w", topic, err)
+		}
 	}
 	var behind int64
 	for p, end := range want {
@@ -158,14 +170,18 @@ const sqlImportedCount = `SELECT count(*) FROM messages WHERE conversation_id = 
 
 // checkProjected checks that the file's conversations hold its messages
 // (a refusal by the projector is never silent).
-func checkProjected(ctx context.Context, pool *pgxpool.Pool, ids map[string]int64, want int64) error {
+func checkProjected(ctx context.Context, pools []*pgxpool.Pool, ids map[string]int64, want int64) error {
 	convs := make([]int64, 0, len(ids))
 	for _, id := range ids {
 		convs = append(convs, id)
 	}
 	var have int64
-	if err := pool.QueryRow(ctx, sqlImportedCount, convs).Scan(&have); err != nil {
-		return fmt.Errorf("count the imported messages: %w", err)
+	for _, pool := range pools { // each conversation's messages are on its server
+		var n int64
+		if err := pool.QueryRow(ctx, sqlImportedCount, convs).Scan(&n); err != nil {
+			return fmt.Errorf("count the imported messages: %w", err)
+		}
+		have += n
 	}
 	if have != want {
 		return fmt.Errorf("%w: %d of the file's %d messages are projected (see the rejections table of its conversations)",

@@ -62,6 +62,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of imported_at. Default time.Now.
 	Now func() time.Time
+	// Servers, on a sharded deployment, are every server's pools (the
+	// catalog's, the pool given to Run, first): the wait reads each
+	// server's offsets of its partitions, and the check counts the
+	// messages on their conversations' servers. The ids and checkpoints
+	// stay on the catalog. Nil: the one server.
+	Servers []*pgxpool.Pool
 
 	// lineHook, in tests, is called after each line is handed to the
 	// producer.
@@ -175,7 +181,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, prod *producer.Pro
 		return res, err
 	}
 	res.Total = time.Since(start)
-	return res, checkProjected(ctx, pool, ids, res.Messages)
+	return res, checkProjected(ctx, cfg.servers(pool), ids, res.Messages)
 }
 
 // scan calls fn with each non-blank line of the file and its number.

@@ -43,8 +43,13 @@ func runImport(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeAll()
-	if err := requireSingleServer(ctx, pool, "import"); err != nil {
+	pl, _, closeServers, err := c.openPlacement(ctx, pool, log)
+	if err != nil {
 		return err
+	}
+	defer closeServers()
+	if len(pl.Pools) > 1 {
+		cfg.Servers = pl.Pools
 	}
 	res, err := importer.Run(ctx, cfg, pool, prod)
 	return reportImport(res, err, false)

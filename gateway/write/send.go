@@ -2,9 +2,11 @@ package write
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -287,8 +289,11 @@ func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*R
 	if m != nil {
 		return nil, nil, sameMessage(m, user, cid)
 	}
-	if err := s.takenElsewhere(ctx, msgID, cid); err != nil {
+	if m, err := s.takenElsewhere(ctx, msgID, user, cid); err != nil {
 		return nil, nil, err
+	} else if m != nil {
+		s.outcomes.WithLabelValues("duplicate").Inc()
+		return &Result{Status: Duplicate, Message: m, MsgID: msgID}, nil, nil
 	}
 	if mentioned != int64(len(e.Mentions)) {
 		return nil, nil, apierr.BadRequest("mentions name %d users who are not members of conversation %d",
@@ -301,34 +306,43 @@ func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*R
 	return nil, key, nil
 }
 
-// sqlMsgIDTaken says whether a message has msg_id $1.
-const sqlMsgIDTaken = `SELECT EXISTS (SELECT 1 FROM messages WHERE msg_id = $1)`
+// sqlMsgIDElsewhere is the message of msg_id $1, as $2 reads it.
+var sqlMsgIDElsewhere = `SELECT ` + rows.MessageColsFor("$2") + ` FROM messages m WHERE m.msg_id = $1`
 
-// takenElsewhere refuses a msg_id that a message of a conversation on
-// another server has (one server: sqlSendCheck saw every message). Each
-// server's projection keeps msg_ids unique among its own conversations
-// only, so two sends of one msg_id to conversations on two servers at the
-// same instant can both be projected; a msg_id reused later is refused
-// here as on one server (docs/decisions.md, "Placement of state on
-// several PostgreSQL servers").
-func (s *Sender) takenElsewhere(ctx context.Context, msgID string, cid int64) error {
+// takenElsewhere looks msg_id up on the servers other than the
+// conversation's (one server: sqlSendCheck saw every message). A message
+// of this sender and conversation there is this send's (its conversation
+// moved, and this gateway still reads the old placement): a duplicate,
+// answered with it. Another message there refuses the msg_id, as on one
+// server. Each server's projection keeps msg_ids unique among its own
+// conversations only, so two sends of one msg_id to conversations on two
+// servers at the same instant can both be projected; a msg_id reused later
+// is refused here (docs/decisions.md, "Placement of state on several
+// PostgreSQL servers").
+func (s *Sender) takenElsewhere(ctx context.Context, msgID string, user, cid int64) (*protocol.Message, error) {
 	if !s.srv.Sharded() {
-		return nil
+		return nil, nil
 	}
 	own := s.srv.OfConv(cid)
 	for i, pool := range s.srv.Pools {
 		if i == own {
 			continue
 		}
-		var taken bool
-		if err := pool.QueryRow(ctx, sqlMsgIDTaken, msgID).Scan(&taken); err != nil {
-			return fmt.Errorf("look msg_id %s up on server %d: %w", msgID, i+1, err)
+		var ms rows.MessageScan
+		err := pool.QueryRow(ctx, sqlMsgIDElsewhere, msgID, user).Scan(ms.Targets()...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
 		}
-		if taken {
-			return apierr.BadRequest("msg_id %s is already used by another message", msgID)
+		if err != nil {
+			return nil, fmt.Errorf("look msg_id %s up on server %d: %w", msgID, i+1, err)
 		}
+		m := ms.Message()
+		if err := sameMessage(m, user, cid); err != nil {
+			return nil, err
+		}
+		return m, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // checkMentions checks a send's mentions (distinct positive user ids, at

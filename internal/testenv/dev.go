@@ -24,8 +24,12 @@ type Dev struct {
 	dir  string
 }
 
-// devReady is what inboxd dev prints once its fanout consumes the log.
-const devReady = "partitions assigned"
+// devReady is what inboxd dev prints once its fanout consumes the log,
+// devListening once its gateway serves.
+const (
+	devReady     = "partitions assigned"
+	devListening = "gateway listening"
+)
 
 // NewDev starts inboxd dev with args added to its own (gateway flags such
 // as --too-long-lag) and stops it at the test's end.
@@ -115,6 +119,11 @@ func StartDev(args ...string) (*Dev, error) {
 		}
 		d := &Dev{URL: "http://" + s.Addr(), Proc: p, dir: s.Dir}
 		err = p.WaitOutput(devReady, 2*time.Minute)
+		if err == nil {
+			// The fanout can have its partitions before the gateway
+			// listens: wait for both.
+			err = p.WaitOutput(devListening, 2*time.Minute)
+		}
 		if err == nil {
 			return d, nil
 		}

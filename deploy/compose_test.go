@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +29,7 @@ import (
 // skips with the reason (a plain go test ./...).
 const EnvMode = "INBOXD_COMPOSE_TEST"
 
-// The profiles the test runs besides the default services.
+// The profiles TestComposeTopology runs besides the default services.
 var profiles = map[string]bool{"monitoring": true}
 
 // TestComposeTopology runs docker-compose.yml as local processes and checks
@@ -58,6 +59,26 @@ var profiles = map[string]bool{"monitoring": true}
 //
 // Every process it starts is ended when it ends.
 func TestComposeTopology(t *testing.T) {
+	runCompose(t, profiles, nil, nil)
+}
+
+// TestComposeSharded runs profile "sharded" as TestComposeTopology runs
+// the default services (every command and health check, the same
+// traffic), with INBOXD_SHARD_DSNS naming postgres-2 as the file's
+// comment says: the migrate job adds the second server and places the
+// partitions over both, each server's fanout serves its own, and the
+// gateways read both; afterwards the catalog holds two servers, each with
+// partitions, and inboxd verify checks each server and the crossing.
+func TestComposeSharded(t *testing.T) {
+	runCompose(t, map[string]bool{"sharded": true},
+		map[string]string{"INBOXD_SHARD_DSNS": "postgres://inboxd:inboxd@postgres-2:5432/inboxd?sslmode=disable"},
+		checkSharded)
+}
+
+// runCompose is TestComposeTopology with the given profiles and variables
+// (beside INBOXD_AUTH_SECRET); more runs after the traffic.
+func runCompose(t *testing.T, profiles map[string]bool, extraVars map[string]string,
+	more func(t *testing.T, ctx context.Context, tp *topology, logf func(string, ...any))) {
 	mode := os.Getenv(EnvMode)
 	if mode == "skip" {
 		t.Skipf("%s=skip: make test-compose runs this test", EnvMode)
@@ -82,6 +103,7 @@ func TestComposeTopology(t *testing.T) {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	vars := map[string]string{"INBOXD_AUTH_SECRET": hex.EncodeToString(secret)}
+	maps.Copy(vars, extraVars)
 	composeDir, err := filepath.Abs("..")
 	require.NoError(t, err)
 	cf, err := loadCompose(filepath.Join(composeDir, "docker-compose.yml"), vars)
@@ -206,7 +228,12 @@ func TestComposeTopology(t *testing.T) {
 
 	checkPostgresCommand(t, ctx, tp, logf)
 	heldPoll := checkTraffic(t, ctx, tp, vars["INBOXD_AUTH_SECRET"], logf)
-	checkMonitoring(t, ctx, tp, composeDir, logf)
+	if profiles["monitoring"] {
+		checkMonitoring(t, ctx, tp, composeDir, logf)
+	}
+	if more != nil {
+		more(t, ctx, tp, logf)
+	}
 	heldPoll()
 
 	if err := context.Cause(ctx); err != nil {

@@ -209,24 +209,7 @@ func rebuild(ctx context.Context, cfg Config, cl *kgo.Client, end map[int32]int6
 		return err
 	}
 	prog := newProgress(cfg.Progress, total)
-	if err := readLog(ctx, cl, cfg, end, func(batch []projector.Record, invalid int64) error {
-		t0 := time.Now()
-		// A record the database refuses because of its own data (the live
-		// fanout dead-lettered it) is skipped the same way here.
-		if _, err := proj.ApplyIsolating(ctx, batch, func(r projector.Record, cause error) error {
-			res.DeadLettered++
-			cfg.Logger.Error("record fails to project: stored as a dead letter, skipped",
-				"topic", cfg.Topic, "partition", r.Partition, "offset", r.Offset, "err", cause)
-			return nil
-		}); err != nil {
-			return err
-		}
-		res.ApplyTime += time.Since(t0)
-		res.Records += int64(len(batch))
-		res.Invalid += invalid
-		prog.set(res.Records)
-		return nil
-	}); err != nil {
+	if err := project(ctx, cfg, cl, proj, end, prog, res); err != nil {
 		return err
 	}
 	prog.finish(res.Records)

@@ -159,6 +159,8 @@ func RunSharded(ctx context.Context, cfg Config, s Servers) (Result, error) {
 func project(ctx context.Context, cfg Config, cl *kgo.Client, proj *projector.Projector, end map[int32]int64, prog *progress, res *Result) error {
 	return readLog(ctx, cl, cfg, end, func(batch []projector.Record, invalid int64) error {
 		t0 := time.Now()
+		// A record the database refuses because of its own data (the live
+		// fanout dead-lettered it) is skipped the same way here.
 		if _, err := proj.ApplyIsolating(ctx, batch, func(r projector.Record, cause error) error {
 			res.DeadLettered++
 			cfg.Logger.Error("record fails to project: stored as a dead letter, skipped",

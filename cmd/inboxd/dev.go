@@ -272,8 +272,20 @@ func placeDev(ctx context.Context, c *common, catalog *pgxpool.Pool, urls []stri
 	if err != nil {
 		return err
 	}
-	for i, url := range urls {
-		s, err := placement.AddServer(ctx, catalog, fmt.Sprintf("dev-%d", i+2), url)
+	if err := addAndPlace(ctx, catalog, "dev-%d", urls, parts); err != nil {
+		return err
+	}
+	log.Info("placed the partitions on the dev servers", "servers", n, "partitions", parts)
+	return nil
+}
+
+// addAndPlace adds the databases of dsns as servers 2, 3, ... of a new
+// deployment (named by the format of their id) and places partition p on
+// server p%N + 1, N servers in all.
+func addAndPlace(ctx context.Context, catalog *pgxpool.Pool, name string, dsns []string, parts int32) error {
+	n := len(dsns) + 1
+	for i, dsn := range dsns {
+		s, err := placement.AddServer(ctx, catalog, fmt.Sprintf(name, i+2), dsn)
 		if err != nil {
 			return err
 		}
@@ -289,7 +301,6 @@ func placeDev(ctx context.Context, c *common, catalog *pgxpool.Pool, urls []stri
 			}
 		}
 	}
-	log.Info("placed the partitions on the dev servers", "servers", n, "partitions", parts)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/placement"
+	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projector"
 )
 
@@ -19,7 +20,9 @@ func runMigrate(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	var c common
 	c.bind(fs, false)
-	fs.Usage = config.Usage(fs, "inboxd migrate: apply the database migrations")
+	servers := fs.String("add-servers", "", "comma-separated PostgreSQL URLs of more servers: each one the catalog does not have yet is migrated and added; on a new deployment the partitions are then placed round robin over all of them (server 1 the catalog)")
+	parts := fs.Int("partitions", producer.DefaultPartitions, "the event topic's partition count, for --add-servers' placement (keep it the topic's)")
+	fs.Usage = config.Usage(fs, "inboxd migrate: apply the database migrations (and, with --add-servers, set up the servers of a sharded deployment)")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
@@ -31,8 +34,62 @@ func runMigrate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	pool.Close()
+	defer pool.Close()
 	log.Info("migrations applied")
+	if dsns := config.SplitList(*servers); len(dsns) > 0 {
+		return addServers(ctx, pool, dsns, int32(*parts), log)
+	}
+	return nil
+}
+
+// addServers adds the servers of dsns the catalog does not have, each
+// waited for as the catalog is: on a new deployment (one server, nothing
+// projected) it places the partitions over all of them; on one that holds
+// state a new server holds nothing until partitions move to it.
+func addServers(ctx context.Context, catalog *pgxpool.Pool, dsns []string, parts int32, log *slog.Logger) error {
+	m, err := placement.Load(ctx, catalog)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, s := range m.Servers {
+		have[s.DSN] = true
+	}
+	var missing []string
+	for _, dsn := range dsns {
+		if !have[dsn] {
+			// Up and migrated before it is added: started with the
+			// deployment, it may come up later than the catalog.
+			p, err := app.OpenDB(ctx, dsn, 1, true, log)
+			if err != nil {
+				return err
+			}
+			p.Close()
+			missing = append(missing, dsn)
+		}
+	}
+	if len(missing) == 0 {
+		log.Info("every server is in the placement already", "servers", len(m.Servers))
+		return nil
+	}
+	var held bool
+	if err := catalog.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM consumer_offsets)`).Scan(&held); err != nil {
+		return err
+	}
+	if len(m.Servers) == 1 && !held {
+		if err := addAndPlace(ctx, catalog, "server-%d", missing, parts); err != nil {
+			return fmt.Errorf("add the servers: %w", err)
+		}
+		log.Info("placed the partitions over the servers", "servers", len(missing)+1, "partitions", parts)
+		return nil
+	}
+	for _, dsn := range missing {
+		s, err := placement.AddServer(ctx, catalog, "", dsn)
+		if err != nil {
+			return fmt.Errorf("add the server: %w", err)
+		}
+		log.Info("added a server; it holds no partition until inboxd shards move places some on it", "server", s.ID)
+	}
 	return nil
 }
 

@@ -155,22 +155,16 @@ func TestShardedProcessesKilledUnderSends(t *testing.T) {
 				c := convs[r.IntN(len(convs))]
 				sender := c.members[r.IntN(len(c.members))]
 				id := uuid.NewString()
-				for attempt := 0; ; attempt++ {
-					code, out, err := gw(s+attempt, sender).call("POST", fmt.Sprintf("/v1/conversations/%d/messages", c.id),
-						map[string]any{"msg_id": id, "body": fmt.Sprintf("sender %d send %d", s, n)})
-					if err == nil && (code == http.StatusCreated || code == http.StatusOK) {
-						mu.Lock()
-						acked = append(acked, sent{conv: c.id, seq: int64(out["seq"].(float64)), msgID: id})
-						mu.Unlock()
-						break
-					}
-					if err == nil && code != http.StatusAccepted && code != http.StatusServiceUnavailable {
-						t.Errorf("send %s: %d %v", id, code, out)
-						return
-					}
-					retries.Add(1)
-					time.Sleep(100 * time.Millisecond)
+				seq, retried, err := sendUntilSeq(func(attempt int) *api { return gw(s+attempt, sender) }, c.id, id,
+					fmt.Sprintf("sender %d send %d", s, n))
+				retries.Add(int64(retried))
+				if err != nil {
+					t.Error(err)
+					return
 				}
+				mu.Lock()
+				acked = append(acked, sent{conv: c.id, seq: seq, msgID: id})
+				mu.Unlock()
 			}
 		}()
 	}

@@ -191,20 +191,11 @@ func TestShardsMoveUnderLoadWithClients(t *testing.T) {
 				}
 				i := r.IntN(len(cids))
 				a := &api{t: t, base: url, token: token(t, convs[i][r.IntN(4)])}
-				id := uuid.NewString()
-				for {
-					code, out, err := a.call("POST", fmt.Sprintf("/v1/conversations/%d/messages", cids[i]),
-						map[string]any{"msg_id": id, "body": fmt.Sprintf("sender %d send %d", s, n)})
-					if err == nil && (code == http.StatusCreated || code == http.StatusOK) {
-						sent.Add(1)
-						break
-					}
-					if err == nil && code != http.StatusAccepted && code != http.StatusServiceUnavailable {
-						t.Errorf("send %s: %d %v", id, code, out)
-						return
-					}
-					time.Sleep(50 * time.Millisecond)
+				if _, _, err := sendUntilSeq(func(int) *api { return a }, cids[i], uuid.NewString(), fmt.Sprintf("sender %d send %d", s, n)); err != nil {
+					t.Error(err)
+					return
 				}
+				sent.Add(1)
 				time.Sleep(10 * time.Millisecond)
 			}
 		}()

@@ -189,6 +189,7 @@ func NewOn(cfg Config, pl Placement, prod *producer.Producer) (*Gateway, error) 
 	}
 	g.inbox = inbox.NewSharded(inbox.Servers{DBs: dbs, OfUser: srv.OfUser, OfConversation: srv.OfConv}, inbox.Config{MessageCacheBytes: cfg.MessageCacheBytes, TooLongLag: cfg.TooLongLag,
 		CountsCacheUsers: cfg.CountsCacheUsers, Heads: g.hub.UserHeads(), CacheHit: m.cache.WithLabelValues("messages", "hit").Inc,
+		HeldBack:  func(n int) { m.cache.WithLabelValues("messages", "held_back").Add(float64(n)) },
 		CacheMiss: m.cache.WithLabelValues("messages", "miss").Inc})
 	if g.auth, err = g.newAuthenticator(); err != nil {
 		return nil, err

@@ -70,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 	}
 	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "inboxd", Subsystem: "gateway", Name: "cache_lookups_total",
-		Help: "Lookups of the in-memory caches by cache (messages: wire form of messages; heads: inbox heads answering 304s; tokens: verified bearer tokens) and result (hit, miss).",
+		Help: "Lookups of the in-memory caches by cache (messages: wire form of messages; heads: inbox heads answering 304s; tokens: verified bearer tokens) and result (hit, miss; held_back: on several PostgreSQL servers, pages ended before an entry whose message its conversation's server did not show yet, during a move).",
 	}, []string{"cache", "result"})
 	m.headHit, m.headMiss = m.cache.WithLabelValues("heads", "hit"), m.cache.WithLabelValues("heads", "miss")
 	listening := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

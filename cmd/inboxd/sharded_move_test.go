@@ -290,6 +290,9 @@ WHERE user_id = $1 AND inbox_seq BETWEEN $2 AND $3 ORDER BY inbox_seq`, u, i-5, 
 				rows.Close()
 				t.Fatalf("user %d (partition %d): entry %d is inbox_seq %d:\n%s", u, placement.OfUser(u, 6), i+1, e.InboxSeq, strings.Join(lines, "\n"))
 			}
+			if e.Kind == protocol.KindMessage {
+				require.NotNil(t, e.Message, "user %d, entry %d: a message entry without its message", u, e.InboxSeq)
+			}
 			if e.Kind == protocol.KindMessage && e.Message.Kind == protocol.MessageText {
 				got[e.ConversationID] = append(got[e.ConversationID], e.Message.Seq)
 			}

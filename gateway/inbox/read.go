@@ -87,6 +87,11 @@ type Config struct {
 	// CacheHit and CacheMiss count the message cache's lookups. Default:
 	// not counted.
 	CacheHit, CacheMiss func()
+	// HeldBack counts the entries a read on several servers held back:
+	// an entry whose message or record its conversation's server does not
+	// show (a reader of an older placement during a move) ends its page
+	// before it, so that the client asks again. Default: not counted.
+	HeldBack func(n int)
 }
 
 // Heads is what Sync teaches the heads it reads: Generation is taken
@@ -131,6 +136,8 @@ type Reader struct {
 	lag    int64
 	heads  Heads
 	counts *countsCache // nil when disabled
+	// heldBack is Config.HeldBack.
+	heldBack func(n int)
 }
 
 // New makes a reader that queries db, the one server.
@@ -156,7 +163,10 @@ func NewSharded(s Servers, cfg Config) *Reader {
 	if cfg.CacheMiss == nil {
 		cfg.CacheMiss = func() {}
 	}
-	r := &Reader{dbs: s.DBs, ofUser: s.OfUser, ofConv: s.OfConversation, known: make([]atomic.Int64, len(s.DBs)),
+	if cfg.HeldBack == nil {
+		cfg.HeldBack = func(int) {}
+	}
+	r := &Reader{dbs: s.DBs, ofUser: s.OfUser, ofConv: s.OfConversation, known: make([]atomic.Int64, len(s.DBs)), heldBack: cfg.HeldBack,
 		msgs: newMsgCache(cfg.MessageCacheBytes, cfg.CacheHit, cfg.CacheMiss),
 		lag:  cfg.TooLongLag, heads: cfg.Heads, counts: newCountsCache(cfg.CountsCacheUsers)}
 	if len(s.DBs) == 1 {
@@ -365,7 +375,31 @@ func (r *Reader) readOnce(ctx context.Context, reqs []Req, maxLag int64) ([]Page
 			return nil, err
 		}
 	}
+	if r.sharded() {
+		if n := holdBack(rd.pages); n > 0 {
+			r.heldBack(n)
+		}
+	}
 	return rd.pages, nil
+}
+
+// holdBack ends each page before its first entry that has no message or
+// record: on several servers, one its conversation's server does not show
+// (this reader's placement is older than a move's switch); the page's
+// has_more makes the client ask again. On one server an entry always has
+// its message, written in the same transaction. It returns the pages cut.
+func holdBack(pages []Page) int {
+	n := 0
+	for i := range pages {
+		for j, e := range pages[i].Entries {
+			if e.raw == nil {
+				pages[i].Entries = pages[i].Entries[:j]
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // keys runs the key read of reqs on server s and decodes it; index maps

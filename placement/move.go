@@ -195,42 +195,10 @@ func Move(ctx context.Context, catalog *pgxpool.Pool, cfg MoveConfig) (MoveResul
 	}
 	// Settle out: the partition's users must have every entry the
 	// target's conversation stage sent them as deliveries before it
-	// writes the next ones in place. The target is fenced at the version
-	// the switch makes, which holds its stages (all its partitions) from
-	// here to their restart on that version; its relay produces what they
-	// sent to the partition, and the move applies it.
-	var current int64
-	if err := catalog.QueryRow(ctx, sqlLoadVersion).Scan(&current); err != nil {
-		return res, err
-	}
+	// writes the next ones in place.
 	t0 := time.Now()
-	if err := Fence(ctx, dst, current+1); err != nil {
+	if res.Settled, err = settleOut(ctx, catalog, dst, cfg, cfg.Target, sqlSwitch); err != nil {
 		return res, err
-	}
-	if err := drainOutbox(ctx, dst, `destination`, cfg.Partition, cfg.DrainTimeout); err != nil {
-		return res, err
-	}
-	if res.Settled, err = cfg.Settle(ctx, dst, current+1); err != nil {
-		return res, fmt.Errorf("placement: apply the deliveries to partition %d on server %d: %w", cfg.Partition, cfg.Target, err)
-	}
-	err = pgx.BeginFunc(ctx, catalog, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlLockCatalog); err != nil {
-			return err
-		}
-		var now int64
-		if err := tx.QueryRow(ctx, sqlLoadVersion).Scan(&now); err != nil {
-			return err
-		}
-		if now != current {
-			return fmt.Errorf("the placement changed during the settle (version %d, now %d): run the move again", current, now)
-		}
-		if _, err := tx.Exec(ctx, sqlSwitch, cfg.Partition); err != nil {
-			return err
-		}
-		return bump(ctx, tx)
-	})
-	if err != nil {
-		return res, fmt.Errorf("placement: switch partition %d: %w", cfg.Partition, err)
 	}
 	res.Fenced = time.Since(t0)
 	res.Paused = time.Since(start)
@@ -238,7 +206,11 @@ func Move(ctx context.Context, catalog *pgxpool.Pool, cfg MoveConfig) (MoveResul
 	// placement reads the partition there until it restarts on the new
 	// one. A crash before the clean-up is repaired by running the move
 	// again.
-	if err := waitGateways(ctx, catalog, current+1, cfg); err != nil {
+	var switched int64
+	if err := catalog.QueryRow(ctx, sqlLoadVersion).Scan(&switched); err != nil {
+		return res, err
+	}
+	if err := waitGateways(ctx, catalog, switched, cfg); err != nil {
 		return res, err
 	}
 	if err := cleanSource(ctx, src, cfg, after, a.Server); err != nil {
@@ -249,8 +221,8 @@ func Move(ctx context.Context, catalog *pgxpool.Pool, cfg MoveConfig) (MoveResul
 }
 
 // Abort rolls back a move of partition that has not recorded its copy:
-// the partition serves on its server again, and what a copy left on the
-// target is removed. A copied move cannot be aborted (the source may
+// the partition serves on its server again (settled as a move's target
+// is), and what a copy left on the target is removed. A copied move cannot be aborted (the source may
 // already be cleaned): Move resumes it.
 func Abort(ctx context.Context, catalog *pgxpool.Pool, cfg MoveConfig) error {
 	m, err := Load(ctx, catalog)
@@ -283,17 +255,59 @@ func Abort(ctx context.Context, catalog *pgxpool.Pool, cfg MoveConfig) error {
 	if err := st.remove(ctx, pools[a.Target], m, a.Target); err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, catalog, func(tx pgx.Tx) error {
+	// The partition serves on its server again, whose conversation stage
+	// then writes its users' entries in place: what it sent them as
+	// deliveries while they moved is applied first, as a move's
+	// settle-out does on its target.
+	_, err = settleOut(ctx, catalog, pools[a.Server], cfg, a.Server, sqlAbort)
+	return err
+}
+
+// settleOut ends a move on server (pool): it fences the server at the
+// version the catalog's next change makes, which holds its stages (all
+// its partitions) until they restart on that version; waits for its relay
+// to produce what its conversation stage sent the partition's users;
+// applies every delivery waiting for them (cfg.Settle); then, in one
+// catalog transaction that the placement did not change meanwhile, runs
+// end (the switch, or the abort) and bumps the version. It returns the
+// deliveries applied.
+func settleOut(ctx context.Context, catalog, pool *pgxpool.Pool, cfg MoveConfig, server int32, end string) (int, error) {
+	var current int64
+	if err := catalog.QueryRow(ctx, sqlLoadVersion).Scan(&current); err != nil {
+		return 0, err
+	}
+	if err := Fence(ctx, pool, current+1); err != nil {
+		return 0, err
+	}
+	if err := drainOutbox(ctx, pool, `destination`, cfg.Partition, cfg.DrainTimeout); err != nil {
+		return 0, err
+	}
+	settled, err := cfg.Settle(ctx, pool, current+1)
+	if err != nil {
+		return 0, fmt.Errorf("placement: apply the deliveries to partition %d on server %d: %w", cfg.Partition, server, err)
+	}
+	err = pgx.BeginFunc(ctx, catalog, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlLockCatalog); err != nil {
 			return err
 		}
-		if tag, err := tx.Exec(ctx, sqlAbort, cfg.Partition); err != nil {
+		var now int64
+		if err := tx.QueryRow(ctx, sqlLoadVersion).Scan(&now); err != nil {
+			return err
+		}
+		if now != current {
+			return fmt.Errorf("the placement changed during the settle (version %d, now %d): run the command again", current, now)
+		}
+		if tag, err := tx.Exec(ctx, end, cfg.Partition); err != nil {
 			return err
 		} else if tag.RowsAffected() != 1 {
 			return fmt.Errorf("partition %d changed meanwhile", cfg.Partition)
 		}
 		return bump(ctx, tx)
 	})
+	if err != nil {
+		return settled, fmt.Errorf("placement: end the move of partition %d: %w", cfg.Partition, err)
+	}
+	return settled, nil
 }
 
 // movedMap is m with partition p served on target.

@@ -45,6 +45,13 @@ func (r *OffsetsReport) OK() bool {
 
 // InspectOffsets compares the stored offsets of topic with its log.
 func InspectOffsets(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, topic string) (*OffsetsReport, error) {
+	return InspectOffsetsOf(ctx, pool, adm, topic, nil)
+}
+
+// InspectOffsetsOf is InspectOffsets for the partitions owns accepts (nil:
+// all): on one server of a sharded deployment, those it projects, whose
+// offsets it stores.
+func InspectOffsetsOf(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, topic string, owns func(int32) bool) (*OffsetsReport, error) {
 	ls, err := InspectLog(ctx, adm, topic)
 	if err != nil {
 		return nil, err
@@ -62,6 +69,9 @@ func InspectOffsets(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, t
 		seen[p] = true
 	}
 	for p := range seen {
+		if owns != nil && !owns(p) {
+			continue
+		}
 		r := PartitionReport{Partition: p, Stored: stored[p], LogStart: ls.Start[p], LogEnd: ls.End[p]}
 		if _, inLog := ls.End[p]; !inLog {
 			r.Reason, r.Detail = "partition_missing", fmt.Sprintf("the log has no partition %d", p)
@@ -149,7 +159,14 @@ ON CONFLICT (topic, "partition") DO UPDATE SET next_offset = EXCLUDED.next_offse
 // a healthy partition back re-applies records (deduplicated, but against
 // newer state), forward skips them. Each reset is logged at WARN.
 func ResetOffsets(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, topic string, parts []int32, to string, force bool, log *slog.Logger) ([]Reset, error) {
-	rep, err := InspectOffsets(ctx, pool, adm, topic)
+	return ResetOffsetsOf(ctx, pool, adm, topic, parts, to, force, nil, log)
+}
+
+// ResetOffsetsOf is ResetOffsets for the partitions owns accepts (see
+// InspectOffsetsOf); another one is refused as not the server's.
+func ResetOffsetsOf(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, topic string, parts []int32, to string, force bool,
+	owns func(int32) bool, log *slog.Logger) ([]Reset, error) {
+	rep, err := InspectOffsetsOf(ctx, pool, adm, topic, owns)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +184,9 @@ func ResetOffsets(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, top
 	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
 	var resets []Reset
 	for _, p := range parts {
+		if owns != nil && !owns(p) {
+			return nil, fmt.Errorf("partition %d: projected by another server (inboxd shards list)", p)
+		}
 		pr, ok := byPart[p]
 		if !ok || pr.Reason == "partition_missing" {
 			return nil, fmt.Errorf("partition %d: not in the log of %s", p, topic)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
-	"github.com/inboxd/inboxd/placement"
 	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projector"
 )
@@ -75,22 +73,6 @@ func (c *common) connect(ctx context.Context, log *slog.Logger) (pool *pgxpool.P
 		return nil, nil, nil, err
 	}
 	return pool, prod, func() { prod.Close(); pool.Close() }, nil
-}
-
-// requireSingleServer refuses to run what on a sharded placement: it
-// reads one server's projections, and on several servers it would serve
-// a part of them as if it were all (docs/scaling.md, "What runs on
-// several servers").
-func requireSingleServer(ctx context.Context, catalog *pgxpool.Pool, what string) error {
-	m, err := placement.Load(ctx, catalog)
-	if err != nil {
-		return err
-	}
-	if m.Sharded() {
-		return fmt.Errorf("%s reads the projections of one PostgreSQL server, and the placement puts partitions on %d servers (inboxd shards list): "+
-			"it does not serve a sharded deployment yet (docs/scaling.md)", what, len(m.Servers))
-	}
-	return nil
 }
 
 // brokersAndDB is what the one-off commands (replay, offsets) need: the

@@ -16,7 +16,9 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/placement"
 )
 
 // runOffsets is `inboxd offsets` (compare the stored offsets with the log)
@@ -34,6 +36,7 @@ func runOffsets(ctx context.Context, args []string) error {
 	partsFlag := fs.String("reset-partitions", "", "reset: comma-separated partitions, or all (default: every partition whose offsets do not belong to the log)")
 	to := fs.String("reset-to", "", "reset: start (the log's first record), end (skip what the log holds) or an offset")
 	force := fs.Bool("reset-healthy", false, "reset: also move partitions whose offsets belong to the log (stop the fanouts first)")
+	server := fs.Int("shard-server", int(placement.Catalog), "on a sharded placement, the server whose partitions' offsets (stored in its database) are compared or reset; with one server, 1")
 	fs.Usage = config.Usage(fs, "inboxd offsets: compare the fanout's stored offsets with the log (exit 1 when they disagree)\n"+
 		"inboxd offsets reset --reset-to start|end|N [--reset-partitions P,...]: set them explicitly (logged)")
 	if err := config.Parse(fs, args); err != nil {
@@ -48,8 +51,27 @@ func runOffsets(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := requireSingleServer(ctx, pool, "inboxd offsets"); err != nil {
+	// On a sharded placement, one server's partitions, on its database.
+	var owns func(int32) bool
+	m, err := placement.Load(ctx, pool)
+	if err != nil {
 		return err
+	}
+	if m.Sharded() || *server != int(placement.Catalog) {
+		srv, ok := m.ServerByID(int32(*server))
+		if !ok {
+			return fmt.Errorf("offsets: the placement has no server %d (inboxd shards list)", *server)
+		}
+		id := srv.ID
+		owns = func(p int32) bool { return m.Server(p) == id }
+		if id != placement.Catalog {
+			sp, err := app.OpenDB(ctx, srv.DSN, 2, false, log)
+			if err != nil {
+				return fmt.Errorf("offsets: server %d: %w", id, err)
+			}
+			defer sp.Close()
+			pool = sp
+		}
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -58,7 +80,7 @@ func runOffsets(ctx context.Context, args []string) error {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	if !reset {
-		rep, err := fanout.InspectOffsets(ctx, pool, adm, c.topic)
+		rep, err := fanout.InspectOffsetsOf(ctx, pool, adm, c.topic, owns)
 		if err != nil {
 			return err
 		}
@@ -68,18 +90,19 @@ func runOffsets(ctx context.Context, args []string) error {
 		}
 		return nil
 	}
-	return resetOffsets(ctx, pool, adm, c.topic, *partsFlag, *to, *force, log)
+	return resetOffsets(ctx, pool, adm, c.topic, *partsFlag, *to, *force, owns, log)
 }
 
 // resetOffsets is `inboxd offsets reset`: it parses the partitions, resets
 // them and prints what moved.
-func resetOffsets(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, topic, partsFlag, to string, force bool, log *slog.Logger) error {
+func resetOffsets(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, topic, partsFlag, to string, force bool,
+	owns func(int32) bool, log *slog.Logger) error {
 	if to == "" {
 		return errors.New("offsets reset: --reset-to start|end|N is required")
 	}
 	var parts []int32
 	if partsFlag == "all" {
-		rep, err := fanout.InspectOffsets(ctx, pool, adm, topic)
+		rep, err := fanout.InspectOffsetsOf(ctx, pool, adm, topic, owns)
 		if err != nil {
 			return err
 		}
@@ -95,7 +118,7 @@ func resetOffsets(ctx context.Context, pool *pgxpool.Pool, adm *kadm.Client, top
 			parts = append(parts, int32(n))
 		}
 	}
-	resets, err := fanout.ResetOffsets(ctx, pool, adm, topic, parts, to, force, log)
+	resets, err := fanout.ResetOffsetsOf(ctx, pool, adm, topic, parts, to, force, owns, log)
 	if err != nil {
 		return err
 	}

@@ -120,6 +120,9 @@ func TestDevOnTwoServers(t *testing.T) {
 		}
 		return res.StatusCode
 	}
+	// Ready once every server's stages have their partitions and the
+	// gateway listens to both servers.
+	waitReady(t, d.url()+"/readyz")
 	var ready struct{ Checks map[string]string }
 	require.Equal(t, http.StatusOK, call("GET", "/readyz", "", nil, &ready))
 	require.Equal(t, "ok", ready.Checks["postgres_2"], "%v", ready.Checks)

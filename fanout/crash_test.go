@@ -325,7 +325,11 @@ func runKillScenario(t testing.TB, sc killScenario) killOutcome {
 		}
 	}
 	const partitions = 6
-	env := testenv.New(t, testenv.Options{Partitions: partitions})
+	// One server whatever INBOXD_TEST_PG_SERVERS says: what is measured is
+	// how fast one consumer group moves a killed member's partitions, which
+	// each server's group does alike; the kills across servers are
+	// TestShardedStagesKilledHard's.
+	env := testenv.New(t, testenv.Options{Partitions: partitions, Servers: 1})
 	ctx := testenv.Ctx(t, 30*time.Minute)
 	var out killOutcome
 	out.Notes = map[string]int{}

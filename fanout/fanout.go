@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -349,7 +350,7 @@ func (f *Fanout) Run(ctx context.Context) error {
 		if !errors.Is(err, errRestartClient) {
 			return err
 		}
-		f.cfg.Logger.Info("restarting the Kafka client: partitions stopped by the log check belong to the log again")
+		f.cfg.Logger.Info("restarting the Kafka client", "why", strings.TrimPrefix(err.Error(), errRestartClient.Error()+": "))
 	}
 }
 
@@ -402,10 +403,10 @@ func (f *Fanout) consume(ctx, applyCtx context.Context) error {
 		if fetches.IsClientClosed() {
 			return nil
 		}
-		if rs := f.guard.takeResumes(); len(rs) > 0 {
+		if why := f.guard.takeRestart(); why != "" {
 			cl.AllowRebalance()
 			f.guard.reset()
-			return errRestartClient
+			return fmt.Errorf("%w: %s", errRestartClient, why)
 		}
 		fetchErrs := f.fetchErrors(fetches, fetchLog)
 		kept, pause := f.guard.filter(fetches)

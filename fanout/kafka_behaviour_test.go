@@ -34,17 +34,18 @@ func TestResumesFromStoredOffsetsNotGroupOffsets(t *testing.T) {
 	adm := kadm.NewClient(env.Producer.Client())
 	ends, err := adm.ListEndOffsets(ctx, env.Topic)
 	require.NoError(t, err)
-	group := env.FanoutConfig().Group
-	committed, err := adm.CommitOffsets(ctx, group, ends.Offsets())
-	require.NoError(t, err)
-	require.NoError(t, committed.Error())
-	fetched, err := adm.FetchOffsets(ctx, group)
-	require.NoError(t, err)
-	ends.Each(func(o kadm.ListedOffset) {
-		got, ok := fetched.Lookup(env.Topic, o.Partition)
-		require.True(t, ok, "partition %d committed", o.Partition)
-		require.Equal(t, o.Offset, got.At, "partition %d committed at its end", o.Partition)
-	})
+	for _, group := range env.FanoutGroups() {
+		committed, err := adm.CommitOffsets(ctx, group, ends.Offsets())
+		require.NoError(t, err)
+		require.NoError(t, committed.Error())
+		fetched, err := adm.FetchOffsets(ctx, group)
+		require.NoError(t, err)
+		ends.Each(func(o kadm.ListedOffset) {
+			got, ok := fetched.Lookup(env.Topic, o.Partition)
+			require.True(t, ok, "partition %d committed", o.Partition)
+			require.Equal(t, o.Offset, got.At, "partition %d committed at its end", o.Partition)
+		})
+	}
 
 	env.StartFanout(t)
 	waitCaughtUp(t, env)

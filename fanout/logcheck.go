@@ -179,11 +179,13 @@ type guard struct {
 	// resume holds stopped partitions found consistent again, with the
 	// offset to resume at; the poll loop applies them.
 	resume map[int32]int64
-	logged map[int32]time.Time
-	kick   chan struct{}
-	log    *slog.Logger
-	topic  string
-	gauge  *prometheus.GaugeVec
+	// recreated says the topic's id changed under the running client.
+	recreated bool
+	logged    map[int32]time.Time
+	kick      chan struct{}
+	log       *slog.Logger
+	topic     string
+	gauge     *prometheus.GaugeVec
 }
 
 func newGuard(topic string, log *slog.Logger) *guard {
@@ -204,9 +206,18 @@ func (g *guard) check() {
 	}
 }
 
+// setTopicID records the log's topic id. A change from one known id to
+// another (the topic deleted and created again under the running fanout)
+// asks for a new Kafka client: franz-go does not consume the new topic in
+// the same client, and a partition with no stored offsets (which no check
+// stops, since nothing of it was applied) would otherwise wait on the old
+// topic's id unseen.
 func (g *guard) setTopicID(id [16]byte) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.topicID != [16]byte{} && id != [16]byte{} && id != g.topicID {
+		g.recreated = true
+	}
 	g.topicID = id
 }
 
@@ -362,16 +373,25 @@ func (g *guard) advanced(last map[int32]int64) {
 	}
 }
 
-// takeResumes returns the partitions to resume and their offsets.
-func (g *guard) takeResumes() map[int32]int64 {
+// takeRestart says why the poll loop must start a new Kafka client, if it
+// must: stopped partitions found consistent again (a new group session
+// reloads their offsets), or the topic recreated under the client; ""
+// when it need not.
+func (g *guard) takeRestart() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.resume) == 0 {
-		return nil
+	why := ""
+	switch {
+	case g.recreated:
+		why = "the topic was deleted and created again: a new client consumes the new topic (partitions with stored offsets stay stopped at assignment)"
+	case len(g.resume) > 0:
+		why = "partitions stopped by the log check belong to the log again"
 	}
-	out := g.resume
-	g.resume = map[int32]int64{}
-	return out
+	g.recreated = false
+	if len(g.resume) > 0 {
+		g.resume = map[int32]int64{}
+	}
+	return why
 }
 
 // checkLog compares the stored offsets of the owned partitions with the

@@ -148,7 +148,8 @@ var ErrHealthy = errors.New("the stored offsets belong to the log")
 const (
 	sqlLockOffsetRows = `SELECT "partition", next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = ANY($2) ORDER BY "partition" FOR UPDATE`
 	sqlSetOffset      = `INSERT INTO consumer_offsets (topic, "partition", next_offset, topic_id, updated_at) VALUES ($1, $2, $3, $4, now())
-ON CONFLICT (topic, "partition") DO UPDATE SET next_offset = EXCLUDED.next_offset, topic_id = EXCLUDED.topic_id, updated_at = now()`
+ON CONFLICT (topic, "partition") DO UPDATE SET next_offset = EXCLUDED.next_offset, topic_id = EXCLUDED.topic_id, updated_at = now(),
+  delivery_base = consumer_offsets.delivery_base + greatest(0, consumer_offsets.next_offset - EXCLUDED.next_offset)`
 )
 
 // ResetOffsets sets the stored next offset of parts (nil: every partition

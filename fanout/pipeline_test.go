@@ -16,7 +16,6 @@ import (
 	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/workload"
-	"github.com/inboxd/inboxd/projector"
 )
 
 // A randomized workload of 20,000 events over 200 conversations and 1,000
@@ -35,7 +34,7 @@ func TestRandomWorkloadWithDuplicates(t *testing.T) {
 	waitCaughtUp(t, env)
 	assertOutcome(t, env, g)
 	var dups int
-	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM messages`).Scan(&dups))
+	require.NoError(t, env.Union(t).QueryRow(context.Background(), `SELECT count(*) FROM messages`).Scan(&dups))
 	require.Greater(t, dups, 15000)
 }
 
@@ -69,24 +68,34 @@ func TestFanoutKilledHard(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}()
+	// On several servers, each kill is of every server's fanout.
 	kills, behind := 0, 0
 	for kills < 20 {
-		p := testenv.Start(t, procEnv, "fanout")
+		var ps []*testenv.Proc
+		for _, pe := range env.FanoutProcs(procEnv) {
+			ps = append(ps, testenv.Start(t, pe, "fanout"))
+		}
 		time.Sleep(time.Duration(300+rnd.IntN(700)) * time.Millisecond)
-		var stored int64
-		_ = env.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets`).Scan(&stored)
-		if stored < appended.Load() {
+		if env.StoredOffsets(context.Background()) < appended.Load() {
 			behind++ // killed with records still to apply
 		}
-		p.Kill()
+		for _, p := range ps {
+			p.Kill()
+		}
 		kills++
 	}
 	<-done
 	require.GreaterOrEqual(t, behind, 10, "most kills must land while the fanout has work")
-	p := testenv.Start(t, append(procEnv, "INBOXD_LOG_LEVEL=info"), "fanout")
-	require.NoError(t, p.WaitOutput("partitions assigned", time.Minute))
+	var ps []*testenv.Proc
+	for _, pe := range env.FanoutProcs(append(procEnv, "INBOXD_LOG_LEVEL=info")) {
+		p := testenv.Start(t, pe, "fanout")
+		require.NoError(t, p.WaitOutput("partitions assigned", time.Minute))
+		ps = append(ps, p)
+	}
 	waitCaughtUp(t, env)
-	require.NoError(t, p.Stop(20*time.Second), p.Output())
+	for _, p := range ps {
+		require.NoError(t, p.Stop(20*time.Second), p.Output())
+	}
 	t.Logf("fanout killed %d times, %d of them with records still to apply", kills, behind)
 	assertOutcome(t, env, g)
 }
@@ -102,29 +111,50 @@ func TestTwoFanoutsRebalance(t *testing.T) {
 	base := []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
 		"INBOXD_TOPIC=" + env.Topic, "INBOXD_GROUP=pair", "INBOXD_SESSION_TIMEOUT=6s",
 		"INBOXD_HTTP_ADDR=127.0.0.1:0", "INBOXD_MAX_POLL_RECORDS=300", "INBOXD_LOG_LEVEL=info"}
-	a := testenv.Start(t, base, "fanout")
+	// On several servers, a and b are a process per server each: every
+	// server's group sees the join and the leave.
+	start := func() []*testenv.Proc {
+		var ps []*testenv.Proc
+		for _, pe := range env.FanoutProcs(base) {
+			ps = append(ps, testenv.Start(t, pe, "fanout"))
+		}
+		return ps
+	}
+	a := start()
 	// Each process takes part before the next step: a stopped before its
 	// first assignment (CI, 2 s into the run) takes part in nothing.
-	require.NoError(t, a.WaitOutput("partitions assigned", time.Minute), a.Output())
+	for _, p := range a {
+		require.NoError(t, p.WaitOutput("partitions assigned", time.Minute), p.Output())
+	}
 	appendEvents(t, env.Producer, evs[:4000], false)
-	b := testenv.Start(t, base, "fanout")
+	b := start()
 	for i := 4000; i < 12000; i += 1000 {
 		appendEvents(t, env.Producer, evs[i:i+1000], false)
 		time.Sleep(50 * time.Millisecond)
 	}
-	require.NoError(t, b.WaitOutput("partitions assigned", time.Minute), b.Output())
-	require.NoError(t, a.Stop(20*time.Second), a.Output())
+	for _, p := range b {
+		require.NoError(t, p.WaitOutput("partitions assigned", time.Minute), p.Output())
+	}
+	for _, p := range a {
+		require.NoError(t, p.Stop(20*time.Second), p.Output())
+	}
 	appendEvents(t, env.Producer, evs[12000:], false)
 	waitCaughtUp(t, env)
-	require.NoError(t, b.Stop(20*time.Second), b.Output())
-	for name, p := range map[string]*testenv.Proc{"a": a, "b": b} {
-		out := p.Output()
-		require.NotContains(t, out, "deadlock", "fanout %s", name)
-		require.NotContains(t, out, "could not serialize", "fanout %s", name)
-		require.NotContains(t, out, "applying batch failed", "fanout %s", name)
-		require.Contains(t, out, "partitions assigned", "fanout %s took part", name)
+	for _, p := range b {
+		require.NoError(t, p.Stop(20*time.Second), p.Output())
 	}
-	require.Contains(t, b.Output(), "partitions revoked", "b saw a rebalance")
+	for name, ps := range map[string][]*testenv.Proc{"a": a, "b": b} {
+		for _, p := range ps {
+			out := p.Output()
+			require.NotContains(t, out, "deadlock", "fanout %s", name)
+			require.NotContains(t, out, "could not serialize", "fanout %s", name)
+			require.NotContains(t, out, "applying batch failed", "fanout %s", name)
+			require.Contains(t, out, "partitions assigned", "fanout %s took part", name)
+		}
+	}
+	for _, p := range b {
+		require.Contains(t, p.Output(), "partitions revoked", "b saw a rebalance")
+	}
 	assertOutcome(t, env, g)
 }
 
@@ -186,10 +216,10 @@ func TestPoisonRecordsAndRejections(t *testing.T) {
 	waitCaughtUp(t, env)
 
 	var last int64
-	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = 5`).Scan(&last))
+	require.NoError(t, env.ConvPool(5).QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = 5`).Scan(&last))
 	require.Equal(t, int64(3), last, "created + two member sends; the non-member's send took no seq")
 	var reason string
-	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT reason FROM rejections WHERE actor_id = 99`).Scan(&reason))
+	require.NoError(t, env.ConvPool(5).QueryRow(ctx, `SELECT reason FROM rejections WHERE actor_id = 99`).Scan(&reason))
 	require.Equal(t, "not_member", reason)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.ConsumeTopics(env.Topic+".dlq"),
@@ -213,9 +243,7 @@ func TestPoisonRecordsAndRejections(t *testing.T) {
 	for _, want := range []string{"not a JSON event", "unknown type", "event_id", "body over 4096 bytes", "unsupported version"} {
 		require.Contains(t, joined, want)
 	}
-	rep, err := projector.Verify(ctx, env.Pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), rep.String())
+	env.Verify(t)
 }
 
 // SIGTERM under load: fanout finishes or abandons its batch within the
@@ -229,21 +257,34 @@ func TestFanoutSigtermUnderLoad(t *testing.T) {
 		"INBOXD_MAX_POLL_RECORDS=100", "INBOXD_DRAIN_TIMEOUT=5s", "INBOXD_LOG_LEVEL=info"}
 	appendEvents(t, env.Producer, evs[:6000], false)
 	for round := 0; round < 3; round++ {
-		p := testenv.Start(t, procEnv, "fanout")
-		require.NoError(t, p.WaitOutput("partitions assigned", time.Minute))
+		// On several servers, a process per server, stopped together.
+		var ps []*testenv.Proc
+		for _, pe := range env.FanoutProcs(procEnv) {
+			p := testenv.Start(t, pe, "fanout")
+			require.NoError(t, p.WaitOutput("partitions assigned", time.Minute))
+			ps = append(ps, p)
+		}
 		time.Sleep(200 * time.Millisecond)
-		start := time.Now()
-		require.NoError(t, p.Stop(10*time.Second), "clean exit on SIGTERM:\n%s", p.Output())
-		took := time.Since(start)
-		require.Less(t, took, 10*time.Second, "exits within the drain timeout and group leave")
-		t.Logf("round %d: exited %v after SIGTERM", round, took.Round(time.Millisecond))
+		for _, p := range ps {
+			start := time.Now()
+			require.NoError(t, p.Stop(10*time.Second), "clean exit on SIGTERM:\n%s", p.Output())
+			took := time.Since(start)
+			require.Less(t, took, 10*time.Second, "exits within the drain timeout and group leave")
+			t.Logf("round %d: exited %v after SIGTERM", round, took.Round(time.Millisecond))
+		}
 		if round == 0 {
 			appendEvents(t, env.Producer, evs[6000:], false)
 		}
 	}
-	p := testenv.Start(t, procEnv, "fanout")
-	require.NoError(t, p.WaitOutput("partitions assigned", time.Minute))
+	var ps []*testenv.Proc
+	for _, pe := range env.FanoutProcs(procEnv) {
+		p := testenv.Start(t, pe, "fanout")
+		require.NoError(t, p.WaitOutput("partitions assigned", time.Minute))
+		ps = append(ps, p)
+	}
 	waitCaughtUp(t, env)
-	require.NoError(t, p.Stop(10*time.Second))
+	for _, p := range ps {
+		require.NoError(t, p.Stop(10*time.Second))
+	}
 	assertOutcome(t, env, g)
 }

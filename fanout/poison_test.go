@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -43,50 +44,109 @@ func (b *syncBuffer) String() string {
 }
 
 // observedFanout is an in-process fanout whose readiness, metrics and logs
-// the test watches.
+// the test watches; on several servers, every server's conversation stage
+// (each with its own registry, all logging to one sink) and deliverer.
 type observedFanout struct {
-	f   *fanout.Fanout
-	reg *prometheus.Registry
-	log *syncBuffer
+	fs   []*fanout.Fanout
+	regs []*prometheus.Registry
+	log  *syncBuffer
 }
 
 func startObservedFanout(t *testing.T, env *testenv.Env, edit func(*fanout.Config)) *observedFanout {
 	t.Helper()
-	o := &observedFanout{reg: prometheus.NewRegistry(), log: &syncBuffer{}}
-	cfg := env.FanoutConfig()
-	cfg.Registerer = o.reg
-	cfg.Logger = slog.New(slog.NewJSONHandler(o.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if edit != nil {
-		edit(&cfg)
-	}
-	f, err := fanout.New(cfg, env.Pool)
-	require.NoError(t, err)
-	o.f = f
+	o := &observedFanout{log: &syncBuffer{}}
+	logger := slog.New(slog.NewJSONHandler(o.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
+	var runs []func(context.Context) error
+	observe := func(cfg fanout.Config, pool *pgxpool.Pool) {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer, cfg.Logger = reg, logger
+		if edit != nil {
+			edit(&cfg)
+		}
+		f, err := fanout.New(cfg, pool)
+		require.NoError(t, err)
+		o.fs, o.regs = append(o.fs, f), append(o.regs, reg)
+		runs = append(runs, f.Run)
+	}
+	if !env.Sharded() {
+		observe(env.FanoutConfig(), env.Pool)
+	}
+	for i, srv := range env.Map.Servers {
+		if !env.Sharded() {
+			break
+		}
+		cfg, dcfg := env.StageConfigs(env.Map, srv.ID)
+		observe(cfg, env.Pools[i])
+		d, err := fanout.NewDeliverer(dcfg, env.Pools[i])
+		require.NoError(t, err)
+		runs = append(runs, d.Run)
+	}
+	done := make(chan error, len(runs))
+	for _, run := range runs {
+		go func() { done <- run(ctx) }()
+	}
 	t.Cleanup(func() {
 		cancel()
-		require.NoError(t, <-done)
+		for range runs {
+			require.NoError(t, <-done)
+		}
 	})
 	return o
 }
 
-// gauge returns the value of a per-partition gauge (-1 when absent).
+// Ready is the first conversation stage's error that is not nil.
+func (o *observedFanout) Ready() error {
+	for _, f := range o.fs {
+		if err := f.Ready(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// families are the metric families of every registry (a name once per
+// server).
+func (o *observedFanout) families(t testing.TB) []*dto.MetricFamily {
+	t.Helper()
+	var out []*dto.MetricFamily
+	for _, reg := range o.regs {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		out = append(out, mfs...)
+	}
+	return out
+}
+
+// counter sums the counter name over the servers.
+func (o *observedFanout) counter(t testing.TB, name string) (sum float64, found bool) {
+	t.Helper()
+	for _, mf := range o.families(t) {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			found = true
+		}
+	}
+	return sum, found
+}
+
+// gauge returns the largest value of a per-partition gauge over the
+// servers (-1 when absent).
 func (o *observedFanout) gauge(t testing.TB, name string, partition int32) float64 {
-	mfs, err := o.reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
+	v := -1.0
+	for _, mf := range o.families(t) {
 		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			if labelValue(m, "partition") == strconv.Itoa(int(partition)) {
-				return m.GetGauge().GetValue()
+				v = max(v, m.GetGauge().GetValue())
 			}
 		}
 	}
-	return -1
+	return v
 }
 
 func labelValue(m *dto.Metric, name string) string {
@@ -113,7 +173,7 @@ func (o *observedFanout) watch(t *testing.T, partition int32, offset int64) (see
 	go func() {
 		defer wg.Done()
 		for {
-			if d, ok := o.f.Ready().(*fanout.DegradedError); ok {
+			if d, ok := o.Ready().(*fanout.DegradedError); ok {
 				for _, p := range d.Partitions {
 					if p.Partition == partition && p.Offset <= offset && p.Attempts > 0 {
 						seen.degraded.Store(true)
@@ -193,8 +253,10 @@ func header(r *kgo.Record, key string) string {
 func TestPoisonRecordIsDeadLetteredAndThePartitionMovesOn(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Partitions: 4})
 	ctx := testenv.Ctx(t, 3*time.Minute)
-	_, err := env.Pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT no_poison CHECK (body NOT LIKE '%poison-pill%')`)
-	require.NoError(t, err)
+	for _, pool := range env.Pools {
+		_, err := pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT no_poison CHECK (body NOT LIKE '%poison-pill%')`)
+		require.NoError(t, err)
+	}
 
 	// Six conversations over the partitions, each with members 1 and 2.
 	const convs = 6
@@ -241,8 +303,8 @@ func TestPoisonRecordIsDeadLetteredAndThePartitionMovesOn(t *testing.T) {
 	// The stored offsets (what WaitCaughtUp reads) are committed before the
 	// poll's partitions are marked projected: ready comes a moment later
 	// (CI under -race: Ready still listed both partitions' split batch).
-	require.Eventually(t, func() bool { return o.f.Ready() == nil }, 10*time.Second, 20*time.Millisecond,
-		"ready again once the partition moved on: %v", o.f.Ready())
+	require.Eventually(t, func() bool { return o.Ready() == nil }, 10*time.Second, 20*time.Millisecond,
+		"ready again once the partition moved on: %v", o.Ready())
 	require.Equal(t, 0.0, o.gauge(t, "inboxd_fanout_partition_failing", part))
 	logs := o.log.String()
 	require.Contains(t, logs, `"level":"ERROR","msg":"record dead-lettered: it fails to project"`)
@@ -268,11 +330,9 @@ func TestPoisonRecordIsDeadLetteredAndThePartitionMovesOn(t *testing.T) {
 		require.Equal(t, int64(41), got[c], "conversation %d", c)
 	}
 	var reason string
-	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT reason FROM rejections WHERE msg_id = $1`, poison.MsgID).Scan(&reason))
+	require.NoError(t, env.ConvPool(1).QueryRow(ctx, `SELECT reason FROM rejections WHERE msg_id = $1`, poison.MsgID).Scan(&reason))
 	require.Equal(t, projection.ReasonDeadLetter, reason, "a waiting sender can learn that its message was dead-lettered")
-	rep, err := projector.Verify(ctx, env.Pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), rep.String())
+	env.Verify(t)
 	assertDLQCount(t, o, 2)
 }
 
@@ -287,8 +347,10 @@ func TestSystemicFailureStopsThePartitionLoudlyAndDropsNothing(t *testing.T) {
 	c.Members = []int64{2}
 	_, err := env.Producer.Append(ctx, c)
 	require.NoError(t, err)
-	_, err = env.Pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT broken CHECK (kind <> 'text')`)
-	require.NoError(t, err)
+	for _, pool := range env.Pools {
+		_, err = pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT broken CHECK (kind <> 'text')`)
+		require.NoError(t, err)
+	}
 	var sends []*events.Event
 	for i := 0; i < 10; i++ {
 		sends = append(sends, sendEvent(t, 7, 1, "hello "+strconv.Itoa(i)))
@@ -300,7 +362,7 @@ func TestSystemicFailureStopsThePartitionLoudlyAndDropsNothing(t *testing.T) {
 	})
 	var deg *fanout.DegradedError
 	require.Eventually(t, func() bool {
-		d, ok := o.f.Ready().(*fanout.DegradedError)
+		d, ok := o.Ready().(*fanout.DegradedError)
 		if ok && len(d.Partitions) > 0 && d.Partitions[0].Class == projector.Systemic.String() {
 			deg = d
 			return true
@@ -310,32 +372,26 @@ func TestSystemicFailureStopsThePartitionLoudlyAndDropsNothing(t *testing.T) {
 	require.Contains(t, deg.Error(), "broken")
 	// Stuck for a while: retried, never dead-lettered, never skipped.
 	time.Sleep(1500 * time.Millisecond)
-	require.Error(t, o.f.Ready())
+	require.Error(t, o.Ready())
 	require.Equal(t, int64(1), lastSeq(t, env, 7), "no message projected while the database refuses them")
 	require.Contains(t, o.log.String(), `"level":"ERROR","msg":"a record fails to project and so does a copy with its text replaced`)
 	assertDLQCount(t, o, 0)
 
-	_, err = env.Pool.Exec(ctx, `ALTER TABLE messages DROP CONSTRAINT broken`)
-	require.NoError(t, err)
+	for _, pool := range env.Pools {
+		_, err = pool.Exec(ctx, `ALTER TABLE messages DROP CONSTRAINT broken`)
+		require.NoError(t, err)
+	}
 	env.WaitCaughtUp(t, time.Minute)
-	require.Eventually(t, func() bool { return o.f.Ready() == nil }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return o.Ready() == nil }, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, int64(11), lastSeq(t, env, 7), "every message projected once the database is fixed")
-	rep, err := projector.Verify(ctx, env.Pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), rep.String())
+	env.Verify(t)
 }
 
 func assertDLQCount(t testing.TB, o *observedFanout, want float64) {
 	t.Helper()
-	mfs, err := o.reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == "inboxd_fanout_dead_letters_total" {
-			require.Equal(t, want, mf.GetMetric()[0].GetCounter().GetValue())
-			return
-		}
-	}
-	t.Fatal("inboxd_fanout_dead_letters_total not exported")
+	got, found := o.counter(t, "inboxd_fanout_dead_letters_total")
+	require.True(t, found, "inboxd_fanout_dead_letters_total not exported")
+	require.Equal(t, want, got)
 }
 
 func mustEncode(t testing.TB, e *events.Event) []byte {
@@ -366,24 +422,28 @@ func TestRecordLatencyObserved(t *testing.T) {
 	appendEvents(t, env.Producer, evs, false)
 	env.WaitCaughtUp(t, time.Minute)
 
-	mfs, err := o.reg.Gather()
-	require.NoError(t, err)
-	var records float64
-	hists := map[string]*dto.Histogram{}
-	for _, mf := range mfs {
-		switch mf.GetName() {
-		case "inboxd_fanout_records_total":
-			records = mf.GetMetric()[0].GetCounter().GetValue()
-		case "inboxd_fanout_record_latency_seconds":
+	records, _ := o.counter(t, "inboxd_fanout_records_total")
+	type sums struct {
+		count uint64
+		sum   float64
+	}
+	hists := map[string]*sums{}
+	for _, mf := range o.families(t) {
+		if mf.GetName() == "inboxd_fanout_record_latency_seconds" {
 			for _, m := range mf.GetMetric() {
-				hists[labelValue(m, "stage")] = m.GetHistogram()
+				stage := labelValue(m, "stage")
+				if hists[stage] == nil {
+					hists[stage] = &sums{}
+				}
+				hists[stage].count += m.GetHistogram().GetSampleCount()
+				hists[stage].sum += m.GetHistogram().GetSampleSum()
 			}
 		}
 	}
 	require.Equal(t, float64(33), records)
 	for _, stage := range []string{"queued", "committed"} {
 		require.Contains(t, hists, stage)
-		require.Equal(t, uint64(records), hists[stage].GetSampleCount(), "one observation per record applied, stage %s", stage)
+		require.Equal(t, uint64(records), hists[stage].count, "one observation per record applied, stage %s", stage)
 	}
-	require.GreaterOrEqual(t, hists["committed"].GetSampleSum(), hists["queued"].GetSampleSum())
+	require.GreaterOrEqual(t, hists["committed"].sum, hists["queued"].sum)
 }

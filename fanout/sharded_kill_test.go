@@ -31,7 +31,7 @@ import (
 // in every member's inbox exactly once and in order, and the union of the
 // servers is what the model says.
 func TestShardedStagesKilledHard(t *testing.T) {
-	env := testenv.New(t, testenv.Options{Partitions: 4})
+	env := testenv.New(t, testenv.Options{Partitions: 4, Servers: 1} /* it adds its second server itself */)
 	srv := pgtest.StartServer(t)
 	secondURL := pgtest.NewDatabaseOn(t, srv.URL)
 	shards := func(args ...string) {

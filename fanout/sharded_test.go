@@ -29,7 +29,7 @@ type shardedEnv struct {
 }
 
 func newShardedEnv(t *testing.T) *shardedEnv {
-	env := testenv.New(t, testenv.Options{Partitions: 4})
+	env := testenv.New(t, testenv.Options{Partitions: 4, Servers: 1} /* it adds its second server itself */)
 	second, _ := pgtest.NewPool(t)
 	m := placement.NewMap(2, []placement.Server{{ID: 1, Name: "one"}, {ID: 2, Name: "two"}},
 		placement.Assignment{Partition: 1, Server: 2}, placement.Assignment{Partition: 3, Server: 2})

@@ -10,7 +10,6 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/projector"
 )
 
 func TestSmoke(t *testing.T) {
@@ -31,9 +30,7 @@ func TestSmoke(t *testing.T) {
 	}
 	env.WaitCaughtUp(t, 30*time.Second)
 	var head int64
-	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT inbox_seq FROM users WHERE id = 12`).Scan(&head))
+	require.NoError(t, env.UserPool(12).QueryRow(ctx, `SELECT inbox_seq FROM users WHERE id = 12`).Scan(&head))
 	require.Equal(t, int64(7), head) // created msg + record + 5 messages
-	rep, err := projector.Verify(ctx, env.Pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), rep.String())
+	env.Verify(t)
 }

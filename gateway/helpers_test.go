@@ -394,18 +394,6 @@ func placementOf(env *testenv.Env) Placement {
 	return Placement{Pools: env.Pools, Map: env.Map, Partitions: env.Partitions}
 }
 
-// stopBeforeReplay says whether a test should end before its replay: the
-// replay rebuilds one server's projections, and refuses a sharded
-// placement (docs/scaling.md).
-func stopBeforeReplay(t testing.TB, env *testenv.Env) bool {
-	t.Helper()
-	if env.Sharded() {
-		t.Logf("on %d servers: the replay's part of the test is left out (replay serves one server)", len(env.Pools))
-		return true
-	}
-	return false
-}
-
 // teachEpochs syncs a user of each server, so that the reader knows every
 // server's epoch, the key under which a send's answer is cached (with one
 // server, any sync taught it).

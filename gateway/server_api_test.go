@@ -153,12 +153,9 @@ func TestServerAPIConversation(t *testing.T) {
 
 	// A replay rebuilds the projections from the log (its bulk path):
 	// the same conversation, the system sender's name included.
-	if stopBeforeReplay(t, tg.env) {
-		return
-	}
 	tg.stopFanout()
-	_, err := replay.Run(context.Background(), replay.Config{Brokers: tg.env.Brokers, Topic: tg.env.Topic,
-		Logger: tg.env.Logger, Progress: &bytes.Buffer{}}, tg.env.Pool)
+	_, err := tg.env.Replay(context.Background(), replay.Config{Brokers: tg.env.Brokers, Topic: tg.env.Topic,
+		Logger: tg.env.Logger, Progress: &bytes.Buffer{}})
 	require.NoError(t, err)
 	tg.g.inbox.ForgetAll()
 	h2, _ := historyOf(t, bob, cid, "")
@@ -237,12 +234,9 @@ func TestServerAPIReplayBulk(t *testing.T) {
 	before, _ := historyOf(t, u, c.ConversationID, "")
 	require.Len(t, before.Messages, 4)
 
-	if stopBeforeReplay(t, tg.env) {
-		return
-	}
 	tg.stopFanout()
-	_, err := replay.Run(context.Background(), replay.Config{Brokers: tg.env.Brokers, Topic: tg.env.Topic,
-		Logger: tg.env.Logger, Progress: &bytes.Buffer{}}, tg.env.Pool)
+	_, err := tg.env.Replay(context.Background(), replay.Config{Brokers: tg.env.Brokers, Topic: tg.env.Topic,
+		Logger: tg.env.Logger, Progress: &bytes.Buffer{}})
 	require.NoError(t, err)
 	tg.g.inbox.ForgetAll()
 	after, _ := historyOf(t, u, c.ConversationID, "")

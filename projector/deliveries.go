@@ -40,8 +40,12 @@ type UserPlacement interface {
 // every batch of the source partition: the user stage applies a delivery
 // once, the first time it sees it.
 type Delivery struct {
-	Source int32  `json:"p"` // the partition of the event topic
-	Offset int64  `json:"o"` // the next offset of Source after the batch
+	Source int32 `json:"p"` // the partition of the event topic
+	// Offset is the next offset of Source after the batch, plus the
+	// partition's delivery_base (0 until an operator resets its offsets
+	// back): it grows with every batch of the source partition, across
+	// resets too.
+	Offset int64  `json:"o"`
 	Items  []Item `json:"items"`
 }
 
@@ -110,7 +114,10 @@ func (t *txn) route(recs []Record) {
 		k := route{convPart[conv], dst}
 		d := out[k]
 		if d == nil {
-			d = &Delivery{Source: k.src, Offset: t.parts[k.src]}
+			// Numbered by the source's offset past the batch, above
+			// every number before it: raised by the partition's
+			// delivery_base, which a reset of its offsets back raises.
+			d = &Delivery{Source: k.src, Offset: t.bases[k.src] + t.parts[k.src]}
 			out[k] = d
 			order = append(order, k)
 		}

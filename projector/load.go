@@ -16,7 +16,7 @@ import (
 const (
 	sqlEnsureOffsets = `INSERT INTO consumer_offsets (topic, "partition", next_offset)
 SELECT $1, p, 0 FROM unnest($2::int[]) AS p ORDER BY p ON CONFLICT DO NOTHING`
-	sqlLockOffsets = `SELECT "partition", next_offset FROM consumer_offsets
+	sqlLockOffsets = `SELECT "partition", next_offset, delivery_base FROM consumer_offsets
 WHERE topic = $1 AND "partition" = ANY($2::int[]) ORDER BY "partition" FOR UPDATE`
 	sqlLockConversations = `SELECT id, last_seq, created_by, text_count, read_fanout, channel, member_count, change_count
 FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
@@ -96,7 +96,8 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 	if ensure := t.p.unknownParts(t.own, partIDs); len(ensure) > 0 {
 		bt.Queue(sqlEnsureOffsets, topic, ensure)
 	}
-	queueLockOffsets(bt, topic, partIDs, t.stored)
+	t.bases = map[int32]int64{}
+	queueLockOffsets(bt, topic, partIDs, t.stored, t.bases)
 	// The state the batch depends on is read in the same round trip, after
 	// the offset locks (lock order: offsets, conversations, users), for
 	// every record: those already applied only add a few rows.
@@ -115,16 +116,19 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 }
 
 // queueLockOffsets queues the lock of topic's offset rows of partIDs, read
-// into stored.
-func queueLockOffsets(bt *pgx.Batch, topic string, partIDs []int32, stored map[int32]int64) {
+// into stored, and their delivery bases into bases (when not nil).
+func queueLockOffsets(bt *pgx.Batch, topic string, partIDs []int32, stored, bases map[int32]int64) {
 	bt.Queue(sqlLockOffsets, topic, partIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var pt int32
-			var next int64
-			if err := rows.Scan(&pt, &next); err != nil {
+			var next, base int64
+			if err := rows.Scan(&pt, &next, &base); err != nil {
 				return err
 			}
 			stored[pt] = next
+			if bases != nil {
+				bases[pt] = base
+			}
 		}
 		return rows.Err()
 	})

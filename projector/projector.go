@@ -237,6 +237,7 @@ type txn struct {
 	b      *batch
 	parts  map[int32]int64 // partition -> next offset after this batch
 	stored map[int32]int64 // partition -> stored next offset, as locked
+	bases  map[int32]int64 // partition -> its delivery_base, as locked
 	heads  map[int64]*head // the batch's users, locked and numbered
 	out    []outboxRow     // deliveries to users on other servers (route)
 }

@@ -91,7 +91,7 @@ func (p *Projector) ApplyDeliveries(ctx context.Context, recs []DeliveryRecord) 
 		bt.Queue(sqlFence).QueryRow(func(row pgx.Row) error { return row.Scan(&fence) })
 	}
 	bt.Queue(sqlEnsureOffsets, topic, partIDs)
-	queueLockOffsets(bt, topic, partIDs, stored)
+	queueLockOffsets(bt, topic, partIDs, stored, nil)
 	if len(markIDs) > 0 {
 		ds, ss := make([]int32, len(markIDs)), make([]int32, len(markIDs))
 		for i, k := range markIDs {

@@ -17,7 +17,6 @@ import (
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/projector"
 	"github.com/inboxd/inboxd/protocol"
-	"github.com/inboxd/inboxd/replay"
 )
 
 type client struct {
@@ -72,8 +71,8 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	env := testenv.New(t, testenv.Options{Partitions: 2})
 	stopFanout := env.StartFanout(t)
-	g, err := gateway.New(gateway.Config{AuthSecret: []byte("replay-test-secret-0123456789"), DevMode: true,
-		AckWait: 20 * time.Second, Logger: env.Logger}, env.Pool, env.Producer)
+	g, err := gateway.NewOn(gateway.Config{AuthSecret: []byte("replay-test-secret-0123456789"), DevMode: true,
+		AckWait: 20 * time.Second, Logger: env.Logger}, gateway.Placement{Pools: env.Pools, Map: env.Map, Partitions: env.Partitions}, env.Producer)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	listened := make(chan struct{})
@@ -114,7 +113,7 @@ func TestOldEpochCursorGetsTooLongAfterReplay(t *testing.T) {
 	require.Equal(t, 304, c.status(atHead, oldTag), "at the head: 304 (from the gateway's head cache)")
 
 	stopFanout()
-	res, err := replay.Run(context.Background(), cfg(env), env.Pool)
+	res, err := env.Replay(context.Background(), cfg(env))
 	require.NoError(t, err)
 	require.NotEqual(t, s1.Epoch, res.Epoch)
 	env.StartFanout(t)
@@ -154,11 +153,12 @@ func TestPrunedCursorGetsTooLong(t *testing.T) {
 	cutoff := time.Now()
 	time.Sleep(20 * time.Millisecond)
 	w.send("young")
-	res, err := projector.Prune(context.Background(), w.env.Pool, cutoff, 2)
+	pool := w.env.UserPool(42)
+	res, err := projector.Prune(context.Background(), pool, cutoff, 2)
 	require.NoError(t, err)
 	require.Positive(t, res.Deleted)
 	var floor int64
-	require.NoError(t, w.env.Pool.QueryRow(context.Background(), `SELECT inbox_floor FROM users WHERE id = 42`).Scan(&floor))
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT inbox_floor FROM users WHERE id = 42`).Scan(&floor))
 	require.Equal(t, s1.Head, floor, "everything before the cutoff went")
 
 	var stale protocol.SyncAnswer

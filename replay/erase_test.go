@@ -11,8 +11,6 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/projector"
-	"github.com/inboxd/inboxd/replay"
 )
 
 // A deleted message is erased from the log: its body was appended sealed
@@ -31,7 +29,7 @@ func TestDeleteErasesSealedBody(t *testing.T) {
 		e := events.New(events.MessageSent, 1, 10)
 		e.MsgID = uuid.NewString()
 		key := events.NewKey()
-		_, err := env.Pool.Exec(ctx, `INSERT INTO body_keys (msg_id, key) VALUES ($1, $2)`, e.MsgID, key)
+		_, err := env.ConvPool(1).Exec(ctx, `INSERT INTO body_keys (msg_id, key) VALUES ($1, $2)`, e.MsgID, key)
 		require.NoError(t, err)
 		e.SealedBody, err = events.Seal(key, e.MsgID, body)
 		require.NoError(t, err)
@@ -41,10 +39,10 @@ func TestDeleteErasesSealedBody(t *testing.T) {
 	del := events.New(events.MessageDeleted, 1, 10)
 	del.ChangeID, del.Seq = uuid.NewString(), 2
 	appendAll(t, env.Producer, []*events.Event{created, secret, kept, del}, true)
-	require.NoError(t, testenv.WaitCaughtUp(ctx, env.Pool, env.Producer, time.Minute))
+	env.WaitCaughtUp(t, time.Minute)
 
 	state := func() (secretBody, keptBody string, deleted bool, keys int) {
-		require.NoError(t, env.Pool.QueryRow(ctx, `SELECT (SELECT body FROM messages WHERE conversation_id = 1 AND seq = 2),
+		require.NoError(t, env.ConvPool(1).QueryRow(ctx, `SELECT (SELECT body FROM messages WHERE conversation_id = 1 AND seq = 2),
 			(SELECT body FROM messages WHERE conversation_id = 1 AND seq = 3),
 			(SELECT deleted FROM messages WHERE conversation_id = 1 AND seq = 2),
 			(SELECT count(*) FROM body_keys)`).Scan(&secretBody, &keptBody, &deleted, &keys))
@@ -73,13 +71,11 @@ func TestDeleteErasesSealedBody(t *testing.T) {
 	}
 
 	stop()
-	_, err = replay.Run(context.Background(), cfg(env), env.Pool)
+	_, err = env.Replay(context.Background(), cfg(env))
 	require.NoError(t, err)
 	sb, kb, deleted, _ = state()
 	require.Equal(t, "", sb, "a replay cannot bring a deleted body back")
 	require.True(t, deleted)
 	require.Equal(t, "still here", kb)
-	rep, err := projector.Verify(ctx, env.Pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), rep.String())
+	env.Verify(t)
 }

@@ -2,7 +2,6 @@ package replay_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/workload"
 	"github.com/inboxd/inboxd/producer"
-	"github.com/inboxd/inboxd/projector"
 	"github.com/inboxd/inboxd/replay"
 )
 
@@ -62,7 +60,17 @@ type snapshot struct {
 	epoch                                               int64
 }
 
-func take(t testing.TB, pool *pgxpool.Pool) snapshot {
+// take is the snapshot of env's deployment: of its union on several
+// servers (each conversation's state from its server, each user's from
+// theirs), with the deployment's one epoch.
+func take(t testing.TB, env *testenv.Env) snapshot {
+	t.Helper()
+	s := takeOf(t, env.Union(t))
+	require.NoError(t, env.Pool.QueryRow(testenv.Ctx(t, time.Minute), `SELECT epoch FROM meta`).Scan(&s.epoch))
+	return s
+}
+
+func takeOf(t testing.TB, pool *pgxpool.Pool) snapshot {
 	t.Helper()
 	ctx := testenv.Ctx(t, time.Minute)
 	lines := func(q string) []string {
@@ -97,12 +105,17 @@ func take(t testing.TB, pool *pgxpool.Pool) snapshot {
 	for _, v := range s.inboxes {
 		sort.Strings(v)
 	}
-	require.NoError(t, pool.QueryRow(ctx, `SELECT epoch FROM meta`).Scan(&s.epoch))
 	return s
 }
 
 func workloadEnv(t *testing.T, seed uint64, n int) (*testenv.Env, *workload.Generator, func()) {
-	env := testenv.New(t, testenv.Options{Partitions: 6})
+	return workloadEnvOn(t, seed, n, 0)
+}
+
+// workloadEnvOn is workloadEnv on that many servers (0: as
+// INBOXD_TEST_PG_SERVERS says).
+func workloadEnvOn(t *testing.T, seed uint64, n, servers int) (*testenv.Env, *workload.Generator, func()) {
+	env := testenv.New(t, testenv.Options{Partitions: 6, Servers: servers})
 	stop := env.StartFanout(t)
 	g := workload.New(workload.Config{Seed: seed, Users: 400, Conversations: 80,
 		EditPct: 3, DeletePct: 2, ReactPct: 6, UnreactPct: 2, ReplyPct: 10})
@@ -113,7 +126,7 @@ func workloadEnv(t *testing.T, seed uint64, n int) (*testenv.Env, *workload.Gene
 	for i := 0; i < n; i += 2000 {
 		appendAll(t, env.Producer, evs[i:min(i+2000, n)], true)
 	}
-	require.NoError(t, testenv.WaitCaughtUp(context.Background(), env.Pool, env.Producer, 2*time.Minute))
+	env.WaitCaughtUp(t, 2*time.Minute)
 	return env, g, stop
 }
 
@@ -127,24 +140,22 @@ func cfg(env *testenv.Env) replay.Config {
 func TestReplayRebuildsTheSameProjections(t *testing.T) {
 	env, g, stop := workloadEnv(t, 11, 8000)
 	ctx := testenv.Ctx(t, 3*time.Minute)
-	before := take(t, env.Pool)
-	_, err := replay.Run(ctx, cfg(env), env.Pool)
+	before := take(t, env)
+	_, err := env.Replay(ctx, cfg(env))
 	require.ErrorIs(t, err, replay.ErrFanoutRunning, "replay refuses beside a live fanout")
 	stop()
 
-	res, err := replay.Run(ctx, cfg(env), env.Pool)
+	res, err := env.Replay(ctx, cfg(env))
 	require.NoError(t, err)
 	require.Greater(t, res.Epoch, before.epoch)
-	after := take(t, env.Pool)
+	after := take(t, env)
 	require.Equal(t, before.conversations, after.conversations)
 	require.Equal(t, before.messages, after.messages)
 	require.Equal(t, before.spans, after.spans)
 	require.Equal(t, before.records, after.records)
 	require.Equal(t, before.rejections, after.rejections)
 	require.Equal(t, before.inboxes, after.inboxes)
-	rep, err := projector.Verify(ctx, env.Pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), rep.String())
+	env.Verify(t)
 
 	// Fanout continues exactly where the replay ended.
 	env.StartFanout(t)
@@ -153,9 +164,9 @@ func TestReplayRebuildsTheSameProjections(t *testing.T) {
 		more[i] = g.Next()
 	}
 	appendAll(t, env.Producer, more, false)
-	require.NoError(t, testenv.WaitCaughtUp(ctx, env.Pool, env.Producer, 2*time.Minute))
+	env.WaitCaughtUp(t, 2*time.Minute)
 	got := map[int64]int64{}
-	rows, err := env.Pool.Query(ctx, `SELECT id, last_seq FROM conversations`)
+	rows, err := env.Union(t).Query(ctx, `SELECT id, last_seq FROM conversations`)
 	require.NoError(t, err)
 	for rows.Next() {
 		var id, s int64
@@ -164,15 +175,17 @@ func TestReplayRebuildsTheSameProjections(t *testing.T) {
 	}
 	rows.Close()
 	require.Equal(t, g.LastSeq, got)
-	rep, err = projector.Verify(ctx, env.Pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), rep.String())
+	env.Verify(t)
 }
 
 // --verify passes on clean projections while fanout runs, and detects a
 // deleted inbox row and a changed body.
+//
+// On one server whatever INBOXD_TEST_PG_SERVERS says: --verify compares
+// one server's projections with its rebuilt shadow, and a sharded replay
+// refuses it (inboxd verify checks each server and the crossing).
 func TestVerifyDetectsCorruption(t *testing.T) {
-	env, _, _ := workloadEnv(t, 12, 4000)
+	env, _, _ := workloadEnvOn(t, 12, 4000, 1)
 	ctx := testenv.Ctx(t, 3*time.Minute)
 	c := cfg(env)
 	c.Verify = true
@@ -202,19 +215,19 @@ func TestReplayKilledThenRunAgain(t *testing.T) {
 	env, _, stop := workloadEnv(t, 13, 8000)
 	stop()
 	ctx := testenv.Ctx(t, 3*time.Minute)
-	before := take(t, env.Pool)
+	before := take(t, env)
 	p := testenv.Start(t, []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
 		"INBOXD_TOPIC=" + env.Topic, "INBOXD_REPLAY_BATCH_RECORDS=50"}, "replay")
 	require.NoError(t, p.WaitOutput("replay: ", time.Minute), "progress lines")
 	p.Kill()
 	require.NotContains(t, p.Output(), "new epoch", "killed before the swap")
-	mid := take(t, env.Pool)
+	mid := take(t, env)
 	require.Equal(t, before, mid, "the live projections are untouched by a killed replay")
 
-	res, err := replay.Run(ctx, cfg(env), env.Pool)
+	res, err := env.Replay(ctx, cfg(env))
 	require.NoError(t, err)
 	require.Greater(t, res.Epoch, before.epoch)
-	after := take(t, env.Pool)
+	after := take(t, env)
 	after.epoch = before.epoch
 	require.Equal(t, before, after)
 }

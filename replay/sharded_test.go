@@ -35,7 +35,7 @@ func TestShardedReplayRebuildsTheSameProjections(t *testing.T) {
 	}
 	env.WaitCaughtUp(t, 3*time.Minute)
 	servers := shardtest.Servers{Pools: env.Pools, Map: env.Map, Partitions: env.Partitions, Topic: env.Topic}
-	before := take(t, servers.Union(t))
+	before := takeOf(t, servers.Union(t))
 	epochs := func() (out []int64) {
 		for _, pool := range env.Pools {
 			var e int64
@@ -60,7 +60,7 @@ func TestShardedReplayRebuildsTheSameProjections(t *testing.T) {
 		require.Equal(t, now[0], e, "one epoch for the deployment")
 	}
 	require.Equal(t, old[0], old[1], "the servers of a deployment start at the catalog's epoch")
-	after := take(t, servers.Union(t))
+	after := takeOf(t, servers.Union(t))
 	require.Equal(t, before.conversations, after.conversations)
 	require.Equal(t, before.messages, after.messages)
 	require.Equal(t, before.spans, after.spans)

@@ -2,17 +2,24 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
+	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/placement"
 	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projection"
@@ -45,8 +52,9 @@ func (c *ShardsConfig) setDefaults() {
 	}
 }
 
-// ShardsPaced is one paced phase's latencies, append -> NOTIFY of the
-// entry's commit on the user's server (what wakes a push), in ms.
+// ShardsPaced is one paced phase's latencies, in ms: append -> NOTIFY of
+// the entry's commit on the user's server (what wakes a push), and append
+// -> the push on the user's WebSocket.
 type ShardsPaced struct {
 	Rate         int     `json:"rate"`
 	OneP50Ms     float64 `json:"one_server_p50_ms"`
@@ -55,6 +63,14 @@ type ShardsPaced struct {
 	LocalP99Ms   float64 `json:"two_servers_local_p99_ms"`
 	CrossedP50Ms float64 `json:"two_servers_crossed_p50_ms"`
 	CrossedP99Ms float64 `json:"two_servers_crossed_p99_ms"`
+	// The same messages' push on the member's WebSocket (an in-process
+	// gateway reading every server), append -> the entries frame.
+	OnePushP50Ms     float64 `json:"one_server_push_p50_ms"`
+	OnePushP99Ms     float64 `json:"one_server_push_p99_ms"`
+	LocalPushP50Ms   float64 `json:"two_servers_local_push_p50_ms"`
+	LocalPushP99Ms   float64 `json:"two_servers_local_push_p99_ms"`
+	CrossedPushP50Ms float64 `json:"two_servers_crossed_push_p50_ms"`
+	CrossedPushP99Ms float64 `json:"two_servers_crossed_push_p99_ms"`
 }
 
 // ShardsResult is the outcome of Shards.
@@ -90,6 +106,11 @@ func (r ShardsResult) Rows() []Row {
 	}}
 	for _, p := range r.Paced {
 		rows = append(rows, Row{
+			Figure:    fmt.Sprintf("at %d msg/s, append -> push on the member's WebSocket (a gateway reading every server) on 2 servers: crossed / local member, p50 / p99", p.Rate),
+			Value:     fmt.Sprintf("%s / %s, local %s / %s", ms(p.CrossedPushP50Ms), ms(p.CrossedPushP99Ms), ms(p.LocalPushP50Ms), ms(p.LocalPushP99Ms)),
+			Reference: fmt.Sprintf("the same load on 1 server, same run: %s / %s", ms(p.OnePushP50Ms), ms(p.OnePushP99Ms)),
+			Ratio:     fmt.Sprintf("crossed p50 %s of 1 server's", ratio(p.CrossedPushP50Ms, p.OnePushP50Ms)),
+		}, Row{
 			Figure:    fmt.Sprintf("at %d msg/s, append -> NOTIFY of the entry's commit (what wakes a push) on 2 servers: crossed / local member, p50 / p99", p.Rate),
 			Value:     fmt.Sprintf("%s / %s, local %s / %s", ms(p.CrossedP50Ms), ms(p.CrossedP99Ms), ms(p.LocalP50Ms), ms(p.LocalP99Ms)),
 			Reference: fmt.Sprintf("the same load on 1 server, same run: %s / %s", ms(p.OneP50Ms), ms(p.OneP99Ms)),
@@ -291,8 +312,13 @@ func shardsRun(ctx context.Context, env *Env, cfg ShardsConfig, n int, res *Shar
 	if err := caughtUp(time.Minute); err != nil {
 		return err
 	}
+	gw, err := shardsGateway(ctx, env, servers, m, n, parts, pl.prod)
+	if err != nil {
+		return err
+	}
+	defer gw.stop()
 	for i, rate := range cfg.Rates {
-		lat, err := shardsPaced(ctx, pl.prod, servers, m, parts, rate, cfg.PacedFor, convs, sample, sender, sLocal, sCrossed)
+		lat, push, err := shardsPaced(ctx, pl.prod, servers, m, parts, rate, cfg.PacedFor, convs, sample, sender, sLocal, sCrossed, gw)
 		if err != nil {
 			return fmt.Errorf("paced at %d msg/s: %w", rate, err)
 		}
@@ -302,11 +328,15 @@ func shardsRun(ctx context.Context, env *Env, cfg ShardsConfig, n int, res *Shar
 		p := &res.Paced[i]
 		if n == 1 {
 			p.OneP50Ms, p.OneP99Ms = lat[0].P50, lat[0].P99
+			p.OnePushP50Ms, p.OnePushP99Ms = push[0].P50, push[0].P99
 		} else {
 			p.LocalP50Ms, p.LocalP99Ms = lat[0].P50, lat[0].P99
 			p.CrossedP50Ms, p.CrossedP99Ms = lat[1].P50, lat[1].P99
+			p.LocalPushP50Ms, p.LocalPushP99Ms = push[0].P50, push[0].P99
+			p.CrossedPushP50Ms, p.CrossedPushP99Ms = push[1].P50, push[1].P99
 		}
-		fmt.Fprintf(progress, "bench shards: %d servers at %d msg/s: p50 %s local, %s crossed\n", n, rate, ms(lat[0].P50), ms(lat[1].P50))
+		fmt.Fprintf(progress, "bench shards: %d servers at %d msg/s: NOTIFY p50 %s local, %s crossed; push p50 %s local, %s crossed\n",
+			n, rate, ms(lat[0].P50), ms(lat[1].P50), ms(push[0].P50), ms(push[1].P50))
 		if err := caughtUp(5 * time.Minute); err != nil {
 			return err
 		}
@@ -518,7 +548,7 @@ func shardsIdle(ctx context.Context, prod *producer.Producer, servers []*shardSe
 // (on the other, when not 0) get one entry each; it measures, for those,
 // append -> NOTIFY of the member's new head on its server.
 func shardsPaced(ctx context.Context, prod *producer.Producer, servers []*shardServer, m *placement.Map, parts int32,
-	rate int, dur time.Duration, convs [][]int64, conv, sender, local, crossed int64) ([2]Dist, error) {
+	rate int, dur time.Duration, convs [][]int64, conv, sender, local, crossed int64, gw *shardsGW) (notify, push [2]Dist, err error) {
 	users := []int64{local, crossed}
 	var heads [2]int64
 	var conns [2]*pgxpool.Conn
@@ -528,21 +558,63 @@ func shardsPaced(ctx context.Context, prod *producer.Producer, servers []*shardS
 		}
 		pool := servers[m.Server(placement.OfUser(u, parts))-1].pool
 		if err := pool.QueryRow(ctx, `SELECT coalesce((SELECT inbox_seq FROM users WHERE id = $1), 0)`, u).Scan(&heads[i]); err != nil {
-			return [2]Dist{}, err
+			return notify, push, err
 		}
 		c, err := pool.Acquire(ctx)
 		if err != nil {
-			return [2]Dist{}, err
+			return notify, push, err
 		}
 		defer c.Release()
 		if _, err := c.Exec(ctx, "LISTEN "+projection.DefaultChannel); err != nil {
-			return [2]Dist{}, err
+			return notify, push, err
 		}
 		conns[i] = c
 	}
 	var mu sync.Mutex
 	var sent []time.Time // of the sample messages, in order
-	var lat [2][]float64
+	var lat, pushed [2][]float64
+	// The members' WebSockets, from their heads: a sample message's body
+	// is its append time, which the push carries back.
+	var fs []*wsFollower
+	for i, u := range users {
+		if u == 0 {
+			continue
+		}
+		tok, err := gateway.IssueToken(gw.secret, u, time.Hour)
+		if err != nil {
+			return notify, push, err
+		}
+		fs = append(fs, &wsFollower{dialer: websocket.DefaultDialer, addr: gw.addr, tok: tok, reconns: &gw.reconns, start: heads[i],
+			frame: func(data []byte, now int64) (string, int64) {
+				var f wsFrame
+				if json.Unmarshal(data, &f) != nil {
+					return "", 0
+				}
+				cursor := f.Head
+				if f.Type == "entries" {
+					cursor = 0
+					for _, e := range f.Entries {
+						cursor = max(cursor, e.InboxSeq)
+						if e.Message == nil {
+							continue
+						}
+						if t0, ok := strings.CutPrefix(e.Message.Body, shardsSamplePrefix); ok {
+							if ns, err := strconv.ParseInt(t0, 10, 64); err == nil {
+								mu.Lock()
+								pushed[i] = append(pushed[i], float64(now-ns)/1e6)
+								mu.Unlock()
+							}
+						}
+					}
+				}
+				return f.Type, cursor
+			}})
+	}
+	stopFollow, err := followAll(ctx, fs, 2)
+	if err != nil {
+		return notify, push, err
+	}
+	defer stopFollow()
 	// Only the sample's messages give its members entries: the k-th one
 	// sent is the member's entry base+k, and a notification of head h
 	// covers every sample message up to h-base.
@@ -587,22 +659,84 @@ func shardsPaced(ctx context.Context, prod *producer.Producer, servers []*shardS
 		var e *events.Event
 		if k%every == 0 {
 			e = events.New(events.MessageSent, conv, sender)
+			now := time.Now()
+			e.MsgID, e.Body = uuid.NewString(), events.Ptr(shardsSamplePrefix+strconv.FormatInt(now.UnixNano(), 10))
 			mu.Lock()
-			sent = append(sent, time.Now())
+			sent = append(sent, now)
 			mu.Unlock()
 		} else {
 			c := k % len(convs)
 			e = events.New(events.MessageSent, int64(c+1), convs[c][0])
+			e.MsgID, e.Body = uuid.NewString(), &body
 		}
-		e.MsgID, e.Body = uuid.NewString(), &body
 		prod.AppendAsync(ctx, e, func(_ producer.Position, err error) {})
 	}
 	time.Sleep(2 * time.Second)
 	stopWait()
 	wg.Wait()
-	var out [2]Dist
+	stopFollow()
+	mu.Lock()
+	defer mu.Unlock()
 	for i := range lat {
-		out[i] = newDist(lat[i])
+		notify[i], push[i] = newDist(lat[i]), newDist(pushed[i])
 	}
-	return out, nil
+	if len(pushed[0]) == 0 || (crossed != 0 && len(pushed[1]) == 0) {
+		return notify, push, fmt.Errorf("no push of the sample conversation reached its members' WebSockets (%d, %d)", len(pushed[0]), len(pushed[1]))
+	}
+	return notify, push, nil
+}
+
+// shardsSamplePrefix begins the body of a sample message, followed by its
+// append time (Unix ns).
+const shardsSamplePrefix = "shards:"
+
+// shardsGW is the figure's in-process gateway over its servers.
+type shardsGW struct {
+	addr    string
+	secret  []byte
+	reconns atomic.Int64
+	stop    func()
+}
+
+// shardsGateway starts a gateway that reads every server of m (n of them)
+// and serves /v1/ws on a local port until stop.
+func shardsGateway(ctx context.Context, env *Env, servers []*shardServer, m *placement.Map, n int, parts int32,
+	prod *producer.Producer) (*shardsGW, error) {
+	pl := gateway.Placement{Map: placement.Single(), Partitions: parts}
+	if n > 1 {
+		pl.Map = m
+	}
+	for _, s := range servers {
+		pl.Pools = append(pl.Pools, s.pool)
+	}
+	gw := &shardsGW{secret: []byte(randomSecret())}
+	g, err := gateway.NewOn(gateway.Config{AuthSecret: gw.secret, Logger: env.Log}, pl, prod)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := g.NewWebSocket(gateway.WSConfig{})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/ws", ws)
+	mux.Handle("/", g.Handler())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	gw.addr = ln.Addr().String()
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	lctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = g.Listen(lctx) })
+	wg.Go(func() { _ = ws.Run(lctx) })
+	wg.Go(func() { _ = srv.Serve(ln) })
+	gw.stop = sync.OnceFunc(func() {
+		g.Drain()
+		_ = srv.Close()
+		cancel()
+		wg.Wait()
+	})
+	return gw, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/inboxd/inboxd/placement"
 	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projector"
+	"github.com/inboxd/inboxd/replay"
 )
 
 // EnvServers names the variable that runs the tests that build their world
@@ -115,15 +117,6 @@ func (e *Env) ConvPool(conv int64) *pgxpool.Pool {
 	return e.Pools[e.ServerOf(placement.OfConversation(conv, e.Partitions))]
 }
 
-// startStages runs every server's conversation stage (a fanout of its
-// partitions) and its deliverer (relay and user stage) until stop.
-func (e *Env) startStages(t testing.TB) (stop func()) {
-	t.Helper()
-	stop = e.startStagesOn(t, e.Map)
-	t.Cleanup(stop)
-	return stop
-}
-
 // FollowPlacement runs every server's stages under the catalog's
 // placement and, as inboxd fanout does by exiting, starts them again on
 // each new version (a server added to the catalog needs its pool in Pools
@@ -137,7 +130,7 @@ func (e *Env) FollowPlacement(t testing.TB) {
 		t.Fatal(err)
 	}
 	e.current.Store(m)
-	stop := e.startStagesOn(t, m)
+	stop := e.startStagesOn(t, m, nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -152,7 +145,7 @@ func (e *Env) FollowPlacement(t testing.TB) {
 			}
 			stop()
 			e.current.Store(now)
-			stop = e.startStagesOn(t, now)
+			stop = e.startStagesOn(t, now, nil)
 		}
 	}()
 	t.Cleanup(func() {
@@ -165,28 +158,25 @@ func (e *Env) FollowPlacement(t testing.TB) {
 // CurrentMap is the placement FollowPlacement's stages run under.
 func (e *Env) CurrentMap() *placement.Map { return e.current.Load() }
 
-// startStagesOn runs every server's stages under placement m until stop.
-func (e *Env) startStagesOn(t testing.TB, m *placement.Map) (stop func()) {
+// startStagesOn runs every server's stages under placement m until stop:
+// its conversation stage (a fanout of its partitions, its configuration
+// edited by edit when not nil) and its deliverer (relay and user stage).
+func (e *Env) startStagesOn(t testing.TB, m *placement.Map, edit func(*fanout.Config)) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*len(m.Servers))
 	for i, srv := range m.Servers {
 		pool := e.Pools[i]
-		server := srv.ID
-		owns := func(p int32) bool { return m.Serves(p, server) }
-		cfg := e.FanoutConfig()
-		cfg.Group = fmt.Sprintf("%s.%d", cfg.Group, server)
-		cfg.Owns = owns
-		cfg.Users = placement.Users{Map: m, Server: server, Partitions: e.Partitions}
-		cfg.PlacementVersion = m.Version
+		cfg, dcfg := e.StageConfigs(m, srv.ID)
+		if edit != nil {
+			edit(&cfg)
+		}
 		f, err := fanout.New(cfg, pool)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := fanout.NewDeliverer(fanout.DelivererConfig{Brokers: e.Brokers, Topic: e.Deliveries,
-			Group: fmt.Sprintf("deliveries-%s.%d", e.Topic, server), Owns: owns, PlacementVersion: m.Version,
-			RelayInterval: 100 * time.Millisecond, Logger: e.Logger}, pool)
+		d, err := fanout.NewDeliverer(dcfg, pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,6 +202,90 @@ func (e *Env) startStagesOn(t testing.TB, m *placement.Map) (stop func()) {
 			}
 		}
 	}
+}
+
+// StageConfigs are the configurations of server's conversation stage (a
+// fanout of its partitions of the event topic) and of its deliverer (its
+// relay and user stage) under placement m; Run them on the server's pool.
+func (e *Env) StageConfigs(m *placement.Map, server int32) (fanout.Config, fanout.DelivererConfig) {
+	owns := func(p int32) bool { return m.Serves(p, server) }
+	cfg := e.FanoutConfig()
+	cfg.Group = fmt.Sprintf("%s.%d", cfg.Group, server)
+	cfg.Owns = owns
+	cfg.Users = placement.Users{Map: m, Server: server, Partitions: e.Partitions}
+	cfg.PlacementVersion = m.Version
+	return cfg, fanout.DelivererConfig{Brokers: e.Brokers, Topic: e.Deliveries,
+		Group: fmt.Sprintf("deliveries-%s.%d", e.Topic, server), Owns: owns, PlacementVersion: m.Version,
+		RelayInterval: 100 * time.Millisecond, Logger: e.Logger}
+}
+
+// FanoutGroups are the consumer groups that apply the event topic: the
+// fanout's, or on several servers each conversation stage's.
+func (e *Env) FanoutGroups() []string {
+	if !e.Sharded() {
+		return []string{e.FanoutConfig().Group}
+	}
+	var gs []string
+	for _, srv := range e.Map.Servers {
+		cfg, _ := e.StageConfigs(e.Map, srv.ID)
+		gs = append(gs, cfg.Group)
+	}
+	return gs
+}
+
+// FanoutProcs are the environments of the `inboxd fanout` processes that
+// project the world, base added to each: one process, or on several
+// servers one per server (INBOXD_SHARD_SERVER; an INBOXD_INSTANCE_ID of
+// base gets the server's number appended, one static member per group).
+func (e *Env) FanoutProcs(base []string) [][]string {
+	if !e.Sharded() {
+		return [][]string{base}
+	}
+	var out [][]string
+	for _, srv := range e.Map.Servers {
+		var env []string
+		for _, kv := range base {
+			if strings.HasPrefix(kv, "INBOXD_INSTANCE_ID=") {
+				kv = fmt.Sprintf("%s-%d", kv, srv.ID)
+			}
+			env = append(env, kv)
+		}
+		out = append(out, append(env, fmt.Sprintf("INBOXD_SHARD_SERVER=%d", srv.ID)))
+	}
+	return out
+}
+
+// StoredOffsets is the sum of the next offsets stored for the event
+// topic's partitions, each read on its server (an error reads as 0).
+func (e *Env) StoredOffsets(ctx context.Context) int64 {
+	var sum int64
+	for i, pool := range e.Pools {
+		rows, err := pool.Query(ctx, `SELECT "partition", next_offset FROM consumer_offsets WHERE topic = $1`, e.Topic)
+		if err != nil {
+			continue
+		}
+		for rows.Next() {
+			var p int32
+			var next int64
+			if rows.Scan(&p, &next) == nil && e.ServerOf(p) == i {
+				sum += next
+			}
+		}
+		rows.Close()
+	}
+	return sum
+}
+
+// Union is the deployment read as one database: on one server its own;
+// on several a fresh copy made of each conversation's state from its
+// server and each user's from theirs (shardtest.Servers.Union), so that a
+// check written for one server reads the whole. Call it caught up.
+func (e *Env) Union(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	if !e.Sharded() {
+		return e.Pool
+	}
+	return shardtest.Servers{Pools: e.Pools, Map: e.Map, Partitions: e.Partitions, Topic: e.Topic}.Union(t)
 }
 
 // Settle waits up to timeout until every server's stages are caught up
@@ -326,4 +400,14 @@ func (e *Env) Verify(t testing.TB) {
 	if !rep.OK() {
 		t.Fatalf("verify the union of the servers: %s", rep)
 	}
+}
+
+// Replay rebuilds the projections from the log with cfg: on one server
+// replay.Run of its database, on several replay.RunSharded of them all
+// (one epoch for the deployment). Stop the fanout first.
+func (e *Env) Replay(ctx context.Context, cfg replay.Config) (replay.Result, error) {
+	if !e.Sharded() {
+		return replay.Run(ctx, cfg, e.Pool)
+	}
+	return replay.RunSharded(ctx, cfg, replay.Servers{Pools: e.Pools, Map: e.Map, Partitions: e.Partitions, Deliveries: e.Deliveries})
 }

@@ -148,10 +148,23 @@ func (e *Env) FanoutConfig() fanout.Config {
 // (or the test ends); on several servers, every server's stages.
 func (e *Env) StartFanout(t testing.TB) (stop func()) {
 	t.Helper()
+	return e.StartFanoutWith(t, nil)
+}
+
+// StartFanoutWith is StartFanout with edit applied to the fanout's
+// configuration (on several servers, to each conversation stage's).
+func (e *Env) StartFanoutWith(t testing.TB, edit func(*fanout.Config)) (stop func()) {
+	t.Helper()
 	if e.Sharded() {
-		return e.startStages(t)
+		stop = e.startStagesOn(t, e.Map, edit)
+		t.Cleanup(stop)
+		return stop
 	}
-	f, err := fanout.New(e.FanoutConfig(), e.Pool)
+	cfg := e.FanoutConfig()
+	if edit != nil {
+		edit(&cfg)
+	}
+	f, err := fanout.New(cfg, e.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,8 @@ test: ## every test, against a real PostgreSQL and kfake started by the tests; t
 test-race: ## every test under the race detector (the inboxd binaries the tests start too)
 	INBOXD_COMPOSE_TEST=skip $(GO) test -race -count=1 -timeout 40m $(GOTESTFLAGS) ./...
 
-test-sharded: ## the gateway's, the client's and the notifier's suites again on two PostgreSQL servers (INBOXD_TEST_PG_SERVERS=2: a placement of two databases, each server's stages and notifier)
-	INBOXD_TEST_PG_SERVERS=2 INBOXD_COMPOSE_TEST=skip $(GO) test -count=1 -timeout 30m $(GOTESTFLAGS) ./gateway/... ./client/ ./notifier/
+test-sharded: ## the pipeline's suites again on two PostgreSQL servers (INBOXD_TEST_PG_SERVERS=2: a placement of two databases, each server's stages and notifier): fanout, replay, gateway, client, notifier
+	INBOXD_TEST_PG_SERVERS=2 INBOXD_COMPOSE_TEST=skip $(GO) test -count=1 -timeout 30m $(GOTESTFLAGS) ./fanout/ ./replay/ ./gateway/... ./client/ ./notifier/
 
 test-kafka: ## the integration tests against a real Apache Kafka 4.1.1 (KRaft, jars from Maven Central; needs java 17+, mvn)
 	GOTESTFLAGS="$(GOTESTFLAGS)" scripts/test-kafka.sh

@@ -121,5 +121,6 @@ func TestShardedStagesKilledHard(t *testing.T) {
 		}
 	}
 	t.Logf("30 kills, %d of them before server 1 had applied 6,000 records; %d outbox rows waiting on server 1 at the kills", behind, outboxRows)
-	assertOutcome(t, &testenv.Env{Pool: s.servers.Union(t), Producer: env.Producer, Topic: env.Topic}, g)
+	env.Pools, env.Map, env.Deliveries = s.servers.Pools, m, s.deliveries
+	assertOutcome(t, env, g)
 }

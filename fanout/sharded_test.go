@@ -136,8 +136,8 @@ func TestShardedPipeline(t *testing.T) {
 	}
 	s.waitCaughtUp(t)
 	s.verifyCrossing(t)
-	union := s.servers.Union(t)
-	assertOutcome(t, &testenv.Env{Pool: union, Producer: s.Producer, Topic: s.Topic}, g)
+	s.Pools, s.Map, s.Deliveries = s.servers.Pools, s.servers.Map, s.deliveries
+	assertOutcome(t, s.Env, g)
 	var crossed int64
 	for _, pool := range s.servers.Pools {
 		var n int64
@@ -146,6 +146,6 @@ func TestShardedPipeline(t *testing.T) {
 	}
 	require.Positive(t, crossed, "deliveries crossed the servers")
 	var rows int64
-	require.NoError(t, union.QueryRow(context.Background(), `SELECT count(*) FROM inbox`).Scan(&rows))
+	require.NoError(t, s.Union(t).QueryRow(context.Background(), `SELECT count(*) FROM inbox`).Scan(&rows))
 	t.Logf("%d inbox rows over two servers", rows)
 }

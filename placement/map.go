@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,6 +100,19 @@ func (m *Map) Partitions(server, n int32) []int32 {
 		}
 	}
 	return ps
+}
+
+// Moving is the partitions of this version that a move pauses (served
+// nowhere until its switch or abort), in partition order.
+func (m *Map) Moving() []Assignment {
+	var out []Assignment
+	for _, a := range m.rows {
+		if a.State == Moving {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
+	return out
 }
 
 // Sharded says whether any partition is on a server other than 1, or on

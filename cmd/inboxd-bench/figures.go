@@ -32,7 +32,7 @@ var figures = map[string]figure{
 	"storm":   {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
 	"changes": {"edit -> WebSocket push latency vs a send's; update entries written for a burst of reactions on one message", bindChanges},
 	"large":   {"read fan-out: build of an N-member conversation, push latency to C connected members, small conversations' p99 with and without it, inbox rows per message, catch-up, sync cost of 50 channels", bindLarge},
-	"shards":  {"sharded projection on 2 servers: committed inbox rows/s vs 1 server, the share of entries that crossed, and append -> commit on the user's server for a crossed member vs a local one", bindShards},
+	"shards":  {"sharded projection on 2 servers: committed inbox rows/s vs 1 server, the share of entries that crossed, and append -> commit on the user's server and -> push on the member's WebSocket for a crossed member vs a local one, at paced loads", bindShards},
 	"all":     {"every figure, then the goals (computed from the results), the tables and charts of docs/benchmarks.md", bindAll},
 }
 

@@ -6,9 +6,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/notifier"
+	"github.com/inboxd/inboxd/placement"
 	"github.com/inboxd/inboxd/producer"
 )
 
@@ -61,6 +64,8 @@ func TestDashboardMetricsExist(t *testing.T) {
 		WebhookSecret: []byte("s"), Registerer: rec}, pool)
 	require.NoError(t, err)
 
+	registerPlacementMetrics(rec, placement.Single())
+
 	raw, err := os.ReadFile("../../docs/grafana/inboxd-dashboard.json")
 	require.NoError(t, err)
 	alerts, err := os.ReadFile("../../docs/grafana/inboxd-alerts.yaml")
@@ -93,5 +98,40 @@ func TestDashboardMetricsExist(t *testing.T) {
 			base = strings.TrimSuffix(base, suf)
 		}
 		require.True(t, rec.names[base], "the dashboard queries %s, which no service exports", m)
+	}
+}
+
+// The placement's metrics: its version, and per paused partition the time
+// since its move's last step, with the move's target.
+func TestPlacementMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	began := time.Now().Add(-90 * time.Second)
+	m := placement.NewMap(7, []placement.Server{{ID: 1, Name: "one"}, {ID: 2, Name: "two"}},
+		placement.Assignment{Partition: 1, Server: 2, State: placement.Serving},
+		placement.Assignment{Partition: 3, Server: 1, State: placement.Moving, Target: 2, UpdatedAt: began})
+	registerPlacementMetrics(reg, m)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string][]*dto.Metric{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetMetric()
+	}
+	require.Len(t, got["inboxd_placement_version"], 1)
+	require.Equal(t, 7.0, got["inboxd_placement_version"][0].GetGauge().GetValue())
+	paused := got["inboxd_placement_partition_paused_seconds"]
+	require.Len(t, paused, 1, "the moving partition only")
+	labels := map[string]string{}
+	for _, l := range paused[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	require.Equal(t, map[string]string{"partition": "3", "target": "2"}, labels)
+	require.InDelta(t, 90, paused[0].GetGauge().GetValue(), 5)
+
+	idle := prometheus.NewRegistry()
+	registerPlacementMetrics(idle, placement.Single())
+	mfs, err = idle.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		require.NotEqual(t, "inboxd_placement_partition_paused_seconds", mf.GetName(), "absent when no move is under way")
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"golang.org/x/sync/errgroup"
 
@@ -173,6 +175,7 @@ func runFanout(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	registerPlacementMetrics(reg, m)
 	g, gctx := errgroup.WithContext(ctx)
 	if m.Sharded() || sh.server != int(placement.Catalog) {
 		// One server of several: its conversation stage, relay and user
@@ -197,3 +200,31 @@ func runFanout(ctx context.Context, args []string) error {
 	})
 	return g.Wait()
 }
+
+// registerPlacementMetrics exports the placement the process serves (it
+// serves one version, and restarts on the next): its version and, per
+// partition a move pauses, the seconds since the move's last step, so
+// that a move that stalls (an interrupted inboxd shards move) is seen.
+func registerPlacementMetrics(reg prometheus.Registerer, m *placement.Map) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "inboxd", Subsystem: "placement", Name: "version",
+		Help: "The version of the placement this process serves."}, func() float64 { return float64(m.Version) }))
+	paused := prometheus.NewDesc("inboxd_placement_partition_paused_seconds",
+		"Per partition a move pauses in the placement this process serves (its writes wait in the log): seconds since the move's last step. Absent when no move is under way.",
+		[]string{"partition", "target"}, nil)
+	reg.MustRegister(collectorFunc{desc: paused, collect: func(ch chan<- prometheus.Metric) {
+		for _, a := range m.Moving() {
+			ch <- prometheus.MustNewConstMetric(paused, prometheus.GaugeValue, time.Since(a.UpdatedAt).Seconds(),
+				strconv.Itoa(int(a.Partition)), strconv.Itoa(int(a.Target)))
+		}
+	}})
+}
+
+// collectorFunc is a collector of one description whose metrics collect
+// makes at each scrape.
+type collectorFunc struct {
+	desc    *prometheus.Desc
+	collect func(chan<- prometheus.Metric)
+}
+
+func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }

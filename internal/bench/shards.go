@@ -134,8 +134,10 @@ type shardServer struct {
 // then, idle, the time from append to the NOTIFY of an entry's commit for a
 // member on the conversation's server and for one on the other server, of
 // the same messages; then the same latency under paced loads (Rates), of
-// a sample conversation's members beside a background load. The latency
-// ends at the NOTIFY that wakes the gateway's push, not at the client.
+// a sample conversation's members beside a background load, both to the
+// NOTIFY that wakes a gateway's push and to the push itself on each
+// member's WebSocket, through an in-process gateway that reads every
+// server (the placement's, as inboxd gateway does).
 func Shards(ctx context.Context, env *Env, cfg ShardsConfig) (ShardsResult, error) {
 	cfg.setDefaults()
 	res := ShardsResult{Messages: cfg.Messages, Members: cfg.Members}

@@ -141,6 +141,15 @@ type Config struct {
 	// Default DefaultMentionAllMax (100).
 	MentionAllMax int
 
+	// SendCheckBatch is the most send checks of one server committed in
+	// one transaction: the checks that wait while SendCheckRunners are
+	// already running go together (each check writes its msg_id's body
+	// key, a commit each otherwise). 0 or 1: every check commits alone.
+	SendCheckBatch int
+	// SendCheckRunners is the checks (or batches of them) of one server
+	// in flight at once when SendCheckBatch is above 1. Default 2.
+	SendCheckRunners int
+
 	// MaxHeaderBytes limits a request's header: the request line and the
 	// header fields as sent. Beyond it the answer is 431 in the error
 	// shape (code header_too_large) and the connection is closed. Serve
@@ -281,6 +290,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.MaxRequestBytes, max(64<<10, 8*int64(c.MaxBody)))
 	setDefault(&c.MaxMembers, events.MaxMembers)
 	setDefault(&c.MentionAllMax, DefaultMentionAllMax)
+	setDefault(&c.SendCheckRunners, 2)
 	setDefault(&c.LongPollMax, DefaultLongPollMax)
 	setDefault(&c.MaxHeldPolls, DefaultMaxHeldPolls)
 	setDefault(&c.PollInterval, DefaultPollInterval)

@@ -197,7 +197,8 @@ func NewOn(cfg Config, pl Placement, prod *producer.Producer) (*Gateway, error) 
 	app := write.NewAppender(prod, cfg.AppendTimeout)
 	g.sends = write.NewSender(write.SenderConfig{Servers: g.srv, Hub: g.hub, Inbox: g.inbox, App: app,
 		Outcomes: m.sends, Stages: m.sendStages, MaxBody: cfg.MaxBody, AckWait: cfg.AckWait, Draining: g.draining,
-		Seal: !cfg.PlainBodies, MentionAllMax: cfg.MentionAllMax})
+		Seal: !cfg.PlainBodies, MentionAllMax: cfg.MentionAllMax, CheckBatch: cfg.SendCheckBatch, CheckRunners: cfg.SendCheckRunners,
+		CheckBatchSizes: m.sendCheckBatch})
 	g.members = write.NewMembers(write.MembersConfig{Servers: g.srv, Hub: g.hub, App: app, AckWait: cfg.AckWait,
 		Draining: g.draining})
 	g.changes = write.NewChanger(write.ChangerConfig{Servers: g.srv, Hub: g.hub, Inbox: g.inbox, App: app,

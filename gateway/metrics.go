@@ -19,6 +19,7 @@ type metrics struct {
 	listenerReconnects prometheus.Counter
 	sends              *prometheus.CounterVec
 	sendStages         *prometheus.HistogramVec
+	sendCheckBatch     prometheus.Histogram
 	changes            *prometheus.CounterVec
 	polls              *prometheus.CounterVec
 	cache              *prometheus.CounterVec
@@ -63,6 +64,11 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 				"sends that ended pending are not observed).",
 			Buckets: []float64{.00025, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"stage"}),
+		sendCheckBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "inboxd", Subsystem: "gateway", Name: "send_check_batch_size",
+			Help:    "Send checks committed together in one transaction (--send-check-batch above 1), per transaction.",
+			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64},
+		}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "inboxd", Subsystem: "gateway", Name: "long_polls_total",
 			Help: "Held long-polls by how they ended (woken, timeout, drained, gone).",
@@ -78,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 		Help: "1 while the LISTEN connection is up.",
 	}, connected)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
-		m.listenerReconnects, m.sends, m.sendStages, m.changes, m.polls, m.cache, listening} {
+		m.listenerReconnects, m.sends, m.sendStages, m.sendCheckBatch, m.changes, m.polls, m.cache, listening} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -57,6 +57,8 @@ type gatewayFlags struct {
 	tokenCache         int
 	plainBodies        bool
 	mentionAllMax      int
+	sendCheckBatch     int
+	sendCheckRunners   int
 	wsLargePushRate    float64
 	// reconnect hints and start-up admission
 	reconnectHints bool
@@ -95,6 +97,8 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.headCacheUsers, "head-cache-users", hub.DefaultHeadCacheUsers, "users whose inbox heads are remembered to answer 304 without a query (negative: off)")
 	fs.IntVar(&f.tokenCache, "token-cache", gateway.DefaultTokenCache, "verified bearer tokens remembered until their expiry (negative: off)")
 	fs.BoolVar(&f.plainBodies, "plain-bodies", false, "append message bodies to the log in plain text instead of sealed with a key per message (outside consumers can read them, and deleting a message cannot erase its body from the log)")
+	fs.IntVar(&f.sendCheckBatch, "send-check-batch", 0, "most send checks of one server committed in one transaction when they wait for a runner (each check writes its msg_id's body key); 0 or 1: each commits alone")
+	fs.IntVar(&f.sendCheckRunners, "send-check-runners", 2, "send checks (or batches of them) of one server in flight at once, with --send-check-batch above 1")
 	fs.IntVar(&f.mentionAllMax, "mention-all-max", gateway.DefaultMentionAllMax, "most members a conversation may have for a send to mention them all (mention_all)")
 	fs.Float64Var(&f.wsLargePushRate, "ws-large-push-rate", ws.DefaultLargePushRate, "paces the pushes of a read-mode conversation: one with n connected members here is pushed at most every n/rate seconds (at most 1s), so its frames cost about this many writes a second (negative: never paced)")
 	fs.DurationVar(&f.wsSlowTimeout, "ws-slow-timeout", ws.DefaultSlowTimeout, "a connection that cannot catch up for this long is closed with 4008")
@@ -148,6 +152,8 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 		MaxBody:            c.maxBody,
 		PlainBodies:        f.plainBodies,
 		MentionAllMax:      f.mentionAllMax,
+		SendCheckBatch:     f.sendCheckBatch,
+		SendCheckRunners:   f.sendCheckRunners,
 		LongPollMax:        f.longPollMax,
 		MaxHeldPolls:       f.maxHeldPolls,
 		SendRate:           rate.Limit(f.sendRate),

@@ -36,6 +36,7 @@ type Sender struct {
 	draining      <-chan struct{}
 	seal          bool
 	mentionAllMax int
+	checks        []*checkBatcher // by server, when checks are batched
 }
 
 // SenderConfig is what a Sender needs; every field is required (the
@@ -56,13 +57,28 @@ type SenderConfig struct {
 	// MentionAllMax is the most members a conversation may have for a
 	// send to mention them all.
 	MentionAllMax int
+	// CheckBatch is the most send checks of a server in one transaction
+	// (0 or 1: each alone), CheckRunners how many run at once; each batch's
+	// size is observed by CheckBatchSizes when not nil.
+	CheckBatch, CheckRunners int
+	CheckBatchSizes          prometheus.Observer
 }
 
 // NewSender makes the send path of cfg.
 func NewSender(cfg SenderConfig) *Sender {
-	return &Sender{srv: cfg.Servers, hub: cfg.Hub, inbox: cfg.Inbox, app: cfg.App, outcomes: cfg.Outcomes,
+	s := &Sender{srv: cfg.Servers, hub: cfg.Hub, inbox: cfg.Inbox, app: cfg.App, outcomes: cfg.Outcomes,
 		stages: newSendStages(cfg.Stages), maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: cfg.Draining,
 		seal: cfg.Seal, mentionAllMax: cfg.MentionAllMax}
+	if cfg.CheckBatch > 1 {
+		var observe func(int)
+		if cfg.CheckBatchSizes != nil {
+			observe = func(n int) { cfg.CheckBatchSizes.Observe(float64(n)) }
+		}
+		for _, pool := range cfg.Servers.Pools {
+			s.checks = append(s.checks, newCheckBatcher(pool, cfg.CheckRunners, cfg.CheckBatch, observe))
+		}
+	}
+	return s
 }
 
 // SendRequest is a message to send: MsgID of ConversationID. ReplyTo is the
@@ -262,8 +278,15 @@ func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*R
 	if s.seal {
 		fresh = events.NewKey()
 	}
-	if err := s.srv.Conv(cid).QueryRow(ctx, sqlSendCheck, msgID, cid, user, fresh, e.Mentions, e.MentionAll).Scan(
-		append(ms.Targets(), &exists, &member, &deadLettered, &key, &mentioned, &members)...); err != nil {
+	args := []any{msgID, cid, user, fresh, e.Mentions, e.MentionAll}
+	dest := append(ms.Targets(), &exists, &member, &deadLettered, &key, &mentioned, &members)
+	var err error
+	if s.checks != nil {
+		err = s.checks[s.srv.OfConv(cid)].queryRow(ctx, sqlSendCheck, args, dest)
+	} else {
+		err = s.srv.Conv(cid).QueryRow(ctx, sqlSendCheck, args...).Scan(dest...)
+	}
+	if err != nil {
 		return nil, nil, fmt.Errorf("check the send of msg_id %s: %w", msgID, err)
 	}
 	// The sender's own earlier send of this msg_id answers first: a retry

@@ -48,6 +48,9 @@ type E2EConfig struct {
 	// DBMaxConns is the gateway's PostgreSQL pool size [0: as `inboxd gateway`
 	// without --db-max-conns, gateway.DBMaxConns: max(16, cores)].
 	DBMaxConns int
+	// SendCheckBatch and SendCheckRunners are the gateway's
+	// (gateway.Config) [0: as inboxd gateway's defaults].
+	SendCheckBatch, SendCheckRunners int
 	// FanoutRowsPerSec, when known (bench all), is the reference of the
 	// highest sustainable load: fan-out alone, same run.
 	FanoutRowsPerSec float64
@@ -314,7 +317,8 @@ func (r *e2eRun) start(ctx context.Context, convs []e2eConv) error {
 	secret := randomSecret()
 	var err error
 	r.gw, r.ready, err = startServe(ctx, env, "gateway", serveConfig{Mode: "gateway", DatabaseURL: r.pl.url, Brokers: r.pl.brokers,
-		Partitions: cfg.Partitions, Secret: secret, MaxConns: 19000, DBMaxConns: cfg.DBMaxConns})
+		Partitions: cfg.Partitions, Secret: secret, MaxConns: 19000, DBMaxConns: cfg.DBMaxConns,
+		SendCheckBatch: cfg.SendCheckBatch, SendCheckRunners: cfg.SendCheckRunners})
 	if err != nil {
 		return err
 	}

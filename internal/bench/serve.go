@@ -41,6 +41,8 @@ type serveConfig struct {
 	Secret      string
 	MaxConns    int // WebSocket connections of the gateway; default 16384
 	DBMaxConns  int // 0: gateway.DBMaxConns, as `inboxd gateway`
+	// SendCheckBatch, SendCheckRunners: gateway.Config's (0: its defaults).
+	SendCheckBatch, SendCheckRunners int
 	// LargePushRate is the WebSocket pacing of read-mode pushes (0: the
 	// gateway's default; negative: none).
 	LargePushRate float64
@@ -151,6 +153,7 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 		reg := prometheus.NewRegistry()
 		gatherer = reg
 		g, err := gateway.New(gateway.Config{Addr: cfg.Addr, AuthSecret: []byte(cfg.Secret), Logger: log,
+			SendCheckBatch: cfg.SendCheckBatch, SendCheckRunners: cfg.SendCheckRunners,
 			Registerer: reg, Reconnect: gateway.ReconnectConfig{Disabled: !cfg.Hints,
 				RestartDelay: cfg.RestartDelay, AdmitRate: cfg.AdmitRate}}, pool, prod)
 		if err != nil {

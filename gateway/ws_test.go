@@ -593,7 +593,19 @@ func TestWSPushOfASendFromTheCache(t *testing.T) {
 	}
 	requireSameEntries(t, want, got)
 	require.Len(t, got, 20)
-	require.Equal(t, before, counterValue(misses), "no push read a message sent here from PostgreSQL")
+	if w.env.Sharded() && (w.env.UserPool(1) != w.env.ConvPool(cid) || w.env.UserPool(2) != w.env.ConvPool(cid)) {
+		// A message is cached when the gateway dispatches its send's
+		// acknowledgement, from the notifications of the server that
+		// applied the sender's own entry; a member on another server is
+		// woken by that server's notifications, on another connection,
+		// which can be dispatched first (and a member on the
+		// conversation's server is woken before the acknowledgement of a
+		// sender elsewhere, a Kafka hop later): its push may read the
+		// message from PostgreSQL. A miss costs a read, not an entry.
+		t.Logf("the users and the conversation on two servers: %v cache misses of pushes, not asserted", counterValue(misses)-before)
+	} else {
+		require.Equal(t, before, counterValue(misses), "no push read a message sent here from PostgreSQL")
+	}
 	// Every send went through each stage once (a.send wants 201: projected).
 	require.Equal(t, checks+20, stage("check"))
 	require.Equal(t, appends+20, stage("append"))

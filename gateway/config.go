@@ -20,23 +20,28 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultAddr               = "127.0.0.1:8080"
-	DefaultAckWait            = 2 * time.Second
-	DefaultAppendTimeout      = 10 * time.Second
-	DefaultLongPollMax        = 30 * time.Second
-	DefaultMaxHeldPolls       = 20000
-	DefaultPollInterval       = time.Second
-	DefaultPageDefault        = 50
-	DefaultPageMax            = 200
-	DefaultSendRate           = 50
-	DefaultSendBurst          = 200
-	DefaultSyncRate           = 50
-	DefaultSyncBurst          = 200
-	DefaultDevTokenTTL        = 24 * time.Hour
-	DefaultShutdownTimeout    = 10 * time.Second
-	DefaultListenBackoff      = 5 * time.Second
-	DefaultMaxTitle           = 256
-	DefaultMentionAllMax      = 100
+	DefaultAddr            = "127.0.0.1:8080"
+	DefaultAckWait         = 2 * time.Second
+	DefaultAppendTimeout   = 10 * time.Second
+	DefaultLongPollMax     = 30 * time.Second
+	DefaultMaxHeldPolls    = 20000
+	DefaultPollInterval    = time.Second
+	DefaultPageDefault     = 50
+	DefaultPageMax         = 200
+	DefaultSendRate        = 50
+	DefaultSendBurst       = 200
+	DefaultSyncRate        = 50
+	DefaultSyncBurst       = 200
+	DefaultDevTokenTTL     = 24 * time.Hour
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultListenBackoff   = 5 * time.Second
+	DefaultMaxTitle        = 256
+	DefaultMentionAllMax   = 100
+	// DefaultSendCheckBatch and DefaultSendCheckRunners: a server's send
+	// checks run one at a time, and those that wait meanwhile (up to 16)
+	// commit together.
+	DefaultSendCheckBatch     = 16
+	DefaultSendCheckRunners   = 1
 	DefaultMaxHeaderBytes     = 64 << 10
 	DefaultTokenCache         = 1 << 16
 	DefaultAuthJWKSRefresh    = auth.DefaultJWKSRefresh
@@ -144,10 +149,13 @@ type Config struct {
 	// SendCheckBatch is the most send checks of one server committed in
 	// one transaction: the checks that wait while SendCheckRunners are
 	// already running go together (each check writes its msg_id's body
-	// key, a commit each otherwise). 0 or 1: every check commits alone.
+	// key, a commit each otherwise). 1: every check commits alone.
+	// Default DefaultSendCheckBatch (docs/decisions.md, "Measured reasons
+	// behind defaults").
 	SendCheckBatch int
 	// SendCheckRunners is the checks (or batches of them) of one server
-	// in flight at once when SendCheckBatch is above 1. Default 2.
+	// in flight at once when SendCheckBatch is above 1. Default
+	// DefaultSendCheckRunners.
 	SendCheckRunners int
 
 	// MaxHeaderBytes limits a request's header: the request line and the
@@ -290,7 +298,8 @@ func (c *Config) setDefaults() {
 	setDefault(&c.MaxRequestBytes, max(64<<10, 8*int64(c.MaxBody)))
 	setDefault(&c.MaxMembers, events.MaxMembers)
 	setDefault(&c.MentionAllMax, DefaultMentionAllMax)
-	setDefault(&c.SendCheckRunners, 2)
+	setDefault(&c.SendCheckBatch, DefaultSendCheckBatch)
+	setDefault(&c.SendCheckRunners, DefaultSendCheckRunners)
 	setDefault(&c.LongPollMax, DefaultLongPollMax)
 	setDefault(&c.MaxHeldPolls, DefaultMaxHeldPolls)
 	setDefault(&c.PollInterval, DefaultPollInterval)

@@ -83,7 +83,7 @@ func bindE2E(fs *flag.FlagSet) runFunc {
 	fs.Float64Var(&c.MaxP99Ms, "max-p99-ms", 500, "push p99 above which a load is not sustained")
 	fs.BoolVar(&c.Profile, "profile", true, "take CPU profiles during the last fixed load")
 	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: as inboxd gateway, max(16, cores))")
-	fs.IntVar(&c.SendCheckBatch, "send-check-batch", 0, "the gateway's --send-check-batch (0: as inboxd gateway)")
+	fs.IntVar(&c.SendCheckBatch, "send-check-batch", 0, "the gateway's --send-check-batch (0: as inboxd gateway; 1: each check commits alone)")
 	fs.IntVar(&c.SendCheckRunners, "send-check-runners", 0, "the gateway's --send-check-runners (0: as inboxd gateway)")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		l, err := parseFloats(loads)

@@ -58,9 +58,11 @@ func (e *isolateError) Error() string { return e.err.Error() }
 // A data failure splits the batch in halves, applied in order (so each
 // partition keeps its order), until the failing record is alone; alone, it
 // is tried RecordAttempts times, then probed (projector.Probe): if a copy
-// with its text replaced applies, the record itself is the cause and goes
-// to the DLQ; if not, the database refuses records of its shape, dropping
-// it would not help, and it is retried like a systemic failure.
+// with its text replaced applies and the record after it still fails, the
+// record itself is the cause and goes to the DLQ; if the record applies
+// too, the database was mended meanwhile and the record is retried; if the
+// copy fails, the database refuses records of its shape, dropping it would
+// not help, and it is retried like a systemic failure.
 func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetched []*kgo.Record, recs []projector.Record) error {
 	start := time.Now()
 	first := firstOffsets(recs)
@@ -79,6 +81,9 @@ func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetch
 		if class == projector.DataError && len(recs) == 1 && attempts >= f.cfg.RecordAttempts {
 			if perr := f.proj.Probe(applyCtx, recs[0]); perr == nil {
 				return backoff.Permanent(&isolateError{err})
+			} else if errors.Is(perr, projector.ErrHealed) {
+				f.cfg.Logger.Info("a record that failed to project applies now: retrying it",
+					"topic", f.cfg.Topic, "partition", recs[0].Partition, "offset", recs[0].Offset, "err", err)
 			} else if projector.Classify(perr) != projector.Transient {
 				class = projector.Systemic
 				f.cfg.Logger.Error("a record fails to project and so does a copy with its text replaced: not dead-lettered, retrying",

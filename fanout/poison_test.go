@@ -384,6 +384,7 @@ func TestSystemicFailureStopsThePartitionLoudlyAndDropsNothing(t *testing.T) {
 	env.WaitCaughtUp(t, time.Minute)
 	require.Eventually(t, func() bool { return o.Ready() == nil }, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, int64(11), lastSeq(t, env, 7), "every message projected once the database is fixed")
+	assertDLQCount(t, o, 0)
 	env.Verify(t)
 }
 

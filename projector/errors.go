@@ -67,7 +67,7 @@ func Classify(err error) Class {
 		return Transient
 	}
 	var fenced *FencedError
-	if errors.As(err, &fenced) {
+	if errors.As(err, &fenced) || errors.Is(err, ErrHealed) {
 		return Transient
 	}
 	return Systemic
@@ -103,11 +103,21 @@ type FencedError struct{ Msg string }
 
 func (e *FencedError) Error() string { return e.Msg }
 
+// ErrHealed is what Probe returns when r itself applies: whatever refused
+// it before (a constraint dropped, a migration mended) is gone, so r is
+// not poison and its batch is retried as it is. Classify calls it
+// Transient.
+var ErrHealed = errors.New("the record applies now: not dead-lettered, retrying")
+
 // Probe tells whether r fails because of its own free text: it applies a
-// copy of r, with fresh ids and every text replaced by plain ASCII, in a
-// transaction it rolls back. nil means the copy applies, so r's data is the
-// cause and r may be dead-lettered; an error (the copy fails too) means the
-// database refuses anything of this shape, and dropping r would not help.
+// copy of r, with fresh ids and every text replaced by plain ASCII, and
+// then, in the same transaction, r itself; the transaction is rolled back.
+// nil means the copy applies and r still fails after it, so r's data is
+// the cause and r may be dead-lettered. ErrHealed means r applies too: the
+// database changed since r failed (the copy's locks keep it from changing
+// between the two), and dropping r would lose it. Any other error (the copy
+// fails too) means the database refuses anything of this shape, and
+// dropping r would not help.
 func (p *Projector) Probe(ctx context.Context, r Record) error {
 	if r.Event == nil {
 		return nil
@@ -131,7 +141,19 @@ func (p *Projector) Probe(ctx context.Context, r Record) error {
 	if _, err := p.apply(ctx, tx, []Record{{Partition: r.Partition, Offset: r.Offset, Event: &e}}, false); err != nil {
 		return fmt.Errorf("probe of %d/%d: %w", r.Partition, r.Offset, err)
 	}
-	return nil
+	// The copy moved the partition's stored offset past r: r goes one
+	// position later so that it is not skipped as already applied.
+	again := r
+	again.Offset++
+	_, err = p.apply(ctx, tx, []Record{again}, false)
+	switch {
+	case err == nil:
+		return ErrHealed
+	case Classify(err) == DataError:
+		return nil
+	default:
+		return fmt.Errorf("probe of %d/%d: the record after its copy: %w", r.Partition, r.Offset, err)
+	}
 }
 
 // probeID returns a uuid that differs from id (its first hex digit turned),
@@ -169,7 +191,11 @@ func (p *Projector) ApplyIsolating(ctx context.Context, recs []Record, deadLette
 		b, err := p.ApplyIsolating(ctx, recs[mid:], deadLetter)
 		return a.add(b), err
 	}
-	if perr := p.Probe(ctx, recs[0]); perr != nil {
+	perr := p.Probe(ctx, recs[0])
+	if errors.Is(perr, ErrHealed) {
+		return p.Apply(ctx, recs)
+	}
+	if perr != nil {
 		return res, fmt.Errorf("%w (and a copy with its text replaced fails too: %v)", err, perr)
 	}
 	if err := deadLetter(recs[0], err); err != nil {

@@ -72,3 +72,43 @@ func TestApplyIsolatingSkipsOnlyTheBadRecord(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT next_offset FROM consumer_offsets WHERE topic = 't'`).Scan(&next))
 	require.EqualValues(t, 41, next, "the offset did not move")
 }
+
+// A record refused until an operator mends the database, and probed after
+// the mend, is not poison: Probe says so (ErrHealed) instead of letting it
+// be dead-lettered, and ApplyIsolating projects it. Before the mend, the
+// same probe confirms the record's own data as the cause.
+func TestProbeOfAMendedDatabaseKeepsTheRecord(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := pgtest.NewPool(t)
+	p, err := projector.New(projector.Config{Topic: "t"}, pool)
+	require.NoError(t, err)
+	created := events.New(events.ConversationCreated, 1, 10)
+	created.Members = []int64{11}
+	_, err = p.Apply(ctx, []projector.Record{{Partition: 0, Offset: 0, Event: created}})
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT no_refused CHECK (body NOT LIKE 'refused%')`)
+	require.NoError(t, err)
+	e := events.New(events.MessageSent, 1, 10)
+	e.MsgID, e.Body = uuid.NewString(), events.Ptr("refused until mended")
+	rec := projector.Record{Partition: 0, Offset: 1, Event: e}
+	_, err = p.Apply(ctx, []projector.Record{rec})
+	require.Equal(t, projector.DataError, projector.Classify(err))
+	require.NoError(t, p.Probe(ctx, rec), "the copy applies and the record still fails: its own data")
+
+	_, err = pool.Exec(ctx, `ALTER TABLE messages DROP CONSTRAINT no_refused`)
+	require.NoError(t, err)
+	err = p.Probe(ctx, rec)
+	require.ErrorIs(t, err, projector.ErrHealed)
+	require.Equal(t, projector.Transient, projector.Classify(err))
+	_, err = p.ApplyIsolating(ctx, []projector.Record{rec}, func(projector.Record, error) error {
+		t.Fatal("a record that applies must not be dead-lettered")
+		return nil
+	})
+	require.NoError(t, err)
+	var last int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = 1`).Scan(&last))
+	require.EqualValues(t, 2, last, "created + the mended send")
+	rep, err := projector.Verify(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep)
+}

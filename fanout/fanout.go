@@ -27,7 +27,7 @@ import (
 const (
 	DefaultGroup          = "inboxd-fanout"
 	DefaultMaxPollRecords = 5000
-	DefaultApplyWorkers   = 2
+	DefaultApplyWorkers   = 1
 	DefaultRecordAttempts = 5
 	// DefaultSessionTimeout is the lowest session timeout Kafka brokers
 	// accept by default (group.min.session.timeout.ms).
@@ -50,15 +50,16 @@ type Config struct {
 	// commits each record as soon as it arrives. Default DefaultMaxPollRecords.
 	MaxPollRecords int
 	// ApplyWorkers splits each poll batch by partition (partition mod
-	// ApplyWorkers) into transactions applied concurrently. A live batch
-	// spends most of its time waiting on round trips and the commit's WAL
-	// flush, so concurrent groups raise what one process sustains at the
-	// same latency. Conversations never span partitions, so each
-	// conversation's order is kept; users shared by groups are locked in id
-	// order. A poll of more than a few hundred records (catching up) is
-	// applied in one transaction whatever this is: its groups would share
-	// users and wait on each other's locks (splitMaxRecords). Default
-	// DefaultApplyWorkers; 1 applies every poll in one transaction.
+	// ApplyWorkers) into transactions applied concurrently. Conversations
+	// never span partitions, so each conversation's order is kept; users
+	// shared by groups are locked in id order. A poll of more than a few
+	// hundred records (catching up) is applied in one transaction whatever
+	// this is: its groups would share users and wait on each other's locks
+	// (splitMaxRecords). Default DefaultApplyWorkers, 1: every poll is one
+	// transaction, so the transaction grows with the load (whatever queued
+	// while the last one ran) and an idle fanout commits each record at
+	// once; more workers trade commits for latency on a machine whose cores
+	// are not full (docs/decisions.md, "Measured reasons behind defaults").
 	ApplyWorkers int
 	// MaxBody is the body limit; longer messages go to the DLQ.
 	// Default events.DefaultMaxBody.

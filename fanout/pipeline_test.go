@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/workload"
@@ -36,6 +37,25 @@ func TestRandomWorkloadWithDuplicates(t *testing.T) {
 	var dups int
 	require.NoError(t, env.Union(t).QueryRow(context.Background(), `SELECT count(*) FROM messages`).Scan(&dups))
 	require.Greater(t, dups, 15000)
+}
+
+// The same kind of workload applied by two concurrent transactions per
+// poll (ApplyWorkers 2): chunks small enough that each poll is split by
+// partition, so the two groups lock shared users while both run.
+func TestRandomWorkloadTwoApplyWorkers(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 8})
+	env.StartFanoutWith(t, func(c *fanout.Config) { c.ApplyWorkers = 2 })
+	g := workload.New(workload.Config{Seed: 11, Users: 300, Conversations: 120,
+		EditPct: 3, DeletePct: 2, ReactPct: 6, UnreactPct: 2, ReplyPct: 10})
+	evs := generate(g, 6000)
+	for i := 0; i < len(evs); i += 150 {
+		// Each chunk (300 records with its duplicates) caught up before the
+		// next: no poll is large enough to be applied whole.
+		appendEvents(t, env.Producer, evs[i:min(i+150, len(evs))], true)
+		waitCaughtUp(t, env)
+	}
+	waitCaughtUp(t, env)
+	assertOutcome(t, env, g)
 }
 
 // The fanout process is killed with SIGKILL at random points, at least 20

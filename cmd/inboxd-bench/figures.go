@@ -85,6 +85,7 @@ func bindE2E(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: as inboxd gateway, max(16, cores))")
 	fs.IntVar(&c.SendCheckBatch, "send-check-batch", 0, "the gateway's --send-check-batch (0: as inboxd gateway; 1: each check commits alone)")
 	fs.IntVar(&c.SendCheckRunners, "send-check-runners", 0, "the gateway's --send-check-runners (0: as inboxd gateway)")
+	fs.IntVar(&c.ApplyWorkers, "apply-workers", 0, "the fanout's --apply-workers (0: as inboxd fanout)")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		l, err := parseFloats(loads)
 		if err != nil {

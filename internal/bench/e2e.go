@@ -51,6 +51,8 @@ type E2EConfig struct {
 	// SendCheckBatch and SendCheckRunners are the gateway's
 	// (gateway.Config) [0: as inboxd gateway's defaults].
 	SendCheckBatch, SendCheckRunners int
+	// ApplyWorkers is the fanout's (fanout.Config) [0: its default].
+	ApplyWorkers int
 	// FanoutRowsPerSec, when known (bench all), is the reference of the
 	// highest sustainable load: fan-out alone, same run.
 	FanoutRowsPerSec float64
@@ -241,7 +243,7 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		return res, err
 	}
 	defer pl.Close()
-	reg, stopFanout, err := pl.startFanout(ctx, env, fanout.Config{})
+	reg, stopFanout, err := pl.startFanout(ctx, env, fanout.Config{ApplyWorkers: cfg.ApplyWorkers})
 	if err != nil {
 		return res, err
 	}

@@ -392,8 +392,7 @@ func (e *Env) Verify(t testing.TB) {
 	if c.Violations > 0 {
 		t.Fatalf("verify across servers: %d violations: %v", c.Violations, c.Samples)
 	}
-	union := shardtest.Servers{Pools: e.Pools, Map: e.Map, Partitions: e.Partitions, Topic: e.Topic}.Union(t)
-	rep, err := projector.Verify(ctx, union)
+	rep, err := projector.Verify(ctx, e.Union(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -339,10 +339,10 @@ func (r *e2eRun) start(ctx context.Context, convs []e2eConv) error {
 	r.res.Connections = rd.Connections
 	progressf(env.Progress, "bench e2e: %d WebSockets connected", rd.Connections)
 	r.groups = map[string]func() []int{
-		"gateway (child process)":        func() []int { return []int{r.ready.Pid} },
-		"fanout + kfake (orchestrator)":  func() []int { return []int{os.Getpid()} },
-		"load generator (child process)": func() []int { return []int{r.wk.pid()} },
-		cpuGroupPostgreSQL:               env.postgresPids,
+		cpuGroupGateway:       func() []int { return []int{r.ready.Pid} },
+		cpuGroupFanout:        func() []int { return []int{os.Getpid()} },
+		cpuGroupLoadGenerator: func() []int { return []int{r.wk.pid()} },
+		cpuGroupPostgreSQL:    env.postgresPids,
 	}
 	if env.PGData == "" {
 		delete(r.groups, cpuGroupPostgreSQL)

@@ -356,8 +356,8 @@ func (r *largeRun) heads(ctx context.Context, recvUsers [][]int64) (map[int64]in
 // cpuGroups are the process groups the CPU meters read.
 func (r *largeRun) cpuGroups() map[string]func() []int {
 	groups := map[string]func() []int{
-		"gateway (child process)":       func() []int { return []int{r.ready.Pid} },
-		"fanout + kfake (orchestrator)": func() []int { return []int{os.Getpid()} },
+		cpuGroupGateway: func() []int { return []int{r.ready.Pid} },
+		cpuGroupFanout:  func() []int { return []int{os.Getpid()} },
 		"load generators (child processes)": func() []int {
 			p := []int{r.sender.pid()}
 			for _, c := range r.recvs {

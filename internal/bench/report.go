@@ -165,7 +165,7 @@ func renderTables(r AllResult, charts []string, docDir string, withGoals bool) s
 }
 
 // goalsNote says how the goals table is made.
-const goalsNote = "Computed from this run's results by the report generator (internal/bench/goals.go), never written by hand. The latency and CPU goals are read at the fixed load of 1,000 msg/s (the e2e figure's last fixed load, else said in the goal). The CPU per message is the CPU seconds of every measured process over that phase (from its first send to the end of its drain) divided by the messages it sent; its reference is not of this run but the run recorded before the work on these goals began (1,770 us/msg), since the goal is a third of it. The fan-out's run-to-run range needs several runs (`inboxd-bench report --from a.json --from b.json --from c.json`)."
+const goalsNote = "Computed from this run's results by the report generator (internal/bench/goals.go), never written by hand. The latency and CPU goals are read at the fixed load of 1,000 msg/s (the e2e figure's last fixed load, else said in the goal), the low-load latency at 100 msg/s. The server's CPU per message is the CPU seconds of PostgreSQL, the gateway and the fanout with kfake over that phase (from its first send to the end of its drain) divided by the messages it sent; the load generator is measured and listed but not counted. Its reference is not of this run but the run recorded before the work on halving it began (1,599 us/msg), next to a durable Centrifugo's 780 on the same machine. The fan-out's run-to-run range needs several runs (`inboxd-bench report --from a.json --from b.json --from c.json`)."
 
 // renderProfiles is the generated block of the CPU profiles.
 func renderProfiles(r AllResult) string {

@@ -84,6 +84,9 @@ func metricsOf(r AllResult) []metric {
 			for _, s := range c.shares {
 				add("cpu-"+c.id+"-"+cpuGroupShort(s.Group), fmt.Sprintf("CPU per message, %s: %s", c.label, cpuGroupShort(s.Group)), by[s.Group], us)
 			}
+			if hasGroup(c.shares, cpuGroupPostgreSQL) && hasGroup(c.shares, cpuGroupLoadGenerator) {
+				add("cpu-"+c.id+"-server", fmt.Sprintf("CPU per message, %s: server (all but the load generator)", c.label), total-by[cpuGroupLoadGenerator], us)
+			}
 			add("cpu-"+c.id+"-total", fmt.Sprintf("CPU per message, %s: total", c.label), total, us)
 		}
 	}

@@ -140,8 +140,8 @@ func Sync(ctx context.Context, env *Env, cfg SyncConfig) (SyncResult, error) {
 		return res, err
 	}
 	groups := map[string]func() []int{
-		"gateway (child process)":        func() []int { return []int{ready.Pid} },
-		"load generator (child process)": func() []int { return []int{wk.pid()} },
+		cpuGroupGateway:       func() []int { return []int{ready.Pid} },
+		cpuGroupLoadGenerator: func() []int { return []int{wk.pid()} },
 	}
 	if env.PGData != "" {
 		groups["PostgreSQL (all its processes)"] = env.postgresPids

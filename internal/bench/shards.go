@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -587,30 +586,18 @@ func shardsPaced(ctx context.Context, prod *producer.Producer, servers []*shardS
 			return notify, push, err
 		}
 		fs = append(fs, &wsFollower{dialer: websocket.DefaultDialer, addr: gw.addr, tok: tok, reconns: &gw.reconns, start: heads[i],
-			frame: func(data []byte, now int64) (string, int64) {
-				var f wsFrame
-				if json.Unmarshal(data, &f) != nil {
-					return "", 0
+			frame: readFrames(nil, func(e *wsEntry, now int64) {
+				if e.Message == nil || !e.Message.Body.IsText {
+					return
 				}
-				cursor := f.Head
-				if f.Type == "entries" {
-					cursor = 0
-					for _, e := range f.Entries {
-						cursor = max(cursor, e.InboxSeq)
-						if e.Message == nil {
-							continue
-						}
-						if t0, ok := strings.CutPrefix(e.Message.Body, shardsSamplePrefix); ok {
-							if ns, err := strconv.ParseInt(t0, 10, 64); err == nil {
-								mu.Lock()
-								pushed[i] = append(pushed[i], float64(now-ns)/1e6)
-								mu.Unlock()
-							}
-						}
+				if t0, ok := strings.CutPrefix(e.Message.Body.Text, shardsSamplePrefix); ok {
+					if ns, err := strconv.ParseInt(t0, 10, 64); err == nil {
+						mu.Lock()
+						pushed[i] = append(pushed[i], float64(now-ns)/1e6)
+						mu.Unlock()
 					}
 				}
-				return f.Type, cursor
-			}})
+			})})
 	}
 	stopFollow, err := followAll(ctx, fs, 2)
 	if err != nil {

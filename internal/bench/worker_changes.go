@@ -227,45 +227,16 @@ func (w *changesWorker) sendForSeq(ctx context.Context, conv int64, tok, body st
 	return 0, fmt.Errorf("still pending after 20 tries")
 }
 
-// changesFrame is what the worker reads of the server's frames.
-type changesFrame struct {
-	Type    string `json:"type"`
-	Head    int64  `json:"head"`
-	Entries []struct {
-		InboxSeq       int64  `json:"inbox_seq"`
-		ConversationID int64  `json:"conversation_id"`
-		Kind           string `json:"kind"`
-		Message        *struct {
-			SenderID int64           `json:"sender_id"`
-			Body     json.RawMessage `json:"body"` // a string, or a system message's object
-		} `json:"message"`
-	} `json:"entries"`
-}
 
 // follower is the one WebSocket of user: it times the pushes of the
 // bench's sends and edits.
 func (w *changesWorker) follower(user int64, tok string) *wsFollower {
-	return &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, tok: tok, reconns: &w.reconns, frame: func(data []byte, now int64) (string, int64) {
-		var f changesFrame
-		if json.Unmarshal(data, &f) != nil {
-			return "", 0
-		}
-		cursor := f.Head
-		if f.Type == "entries" {
-			cursor = 0
-			for _, e := range f.Entries {
-				cursor = max(cursor, e.InboxSeq)
-				if e.Message == nil || e.Message.SenderID == user {
-					continue
-				}
-				var body string
-				if json.Unmarshal(e.Message.Body, &body) == nil {
-					w.record(user, e.ConversationID, e.Kind, body, now)
-				}
+	return &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, tok: tok, reconns: &w.reconns, frame: readFrames(nil,
+		func(e *wsEntry, now int64) {
+			if e.Message != nil && e.Message.SenderID != user && e.Message.Body.IsText {
+				w.record(user, e.ConversationID, e.Kind, e.Message.Body.Text, now)
 			}
-		}
-		return f.Type, cursor
-	}}
+		})}
 }
 
 // record times an entry of a body written by benchBody: a message entry

@@ -165,44 +165,22 @@ func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
 	}
 }
 
-// wsFrame is what the load generators read of the server's frames.
-type wsFrame struct {
-	Type    string `json:"type"`
-	Head    int64  `json:"head"`
-	MsgID   string `json:"msg_id"` // of a send_ack or of an error answering a send
-	Code    string `json:"code"`   // of an error
-	Entries []struct {
-		InboxSeq int64 `json:"inbox_seq"`
-		Message  *struct {
-			Body string `json:"body"`
-		} `json:"message"`
-	} `json:"entries"`
-}
 
 // follower is the one WebSocket of user: it times the pushes of bench
 // messages and hands the answers of WebSocket sends to their senders.
 func (w *e2eWorker) follower(user int64, tok string) *wsFollower {
 	sock := w.socks[user]
-	return &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, tok: tok, reconns: &w.reconns, conn: sock.set, frame: func(data []byte, now int64) (string, int64) {
-		var f wsFrame
-		if json.Unmarshal(data, &f) != nil {
-			return "", 0
-		}
-		if f.MsgID != "" && (f.Type == "send_ack" || f.Type == "error") {
-			w.answer(f)
-		}
-		cursor := f.Head
-		if f.Type == "entries" {
-			cursor = 0
-			for _, e := range f.Entries {
-				cursor = max(cursor, e.InboxSeq)
-				if e.Message != nil {
-					w.recordPush(e.Message.Body, now)
-				}
+	return &wsFollower{dialer: w.dialer, addr: w.cfg.Addr, tok: tok, reconns: &w.reconns, conn: sock.set, frame: readFrames(
+		func(f *wsFrame) {
+			if f.MsgID != "" && (f.Type == "send_ack" || f.Type == "error") {
+				w.answer(*f)
 			}
-		}
-		return f.Type, cursor
-	}}
+		},
+		func(e *wsEntry, now int64) {
+			if e.Message != nil && e.Message.Body.IsText {
+				w.recordPush(e.Message.Body.Text, now)
+			}
+		})}
 }
 
 // recordPush times a push of a body written by benchBody.

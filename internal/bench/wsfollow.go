@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -19,6 +20,66 @@ type wsHello struct {
 	Type  string `json:"type"`
 	After int64  `json:"after"`
 	Large bool   `json:"large,omitempty"` // ask for the frames of read-mode conversations
+}
+
+// wsFrame is what the load generators read of the server's frames.
+type wsFrame struct {
+	Type    string    `json:"type"`
+	Head    int64     `json:"head"`
+	MsgID   string    `json:"msg_id"` // of a send_ack or of an error answering a send
+	Code    string    `json:"code"`   // of an error
+	Entries []wsEntry `json:"entries"`
+}
+
+// wsEntry is what the load generators read of an entry.
+type wsEntry struct {
+	InboxSeq       int64  `json:"inbox_seq"`
+	ConversationID int64  `json:"conversation_id"`
+	Kind           string `json:"kind"`
+	Message        *struct {
+		SenderID int64  `json:"sender_id"`
+		Body     wsBody `json:"body"`
+	} `json:"message"`
+}
+
+// wsBody is a message's body when it is text (a system message's is an
+// object: IsText false).
+type wsBody struct {
+	Text   string
+	IsText bool
+}
+
+func (b *wsBody) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] == '"' {
+		b.IsText = json.Unmarshal(data, &b.Text) == nil
+	}
+	return nil
+}
+
+// readFrames is a wsFollower's frame function: it decodes each frame,
+// shows it to onFrame (when not nil), shows each entry of an entries
+// frame to onEntry, and returns the frame's type and the cursor it moves
+// the follower to (the highest inbox_seq of its entries, else its head).
+func readFrames(onFrame func(f *wsFrame), onEntry func(e *wsEntry, now int64)) func(data []byte, now int64) (string, int64) {
+	return func(data []byte, now int64) (string, int64) {
+		var f wsFrame
+		if json.Unmarshal(data, &f) != nil {
+			return "", 0
+		}
+		if onFrame != nil {
+			onFrame(&f)
+		}
+		if f.Type != "entries" {
+			return f.Type, f.Head
+		}
+		var cursor int64
+		for i := range f.Entries {
+			e := &f.Entries[i]
+			cursor = max(cursor, e.InboxSeq)
+			onEntry(e, now)
+		}
+		return f.Type, cursor
+	}
 }
 
 // wsFollower keeps one user's WebSocket up, reconnecting with its cursor,

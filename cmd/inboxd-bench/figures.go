@@ -79,7 +79,7 @@ func bindE2E(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&wsLoads, "ws-loads", "", "fixed offered loads with the sends over the WebSocket (a send frame on the sender's own socket, answered by send_ack), msg/s, after the HTTP ones (empty: the same as --loads; none: no WebSocket sends)")
 	fs.Float64Var(&c.PhaseSeconds, "phase-seconds", 10, "length of a fixed load")
 	fs.Float64Var(&c.RampSeconds, "ramp-seconds", 4, "length of a ramp step")
-	fs.IntVar(&c.RampSteps, "ramp-steps", 6, "most ramp steps")
+	fs.IntVar(&c.RampSteps, "ramp-steps", 6, "most ramp steps (0: no ramp; the highest sustained load is then the highest fixed one)")
 	fs.Float64Var(&c.MaxP99Ms, "max-p99-ms", 500, "push p99 above which a load is not sustained")
 	fs.BoolVar(&c.Profile, "profile", true, "take CPU profiles during the last fixed load")
 	fs.IntVar(&c.DBMaxConns, "db-max-conns", 0, "the gateway's PostgreSQL pool size (0: as inboxd gateway, max(16, cores))")
@@ -92,6 +92,9 @@ func bindE2E(fs *flag.FlagSet) runFunc {
 			return nil, fmt.Errorf("--loads: %w", err)
 		}
 		c.Loads = l
+		if c.RampSteps == 0 {
+			c.RampSteps = -1 // E2EConfig's zero is its default
+		}
 		switch wsLoads {
 		case "":
 		case "none":

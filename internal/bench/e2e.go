@@ -32,7 +32,7 @@ type E2EConfig struct {
 	Loads         []float64 // [100, 1000] fixed offered loads, msg/s, sends over HTTP
 	PhaseSeconds  float64   // [10] length of a fixed load
 	RampSeconds   float64   // [4] length of a ramp step
-	RampSteps     int       // [6] most ramp steps (a bisection after the first failure)
+	RampSteps     int       // [6] most ramp steps (a bisection after the first failure); negative: none
 	DrainSeconds  float64   // [3] wait for the last pushes after a phase
 	// WSLoads are the fixed loads with the sends over the WebSocket (a
 	// send frame on the sender's own socket, answered by send_ack), run

@@ -227,7 +227,6 @@ func (w *changesWorker) sendForSeq(ctx context.Context, conv int64, tok, body st
 	return 0, fmt.Errorf("still pending after 20 tries")
 }
 
-
 // follower is the one WebSocket of user: it times the pushes of the
 // bench's sends and edits.
 func (w *changesWorker) follower(user int64, tok string) *wsFollower {

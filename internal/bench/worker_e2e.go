@@ -165,7 +165,6 @@ func runE2EWorker(ctx context.Context, cio *childIO, raw []byte) error {
 	}
 }
 
-
 // follower is the one WebSocket of user: it times the pushes of bench
 // messages and hands the answers of WebSocket sends to their senders.
 func (w *e2eWorker) follower(user int64, tok string) *wsFollower {

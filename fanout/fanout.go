@@ -68,6 +68,9 @@ type Config struct {
 	Channel string
 	// LargeThreshold is projector.Config's (read fan-out above it).
 	LargeThreshold int
+	// ConversationCache is projector.Config's: the conversations whose
+	// state is kept between batches (negative: none).
+	ConversationCache int
 	// MaxRetryInterval caps the backoff between retries of a failed batch.
 	// Default 5s.
 	MaxRetryInterval time.Duration
@@ -223,7 +226,8 @@ func New(cfg Config, pool *pgxpool.Pool) (*Fanout, error) {
 		cfg.ApplyWorkers = w
 	}
 	proj, err := projector.New(projector.Config{Topic: cfg.Topic, Channel: cfg.Channel, Logger: cfg.Logger,
-		LargeThreshold: cfg.LargeThreshold, Users: cfg.Users, PlacementVersion: cfg.PlacementVersion}, pool)
+		LargeThreshold: cfg.LargeThreshold, Users: cfg.Users, PlacementVersion: cfg.PlacementVersion,
+		ConversationCache: cfg.ConversationCache}, pool)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ type metrics struct {
 	pruned, pruneRuns                                              prometheus.Counter
 	lag                                                            *prometheus.GaugeVec
 	failures                                                       *prometheus.CounterVec
+	convs                                                          *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -39,6 +40,9 @@ func newMetrics() *metrics {
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "inboxd", Subsystem: "fanout",
 			Name: "batch_seconds", Help: "Time to apply one batch, retries included.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		convs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "inboxd", Subsystem: "fanout", Name: "conversation_state_total",
+			Help: "Conversations whose state a batch needed, by where it came from: read (from PostgreSQL), cached (the conversation cache, not read), " +
+				"behind (cached, but the partition's offset had moved under the cache, so read again)."}, []string{"from"}),
 		since: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "inboxd", Subsystem: "fanout",
 			Name: "record_latency_seconds",
 			Help: "Time from a record's log timestamp (its producer's clock) to the start of the transaction that applies it (stage queued) " +
@@ -48,7 +52,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch, m.since, m.pruned, m.pruneRuns, m.lag, m.failures} {
+	for _, c := range []prometheus.Collector{m.records, m.skipped, m.inboxRows, m.messages, m.rejected, m.dead, m.retries, m.batch, m.since, m.pruned, m.pruneRuns, m.lag, m.failures, m.convs} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -72,6 +76,9 @@ func (m *metrics) observe(r projector.Result, recs []projector.Record, start tim
 	m.inboxRows.Add(float64(r.InboxRows))
 	m.messages.Add(float64(r.Messages))
 	m.rejected.Add(float64(r.Rejected))
+	m.convs.WithLabelValues("read").Add(float64(r.Conversations - r.Behind))
+	m.convs.WithLabelValues("cached").Add(float64(r.Cached))
+	m.convs.WithLabelValues("behind").Add(float64(r.Behind))
 	m.batch.Observe(d.Seconds())
 }
 

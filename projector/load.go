@@ -100,8 +100,16 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 	queueLockOffsets(bt, topic, partIDs, t.stored, t.bases)
 	// The state the batch depends on is read in the same round trip, after
 	// the offset locks (lock order: offsets, conversations, users), for
-	// every record: those already applied only add a few rows.
-	queueLoad(bt, t.b, recs)
+	// every record: those already applied only add a few rows. The
+	// conversations the cache holds (convcache.go) are not read, unless
+	// the offsets locked here say that the cache is behind.
+	t.convParts = convPartitions(recs)
+	var hits map[int64]cacheHit
+	if t.own {
+		hits = t.p.cache.lookup(recs)
+	}
+	k := queueLoad(bt, t.b, recs, hits)
+	t.loaded = k.loaded
 	if err := t.tx.SendBatch(ctx, bt).Close(); err != nil {
 		return fmt.Errorf("lock offsets of %s and load the batch's state: %w", topic, err)
 	}
@@ -111,6 +119,57 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 	if len(t.stored) != len(partIDs) {
 		t.p.forget()
 		return &FencedError{Msg: fmt.Sprintf("lock offsets of %s: %d of %d partitions have a row", topic, len(t.stored), len(partIDs))}
+	}
+	return t.takeCached(ctx, k, hits)
+}
+
+// convPartitions maps each conversation of recs to its partition (-1 for
+// one that comes from more than one: it is never cached).
+func convPartitions(recs []Record) map[int64]int32 {
+	m := map[int64]int32{}
+	for _, r := range recs {
+		if r.Event == nil || r.DeadLetter {
+			continue
+		}
+		id := r.Event.ConversationID
+		if pt, ok := m[id]; ok && pt != r.Partition {
+			m[id] = -1
+			continue
+		}
+		m[id] = r.Partition
+	}
+	return m
+}
+
+// takeCached puts the cached conversations whose partitions' stored
+// offsets are what the cache expects into the batch, and reads the others
+// (the cache was behind) in a round trip of their own.
+func (t *txn) takeCached(ctx context.Context, k loadKeys, hits map[int64]cacheHit) error {
+	if len(hits) == 0 {
+		return nil
+	}
+	var stale []int64
+	for id, h := range hits {
+		if t.stored[h.conv.partition] == h.want {
+			t.b.convs[id] = h.state(id)
+			t.cached++
+			continue
+		}
+		stale = append(stale, id)
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	t.behind = len(stale)
+	sort.Slice(stale, func(i, j int) bool { return stale[i] < stale[j] })
+	removals := make([]int64, len(stale))
+	for i, id := range stale {
+		removals[i] = k.removalsOf(id)
+	}
+	bt := &pgx.Batch{}
+	queueConversations(bt, t.b, stale, removals, k.users)
+	if err := t.tx.SendBatch(ctx, bt).Close(); err != nil {
+		return fmt.Errorf("load the state of %d conversations the cache was behind on: %w", len(stale), err)
 	}
 	return nil
 }
@@ -137,6 +196,7 @@ func queueLockOffsets(bt *pgx.Batch, topic string, partIDs []int32, stored, base
 // loadKeys is what the state of a batch is read by.
 type loadKeys struct {
 	convIDs            []int64 // in id order, the lock order
+	loaded             int     // how many of them queueLoad reads (not cached)
 	removals           []int64 // per convIDs: the batch's member.removed events
 	users              []int64 // the users the batch names (actors, targets, mentioned)
 	msgIDs             []string
@@ -236,17 +296,48 @@ func (b *batch) loadedMember(c, u, joined int64) {
 	b.convs[c].joined[u] = joined
 }
 
+// removalsOf returns the batch's member.removed events of conversation id.
+func (k loadKeys) removalsOf(id int64) int64 {
+	i := sort.Search(len(k.convIDs), func(i int) bool { return k.convIDs[i] >= id })
+	if i < len(k.convIDs) && k.convIDs[i] == id {
+		return k.removals[i]
+	}
+	return 0
+}
+
 // queueLoad queues the reads and locks of the state the batch's events
-// depend on.
-func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
+// depend on, but for the conversations in cached, and returns their keys.
+func queueLoad(bt *pgx.Batch, b *batch, live []Record, cached map[int64]cacheHit) loadKeys {
 	k := b.need(live)
 	// The conversation locks first (in id order), then the reads that
 	// depend only on the batch.
-	removalsOf := map[int64]int64{}
-	for i, id := range k.convIDs {
-		removalsOf[id] = k.removals[i]
+	ids, removals := k.convIDs, k.removals
+	if len(cached) > 0 {
+		ids, removals = nil, nil
+		for i, id := range k.convIDs {
+			if _, ok := cached[id]; !ok {
+				ids, removals = append(ids, id), append(removals, k.removals[i])
+			}
+		}
 	}
-	bt.Queue(sqlLockConversations, k.convIDs).Query(func(rows pgx.Rows) error {
+	if len(ids) > 0 {
+		queueConversations(bt, b, ids, removals, k.users)
+	}
+	queueLoadRest(bt, b, k)
+	k.loaded = len(ids)
+	return k
+}
+
+// queueConversations queues the lock and the reads of conversations ids
+// (in id order; removals are the batch's member.removed events of each):
+// their rows, armed members and current members (or those of users in a
+// read-mode conversation, sqlCurrentMembers).
+func queueConversations(bt *pgx.Batch, b *batch, ids, removals, users []int64) {
+	removalsOf := map[int64]int64{}
+	for i, id := range ids {
+		removalsOf[id] = removals[i]
+	}
+	bt.Queue(sqlLockConversations, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id, last, by, texts, count, changes int64
 			var read, channel bool
@@ -258,7 +349,7 @@ func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 		}
 		return rows.Err()
 	})
-	bt.Queue(sqlArmed, k.convIDs).Query(func(rows pgx.Rows) error {
+	bt.Queue(sqlArmed, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var c, u int64
 			if err := rows.Scan(&c, &u); err != nil {
@@ -271,7 +362,7 @@ func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 		}
 		return rows.Err()
 	})
-	bt.Queue(sqlCurrentMembers, k.convIDs, k.removals, k.users, b.threshold).Query(func(rows pgx.Rows) error {
+	bt.Queue(sqlCurrentMembers, ids, removals, users, b.threshold).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var c, u, joined int64
 			if err := rows.Scan(&c, &u, &joined); err != nil {
@@ -281,6 +372,11 @@ func queueLoad(bt *pgx.Batch, b *batch, live []Record) {
 		}
 		return rows.Err()
 	})
+}
+
+// queueLoadRest queues the reads of the state the batch's events depend on
+// beyond their conversations.
+func queueLoadRest(bt *pgx.Batch, b *batch, k loadKeys) {
 	if len(k.msgIDs) > 0 {
 		bt.Queue(sqlKnownMsgIDs, k.msgIDs).Query(func(rows pgx.Rows) error {
 			for rows.Next() {

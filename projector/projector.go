@@ -39,6 +39,10 @@ type Config struct {
 	// partition) is refused with a FencedError before it writes. 0: no
 	// fence (one server).
 	PlacementVersion int64
+	// ConversationCache is the conversations whose state Apply keeps
+	// between batches (convcache.go). Default DefaultConversationCache;
+	// negative: none (every batch reads its conversations).
+	ConversationCache int
 }
 
 // sqlFence reads the server's fence, holding it shared for the batch.
@@ -68,6 +72,8 @@ type Projector struct {
 	knownMu    sync.Mutex
 	knownUsers map[int64]struct{}
 	knownParts map[int32]struct{}
+	// cache keeps the conversations Apply committed (nil: none).
+	cache *convCache
 }
 
 // maxKnownUsers bounds knownUsers; past it the set starts over.
@@ -87,7 +93,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Projector, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Projector{pool: pool, cfg: cfg}, nil
+	return &Projector{pool: pool, cfg: cfg, cache: newConvCache(cfg.ConversationCache)}, nil
 }
 
 // Record is one log record. Event is nil for a record that could not be
@@ -120,8 +126,15 @@ type Result struct {
 	// Applied is the deliveries a user stage applied, Copies those it
 	// dropped as applied already (at or below their source's mark).
 	Applied, Copies int
+	// Conversations is the conversations the batch read from the
+	// database, Cached those it took from the conversation cache, and
+	// Behind those the cache held but had to read again (their
+	// partition's offset had moved under it).
+	Conversations, Cached, Behind int
 
 	users []int64 // their ids (for Apply's memory of existing rows)
+	// cache is what the conversation cache takes once the batch committed.
+	cache *cacheUpdate
 }
 
 // Apply projects recs (in log order within each partition) in one
@@ -145,6 +158,7 @@ func (p *Projector) Apply(ctx context.Context, recs []Record) (Result, error) {
 	}
 	if err == nil {
 		p.remember(recs, res.users)
+		p.cache.store(res.cache)
 	}
 	if err != nil {
 		if conn.PgConn().TxStatus() != 'I' {
@@ -210,6 +224,7 @@ func (p *Projector) forget() {
 	p.knownMu.Lock()
 	p.knownParts, p.knownUsers = nil, nil
 	p.knownMu.Unlock()
+	p.cache.clear()
 }
 
 // ApplyTx is Apply inside a transaction the caller owns (replay).
@@ -240,6 +255,11 @@ type txn struct {
 	bases  map[int32]int64 // partition -> its delivery_base, as locked
 	heads  map[int64]*head // the batch's users, locked and numbered
 	out    []outboxRow     // deliveries to users on other servers (route)
+	// convParts maps the batch's conversations to their partitions;
+	// cached and behind count the conversations taken from the cache and
+	// those it was behind on, loaded those read in the first round trip.
+	convParts              map[int64]int32
+	loaded, cached, behind int
 }
 
 // apply projects recs through tx; own says that apply begins the
@@ -287,6 +307,8 @@ func (p *Projector) apply(ctx context.Context, tx pipe, recs []Record, own bool)
 	res.Rejected = len(b.rejects)
 	res.Users = len(t.heads)
 	res.Deliveries = len(t.out)
+	res.Conversations, res.Cached, res.Behind = t.loaded+t.behind, t.cached, t.behind
+	res.cache = t.cacheUpdate()
 	for _, o := range t.out {
 		res.Crossed += len(o.d.Items)
 	}

@@ -86,6 +86,7 @@ func bindE2E(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&c.SendCheckBatch, "send-check-batch", 0, "the gateway's --send-check-batch (0: as inboxd gateway; 1: each check commits alone)")
 	fs.IntVar(&c.SendCheckRunners, "send-check-runners", 0, "the gateway's --send-check-runners (0: as inboxd gateway)")
 	fs.IntVar(&c.ApplyWorkers, "apply-workers", 0, "the fanout's --apply-workers (0: as inboxd fanout)")
+	fs.IntVar(&c.ConversationCache, "conversation-cache", 0, "the fanout's --conversation-cache (0: as inboxd fanout; negative: none)")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		l, err := parseFloats(loads)
 		if err != nil {

@@ -106,6 +106,7 @@ type fanoutFlags struct {
 	group          string
 	maxPollRecords int
 	applyWorkers   int
+	convCache      int
 	recordAttempts int
 	drain          time.Duration
 	instanceID     string
@@ -121,6 +122,7 @@ func (f *fanoutFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.group, "group", fanout.DefaultGroup, "fanout consumer group")
 	fs.IntVar(&f.maxPollRecords, "max-poll-records", fanout.DefaultMaxPollRecords, "records per batch (one transaction)")
 	fs.IntVar(&f.applyWorkers, "apply-workers", fanout.DefaultApplyWorkers, "transactions applying one poll concurrently, split by partition (each holds a PostgreSQL connection)")
+	fs.IntVar(&f.convCache, "conversation-cache", projector.DefaultConversationCache, "conversations whose state (row and members) the fanout keeps between batches instead of reading it again, while the partition's stored offset says no other process wrote it (0: the default; negative: none)")
 	fs.IntVar(&f.recordAttempts, "record-attempts", fanout.DefaultRecordAttempts, "attempts of a record that fails to project because of its data before it goes to the DLQ (transient failures retry without bound)")
 	fs.StringVar(&f.instanceID, "instance-id", fanout.AutoInstanceID, "static group membership id, so that a restarted process takes its partitions back at once; auto: <host name>-<port of --http-addr> (dynamic membership when the port is 0); empty: dynamic membership")
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", fanout.DefaultSessionTimeout, "group session timeout: how long the partitions of a crashed fanout wait before they move (brokers refuse less than their group.min.session.timeout.ms, 6s by default)")
@@ -139,6 +141,7 @@ func (f *fanoutFlags) config(c *common, log *slog.Logger) fanout.Config {
 		Group:               f.group,
 		MaxPollRecords:      f.maxPollRecords,
 		ApplyWorkers:        f.applyWorkers,
+		ConversationCache:   f.convCache,
 		RecordAttempts:      f.recordAttempts,
 		MaxBody:             c.maxBody,
 		LargeThreshold:      c.largeThreshold,

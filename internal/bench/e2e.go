@@ -53,6 +53,9 @@ type E2EConfig struct {
 	SendCheckBatch, SendCheckRunners int
 	// ApplyWorkers is the fanout's (fanout.Config) [0: its default].
 	ApplyWorkers int
+	// ConversationCache is the fanout's (fanout.Config) [0: its default;
+	// negative: none].
+	ConversationCache int
 	// FanoutRowsPerSec, when known (bench all), is the reference of the
 	// highest sustainable load: fan-out alone, same run.
 	FanoutRowsPerSec float64
@@ -243,7 +246,7 @@ func E2E(ctx context.Context, env *Env, cfg E2EConfig) (E2EResult, error) {
 		return res, err
 	}
 	defer pl.Close()
-	reg, stopFanout, err := pl.startFanout(ctx, env, fanout.Config{ApplyWorkers: cfg.ApplyWorkers})
+	reg, stopFanout, err := pl.startFanout(ctx, env, fanout.Config{ApplyWorkers: cfg.ApplyWorkers, ConversationCache: cfg.ConversationCache})
 	if err != nil {
 		return res, err
 	}

@@ -60,6 +60,22 @@ FROM reactions r JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS k(c, s
 FROM records r JOIN unnest($1::bigint[], $2::bigint[]) AS k(u, c) ON r.user_id = k.u AND r.conversation_id = k.c`
 )
 
+// sqlGenericPlans makes the batch's statements run their prepared
+// generic plans. PostgreSQL's default (plan_cache_mode auto) plans a
+// statement again for every execution while that plan looks cheaper than
+// the generic one, and for a batch's few keys in an array it always
+// does: the reads of known msg ids and body keys and the move of senders'
+// read positions were planned on every batch, at two to eight times their
+// execution (docs/decisions.md, "Measured reasons behind defaults"). Only
+// for a live batch (genericPlanRecords at most): the generic plans assume
+// a few keys, and a batch of thousands (catching up) applies faster with
+// plans made for its arrays, whose cost its rows amortise.
+const sqlGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+
+// genericPlanRecords is the most records of a batch that runs generic
+// plans (sqlGenericPlans).
+const genericPlanRecords = 16
+
 // nextOffsets returns, per partition of recs, the next offset after them,
 // and the partitions in order.
 func nextOffsets(recs []Record) (map[int32]int64, []int32) {
@@ -86,6 +102,9 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 	bt := &pgx.Batch{}
 	if t.own {
 		bt.Queue("BEGIN")
+		if len(recs) <= genericPlanRecords {
+			bt.Queue(sqlGenericPlans)
+		}
 	}
 	fence := int64(0)
 	if t.p.cfg.PlacementVersion > 0 {

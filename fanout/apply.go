@@ -124,6 +124,11 @@ func (f *Fanout) applyBatch(ctx, applyCtx context.Context, cl *kgo.Client, fetch
 			// check stops a partition whose log went backwards.
 			f.cfg.Logger.Info("records below the stored offsets skipped as already applied", "count", res.Skipped, "offsets", first)
 		}
+		if res.Behind > 0 {
+			// Normal when partitions come back after a rebalance: another
+			// process applied them meanwhile.
+			f.cfg.Logger.Info("cached conversations read again: another process moved their partitions", "count", res.Behind, "offsets", first)
+		}
 		return nil
 	case errors.As(err, &iso) && len(recs) > 1:
 		mid := len(recs) / 2

@@ -27,13 +27,8 @@ func TestRandomWorkloadWithDuplicates(t *testing.T) {
 	env.StartFanout(t)
 	g := workload.New(workload.Config{Seed: 1, Users: 1000, Conversations: 200,
 		EditPct: 3, DeletePct: 2, ReactPct: 6, UnreactPct: 2, ReplyPct: 10})
-	evs := generate(g, 20000)
 	// In chunks, so that batches see membership change mid-stream.
-	for i := 0; i < len(evs); i += 2500 {
-		appendEvents(t, env.Producer, evs[i:min(i+2500, len(evs))], true)
-	}
-	waitCaughtUp(t, env)
-	assertOutcome(t, env, g)
+	runWorkload(t, env, g, 20000, 2500, false)
 	var dups int
 	require.NoError(t, env.Union(t).QueryRow(context.Background(), `SELECT count(*) FROM messages`).Scan(&dups))
 	require.Greater(t, dups, 15000)
@@ -47,12 +42,22 @@ func TestRandomWorkloadTwoApplyWorkers(t *testing.T) {
 	env.StartFanoutWith(t, func(c *fanout.Config) { c.ApplyWorkers = 2 })
 	g := workload.New(workload.Config{Seed: 11, Users: 300, Conversations: 120,
 		EditPct: 3, DeletePct: 2, ReactPct: 6, UnreactPct: 2, ReplyPct: 10})
-	evs := generate(g, 6000)
-	for i := 0; i < len(evs); i += 150 {
-		// Each chunk (300 records with its duplicates) caught up before the
-		// next: no poll is large enough to be applied whole.
-		appendEvents(t, env.Producer, evs[i:min(i+150, len(evs))], true)
-		waitCaughtUp(t, env)
+	// Each chunk (300 records with its duplicates) caught up before the
+	// next: no poll is large enough to be applied whole.
+	runWorkload(t, env, g, 6000, 150, true)
+}
+
+// runWorkload appends n events of g, each with a duplicate, in chunks of
+// chunk events (each caught up before the next when settle), waits for
+// the fanout and checks the outcome.
+func runWorkload(t *testing.T, env *testenv.Env, g *workload.Generator, n, chunk int, settle bool) {
+	t.Helper()
+	evs := generate(g, n)
+	for i := 0; i < len(evs); i += chunk {
+		appendEvents(t, env.Producer, evs[i:min(i+chunk, len(evs))], true)
+		if settle {
+			waitCaughtUp(t, env)
+		}
 	}
 	waitCaughtUp(t, env)
 	assertOutcome(t, env, g)
@@ -121,7 +126,10 @@ func TestFanoutKilledHard(t *testing.T) {
 }
 
 // Two fanout processes in one group over overlapping users, with
-// rebalances in the middle of the run (one joins, later one leaves).
+// rebalances in the middle of the run: b joins and takes some of a's
+// partitions, then leaves, and a takes them back, with conversations it
+// had cached that b changed meanwhile (its conversation cache is behind
+// and reads them again).
 func TestTwoFanoutsRebalance(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Partitions: 8})
 	// Few users, so that nearly every batch of both processes touches the
@@ -147,20 +155,25 @@ func TestTwoFanoutsRebalance(t *testing.T) {
 		require.NoError(t, p.WaitOutput("partitions assigned", time.Minute), p.Output())
 	}
 	appendEvents(t, env.Producer, evs[:4000], false)
+	waitCaughtUp(t, env)
 	b := start()
-	for i := 4000; i < 12000; i += 1000 {
+	// The join lands while these are applied; once b has its partitions,
+	// it applies the rest of them, which a had cached.
+	for i := 4000; i < 8000; i += 1000 {
 		appendEvents(t, env.Producer, evs[i:i+1000], false)
 		time.Sleep(50 * time.Millisecond)
 	}
 	for _, p := range b {
 		require.NoError(t, p.WaitOutput("partitions assigned", time.Minute), p.Output())
 	}
-	for _, p := range a {
+	appendEvents(t, env.Producer, evs[8000:12000], false)
+	waitCaughtUp(t, env)
+	for _, p := range b {
 		require.NoError(t, p.Stop(20*time.Second), p.Output())
 	}
 	appendEvents(t, env.Producer, evs[12000:], false)
 	waitCaughtUp(t, env)
-	for _, p := range b {
+	for _, p := range a {
 		require.NoError(t, p.Stop(20*time.Second), p.Output())
 	}
 	for name, ps := range map[string][]*testenv.Proc{"a": a, "b": b} {
@@ -172,9 +185,12 @@ func TestTwoFanoutsRebalance(t *testing.T) {
 			require.Contains(t, out, "partitions assigned", "fanout %s took part", name)
 		}
 	}
-	for _, p := range b {
-		require.Contains(t, p.Output(), "partitions revoked", "b saw a rebalance")
+	behind := false
+	for _, p := range a {
+		require.Contains(t, p.Output(), "partitions revoked", "a saw a rebalance")
+		behind = behind || strings.Contains(p.Output(), "cached conversations read again")
 	}
+	require.True(t, behind, "a took back partitions b had moved, and read their conversations again")
 	assertOutcome(t, env, g)
 }
 

@@ -4,10 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/projector"
 )
@@ -24,14 +22,10 @@ func TestFailedBatchRollsBack(t *testing.T) {
 	p, err := projector.New(projector.Config{Topic: "t"}, pool)
 	require.NoError(t, err)
 
-	created := events.New(events.ConversationCreated, 1, 10)
-	created.Title, created.Members = "c", []int64{10, 11}
-	_, err = p.Apply(ctx, []projector.Record{{Partition: 0, Offset: 0, Event: created}})
+	_, err = p.Apply(ctx, []projector.Record{{Partition: 0, Offset: 0, Event: created(1, 10, 10, 11)}})
 	require.NoError(t, err)
 
-	send := events.New(events.MessageSent, 1, 10)
-	body := "hello"
-	send.MsgID, send.Body = uuid.NewString(), &body
+	send := sent(1, 10, "hello")
 	// An obstacle: a row where the message will go (seq 2 of conversation 1).
 	_, err = pool.Exec(ctx, `ALTER TABLE inbox ADD CONSTRAINT no_seq_3 CHECK (inbox_seq <> 3)`)
 	require.NoError(t, err)
@@ -54,9 +48,7 @@ func TestFailedBatchRollsBack(t *testing.T) {
 	res, err = p.Apply(ctx, []projector.Record{{Partition: 0, Offset: 1, Event: send}})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Skipped)
-	rep, err := projector.Verify(ctx, pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), "%v", rep)
+	requireVerified(t, pool)
 	var idle int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&idle))
 	require.Zero(t, idle, "no connection left in a transaction")

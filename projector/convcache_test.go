@@ -4,20 +4,12 @@ import (
 	"context"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/events"
-	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/projector"
 )
-
-func sent(conv, sender int64, body string) *events.Event {
-	e := events.New(events.MessageSent, conv, sender)
-	e.MsgID, e.Body = uuid.NewString(), &body
-	return e
-}
 
 // got says whether user's inbox has an entry of the message e sent.
 func got(t *testing.T, pool *pgxpool.Pool, user int64, e *events.Event) bool {
@@ -37,17 +29,13 @@ JOIN messages m ON m.conversation_id = i.conversation_id AND m.seq = i.seq WHERE
 // reads every batch's conversations.
 func TestConversationCacheFollowsTheOffsets(t *testing.T) {
 	ctx := context.Background()
-	pool, _ := pgtest.NewPool(t)
-	a, err := projector.New(projector.Config{Topic: "t"}, pool)
-	require.NoError(t, err)
+	pool, a := newProjector(t, projector.Config{})
 	b, err := projector.New(projector.Config{Topic: "t"}, pool)
 	require.NoError(t, err)
 	none, err := projector.New(projector.Config{Topic: "t", ConversationCache: -1}, pool)
 	require.NoError(t, err)
 
-	created := events.New(events.ConversationCreated, 1, 10)
-	created.Title, created.Members = "c", []int64{10, 11}
-	res, err := a.Apply(ctx, []projector.Record{{Partition: 0, Offset: 0, Event: created}})
+	res, err := a.Apply(ctx, []projector.Record{{Partition: 0, Offset: 0, Event: created(1, 10, 10, 11)}})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Conversations)
 
@@ -74,12 +62,10 @@ func TestConversationCacheFollowsTheOffsets(t *testing.T) {
 
 	// a's cache caught up: the next batch takes it again; a batch naming a
 	// conversation a has never seen reads that one only.
-	other := events.New(events.ConversationCreated, 2, 20)
-	other.Title, other.Members = "d", []int64{20, 21}
 	three := sent(1, 12, "three")
 	res, err = a.Apply(ctx, []projector.Record{
 		{Partition: 0, Offset: 4, Event: three},
-		{Partition: 1, Offset: 0, Event: other},
+		{Partition: 1, Offset: 0, Event: created(2, 20, 20, 21)},
 	})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Cached)
@@ -112,9 +98,7 @@ func TestConversationCacheFollowsTheOffsets(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Behind)
 
-	rep, err := projector.Verify(ctx, pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), "%v", rep)
+	requireVerified(t, pool)
 }
 
 // TestConversationCacheKeepsNothingOfARolledBackBatch: a batch whose
@@ -122,12 +106,8 @@ func TestConversationCacheFollowsTheOffsets(t *testing.T) {
 // database's state, not from the failed batch's.
 func TestConversationCacheKeepsNothingOfARolledBackBatch(t *testing.T) {
 	ctx := context.Background()
-	pool, _ := pgtest.NewPool(t)
-	p, err := projector.New(projector.Config{Topic: "t"}, pool)
-	require.NoError(t, err)
-	created := events.New(events.ConversationCreated, 1, 10)
-	created.Title, created.Members = "c", []int64{10, 11}
-	_, err = p.Apply(ctx, []projector.Record{{Partition: 0, Offset: 0, Event: created}})
+	pool, p := newProjector(t, projector.Config{})
+	_, err := p.Apply(ctx, []projector.Record{{Partition: 0, Offset: 0, Event: created(1, 10, 10, 11)}})
 	require.NoError(t, err)
 
 	added := events.New(events.MemberAdded, 1, 10)
@@ -147,7 +127,5 @@ func TestConversationCacheKeepsNothingOfARolledBackBatch(t *testing.T) {
 	require.Equal(t, 1, res.Cached)
 	require.False(t, got(t, pool, 12, one), "the rolled-back join left nothing in the cache")
 	require.True(t, got(t, pool, 11, one))
-	rep, err := projector.Verify(ctx, pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), "%v", rep)
+	requireVerified(t, pool)
 }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"testing"
 
-	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/events"
-	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/projector"
 )
@@ -20,26 +19,20 @@ import (
 // copy of the record hits too is returned instead of being dropped.
 func TestApplyIsolatingSkipsOnlyTheBadRecord(t *testing.T) {
 	ctx := context.Background()
-	pool, _ := pgtest.NewPool(t)
-	p, err := projector.New(projector.Config{Topic: "t"}, pool)
-	require.NoError(t, err)
-	created := events.New(events.ConversationCreated, 1, 10)
-	created.Members = []int64{11}
-	recs := []projector.Record{{Partition: 0, Offset: 0, Event: created}}
+	pool, p := newProjector(t, projector.Config{})
+	recs := []projector.Record{{Partition: 0, Offset: 0, Event: created(1, 10, 11)}}
 	var bad *events.Event
 	for i := 1; i <= 40; i++ {
-		e := events.New(events.MessageSent, 1, 10)
-		e.MsgID, e.Body = uuid.NewString(), events.Ptr("fine")
+		e := sent(1, 10, "fine")
 		if i == 23 {
 			e.Body, bad = events.Ptr("refused-by-the-database"), e
 		}
 		recs = append(recs, projector.Record{Partition: 0, Offset: int64(i), Event: e})
 	}
-	_, err = pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT no_refused CHECK (body NOT LIKE 'refused%')`)
-	require.NoError(t, err)
+	refuseBodies(t, pool)
 
 	var dead []projector.Record
-	_, err = p.ApplyIsolating(ctx, recs, func(r projector.Record, cause error) error {
+	_, err := p.ApplyIsolating(ctx, recs, func(r projector.Record, cause error) error {
 		require.Equal(t, projector.DataError, projector.Classify(cause))
 		dead = append(dead, r)
 		return nil
@@ -55,16 +48,12 @@ func TestApplyIsolatingSkipsOnlyTheBadRecord(t *testing.T) {
 	var reason string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT reason FROM rejections WHERE msg_id = $1`, bad.MsgID).Scan(&reason))
 	require.Equal(t, projection.ReasonDeadLetter, reason)
-	rep, err := projector.Verify(ctx, pool)
-	require.NoError(t, err)
-	require.True(t, rep.OK(), "%v", rep)
+	requireVerified(t, pool)
 
 	// Every message refused: the probe fails too, nothing is dropped.
 	_, err = pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT none CHECK (kind <> 'text') NOT VALID`)
 	require.NoError(t, err)
-	e := events.New(events.MessageSent, 1, 10)
-	e.MsgID, e.Body = uuid.NewString(), events.Ptr("fine")
-	_, err = p.ApplyIsolating(ctx, []projector.Record{{Partition: 0, Offset: 41, Event: e}}, func(projector.Record, error) error {
+	_, err = p.ApplyIsolating(ctx, []projector.Record{{Partition: 0, Offset: 41, Event: sent(1, 10, "fine")}}, func(projector.Record, error) error {
 		t.Fatal("a record whose copy fails too must not be dead-lettered")
 		return nil
 	})
@@ -79,18 +68,11 @@ func TestApplyIsolatingSkipsOnlyTheBadRecord(t *testing.T) {
 // same probe confirms the record's own data as the cause.
 func TestProbeOfAMendedDatabaseKeepsTheRecord(t *testing.T) {
 	ctx := context.Background()
-	pool, _ := pgtest.NewPool(t)
-	p, err := projector.New(projector.Config{Topic: "t"}, pool)
+	pool, p := newProjector(t, projector.Config{})
+	_, err := p.Apply(ctx, []projector.Record{{Partition: 0, Offset: 0, Event: created(1, 10, 11)}})
 	require.NoError(t, err)
-	created := events.New(events.ConversationCreated, 1, 10)
-	created.Members = []int64{11}
-	_, err = p.Apply(ctx, []projector.Record{{Partition: 0, Offset: 0, Event: created}})
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `ALTER TABLE messages ADD CONSTRAINT no_refused CHECK (body NOT LIKE 'refused%')`)
-	require.NoError(t, err)
-	e := events.New(events.MessageSent, 1, 10)
-	e.MsgID, e.Body = uuid.NewString(), events.Ptr("refused until mended")
-	rec := projector.Record{Partition: 0, Offset: 1, Event: e}
+	refuseBodies(t, pool)
+	rec := projector.Record{Partition: 0, Offset: 1, Event: sent(1, 10, "refused until mended")}
 	_, err = p.Apply(ctx, []projector.Record{rec})
 	require.Equal(t, projector.DataError, projector.Classify(err))
 	require.NoError(t, p.Probe(ctx, rec), "the copy applies and the record still fails: its own data")
@@ -108,7 +90,13 @@ func TestProbeOfAMendedDatabaseKeepsTheRecord(t *testing.T) {
 	var last int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT last_seq FROM conversations WHERE id = 1`).Scan(&last))
 	require.EqualValues(t, 2, last, "created + the mended send")
-	rep, err := projector.Verify(ctx, pool)
+	requireVerified(t, pool)
+}
+
+// refuseBodies makes the database refuse every message whose body starts
+// with "refused" (constraint no_refused, dropped to mend it).
+func refuseBodies(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `ALTER TABLE messages ADD CONSTRAINT no_refused CHECK (body NOT LIKE 'refused%')`)
 	require.NoError(t, err)
-	require.True(t, rep.OK(), "%v", rep)
 }

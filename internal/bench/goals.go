@@ -88,18 +88,27 @@ func (g Goal) verdict() string {
 // fixedPhase returns the fixed load of phases at goalLoad msg/s, else the
 // last fixed one (a run with other loads); ok is false when there is none.
 func fixedPhase(phases []E2EPhase) (E2EPhase, bool) {
-	var last E2EPhase
+	return phaseAt(phases, goalLoad, func(E2EPhase, E2EPhase) bool { return true })
+}
+
+// phaseAt returns the fixed load (not the ramp's) of phases at load msg/s,
+// else the fixed one that prefer picks (prefer(p, best): p replaces the
+// best so far); ok is false when there is none.
+func phaseAt(phases []E2EPhase, load float64, prefer func(p, best E2EPhase) bool) (E2EPhase, bool) {
+	var best E2EPhase
 	ok := false
 	for _, p := range phases {
 		if strings.HasPrefix(p.Name, finalPhaseName) {
 			continue
 		}
-		if p.Offered == goalLoad {
+		if p.Offered == load {
 			return p, true
 		}
-		last, ok = p, true
+		if !ok || prefer(p, best) {
+			best, ok = p, true
+		}
 	}
-	return last, ok
+	return best, ok
 }
 
 func fmtRatio(v float64) string { return ratio(v, 1) }
@@ -142,20 +151,7 @@ const lowLoad = 100
 // lowPhase returns the fixed load of phases at lowLoad msg/s, else the
 // lowest fixed one (a run with other loads); ok is false when there is none.
 func lowPhase(phases []E2EPhase) (E2EPhase, bool) {
-	var low E2EPhase
-	ok := false
-	for _, p := range phases {
-		if strings.HasPrefix(p.Name, finalPhaseName) {
-			continue
-		}
-		if p.Offered == lowLoad {
-			return p, true
-		}
-		if !ok || p.Offered < low.Offered {
-			low, ok = p, true
-		}
-	}
-	return low, ok
+	return phaseAt(phases, lowLoad, func(p, best E2EPhase) bool { return p.Offered < best.Offered })
 }
 
 // pushGoals: over HTTP and over the WebSocket, the push p50 at 1,000

@@ -250,6 +250,11 @@ func New(cfg Config, pool *pgxpool.Pool) (*Fanout, error) {
 	return &Fanout{cfg: cfg, pool: pool, proj: proj, m: m, parts: parts, guard: g}, nil
 }
 
+// Forget makes the next batches read again what the projector keeps of
+// the database between batches (projector.Projector.Forget): for a change
+// made to the projections by hand while the fanout runs.
+func (f *Fanout) Forget() { f.proj.Forget() }
+
 // Ready is nil while every partition of this process projects; a
 // *DegradedError names the partitions whose current batch keeps failing
 // (for /readyz). It does not check PostgreSQL or Kafka themselves.

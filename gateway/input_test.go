@@ -295,6 +295,7 @@ func TestSendDeadLettered(t *testing.T) {
 	insertDeadLetter(uuid.NewString(), idB, b.id)
 	_, err = env.ConvPool(cid).Exec(ctx, `UPDATE member_spans SET left_seq = 2 WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL`, cid, b.id)
 	require.NoError(t, err)
+	env.Poked()
 	logBefore := tg.snapshot(t)
 	r = a.do(t, "POST", msgs, map[string]any{"msg_id": id, "body": "poison"})
 	requireError(t, r, http.StatusBadRequest, protocol.CodeBadRequest, "retry")

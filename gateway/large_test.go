@@ -27,6 +27,7 @@ func setReadFanout(t testing.TB, tg *tgw, cid int64, on bool) {
 	t.Helper()
 	_, err := tg.env.ConvPool(cid).Exec(context.Background(), `UPDATE conversations SET read_fanout = $2, channel = $2 WHERE id = $1`, cid, on)
 	require.NoError(t, err)
+	tg.env.Poked()
 }
 
 // setChanged marks message (cid, seq) changed at ord and the
@@ -38,6 +39,7 @@ func setChanged(t testing.TB, tg *tgw, cid, seq, ord int64) {
 	require.NoError(t, err)
 	_, err = tg.env.ConvPool(cid).Exec(ctx, `UPDATE conversations SET change_count = greatest(change_count, $2) WHERE id = $1`, cid, ord)
 	require.NoError(t, err)
+	tg.env.Poked()
 }
 
 // notifyLarge sends what enc holds on the gateway's channel.
@@ -273,6 +275,7 @@ func TestLongPollWokenByLargeToken(t *testing.T) {
 	seq, _ := lastSeq(t, tg, big)
 	_, err := tg.env.ConvPool(big).Exec(context.Background(), `UPDATE conversations SET last_seq = last_seq + 1 WHERE id = $1`, big)
 	require.NoError(t, err)
+	tg.env.Poked()
 	notifyLarge(t, tg, func(e *projection.Encoder) { e.Large(projection.Large{Conv: big, LastSeq: seq + 1}) })
 	r = <-done
 	require.Equal(t, http.StatusOK, r.status, "%s", r)

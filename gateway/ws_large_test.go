@@ -270,6 +270,7 @@ func TestWSLargeAfterListenLost(t *testing.T) {
 	// may be lost.
 	_, err := tg.env.ConvPool(big).Exec(context.Background(), `UPDATE conversations SET last_seq = last_seq + 1 WHERE id = $1`, big)
 	require.NoError(t, err)
+	tg.env.Poked()
 	seq, _ := lastSeq(t, tg, big)
 	waitFor(t, 30*time.Second, "the hub to reconnect", func() bool { return tg.g.hub.Connected() })
 	for {

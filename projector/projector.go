@@ -219,7 +219,14 @@ func (p *Projector) remember(recs []Record, users []int64) {
 	}
 }
 
-// forget drops the memory of existing rows.
+// Forget drops what the projector remembers of the database between
+// batches (the rows known to exist and the conversation cache), so that
+// its next batch reads everything again: for a change made to the
+// projections by hand under it (the cache trusts that a conversation
+// changes only through its partition's records).
+func (p *Projector) Forget() { p.forget() }
+
+// forget drops the memory of existing rows and the conversation cache.
 func (p *Projector) forget() {
 	p.knownMu.Lock()
 	p.knownParts, p.knownUsers = nil, nil

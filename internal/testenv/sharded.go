@@ -176,6 +176,7 @@ func (e *Env) startStagesOn(t testing.TB, m *placement.Map, edit func(*fanout.Co
 		if err != nil {
 			t.Fatal(err)
 		}
+		e.started(f)
 		d, err := fanout.NewDeliverer(dcfg, pool)
 		if err != nil {
 			t.Fatal(err)

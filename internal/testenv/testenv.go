@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,6 +51,26 @@ type Env struct {
 	// Deliveries is the topic between the servers' stages (sharded only).
 	Deliveries string
 	current    atomic.Pointer[placement.Map] // FollowPlacement's
+
+	fanoutsMu sync.Mutex
+	fanouts   []*fanout.Fanout // started by StartFanoutWith, for Poked
+}
+
+// Poked tells the fanouts this test started that it changed the
+// projections by hand (fanout.Fanout.Forget): their next batches read the
+// state again instead of trusting what they kept of it.
+func (e *Env) Poked() {
+	e.fanoutsMu.Lock()
+	defer e.fanoutsMu.Unlock()
+	for _, f := range e.fanouts {
+		f.Forget()
+	}
+}
+
+func (e *Env) started(f *fanout.Fanout) {
+	e.fanoutsMu.Lock()
+	e.fanouts = append(e.fanouts, f)
+	e.fanoutsMu.Unlock()
 }
 
 // Options of New.
@@ -168,6 +189,7 @@ func (e *Env) StartFanoutWith(t testing.TB, edit func(*fanout.Config)) (stop fun
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.started(f)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()

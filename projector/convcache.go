@@ -31,6 +31,10 @@ type convCache struct {
 	entries map[int64]cachedConv
 	parts   map[int32]cachedPart
 	epochs  int64 // the last epoch given
+	// gen counts the clears: a batch that began before one (its update
+	// carries the gen it saw) stores nothing, since what it read may be
+	// what the clear was for.
+	gen int64
 }
 
 // cachedPart is a partition's next offset as the projector last committed
@@ -124,8 +128,19 @@ func (h cacheHit) state(id int64) *convState {
 // the partitions it moved (from, to) and the conversations it read or
 // wrote in them, nil where a conversation is not to be kept.
 type cacheUpdate struct {
+	gen   int64
 	moved map[int32][2]int64
 	convs map[int64]*cachedConv
+}
+
+// generation is the cache's count of clears (for cacheUpdate.gen).
+func (cc *convCache) generation() int64 {
+	if cc == nil {
+		return 0
+	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.gen
 }
 
 // update takes the state t's batch leaves (before its commit: the cache
@@ -134,7 +149,7 @@ func (t *txn) cacheUpdate() *cacheUpdate {
 	if t.p.cache == nil || !t.own {
 		return nil
 	}
-	u := &cacheUpdate{moved: map[int32][2]int64{}, convs: map[int64]*cachedConv{}}
+	u := &cacheUpdate{gen: t.gen, moved: map[int32][2]int64{}, convs: map[int64]*cachedConv{}}
 	for pt, next := range t.parts {
 		if next > t.stored[pt] {
 			u.moved[pt] = [2]int64{t.stored[pt], next}
@@ -176,6 +191,9 @@ func (cc *convCache) store(u *cacheUpdate) {
 	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
+	if u.gen != cc.gen {
+		return
+	}
 	if cc.entries == nil || len(cc.entries)+len(u.convs) > cc.max {
 		cc.entries, cc.parts = map[int64]cachedConv{}, map[int32]cachedPart{}
 	}
@@ -205,6 +223,7 @@ func (cc *convCache) clear() {
 	}
 	cc.mu.Lock()
 	cc.entries, cc.parts = nil, nil
+	cc.gen++
 	cc.mu.Unlock()
 }
 

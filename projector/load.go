@@ -125,6 +125,9 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 	t.convParts = convPartitions(recs)
 	var hits map[int64]cacheHit
 	if t.own {
+		// The generation first: a clear between it and the lookup
+		// only makes the batch store nothing.
+		t.gen = t.p.cache.generation()
 		hits = t.p.cache.lookup(recs)
 	}
 	k := queueLoad(bt, t.b, recs, hits)

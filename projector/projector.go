@@ -267,6 +267,8 @@ type txn struct {
 	// those it was behind on, loaded those read in the first round trip.
 	convParts              map[int64]int32
 	loaded, cached, behind int
+	// gen is the conversation cache's generation when the batch began.
+	gen int64
 }
 
 // apply projects recs through tx; own says that apply begins the

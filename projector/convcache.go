@@ -70,38 +70,21 @@ func newConvCache(max int) *convCache {
 	return &convCache{max: max}
 }
 
-// lookup returns the cached conversations of recs (each must come from its
-// cached partition) and the expected stored offsets of their partitions.
-func (cc *convCache) lookup(recs []Record) map[int64]cacheHit {
+// lookup returns the cached conversations of a batch whose conversations
+// come from the partitions convParts gives (convPartitions: -1 for one
+// that comes from several, never cached), each with the stored offset its
+// partition must still have.
+func (cc *convCache) lookup(convParts map[int64]int32) map[int64]cacheHit {
 	if cc == nil {
 		return nil
 	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	if len(cc.entries) == 0 {
-		return nil
-	}
 	var hits map[int64]cacheHit
-	bad := map[int64]bool{}
-	for _, r := range recs {
-		if r.Event == nil || r.DeadLetter {
-			continue
-		}
-		id := r.Event.ConversationID
-		if bad[id] {
-			continue
-		}
-		if h, ok := hits[id]; ok {
-			if h.conv.partition != r.Partition {
-				delete(hits, id)
-				bad[id] = true
-			}
-			continue
-		}
+	for id, p := range convParts {
 		e, ok := cc.entries[id]
-		pt, okp := cc.parts[r.Partition]
-		if !ok || !okp || e.partition != r.Partition || e.epoch != pt.epoch {
-			bad[id] = true
+		pt, okp := cc.parts[p]
+		if !ok || !okp || e.partition != p || e.epoch != pt.epoch {
 			continue
 		}
 		if hits == nil {

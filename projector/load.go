@@ -128,7 +128,7 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 		// The generation first: a clear between it and the lookup
 		// only makes the batch store nothing.
 		t.gen = t.p.cache.generation()
-		hits = t.p.cache.lookup(recs)
+		hits = t.p.cache.lookup(t.convParts)
 	}
 	k := queueLoad(bt, t.b, recs, hits)
 	t.loaded = k.loaded

@@ -1,0 +1,153 @@
+package attachments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// S3Config locates a bucket of an S3-compatible store.
+type S3Config struct {
+	// Endpoint is the store's URL, as clients reach it (the presigned
+	// URLs point there): http://host:port or https://host.
+	Endpoint string
+	// Bucket holds the objects; NewS3 creates it when it is missing.
+	Bucket string
+	// AccessKey and SecretKey sign the requests and the URLs.
+	AccessKey, SecretKey string
+	// Region is the bucket's region (default "us-east-1").
+	Region string
+}
+
+// S3Store is a Store on an S3-compatible bucket (AWS S3, SeaweedFS,
+// MinIO, Ceph), through minio-go.
+type S3Store struct {
+	c      *minio.Client
+	bucket string
+}
+
+// NewS3 connects to cfg's bucket, creating it when it does not exist.
+func NewS3(ctx context.Context, cfg S3Config) (*S3Store, error) {
+	u, err := url.Parse(cfg.Endpoint)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("s3 endpoint %q: want http://host:port or https://host", cfg.Endpoint)
+	}
+	if cfg.Bucket == "" {
+		return nil, errors.New("s3: a bucket is needed")
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	c, err := minio.New(u.Host, &minio.Options{
+		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure:       u.Scheme == "https",
+		Region:       cfg.Region,
+		BucketLookup: minio.BucketLookupPath,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
+	}
+	ok, err := c.BucketExists(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("s3: look bucket %s up: %w", cfg.Bucket, err)
+	}
+	if !ok {
+		err := c.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{Region: cfg.Region})
+		if err != nil {
+			// Another process may have made it meanwhile.
+			if ok, err2 := c.BucketExists(ctx, cfg.Bucket); err2 != nil || !ok {
+				return nil, fmt.Errorf("s3: make bucket %s: %w", cfg.Bucket, err)
+			}
+		}
+	}
+	return &S3Store{c: c, bucket: cfg.Bucket}, nil
+}
+
+// PresignPut implements Store.
+func (s *S3Store) PresignPut(ctx context.Context, key string, ttl time.Duration) (string, http.Header, error) {
+	u, err := s.c.PresignedPutObject(ctx, s.bucket, key, ttl)
+	if err != nil {
+		return "", nil, fmt.Errorf("presign put %s: %w", key, err)
+	}
+	return u.String(), http.Header{}, nil
+}
+
+// PresignGet implements Store.
+func (s *S3Store) PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error) {
+	u, err := s.c.PresignedGetObject(ctx, s.bucket, key, ttl, nil)
+	if err != nil {
+		return "", fmt.Errorf("presign get %s: %w", key, err)
+	}
+	return u.String(), nil
+}
+
+func notFound(err error) bool {
+	var r minio.ErrorResponse
+	return errors.As(err, &r) && (r.StatusCode == http.StatusNotFound || r.Code == "NoSuchKey")
+}
+
+// Stat implements Store.
+func (s *S3Store) Stat(ctx context.Context, key string) (int64, error) {
+	info, err := s.c.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		if notFound(err) {
+			return 0, ErrNotFound
+		}
+		return 0, fmt.Errorf("stat %s: %w", key, err)
+	}
+	return info.Size, nil
+}
+
+// Open implements Store.
+func (s *S3Store) Open(ctx context.Context, key string) (io.ReadCloser, error) {
+	o, err := s.c.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	// GetObject is lazy: Stat makes the request, so that a missing
+	// object is ErrNotFound here rather than at the first read.
+	if _, err := o.Stat(); err != nil {
+		o.Close()
+		if notFound(err) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	return o, nil
+}
+
+// Put implements Store.
+func (s *S3Store) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	_, err := s.c.PutObject(ctx, s.bucket, key, r, size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+// Delete implements Store.
+func (s *S3Store) Delete(ctx context.Context, key string) error {
+	if err := s.c.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil && !notFound(err) {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// Keys implements Store.
+func (s *S3Store) Keys(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	for o := range s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			return nil, fmt.Errorf("list %s: %w", prefix, o.Err)
+		}
+		keys = append(keys, o.Key)
+	}
+	return keys, nil
+}

@@ -1,0 +1,129 @@
+package attachments_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/attachments"
+	"github.com/inboxd/inboxd/internal/s3test"
+)
+
+func TestMain(m *testing.M) { os.Exit(s3test.Run(m.Run)) }
+
+// stores runs the contract on each Store: a directory served by a test
+// HTTP server standing in for the gateway, and a real SeaweedFS bucket.
+func stores(t *testing.T) map[string]attachments.Store {
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	local, err := attachments.NewLocal(t.TempDir(), srv.URL, []byte("0123456789abcdef0123"))
+	require.NoError(t, err)
+	mux.Handle(attachments.LocalPath, local.Handler())
+	out := map[string]attachments.Store{"local": local}
+	if testing.Short() && os.Getenv(s3test.EnvEndpoint) == "" {
+		t.Log("-short: the S3 store is not started")
+		return out
+	}
+	s3, _ := s3test.Store(t)
+	out["s3"] = s3
+	return out
+}
+
+func do(t *testing.T, method, u string, body []byte, h http.Header) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, u, bytes.NewReader(body))
+	require.NoError(t, err)
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	if body == nil {
+		req.Body = nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// TestStoreContract: what the gateway relies on of any store.
+func TestStoreContract(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			data := make([]byte, 200_000)
+			_, _ = rand.Read(data)
+
+			// A presigned PUT stores the bytes; Stat and Open see them.
+			put, h, err := st.PresignPut(ctx, "u/1/a", time.Minute)
+			require.NoError(t, err)
+			resp := do(t, http.MethodPut, put, data, h)
+			require.Less(t, resp.StatusCode, 300, "PUT: %d", resp.StatusCode)
+			n, err := st.Stat(ctx, "u/1/a")
+			require.NoError(t, err)
+			require.EqualValues(t, len(data), n)
+			r, err := st.Open(ctx, "u/1/a")
+			require.NoError(t, err)
+			got, err := io.ReadAll(r)
+			require.NoError(t, err)
+			r.Close()
+			require.True(t, bytes.Equal(data, got))
+
+			// A presigned GET serves them, byte ranges too.
+			get, err := st.PresignGet(ctx, "u/1/a", time.Minute)
+			require.NoError(t, err)
+			resp = do(t, http.MethodGet, get, nil, nil)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			got, err = io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(data, got))
+			resp = do(t, http.MethodGet, get, nil, http.Header{"Range": {"bytes=70000-70099"}})
+			require.Equal(t, http.StatusPartialContent, resp.StatusCode)
+			got, err = io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, data[70000:70100], got)
+
+			// A changed URL is refused, and so is an expired one.
+			u, err := url.Parse(get)
+			require.NoError(t, err)
+			u.Path = strings.Replace(u.Path, "u/1/a", "u/1/b", 1)
+			resp = do(t, http.MethodGet, u.String(), nil, nil)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "another key on the signature")
+			resp = do(t, http.MethodPut, get, []byte("x"), nil)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "a GET URL used to PUT")
+			short, err := st.PresignGet(ctx, "u/1/a", time.Second)
+			require.NoError(t, err)
+			time.Sleep(2100 * time.Millisecond)
+			resp = do(t, http.MethodGet, short, nil, nil)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "expired")
+
+			// The server's own Put, the listing, and deletes.
+			require.NoError(t, st.Put(ctx, "u/2/t", bytes.NewReader(data[:10]), 10))
+			require.NoError(t, st.Put(ctx, "v/3", bytes.NewReader(data[:5]), 5))
+			keys, err := st.Keys(ctx, "u/")
+			require.NoError(t, err)
+			sort.Strings(keys)
+			require.Equal(t, []string{"u/1/a", "u/2/t"}, keys)
+			require.NoError(t, st.Delete(ctx, "u/1/a"))
+			require.NoError(t, st.Delete(ctx, "u/1/a"), "a missing object is no error")
+			_, err = st.Stat(ctx, "u/1/a")
+			require.True(t, errors.Is(err, attachments.ErrNotFound), "%v", err)
+			_, err = st.Open(ctx, "u/1/a")
+			require.True(t, errors.Is(err, attachments.ErrNotFound), "%v", err)
+			resp = do(t, http.MethodGet, get, nil, nil)
+			require.Equal(t, http.StatusNotFound, resp.StatusCode, "a deleted object's URL")
+		})
+	}
+}

@@ -21,7 +21,8 @@ check: ## the quick loop (about a minute cold, seconds warm): vet, build, and ev
 	INBOXD_TEST_UNIT=1 INBOXD_COMPOSE_TEST=skip $(GO) test -count=1 -short -run '^(Test|Fuzz)' $(GOTESTFLAGS) ./...
 
 # make test and make test-race leave the compose topology to make test-compose.
-test: ## every test, against a real PostgreSQL and kfake started by the tests; then the TypeScript SDK's (test-ts)
+test: ## every test, against a real PostgreSQL, kfake and SeaweedFS (S3) started by the tests; then the TypeScript SDK's (test-ts)
+	scripts/seaweedfs.sh install >/dev/null
 	$(GO) vet ./...
 	INBOXD_COMPOSE_TEST=skip $(GO) test -count=1 -timeout 40m $(GOTESTFLAGS) ./...
 	$(MAKE) test-ts

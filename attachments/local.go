@@ -46,9 +46,10 @@ func NewLocal(dir, base string, secret []byte) (*LocalStore, error) {
 	return &LocalStore{dir: dir, base: strings.TrimSuffix(base, "/"), secret: secret, now: time.Now}, nil
 }
 
-// validKey refuses keys that would leave the directory or be ambiguous.
+// validKey refuses keys that would leave the directory or be ambiguous:
+// a key is one path segment (the gateway's route is /v1/blobs/{key}).
 func validKey(key string) error {
-	if key == "" || len(key) > 512 || strings.Contains(key, "..") || strings.HasPrefix(key, "/") || strings.ContainsAny(key, "\\\x00") {
+	if key == "" || len(key) > 255 || strings.Contains(key, "..") || strings.ContainsAny(key, "/\\\x00?#%") {
 		return fmt.Errorf("local store: key %q is not allowed", key)
 	}
 	return nil

@@ -30,6 +30,7 @@ type S3Config struct {
 // MinIO, Ceph), through minio-go.
 type S3Store struct {
 	c      *minio.Client
+	tr     *http.Transport
 	bucket string
 }
 
@@ -45,11 +46,16 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3Store, error) {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
+	tr, err := minio.DefaultTransport(u.Scheme == "https")
+	if err != nil {
+		return nil, err
+	}
 	c, err := minio.New(u.Host, &minio.Options{
 		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
 		Secure:       u.Scheme == "https",
 		Region:       cfg.Region,
 		BucketLookup: minio.BucketLookupPath,
+		Transport:    tr,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
@@ -67,8 +73,11 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3Store, error) {
 			}
 		}
 	}
-	return &S3Store{c: c, bucket: cfg.Bucket}, nil
+	return &S3Store{c: c, tr: tr, bucket: cfg.Bucket}, nil
 }
+
+// Close lets go of the store's idle connections.
+func (s *S3Store) Close() { s.tr.CloseIdleConnections() }
 
 // PresignPut implements Store.
 func (s *S3Store) PresignPut(ctx context.Context, key string, ttl time.Duration) (string, http.Header, error) {

@@ -94,6 +94,12 @@ type Event struct {
 	// at most MaxMentions); MentionAll mentions every member ("@all").
 	Mentions   []int64 `json:"mentions,omitempty"`
 	MentionAll bool    `json:"mention_all,omitempty"`
+	// Attachments (message.sent) are the files it attaches, described in
+	// the clear where bodies are plain; SealedAttachments replaces them
+	// where bodies are sealed (attachments.go). A message with
+	// attachments may have an empty body.
+	Attachments       []Attachment `json:"attachments,omitempty"`
+	SealedAttachments string       `json:"sealed_attachments,omitempty"`
 
 	Seq      int64  `json:"seq,omitempty"`
 	ChangeID string `json:"change_id,omitempty"`
@@ -207,6 +213,9 @@ func (e *Event) Validate(maxBody int) error {
 	if err := e.validateImported(); err != nil {
 		return err
 	}
+	if e.Type != MessageSent && e.HasAttachments() {
+		return invalid("attachments on a %s", e.Type)
+	}
 	switch e.Type {
 	case ConversationCreated:
 		if len(e.Title) > 256 {
@@ -230,6 +239,9 @@ func (e *Event) Validate(maxBody int) error {
 	case MessageSent:
 		if _, err := uuid.Parse(e.MsgID); err != nil || len(e.MsgID) != 36 {
 			return invalid("msg_id is not a uuid")
+		}
+		if err := e.validateAttachmentFields(); err != nil {
+			return err
 		}
 		if err := e.validateBody(maxBody); err != nil {
 			return err
@@ -366,7 +378,7 @@ func (e *Event) validateBody(maxBody int) error {
 		}
 		return nil
 	}
-	if e.Body == nil || *e.Body == "" {
+	if e.Body == nil || *e.Body == "" && !e.HasAttachments() {
 		return invalid("missing body")
 	}
 	if len(*e.Body) > maxBody {

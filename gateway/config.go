@@ -267,6 +267,10 @@ type Config struct {
 	// rate limit; see ServerAPIConfig.
 	ServerAPI ServerAPIConfig
 
+	// Attachments are files in messages (docs/protocol.md,
+	// "Attachments"); off without a Store.
+	Attachments AttachmentsConfig
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 
@@ -318,6 +322,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.HeadCacheUsers, hub.DefaultHeadCacheUsers)
 	setDefault(&c.CountsCacheUsers, inbox.DefaultCountsCacheUsers)
 	setDefault(&c.TokenCache, DefaultTokenCache)
+	c.Attachments.setDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -353,6 +358,9 @@ func setDefault[T comparable](p *T, def T) {
 }
 
 func (c *Config) validate() error {
+	if err := c.Attachments.validate(); err != nil {
+		return err
+	}
 	switch {
 	case len(c.AuthSecret) == 0 && c.AuthJWKSURL == "":
 		return errors.New("gateway: AuthSecret or AuthJWKSURL is required")

@@ -198,7 +198,7 @@ func NewOn(cfg Config, pl Placement, prod *producer.Producer) (*Gateway, error) 
 	g.sends = write.NewSender(write.SenderConfig{Servers: g.srv, Hub: g.hub, Inbox: g.inbox, App: app,
 		Outcomes: m.sends, Stages: m.sendStages, MaxBody: cfg.MaxBody, AckWait: cfg.AckWait, Draining: g.draining,
 		Seal: !cfg.PlainBodies, MentionAllMax: cfg.MentionAllMax, CheckBatch: cfg.SendCheckBatch, CheckRunners: cfg.SendCheckRunners,
-		CheckBatchSizes: m.sendCheckBatch})
+		CheckBatchSizes: m.sendCheckBatch, Objects: objectsOf(cfg.Attachments.Store)})
 	g.members = write.NewMembers(write.MembersConfig{Servers: g.srv, Hub: g.hub, App: app, AckWait: cfg.AckWait,
 		Draining: g.draining})
 	g.changes = write.NewChanger(write.ChangerConfig{Servers: g.srv, Hub: g.hub, Inbox: g.inbox, App: app,
@@ -247,6 +247,7 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	eg.Go(func() error { return g.ws.Run(ctx) })
 	eg.Go(func() error { return g.eph.Run(ctx) })
 	eg.Go(func() error { return g.auth.verifier.Run(ctx) })
+	eg.Go(func() error { return g.runSweeper(ctx) })
 	return eg.Wait()
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -18,11 +19,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/internal/s3test"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/protocol"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { os.Exit(s3test.Run(func() int { return pgtest.Run(m) })) }
 
 var testSecret = []byte("gateway-test-secret-0123456789")
 

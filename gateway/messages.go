@@ -64,7 +64,8 @@ func (g *Gateway) handleSend(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	res, err := g.sends.Send(r.Context(), userFrom(r.Context()), write.SendRequest{ConversationID: cid, MsgID: msgID,
-		Body: req.Body, ReplyTo: req.ReplyTo, Mentions: req.Mentions, MentionAll: req.MentionAll})
+		Body: req.Body, ReplyTo: req.ReplyTo, Mentions: req.Mentions, MentionAll: req.MentionAll,
+		Attachments: req.Attachments})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,8 @@ type metrics struct {
 	polls              *prometheus.CounterVec
 	cache              *prometheus.CounterVec
 	headHit, headMiss  prometheus.Counter
+	uploads            *prometheus.CounterVec
+	swept              prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, held func() float64, connected func() float64) (*metrics, error) {
@@ -79,12 +81,20 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 		Help: "Lookups of the in-memory caches by cache (messages: wire form of messages; heads: inbox heads answering 304s; tokens: verified bearer tokens) and result (hit, miss; held_back: on several PostgreSQL servers, pages ended before an entry whose message its conversation's server did not show yet, during a move).",
 	}, []string{"cache", "result"})
 	m.headHit, m.headMiss = m.cache.WithLabelValues("heads", "hit"), m.cache.WithLabelValues("heads", "miss")
+	m.uploads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "inboxd", Subsystem: "gateway", Name: "uploads_total",
+		Help: "Uploads of attachments asked for, by outcome (created; refused: invalid, over a limit or a quota, not a member).",
+	}, []string{"outcome"})
+	m.swept = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "inboxd", Subsystem: "gateway", Name: "uploads_swept_total",
+		Help: "Objects of attachments removed from the store: uploads never attached past their expiry, and the files of deleted messages.",
+	})
 	listening := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "inboxd", Subsystem: "gateway", Name: "listener_connected",
 		Help: "1 while the LISTEN connection is up.",
 	}, connected)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
-		m.listenerReconnects, m.sends, m.sendStages, m.sendCheckBatch, m.changes, m.polls, m.cache, listening} {
+		m.listenerReconnects, m.sends, m.sendStages, m.sendCheckBatch, m.changes, m.polls, m.cache, listening, m.uploads, m.swept} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

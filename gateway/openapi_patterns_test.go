@@ -164,7 +164,8 @@ func TestOpenAPIEmojiPattern(t *testing.T) {
 
 // TestOpenAPIRequestTextHasNoNUL: every string of every request body
 // refuses NUL, as DecodeJSON does anywhere in a body, so that a text the
-// document allows is one the server takes. (The branches of an anyOf or a
+// document allows is one the server takes. Bodies of bytes (a sealed
+// file's PUT) are no text. (The branches of an anyOf or a
 // oneOf only add to the property's own schema, checked here.)
 func TestOpenAPIRequestTextHasNoNUL(t *testing.T) {
 	doc := loadOpenAPI(t)
@@ -200,6 +201,9 @@ func TestOpenAPIRequestTextHasNoNUL(t *testing.T) {
 				continue
 			}
 			for media, c := range mapOf(doc.resolve(t, body)["content"]) {
+				if media != "application/json" {
+					continue // bytes, not text: the dev store's PUT of a sealed file
+				}
 				check(strings.ToUpper(method)+" "+path+" "+media, mapOf(c)["schema"])
 				n++
 			}

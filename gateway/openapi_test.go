@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/inboxd/inboxd/attachments"
 	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -37,7 +38,10 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			documented = append(documented, strings.ToUpper(method)+" "+path)
 		}
 	}
-	tg := newGateway(t, nil) // dev mode: every route
+	// Dev mode with attachments in a directory: every route.
+	local, err := attachments.NewLocal(t.TempDir(), "http://localhost", []byte("local-store-secret-0123456789"))
+	require.NoError(t, err)
+	tg := newGateway(t, func(c *Config) { c.Attachments.Store = local })
 	registered := tg.g.routePaths()
 	sort.Strings(documented)
 	sort.Strings(registered)
@@ -212,16 +216,21 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		// (omitted when they do not apply): documented, not required.
 		optional []string
 	}{
-		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, []string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "sender_name"}, nil},
+		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, []string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "sender_name", "attachments"}, nil},
 		{"system sender's Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`), SenderName: "Support"},
-			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord"}, []string{"sender_name"}},
+			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "attachments"}, []string{"sender_name"}},
 		{"server conversation", response("/v1/server/conversations/{cid}", "get", "200"), protocol.ServerConversation{}, nil, nil},
 		{"server inbox", response("/v1/server/users/{uid}/inbox", "get", "200"), protocol.ServerInbox{}, nil, nil},
 		{"server create", response("/v1/server/conversations", "post", "201"), protocol.ConversationCreated{}, nil, nil},
 		{"server pending", response("/v1/server/conversations/{cid}/messages", "post", "202"), protocol.SendPending{}, nil, nil},
 		{"changed Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`), Version: 2, EditedAt: &time.Time{},
-			Deleted: true, ReplyTo: 1, Reactions: []protocol.Reaction{{Emoji: "x", Count: 1}}, Mentions: []int64{1}, MentionAll: true, ChangedOrd: 3, SenderName: "S"}, nil,
-			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "sender_name"}},
+			Deleted: true, ReplyTo: 1, Reactions: []protocol.Reaction{{Emoji: "x", Count: 1}}, Mentions: []int64{1}, MentionAll: true, ChangedOrd: 3, SenderName: "S",
+			Attachments: []protocol.Attachment{{}}}, nil,
+			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "sender_name", "attachments"}},
+		{"Attachment", schema("Attachment"), protocol.Attachment{}, []string{"sha256", "width", "height"}, nil},
+		{"Attachment of an image", schema("Attachment"), protocol.Attachment{SHA256: "x", Width: 1, Height: 1}, nil, []string{"sha256", "width", "height"}},
+		{"upload", response("/v1/conversations/{cid}/uploads", "post", "201"), protocol.Upload{}, []string{"sha256", "width", "height"}, nil},
+		{"attachment URL", response("/v1/conversations/{cid}/attachments/{id}", "get", "200"), protocol.AttachmentURL{}, nil, nil},
 		{"UpdateEntry (inbox.AppendEntries)", schema("UpdateEntry"), protocol.Entry{Kind: protocol.KindUpdate, Message: &protocol.Message{Body: json.RawMessage(`"x"`)}}, nil, nil},
 		{"change pending", response("/v1/conversations/{cid}/messages/{seq}", "patch", "202"), protocol.ChangePending{}, nil, nil},
 		{"Record", schema("Record"), protocol.Record{}, nil, nil},

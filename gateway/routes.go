@@ -51,6 +51,8 @@ func (g *Gateway) routeTable() []route {
 		{"PUT", "/v1/conversations/{cid}/messages/{seq}/reaction", true, bucketSend, g.handleChange(events.ReactionAdded)},
 		{"DELETE", "/v1/conversations/{cid}/messages/{seq}/reaction", true, bucketSend, g.handleChange(events.ReactionRemoved)},
 		{"PATCH", "/v1/conversations/{cid}/record", true, bucketSend, g.handleRecord},
+		{"POST", "/v1/conversations/{cid}/uploads", true, bucketSend, g.handleCreateUpload},
+		{"GET", "/v1/conversations/{cid}/attachments/{id}", true, bucketSync, g.handleDownload},
 		{"POST", "/v1/conversations/{cid}/read", true, bucketSend, g.handleRead},
 		{"GET", "/v1/sync", true, bucketSync, g.handleSync},
 		// Typing and presence: the user's settings, presence.
@@ -65,7 +67,8 @@ func (g *Gateway) routeTable() []route {
 		{"GET", "/metrics", false, bucketNone, g.handleMetrics},
 		{"GET", "/openapi.yaml", false, bucketNone, g.handleOpenAPI},
 	}
-	rs = append(rs, g.serverRoutes()...) // the server API (server_api.go)
+	rs = append(rs, g.serverRoutes()...)    // the server API (server_api.go)
+	rs = append(rs, g.localStoreRoute()...) // a LocalStore's signed URLs (attachments.go)
 	if g.cfg.DevMode {
 		rs = append(rs, route{"POST", "/v1/dev/token", false, bucketNone, g.handleDevToken})
 	}

@@ -277,7 +277,8 @@ func (m *msgState) row() (string, int64, *time.Time, bool, *int64, map[string]in
 
 const (
 	sqlUpdateMessages = `UPDATE messages m SET body = u.b, version = u.v, edited_at = coalesce(u.e, m.edited_at),
-  deleted = u.d, reactions = u.r, changed_ord = greatest(m.changed_ord, u.co)
+  deleted = u.d, reactions = u.r, changed_ord = greatest(m.changed_ord, u.co),
+  attachments = CASE WHEN u.d THEN NULL ELSE m.attachments END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::timestamptz[], $6::bool[], $7::jsonb[], $8::bigint[])
   AS u(c, s, b, v, e, d, r, co)
 WHERE m.conversation_id = u.c AND m.seq = u.s`

@@ -227,6 +227,7 @@ type loadKeys struct {
 	// and the actors' reactions on them.
 	changeIDs                         []string
 	sealed                            []string // msg_ids of sealed bodies
+	attached                          []string // msg_ids of sends with attachments
 	msgConvs, msgSeqs                 []int64
 	reactConvs, reactSeqs, reactUsers []int64
 }
@@ -274,6 +275,9 @@ func (b *batch) need(recs []Record) loadKeys {
 		switch e.Type {
 		case events.MessageSent:
 			k.msgIDs = append(k.msgIDs, e.MsgID)
+			if e.HasAttachments() {
+				k.attached = append(k.attached, e.MsgID)
+			}
 		case events.ConversationCreated, events.MemberAdded, events.MemberRemoved:
 			k.msgIDs = append(k.msgIDs, e.EventID)
 			if e.Type != events.ConversationCreated {
@@ -416,6 +420,9 @@ func queueLoadRest(bt *pgx.Batch, b *batch, k loadKeys) {
 	}
 	if len(k.sealed) > 0 {
 		queueLoadKeys(bt, b, k.sealed)
+	}
+	if len(k.attached) > 0 {
+		queueLoadClaims(bt, b, k.attached)
 	}
 	if len(k.recUsers) > 0 {
 		bt.Queue(sqlRecords, k.recUsers, k.recConvs).Query(func(rows pgx.Rows) error {

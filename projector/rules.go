@@ -80,6 +80,8 @@ type msgRow struct {
 	mentioned  []int64
 	mentionAll bool
 	imported   bool // appended by an import: no inbox entries (docs/import.md)
+	// attachments are the files the message keeps (attachments.go).
+	attachments []events.Attachment
 }
 
 type rejection struct {
@@ -129,6 +131,11 @@ type batch struct {
 	// erased); erase are the msg_ids whose keys go (deleted messages).
 	bodyKeys map[string][]byte
 	erase    []string
+	// claims are the live uploads the batch's sends with attachments
+	// claimed, by msg_id; attach the uploads their messages keep
+	// (attachments.go).
+	claims map[string]map[string]bool
+	attach []string
 
 	// reads moves the read positions of senders past their own messages,
 	// without a record version or entry (the message entry says it).
@@ -367,8 +374,13 @@ func (b *batch) messageSent(r Record, c *convState) {
 	if !ok {
 		return
 	}
+	atts, ok := b.attachments(r, erased)
+	if !ok {
+		return
+	}
 	seq := b.message(c, e.MsgID, e.ActorID, "text", body, e.At)
 	b.msgs[len(b.msgs)-1].senderName = e.SenderName
+	b.msgs[len(b.msgs)-1].attachments = atts
 	if b.importing {
 		b.importedRead[c.id] = seq // history is read: no entry, no mention
 	} else {

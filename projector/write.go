@@ -123,6 +123,7 @@ func (t *txn) write(ctx context.Context) error {
 	t.queueRejections(bt)
 	t.queueOffsets(bt)
 	t.b.queueChanges(bt)
+	t.b.queueUploads(bt)
 	if err := t.queueOutbox(bt); err != nil {
 		return err
 	}
@@ -305,13 +306,13 @@ func (t *txn) queueOffsets(bt *pgx.Batch) {
 
 const (
 	sqlInsertMessages = `INSERT INTO messages (conversation_id, seq, msg_id, sender_id, kind, body, created_at,
-  version, edited_at, deleted, reply_to, reactions, ord, mentions, mention_all, changed_ord, sender_name, imported)
+  version, edited_at, deleted, reply_to, reactions, ord, mentions, mention_all, changed_ord, sender_name, imported, attachments)
 SELECT m.c, m.s, m.id, m.snd, m.k, m.b, m.t, m.v, m.e, m.d, m.r, m.x, m.o,
-  CASE WHEN m.mn = '' THEN NULL ELSE string_to_array(m.mn, ',')::bigint[] END, m.ma, m.co, NULLIF(m.sn, ''), m.im
+  CASE WHEN m.mn = '' THEN NULL ELSE string_to_array(m.mn, ',')::bigint[] END, m.ma, m.co, NULLIF(m.sn, ''), m.im, m.att
 FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
   $8::bigint[], $9::timestamptz[], $10::bool[], $11::bigint[], $12::jsonb[], $13::bigint[], $14::text[], $15::bool[],
-  $16::bigint[], $17::text[], $18::bool[])
-  AS m(c, s, id, snd, k, b, t, v, e, d, r, x, o, mn, ma, co, sn, im)`
+  $16::bigint[], $17::text[], $18::bool[], $19::jsonb[])
+  AS m(c, s, id, snd, k, b, t, v, e, d, r, x, o, mn, ma, co, sn, im, att)`
 	sqlInsertInbox = `INSERT INTO inbox (user_id, inbox_seq, conversation_id, kind, seq, version, created_at)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[], $5::bigint[], $6::bigint[], $7::timestamptz[])`
 )
@@ -329,7 +330,13 @@ func queueMessages(bt *pgx.Batch, msgs []msgRow) error {
 	vs, edits, dels, replies, reacts := make([]int64, n), make([]*time.Time, n), make([]bool, n), make([]*int64, n), make([]map[string]int64, n)
 	ords, mentions, alls, cos, ims := make([]int64, n), make([]string, n), make([]bool, n), make([]int64, n), make([]bool, n)
 	names := make([]string, n)
+	atts := make([]*string, n)
 	for i, m := range msgs {
+		a, err := attachmentsJSON(m)
+		if err != nil {
+			return err
+		}
+		atts[i] = a
 		ords[i], mentions[i], alls[i], cos[i], ims[i] = m.ord, joinIDs(m.mentions), m.mentionAll, m.st.changedOrd, m.imported
 		names[i] = m.senderName
 		id, err := uuid.Parse(m.msgID)
@@ -339,7 +346,7 @@ func queueMessages(bt *pgx.Batch, msgs []msgRow) error {
 		cs[i], ss[i], ids[i], senders[i], kinds[i], ats[i] = m.conv, m.seq, id, m.sender, m.kind, m.at
 		bodies[i], vs[i], edits[i], dels[i], replies[i], reacts[i] = m.st.row()
 	}
-	bt.Queue(sqlInsertMessages, cs, ss, ids, senders, kinds, bodies, ats, vs, edits, dels, replies, reacts, ords, mentions, alls, cos, names, ims)
+	bt.Queue(sqlInsertMessages, cs, ss, ids, senders, kinds, bodies, ats, vs, edits, dels, replies, reacts, ords, mentions, alls, cos, names, ims, atts)
 	return nil
 }
 
@@ -391,13 +398,17 @@ func (t *txn) copyRows(ctx context.Context) error {
 			if m.senderName != "" {
 				name = &m.senderName
 			}
+			atts, err := attachmentsJSON(m)
+			if err != nil {
+				return err
+			}
 			msgRows[i] = []any{m.conv, m.seq, id, m.sender, m.kind, body, m.at, v, edited, deleted, replyTo, reactions,
-				m.ord, mentions, m.mentionAll, m.st.changedOrd, name, m.imported}
+				m.ord, mentions, m.mentionAll, m.st.changedOrd, name, m.imported, atts}
 		}
 		if _, err := t.tx.CopyFrom(ctx, pgx.Identifier{"messages"},
 			[]string{"conversation_id", "seq", "msg_id", "sender_id", "kind", "body", "created_at",
 				"version", "edited_at", "deleted", "reply_to", "reactions", "ord", "mentions", "mention_all", "changed_ord",
-				"sender_name", "imported"}, pgx.CopyFromRows(msgRows)); err != nil {
+				"sender_name", "imported", "attachments"}, pgx.CopyFromRows(msgRows)); err != nil {
 			return fmt.Errorf("copy messages: %w", err)
 		}
 	}

@@ -140,6 +140,56 @@ type SendMessage struct {
 	ReplyTo    int64   `json:"reply_to,omitempty"`
 	Mentions   []int64 `json:"mentions,omitempty"`
 	MentionAll bool    `json:"mention_all,omitempty"`
+	// Attachments are the ids of finished uploads of the sender in this
+	// conversation; with any, the body may be empty.
+	Attachments []string `json:"attachments,omitempty"`
+}
+
+// UploadRequest is the body of POST /v1/conversations/{cid}/uploads: the
+// file a member is about to upload.
+type UploadRequest struct {
+	Name        string `json:"name"`
+	ContentType string `json:"content_type"`
+	Size        int64  `json:"size"`
+	SHA256      string `json:"sha256,omitempty"`
+	Width       int    `json:"width,omitempty"`
+	Height      int    `json:"height,omitempty"`
+}
+
+// Upload is the answer of POST /v1/conversations/{cid}/uploads: where to
+// PUT the sealed file and the key to seal it with.
+type Upload struct {
+	ID             string `json:"id"`
+	ConversationID int64  `json:"conversation_id"`
+	Name           string `json:"name"`
+	ContentType    string `json:"content_type"`
+	Size           int64  `json:"size"`
+	SHA256         string `json:"sha256,omitempty"`
+	Width          int    `json:"width,omitempty"`
+	Height         int    `json:"height,omitempty"`
+	// Key seals the file (32 bytes, unpadded base64url); SealedSize is
+	// the size of the sealed file, which the PUT must carry; ChunkSize is
+	// the plaintext size of every sealed chunk but the last.
+	Key        string `json:"key"`
+	SealedSize int64  `json:"sealed_size"`
+	ChunkSize  int    `json:"chunk_size"`
+	// URL takes a PUT of the sealed file, with Headers, until URLExpiresAt;
+	// an upload not attached to a message by ExpiresAt is removed.
+	URL          string            `json:"url"`
+	Method       string            `json:"method"`
+	Headers      map[string]string `json:"headers"`
+	URLExpiresAt time.Time         `json:"url_expires_at"`
+	ExpiresAt    time.Time         `json:"expires_at"`
+}
+
+// AttachmentURL is the answer of GET
+// /v1/conversations/{cid}/attachments/{id}?redirect=false: the presigned
+// URL the default answer redirects to.
+type AttachmentURL struct {
+	URL        string    `json:"url"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	Size       int64     `json:"size"`
+	SealedSize int64     `json:"sealed_size"`
 }
 
 // ReceiptList is the answer of GET /v1/conversations/{cid}/receipts: the

@@ -62,6 +62,27 @@ type Message struct {
 	// system or bot sender (docs/protocol.md, "Server API"): its SenderID
 	// is 0, no user. Absent on every user's message.
 	SenderName string `json:"sender_name,omitempty"`
+
+	// Attachments are the files the message attaches (docs/protocol.md,
+	// "Attachments"); absent when none, and on a deleted message.
+	Attachments []Attachment `json:"attachments,omitempty"`
+}
+
+// Attachment is a file a message attaches: uploaded sealed to the object
+// store (attachments/sealed), downloaded with GET
+// /v1/conversations/{cid}/attachments/{id} and opened with Key.
+type Attachment struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	ContentType string `json:"content_type"`
+	// Size is the file's size; its sealed size in the store is
+	// sealed.Size(Size).
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"`
+	Width  int    `json:"width,omitempty"`
+	Height int    `json:"height,omitempty"`
+	// Key opens the stored object: 32 bytes, unpadded base64url.
+	Key string `json:"key"`
 }
 
 // LargeConv is a read-mode conversation the user is a current member of,

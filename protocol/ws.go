@@ -73,6 +73,8 @@ type Send struct {
 	ReplyTo        int64   `json:"reply_to,omitempty"`
 	Mentions       []int64 `json:"mentions,omitempty"`
 	MentionAll     bool    `json:"mention_all,omitempty"`
+	// Attachments are upload ids, as in POST .../messages.
+	Attachments []string `json:"attachments,omitempty"`
 }
 
 // Ping asks for a Pong.
@@ -91,12 +93,13 @@ type ClientFrame struct {
 	Epoch *int64 `json:"epoch"`
 	Large bool   `json:"large"`
 	// send
-	ConversationID int64   `json:"conversation_id"`
-	MsgID          string  `json:"msg_id"`
-	Body           *string `json:"body"`
-	ReplyTo        int64   `json:"reply_to"`
-	Mentions       []int64 `json:"mentions"`
-	MentionAll     bool    `json:"mention_all"`
+	ConversationID int64    `json:"conversation_id"`
+	MsgID          string   `json:"msg_id"`
+	Body           *string  `json:"body"`
+	ReplyTo        int64    `json:"reply_to"`
+	Mentions       []int64  `json:"mentions"`
+	MentionAll     bool     `json:"mention_all"`
+	Attachments    []string `json:"attachments"`
 	// edit, delete, react
 	ChangeID string  `json:"change_id"`
 	Seq      int64   `json:"seq"`

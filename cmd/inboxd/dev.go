@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -78,6 +79,11 @@ func runDev(ctx context.Context, args []string) error {
 	defer infra.Close()
 	c.databaseURL = infra.DatabaseURL
 	c.brokers = strings.Join(infra.Brokers, ",")
+	if gf.attach.s3Endpoint == "" && gf.attach.dir == "" {
+		// Attachments work at once: in the data dir, on URLs the
+		// gateway signs, as kfake stands in for Kafka.
+		gf.attach.dir = filepath.Join(d.dataDir, "attachments")
+	}
 	if gf.authSecret == "" {
 		gf.authSecret = "inboxd-dev-secret"
 		log.Warn("no auth secret given; using the well-known dev secret (never do this in production)")
@@ -114,6 +120,10 @@ func serveDev(ctx context.Context, log *slog.Logger, c *common, f *fanoutFlags, 
 	reg := app.NewRegistry()
 	gcfg := gf.config(c, log.With("service", "gateway"))
 	gcfg.DevMode = true
+	var err error
+	if gcfg.Attachments, err = gf.attach.config(ctx, gf.authSecret, gf.httpAddr); err != nil {
+		return err
+	}
 	// The demo page logs in through dev mode's token endpoint: it is
 	// served by dev only, beside the API.
 	demo := web.Handler()

@@ -71,6 +71,8 @@ type gatewayFlags struct {
 	typingInterval time.Duration
 	presenceGrace  time.Duration
 	presenceExpiry time.Duration
+	// attachments (attachments.go)
+	attach attachmentFlags
 }
 
 func (f *gatewayFlags) bind(fs *flag.FlagSet) {
@@ -105,6 +107,7 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	f.bindEphemeral(fs)
 	f.bindReconnect(fs)
 	f.bindIdentity(fs)
+	f.attach.bind(fs)
 }
 
 // bindIdentity binds the settings of the identity provider's tokens
@@ -227,6 +230,9 @@ func runGateway(ctx context.Context, args []string) error {
 	reg := app.NewRegistry()
 	cfg := f.config(&c, log)
 	cfg.Registerer = reg
+	if cfg.Attachments, err = f.attach.config(ctx, f.authSecret, f.httpAddr); err != nil {
+		return err
+	}
 	g, err := gateway.NewOn(cfg, pl, prod)
 	if err != nil {
 		return err

@@ -122,7 +122,7 @@ func (c *Changer) Change(ctx context.Context, user int64, req ChangeRequest) (*p
 	if e.Type == events.MessageEdited {
 		// Sealed with its message's key: deleting the message erases the
 		// edits too.
-		if err := sealBody(ctx, c.srv.Conv(e.ConversationID), c.seal, e, msgID, *e.Body, key); err != nil {
+		if err := sealBody(ctx, c.srv.Conv(e.ConversationID), c.seal, e, msgID, *e.Body, nil, key); err != nil {
 			return nil, false, err
 		}
 	}

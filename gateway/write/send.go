@@ -37,6 +37,7 @@ type Sender struct {
 	seal          bool
 	mentionAllMax int
 	checks        []*checkBatcher // by server, when checks are batched
+	objects       Objects         // nil: attachments are refused
 }
 
 // SenderConfig is what a Sender needs; every field is required (the
@@ -62,13 +63,15 @@ type SenderConfig struct {
 	// size is observed by CheckBatchSizes when not nil.
 	CheckBatch, CheckRunners int
 	CheckBatchSizes          prometheus.Observer
+	// Objects is the object store of attachments; nil refuses them.
+	Objects Objects
 }
 
 // NewSender makes the send path of cfg.
 func NewSender(cfg SenderConfig) *Sender {
 	s := &Sender{srv: cfg.Servers, hub: cfg.Hub, inbox: cfg.Inbox, app: cfg.App, outcomes: cfg.Outcomes,
 		stages: newSendStages(cfg.Stages), maxBody: cfg.MaxBody, ackWait: cfg.AckWait, draining: cfg.Draining,
-		seal: cfg.Seal, mentionAllMax: cfg.MentionAllMax}
+		seal: cfg.Seal, mentionAllMax: cfg.MentionAllMax, objects: cfg.Objects}
 	if cfg.CheckBatch > 1 {
 		var observe func(int)
 		if cfg.CheckBatchSizes != nil {
@@ -89,17 +92,21 @@ type SendRequest struct {
 	ReplyTo        int64
 	Mentions       []int64
 	MentionAll     bool
+	// Attachments are upload ids (docs/protocol.md, "Attachments"); with
+	// any, Body may be empty.
+	Attachments []string
 }
 
 // sqlBodyKey returns the body key of a msg_id, made on first use.
 const sqlBodyKey = `INSERT INTO body_keys (msg_id, key) VALUES ($1, $2)
 ON CONFLICT (msg_id) DO UPDATE SET key = body_keys.key RETURNING key`
 
-// sealBody sets e's body sealed with key, the key of msgID (read with
-// the check; made here when it is nil), unless bodies are plain.
-func sealBody(ctx context.Context, pool *pgxpool.Pool, seal bool, e *events.Event, msgID, body string, key []byte) error {
+// sealBody sets e's body, and its attachments when it has any, sealed
+// with key, the key of msgID (read with the check; made here when it is
+// nil), unless bodies are plain.
+func sealBody(ctx context.Context, pool *pgxpool.Pool, seal bool, e *events.Event, msgID, body string, atts []events.Attachment, key []byte) error {
 	if !seal {
-		e.Body = &body
+		e.Body, e.Attachments = &body, atts
 		return nil
 	}
 	if key == nil {
@@ -112,6 +119,11 @@ func sealBody(ctx context.Context, pool *pgxpool.Pool, seal bool, e *events.Even
 		return fmt.Errorf("seal the body of %s: %w", msgID, err)
 	}
 	e.Body, e.SealedBody, e.MsgID = nil, sealed, msgID
+	if len(atts) > 0 {
+		if e.SealedAttachments, err = events.SealAttachments(key, msgID, atts); err != nil {
+			return fmt.Errorf("seal the attachments of %s: %w", msgID, err)
+		}
+	}
 	return nil
 }
 
@@ -205,7 +217,7 @@ func (s *Sender) SendAs(ctx context.Context, user int64, req SendRequest, stamp 
 	if len(body) > s.maxBody {
 		return nil, apierr.TooLarge("body is %d bytes, over the limit of %d", len(body), s.maxBody)
 	}
-	if body == "" {
+	if body == "" && len(req.Attachments) == 0 {
 		return nil, apierr.BadRequest("body must not be empty")
 	}
 	if err := input.CheckText("body", body); err != nil {
@@ -230,8 +242,15 @@ func (s *Sender) SendAs(ctx context.Context, user int64, req SendRequest, stamp 
 	// The message as it will be projected, but for its seq: put into the
 	// message cache as the notification of its projection is dispatched,
 	// before it wakes the members' sessions, whose pushes then find it.
+	// A send with attachments is not: the projection keeps of them those
+	// still claimed when it runs, which its answer then reads.
 	tmpl := projectedMessage(e, body)
-	ack := s.hub.SubscribeEventThen(e.EventID, func(seq int64) { s.cacheProjected(tmpl, seq) })
+	withFiles := len(req.Attachments) > 0
+	ack := s.hub.SubscribeEventThen(e.EventID, func(seq int64) {
+		if !withFiles {
+			s.cacheProjected(tmpl, seq)
+		}
+	})
 	defer ack.Close()
 	rej := s.hub.SubscribeRejection(msgID)
 	defer rej.Close()
@@ -241,9 +260,13 @@ func (s *Sender) SendAs(ctx context.Context, user int64, req SendRequest, stamp 
 	if res != nil || err != nil {
 		return res, err
 	}
+	atts, err := s.claimAttachments(ctx, user, cid, msgID, req.Attachments)
+	if err != nil {
+		return nil, err
+	}
 	t1 := time.Now()
 	s.stages.check.Observe(t1.Sub(t0).Seconds())
-	if err := sealBody(ctx, s.srv.Conv(e.ConversationID), s.seal, e, msgID, body, key); err != nil {
+	if err := sealBody(ctx, s.srv.Conv(e.ConversationID), s.seal, e, msgID, body, atts, key); err != nil {
 		return nil, err
 	}
 	if err := s.app.Append(ctx, e); err != nil {
@@ -251,7 +274,7 @@ func (s *Sender) SendAs(ctx context.Context, user int64, req SendRequest, stamp 
 	}
 	t2 := time.Now()
 	s.stages.append.Observe(t2.Sub(t1).Seconds())
-	res, err = s.awaitSend(ctx, e, body, ack, rej)
+	res, err = s.awaitSend(ctx, e, body, !withFiles, ack, rej)
 	if err == nil && res.Status != Pending {
 		s.stages.projection.Observe(time.Since(t2).Seconds())
 	}
@@ -399,10 +422,10 @@ func checkMentions(ids []int64, sender int64) ([]int64, error) {
 // send: its ack carries the seq (the answer is built from e, with no read);
 // a duplicate, a rejection, the end of the wait or a drain read the
 // outcome. The result is pending when the wait ends without one.
-func (s *Sender) awaitSend(ctx context.Context, e *events.Event, body string, ack, rej *hub.Subscription) (*Result, error) {
+func (s *Sender) awaitSend(ctx context.Context, e *events.Event, body string, fromSent bool, ack, rej *hub.Subscription) (*Result, error) {
 	var res *Result
 	err := awaitProjection(ctx, s.ackWait, s.draining, ack, rej, func(last bool) (bool, error) {
-		if seq := ack.Seq(); seq > 0 {
+		if seq := ack.Seq(); seq > 0 && fromSent {
 			res = s.projectedSend(e, body, seq)
 			return true, nil
 		}

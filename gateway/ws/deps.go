@@ -116,6 +116,7 @@ type SendRequest struct {
 	ReplyTo        int64
 	Mentions       []int64
 	MentionAll     bool
+	Attachments    []string
 }
 
 // ChangeRequest is a change of a message: Type is the event type

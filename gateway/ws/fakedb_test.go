@@ -294,7 +294,7 @@ func (d *fakeDB) messagesByKey(args []any) (pgx.Rows, error) {
 func messageCols(m protocol.Message) []any {
 	body, _ := strconv.Unquote(string(m.Body))
 	return []any{m.ConversationID, m.Seq, m.MsgID, m.SenderID, m.Kind, body, m.CreatedAt,
-		int64(1), nil, false, nil, nil, nil, false, int64(0), nil, nil}
+		int64(1), nil, false, nil, nil, nil, false, int64(0), nil, nil, nil}
 }
 
 // largeLists is sqlLargeLists.

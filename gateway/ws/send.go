@@ -68,7 +68,7 @@ func (s *session) send(in *protocol.ClientFrame) {
 	ctx := s.ctx
 	cid := in.ConversationID
 	req := SendRequest{ConversationID: cid, MsgID: msgID, Body: *in.Body, ReplyTo: in.ReplyTo,
-		Mentions: in.Mentions, MentionAll: in.MentionAll}
+		Mentions: in.Mentions, MentionAll: in.MentionAll, Attachments: in.Attachments}
 	s.sends.Add(1)
 	go func() {
 		defer s.sends.Done()

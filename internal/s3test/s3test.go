@@ -73,6 +73,7 @@ func Store(t testing.TB) (*attachments.S3Store, *Server) {
 	if err != nil {
 		t.Fatalf("s3test: bucket %s: %v", bucket, err)
 	}
+	t.Cleanup(st.Close)
 	return st, srv
 }
 
@@ -154,10 +155,12 @@ func (s *Server) waitReady(limit time.Duration) error {
 	var last error
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, last = attachments.NewS3(ctx, attachments.S3Config{Endpoint: s.Endpoint, Bucket: "ready",
+		var st *attachments.S3Store
+		st, last = attachments.NewS3(ctx, attachments.S3Config{Endpoint: s.Endpoint, Bucket: "ready",
 			AccessKey: s.AccessKey, SecretKey: s.SecretKey})
 		cancel()
 		if last == nil {
+			st.Close()
 			return nil
 		}
 		time.Sleep(300 * time.Millisecond)

@@ -30,6 +30,11 @@ UNREACT = "DELETE /v1/conversations/{cid}/messages/{seq}/reaction"
 CREATE = "POST /v1/conversations"
 LIST = "GET /v1/conversations"
 SYNC = "GET /v1/sync"
+UPLOAD = "POST /v1/conversations/{cid}/uploads"
+
+# The largest attachment of the fuzzed server (dev's default,
+# --attachment-max-size): a deployment's setting, not the document's.
+MAX_ATTACHMENT = 100 << 20
 
 # The body's request size limit (gateway Config.MaxRequestBytes, default).
 MAX_REQUEST_BYTES = 64 << 10
@@ -46,6 +51,7 @@ BYTE_LIMITS = {
     (SEND, "body"): 4096,
     (EDIT, "body"): 4096,
     (REACT, "emoji"): 64,
+    (UPLOAD, "name"): 255,
 }
 
 # Refusals that depend on what the server holds, not on the request's form:
@@ -68,6 +74,12 @@ STATE_REFUSALS = {
         ("mention_all in a conversation too large", r"^mention_all is for conversations of at most "),
         ("msg_id used by another message", r"^msg_id \S+ is already used by another message"),
         ("dead-lettered msg_id", r"^message \S+ was refused by the projection \(dead-lettered\)"),
+        ("an upload not the sender's here", r"^upload \S+ is not one of yours in conversation \d+$"),
+        ("an upload attached or expired", r"^upload \S+ is attached to another message or has expired$"),
+        ("an upload not uploaded", r"^upload \S+ has not been uploaded yet$"),
+        ("an upload of the wrong size", r"^upload \S+ holds \d+ bytes"),
+        ("an upload claimed meanwhile", r"^an upload of msg_id \S+ was attached to another message meanwhile$"),
+        ("an upload twice (ids differing in case)", r"^upload \S+ is attached twice$"),
     ],
     **{op: CHANGE_STATE for op in (EDIT, DELETE, REACT, UNREACT)},
 }
@@ -118,6 +130,13 @@ def _unexpressible(op, request, status, message):
         if (limit_op == op and isinstance(value, str) and len(value.encode()) > limit
                 and status in (400, 413) and message.startswith(name + " ")):
             return f"{name} over {limit} bytes"
+    if (op == SEND and status == 400 and body.get("body") == "" and not body.get("attachments")
+            and message == "body must not be empty"):
+        return "an empty body without attachments"
+    size = body.get("size")
+    if (op == UPLOAD and status == 413 and isinstance(size, int) and size > MAX_ATTACHMENT
+            and message.startswith("a file of ")):
+        return "a file over the server's --attachment-max-size"
     if (status == 413 and request.body is not None and len(request.body) > MAX_REQUEST_BYTES
             and message.startswith("request body over ")):
         return "request body over its size limit"

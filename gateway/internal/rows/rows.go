@@ -31,7 +31,8 @@ func MessageBody(kind, body string) json.RawMessage {
 const MessageCols = messageCols + `, NULL::text`
 
 const messageCols = `m.conversation_id, m.seq, m.msg_id::text, m.sender_id, m.kind, m.body, m.created_at,
-	m.version, m.edited_at, m.deleted, m.reply_to, m.reactions, m.mentions, m.mention_all, m.changed_ord, m.sender_name`
+	m.version, m.edited_at, m.deleted, m.reply_to, m.reactions, m.mentions, m.mention_all, m.changed_ord, m.sender_name,
+	m.attachments`
 
 // MessageColsFor is MessageCols with the reaction of the user the SQL
 // expression user names (a parameter such as "$2"), so that Me is set.
@@ -54,13 +55,14 @@ type MessageScan struct {
 	mentionAll                          *bool
 	changedOrd                          *int64
 	senderName                          *string
+	attachments                         []protocol.Attachment
 	mine                                *string
 }
 
 // Targets are the scan targets of MessageCols.
 func (s *MessageScan) Targets() []any {
 	return []any{&s.conv, &s.seq, &s.msgID, &s.sender, &s.kind, &s.body, &s.at,
-		&s.version, &s.editedAt, &s.deleted, &s.replyTo, &s.reactions, &s.mentions, &s.mentionAll, &s.changedOrd, &s.senderName, &s.mine}
+		&s.version, &s.editedAt, &s.deleted, &s.replyTo, &s.reactions, &s.mentions, &s.mentionAll, &s.changedOrd, &s.senderName, &s.attachments, &s.mine}
 }
 
 // Message is the scanned message, nil when the row had none. Its
@@ -94,6 +96,9 @@ func (s *MessageScan) Message() *protocol.Message {
 	}
 	if s.senderName != nil {
 		m.SenderName = *s.senderName
+	}
+	if len(s.attachments) > 0 && !m.Deleted {
+		m.Attachments = s.attachments
 	}
 	if s.mine != nil {
 		for i := range m.Reactions {
@@ -167,7 +172,7 @@ var RecordCols = `r.conversation_id, c.title, r.pinned, r.muted, r.read_seq, ls.
 lm.conversation_id AS lm_conversation_id, lm.seq AS lm_seq, lm.msg_id::text AS lm_msg_id, lm.sender_id AS lm_sender_id,
 lm.kind AS lm_kind, lm.body AS lm_body, lm.created_at AS lm_created_at,
 lm.version AS lm_version, lm.edited_at AS lm_edited_at, lm.deleted AS lm_deleted, lm.reply_to AS lm_reply_to,
-lm.reactions AS lm_reactions, lm.mentions AS lm_mentions, lm.mention_all AS lm_mention_all, lm.changed_ord AS lm_changed_ord, lm.sender_name AS lm_sender_name, ` + "(SELECT rr.emoji FROM reactions rr WHERE rr.conversation_id = lm.conversation_id AND rr.seq = lm.seq AND rr.user_id = r.user_id)" + ` AS lm_mine,
+lm.reactions AS lm_reactions, lm.mentions AS lm_mentions, lm.mention_all AS lm_mention_all, lm.changed_ord AS lm_changed_ord, lm.sender_name AS lm_sender_name, lm.attachments AS lm_attachments, ` + "(SELECT rr.emoji FROM reactions rr WHERE rr.conversation_id = lm.conversation_id AND rr.seq = lm.seq AND rr.user_id = r.user_id)" + ` AS lm_mine,
 ` + projection.CountsOf("r", "ls.last_seq", "lm.ord")
 
 // RecordScan reads a possibly absent record.

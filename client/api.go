@@ -236,7 +236,7 @@ func (a *api) send(ctx context.Context, it OutboxItem, timeout time.Duration) (*
 	var m Message
 	status, _, err := a.do(ctx, http.MethodPost, "/v1/conversations/"+strconv.FormatInt(it.ConversationID, 10)+"/messages", nil,
 		protocol.SendMessage{MsgID: it.MsgID, Body: it.Body, ReplyTo: it.ReplyTo,
-			Mentions: it.Mentions, MentionAll: it.MentionAll}, nil, &m, timeout)
+			Mentions: it.Mentions, MentionAll: it.MentionAll, Attachments: it.Attachments}, nil, &m, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/internal/s3test"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -37,7 +38,7 @@ func gatewayURL() string {
 }
 
 func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
+	code := s3test.Run(func() int { return pgtest.Run(m) })
 	if d := devGateway.dev; d != nil {
 		if err := d.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -53,6 +53,9 @@ type SendOptions struct {
 	ReplyTo    int64
 	Mentions   []int64
 	MentionAll bool
+	// Attachments are the IDs of uploads (Client.Upload) to attach; with
+	// any, the body may be empty.
+	Attachments []string
 }
 
 // SendWith is Send with options. It is queued, saved and retried like any
@@ -63,12 +66,12 @@ func (c *Client) SendWith(ctx context.Context, conversationID int64, body string
 		return "", fmt.Errorf("client: bad reply_to %d", o.ReplyTo)
 	}
 	return c.enqueue(ctx, OutboxItem{ConversationID: conversationID, Body: body, ReplyTo: o.ReplyTo,
-		Mentions: slices.Clone(o.Mentions), MentionAll: o.MentionAll})
+		Mentions: slices.Clone(o.Mentions), MentionAll: o.MentionAll, Attachments: slices.Clone(o.Attachments)})
 }
 
 // enqueue checks a send, gives it a msg_id, queues it and saves the queue.
 func (c *Client) enqueue(ctx context.Context, it OutboxItem) (string, error) {
-	if it.Body == "" {
+	if it.Body == "" && len(it.Attachments) == 0 {
 		return "", errors.New("client: empty message body")
 	}
 	if !utf8.ValidString(it.Body) {

@@ -97,9 +97,11 @@ type OutboxItem struct {
 	// for none.
 	ReplyTo int64 `json:"reply_to,omitempty"`
 	// Mentions and MentionAll are whom the message mentions (SendWith).
-	Mentions   []int64   `json:"mentions,omitempty"`
-	MentionAll bool      `json:"mention_all,omitempty"`
-	Queued     time.Time `json:"queued"`
+	Mentions   []int64 `json:"mentions,omitempty"`
+	MentionAll bool    `json:"mention_all,omitempty"`
+	// Attachments are upload ids the message attaches (SendWith).
+	Attachments []string  `json:"attachments,omitempty"`
+	Queued      time.Time `json:"queued"`
 	// Appended is set once the server answered 202 pending: the message is
 	// in the log and will get a seq; it no longer holds back later sends.
 	Appended bool `json:"appended,omitempty"`

@@ -504,7 +504,7 @@ func (s *wsSession) send(ctx context.Context, it OutboxItem) (*Message, error) {
 		s.mu.Unlock()
 	}()
 	err := s.write(protocol.Send{Type: protocol.FrameSend, ConversationID: it.ConversationID, MsgID: it.MsgID, Body: it.Body,
-		ReplyTo: it.ReplyTo, Mentions: it.Mentions, MentionAll: it.MentionAll})
+		ReplyTo: it.ReplyTo, Mentions: it.Mentions, MentionAll: it.MentionAll, Attachments: it.Attachments})
 	if err != nil {
 		return nil, fmt.Errorf("websocket send: %w", err)
 	}
@@ -521,7 +521,7 @@ func (s *wsSession) send(ctx context.Context, it OutboxItem) (*Message, error) {
 			// The ack carries the seq; the rest is the send's own.
 			body, _ := json.Marshal(it.Body)
 			m = &Message{ConversationID: it.ConversationID, Seq: f.Seq, MsgID: it.MsgID, Kind: protocol.MessageText, Body: body,
-				ReplyTo: it.ReplyTo, Mentions: it.Mentions, MentionAll: it.MentionAll}
+				ReplyTo: it.ReplyTo, Mentions: it.Mentions, MentionAll: it.MentionAll, Attachments: f.Attachments}
 		}
 		return m, nil
 	case <-t.C:

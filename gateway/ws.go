@@ -63,15 +63,15 @@ type wsWrites struct {
 }
 
 // Send implements ws.Sender.
-func (w wsWrites) Send(ctx context.Context, user int64, req ws.SendRequest) (seq int64, pending bool, err error) {
+func (w wsWrites) Send(ctx context.Context, user int64, req ws.SendRequest) (ws.SendAnswer, error) {
 	res, err := w.sends.Send(ctx, user, write.SendRequest(req))
 	switch {
 	case err != nil:
-		return 0, false, err
+		return ws.SendAnswer{}, err
 	case res.Status == write.Pending:
-		return 0, true, nil
+		return ws.SendAnswer{Pending: true}, nil
 	}
-	return res.Message.Seq, false, nil
+	return ws.SendAnswer{Seq: res.Message.Seq, Attachments: res.Message.Attachments}, nil
 }
 
 // Change implements ws.Changer.

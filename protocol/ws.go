@@ -216,6 +216,9 @@ type SendAck struct {
 	MsgID          string `json:"msg_id"`
 	ConversationID int64  `json:"conversation_id"`
 	Seq            int64  `json:"seq"`
+	// Attachments are the files the projected message kept, when the send
+	// attached any.
+	Attachments []Attachment `json:"attachments,omitempty"`
 }
 
 // ErrorFrame is an error, with the codes of the HTTP error body. MsgID is
@@ -256,16 +259,18 @@ type ServerFrame struct {
 	// welcome, heartbeat
 	Reconnect *Reconnect `json:"reconnect"`
 	// send_ack, change_ack, error
-	MsgID          string          `json:"msg_id"`
-	ChangeID       string          `json:"change_id"`
-	Version        int64           `json:"version"`
-	Pending        bool            `json:"pending"`
-	ConversationID int64           `json:"conversation_id"`
-	Seq            int64           `json:"seq"`
-	Code           string          `json:"code"`
-	Message        json.RawMessage `json:"message"`
-	Retryable      bool            `json:"retryable"`
-	RetryAfterMS   int64           `json:"retry_after_ms"`
+	MsgID          string `json:"msg_id"`
+	ChangeID       string `json:"change_id"`
+	Version        int64  `json:"version"`
+	Pending        bool   `json:"pending"`
+	ConversationID int64  `json:"conversation_id"`
+	Seq            int64  `json:"seq"`
+	// send_ack: the files the projected message kept.
+	Attachments  []Attachment    `json:"attachments"`
+	Code         string          `json:"code"`
+	Message      json.RawMessage `json:"message"`
+	Retryable    bool            `json:"retryable"`
+	RetryAfterMS int64           `json:"retry_after_ms"`
 	// welcome, too_long: the totals
 	Counts
 	// welcome, too_long, large: the read-mode conversations; messages:

@@ -104,12 +104,20 @@ type Sender interface {
 	// msgID), pending when it was appended but not projected in time. An
 	// error is the client's (an *apierr.Error or what apierr.From maps);
 	// apierr.ErrClientGone when ctx ended.
-	Send(ctx context.Context, user int64, req SendRequest) (seq int64, pending bool, err error)
+	Send(ctx context.Context, user int64, req SendRequest) (SendAnswer, error)
+}
+
+// SendAnswer is how a send ended: projected (or already projected) at
+// Seq with the Attachments its message kept, or Pending.
+type SendAnswer struct {
+	Seq         int64
+	Pending     bool
+	Attachments []protocol.Attachment
 }
 
 // SendRequest is a message to send: MsgID of ConversationID. ReplyTo is the
 // seq the message answers (0: none); Mentions and MentionAll are whom it
-// mentions.
+// mentions; Attachments are upload ids.
 type SendRequest struct {
 	ConversationID int64
 	MsgID, Body    string

@@ -63,7 +63,12 @@ func (f *fakeSender) called() int64 {
 	return f.n
 }
 
-func (f *fakeSender) Send(ctx context.Context, user int64, req SendRequest) (int64, bool, error) {
+func (f *fakeSender) Send(ctx context.Context, user int64, req SendRequest) (SendAnswer, error) {
+	seq, pending, err := f.send(ctx, user, req)
+	return SendAnswer{Seq: seq, Pending: pending}, err
+}
+
+func (f *fakeSender) send(ctx context.Context, user int64, req SendRequest) (int64, bool, error) {
 	c := sendCall{user: user, req: req}
 	f.mu.Lock()
 	f.n++

@@ -73,7 +73,7 @@ func (s *session) send(in *protocol.ClientFrame) {
 	go func() {
 		defer s.sends.Done()
 		defer s.releaseSlot()
-		seq, pending, err := s.ws.deps.Sender.Send(ctx, s.user, req)
+		ans, err := s.ws.deps.Sender.Send(ctx, s.user, req)
 		switch {
 		case err != nil:
 			if errors.Is(err, apierr.ErrClientGone) || ctx.Err() != nil {
@@ -83,12 +83,12 @@ func (s *session) send(in *protocol.ClientFrame) {
 				s.logAt(slog.LevelWarn, "WebSocket send failed", "conversation_id", cid, "msg_id", msgID, "err", err)
 			}
 			fail(err, msgID)
-		case pending:
+		case ans.Pending:
 			fail(apierr.Unavailable("the message is appended but not projected yet; send it again with the same msg_id for its seq",
 				time.Second, nil), msgID)
 		default:
 			s.pushControl(encodeFrame(protocol.SendAck{Type: protocol.FrameSendAck, MsgID: msgID, ConversationID: cid,
-				Seq: seq}), protocol.FrameSendAck)
+				Seq: ans.Seq, Attachments: ans.Attachments}), protocol.FrameSendAck)
 		}
 	}()
 }

@@ -25,15 +25,16 @@ type figure struct {
 }
 
 var figures = map[string]figure{
-	"fanout":  {"committed inbox rows/s vs a plain COPY of the same rows; idle latency; replay vs live", bindFanout},
-	"e2e":     {"send -> WebSocket push latency at fixed loads (sends over HTTP, then over the WebSocket) and the highest sustained one, vs commit latency; CPU per message", bindE2E},
-	"sync":    {"sync pages/s and 304s/s over a large inbox vs a trivial handler on the same server", bindSync},
-	"idle":    {"bytes per idle WebSocket of the gateway vs a bare gorilla/websocket echo server", bindIdle},
-	"storm":   {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
-	"changes": {"edit -> WebSocket push latency vs a send's; update entries written for a burst of reactions on one message", bindChanges},
-	"large":   {"read fan-out: build of an N-member conversation, push latency to C connected members, small conversations' p99 with and without it, inbox rows per message, catch-up, sync cost of 50 channels", bindLarge},
-	"shards":  {"sharded projection on 2 servers: committed inbox rows/s vs 1 server, the share of entries that crossed, and append -> commit on the user's server and -> push on the member's WebSocket for a crossed member vs a local one, at paced loads", bindShards},
-	"all":     {"every figure, then the goals (computed from the results), the tables and charts of docs/benchmarks.md", bindAll},
+	"fanout":      {"committed inbox rows/s vs a plain COPY of the same rows; idle latency; replay vs live", bindFanout},
+	"e2e":         {"send -> WebSocket push latency at fixed loads (sends over HTTP, then over the WebSocket) and the highest sustained one, vs commit latency; CPU per message", bindE2E},
+	"sync":        {"sync pages/s and 304s/s over a large inbox vs a trivial handler on the same server", bindSync},
+	"idle":        {"bytes per idle WebSocket of the gateway vs a bare gorilla/websocket echo server", bindIdle},
+	"storm":       {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
+	"changes":     {"edit -> WebSocket push latency vs a send's; update entries written for a burst of reactions on one message", bindChanges},
+	"large":       {"read fan-out: build of an N-member conversation, push latency to C connected members, small conversations' p99 with and without it, inbox rows per message, catch-up, sync cost of 50 channels", bindLarge},
+	"attachments": {"upload + send of a file end to end vs a plain PUT of the same bytes to the same store (SeaweedFS); the gateway's CPU and memory per upload", bindAttachments},
+	"shards":      {"sharded projection on 2 servers: committed inbox rows/s vs 1 server, the share of entries that crossed, and append -> commit on the user's server and -> push on the member's WebSocket for a crossed member vs a local one, at paced loads", bindShards},
+	"all":         {"every figure, then the goals (computed from the results), the tables and charts of docs/benchmarks.md", bindAll},
 }
 
 func bindFanout(fs *flag.FlagSet) runFunc {
@@ -145,6 +146,17 @@ func bindStorm(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		c.Modes = config.SplitList(modes)
 		return bench.Storm(ctx, env, c)
+	}
+}
+
+func bindAttachments(fs *flag.FlagSet) runFunc {
+	var c bench.AttachmentsConfig
+	fs.IntVar(&c.Files, "files", 200, "files uploaded and sent (and plain PUTs of the reference)")
+	fs.Int64Var(&c.Size, "size", 1<<20, "bytes of each file")
+	fs.IntVar(&c.Concurrency, "concurrency", 4, "uploads in flight at once, each into a conversation of its own")
+	fs.IntVar(&c.Partitions, "partitions", 4, "topic partitions")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		return bench.Attachments(ctx, env, c)
 	}
 }
 

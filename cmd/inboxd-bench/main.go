@@ -53,6 +53,9 @@ figures:
   large    read fan-out: an N-member conversation built by bulk add; send -> push to C connected members
            at R msg/s, small conversations' push p99 with and without it; inbox rows per message;
            delivery checked seq by seq; an offline member's catch-up; sync cost of 50 channels
+  attachments
+           upload + send of a 1 MiB file end to end vs a plain PUT of the same sealed bytes to the
+           same store (SeaweedFS); the gateway's CPU and resident memory per upload
   all      every figure, then the tables and charts of docs/benchmarks.md (make bench); the
            report starts with the goals, each named and computed from the run's results
   report   the tables and charts again from the JSON of a bench all (--json); given several

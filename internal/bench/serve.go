@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/inboxd/inboxd/attachments"
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/producer"
 )
@@ -54,6 +55,8 @@ type serveConfig struct {
 	Hints        bool
 	RestartDelay time.Duration
 	AdmitRate    float64
+	// S3: the attachments' store of the gateway (empty Endpoint: none).
+	S3 attachments.S3Config
 }
 
 // serveReady is the child's "ready" line.
@@ -152,8 +155,16 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 		}
 		reg := prometheus.NewRegistry()
 		gatherer = reg
+		var ac gateway.AttachmentsConfig
+		if cfg.S3.Endpoint != "" {
+			st, err := attachments.NewS3(ctx, cfg.S3)
+			if err != nil {
+				return err
+			}
+			ac.Store = st
+		}
 		g, err := gateway.New(gateway.Config{Addr: cfg.Addr, AuthSecret: []byte(cfg.Secret), Logger: log,
-			SendCheckBatch: cfg.SendCheckBatch, SendCheckRunners: cfg.SendCheckRunners,
+			SendCheckBatch: cfg.SendCheckBatch, SendCheckRunners: cfg.SendCheckRunners, Attachments: ac,
 			Registerer: reg, Reconnect: gateway.ReconnectConfig{Disabled: !cfg.Hints,
 				RestartDelay: cfg.RestartDelay, AdmitRate: cfg.AdmitRate}}, pool, prod)
 		if err != nil {

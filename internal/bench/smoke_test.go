@@ -357,3 +357,22 @@ func TestBenchShardsSmoke(t *testing.T) {
 		require.NotEmpty(t, r.Reference, r.Figure)
 	}
 }
+
+// The attachments figure at a tiny size: the files go up sealed, are sent,
+// and the one downloaded opens to what was uploaded. A check that the
+// figure works, not a measurement.
+func TestAttachmentsSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts SeaweedFS and a gateway process")
+	}
+	env, progress := testEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Attachments(ctx, env, AttachmentsConfig{Files: 6, Size: 100_000, Concurrency: 2})
+	require.NoError(t, err, progress.String())
+	require.True(t, res.Downloaded)
+	require.Equal(t, 6, res.EndToEnd.N)
+	require.Equal(t, 6, res.PlainPut.N)
+	require.Positive(t, res.GatewayCPUPerUpload)
+	require.Len(t, res.Rows(), 4)
+}

@@ -10,8 +10,8 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/inboxd/inboxd/attachments/sealed"
 	"github.com/inboxd/inboxd/protocol"
+	"github.com/inboxd/inboxd/protocol/sealed"
 )
 
 // Attachment is a file a message attaches (protocol.Attachment): its
@@ -37,7 +37,7 @@ type UploadFile struct {
 
 // Upload uploads f to conversationID (docs/protocol.md, "Attachments"):
 // it asks the server for an upload, seals the file with the key it got
-// (attachments/sealed) while streaming it straight to the object store,
+// (protocol/sealed) while streaming it straight to the object store,
 // and returns the upload, whose ID a send then attaches (SendOptions
 // .Attachments). The file never passes through the gateway, nor whole
 // through memory. An upload not attached within the server's upload
@@ -111,9 +111,30 @@ func (c *Client) Download(ctx context.Context, conversationID int64, a Attachmen
 	if err != nil {
 		return fmt.Errorf("client: attachment %s: key: %w", a.ID, err)
 	}
+	return c.download(ctx, conversationID, a.ID, url.Values{"redirect": {"false"}}, a.Size, key, w)
+}
+
+// DownloadThumbnail writes the thumbnail of image a (a JPEG; see
+// a.Thumbnail, nil until the server made it) to w, opened with the key
+// derived from a's.
+func (c *Client) DownloadThumbnail(ctx context.Context, conversationID int64, a Attachment, w io.Writer) error {
+	if a.Thumbnail == nil {
+		return fmt.Errorf("client: attachment %s has no thumbnail (yet)", a.ID)
+	}
+	key, err := base64.RawURLEncoding.DecodeString(a.Key)
+	if err != nil {
+		return fmt.Errorf("client: attachment %s: key: %w", a.ID, err)
+	}
+	return c.download(ctx, conversationID, a.ID, url.Values{"redirect": {"false"}, "thumbnail": {"true"}},
+		a.Thumbnail.Size, sealed.ThumbnailKey(key), w)
+}
+
+// download fetches the sealed object the query names of attachment id
+// (size bytes once opened) and opens it with key into w.
+func (c *Client) download(ctx context.Context, conversationID int64, id string, q url.Values, size int64, key []byte, w io.Writer) error {
 	var at protocol.AttachmentURL
-	_, _, err = c.api.do(ctx, http.MethodGet, "/v1/conversations/"+strconv.FormatInt(conversationID, 10)+"/attachments/"+url.PathEscape(a.ID),
-		url.Values{"redirect": {"false"}}, nil, nil, &at, 0)
+	_, _, err := c.api.do(ctx, http.MethodGet, "/v1/conversations/"+strconv.FormatInt(conversationID, 10)+"/attachments/"+url.PathEscape(id),
+		q, nil, nil, &at, 0)
 	if err != nil {
 		return err
 	}
@@ -123,11 +144,11 @@ func (c *Client) Download(ctx context.Context, conversationID int64, a Attachmen
 	}
 	res, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("client: attachment %s: %w", a.ID, err)
+		return fmt.Errorf("client: attachment %s: %w", id, err)
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("client: attachment %s: the store answered %s", a.ID, res.Status)
+		return fmt.Errorf("client: attachment %s: the store answered %s", id, res.Status)
 	}
-	return sealed.Open(w, res.Body, a.Size, key)
+	return sealed.Open(w, res.Body, size, key)
 }

@@ -6,15 +6,19 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"image"
+	"image/jpeg"
+	pngenc "image/png"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inboxd/inboxd/attachments/sealed"
 	"github.com/inboxd/inboxd/client"
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/s3test"
+	"github.com/inboxd/inboxd/protocol/sealed"
 )
 
 // TestAttachmentsThroughTheClient: a client uploads a file straight to a
@@ -89,8 +93,49 @@ func TestAttachmentsThroughTheClient(t *testing.T) {
 			require.True(t, bytes.Equal(file, out.Bytes()))
 
 			// A key that is not the file's does not open it.
-			att.Key = up.Key[:len(up.Key)-2] + "AA"
-			require.ErrorIs(t, bob.Download(ctx, cid, att, &bytes.Buffer{}), sealed.ErrOpen)
+			bad := att
+			bad.Key = up.Key[:len(up.Key)-2] + "AA"
+			require.ErrorIs(t, bob.Download(ctx, cid, bad, &bytes.Buffer{}), sealed.ErrOpen)
+
+			// An image's thumbnail.
+			var png bytes.Buffer
+			img := image.NewGray(image.Rect(0, 0, 640, 64))
+			require.NoError(t, pngenc.Encode(&png, img))
+			photo, err := alice.Upload(ctx, cid, client.UploadFile{Name: "strip.png", ContentType: "image/png",
+				Size: int64(png.Len()), Body: bytes.NewReader(png.Bytes())})
+			require.NoError(t, err)
+			id, err = alice.SendWith(ctx, cid, "a photo", client.SendOptions{Attachments: []string{photo.ID}})
+			require.NoError(t, err)
+			_, err = ra.c.WaitSent(ctx, id)
+			require.NoError(t, err)
+			n, err := w.g.MakeThumbnails(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			// It reaches bob as an update of the message, or with the
+			// message itself when his client reads it after the thumbnail.
+			var updated client.Attachment
+			waitFor(t, 30*time.Second, "the thumbnail at bob's client", func() bool {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				seen := append([]client.Message(nil), b.updates...)
+				for _, e := range b.entries {
+					if e.Message != nil {
+						seen = append(seen, *e.Message)
+					}
+				}
+				for _, m := range seen {
+					if m.MsgID == id && m.Attachments[0].Thumbnail != nil {
+						updated = m.Attachments[0]
+						return true
+					}
+				}
+				return false
+			})
+			var thumb bytes.Buffer
+			require.NoError(t, bob.DownloadThumbnail(ctx, cid, updated, &thumb))
+			shown, err := jpeg.Decode(&thumb)
+			require.NoError(t, err)
+			require.Equal(t, image.Rect(0, 0, 320, 32), shown.Bounds())
 			require.NoError(t, ra.stop())
 			require.NoError(t, rb.stop())
 		})

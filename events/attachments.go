@@ -12,7 +12,7 @@ import (
 
 // Attachments of a message.sent (docs/protocol.md, "Attachments"): files
 // uploaded to the object store, sealed there with a key of their own
-// (attachments/sealed). The event describes each, key included: in the
+// (protocol/sealed). The event describes each, key included: in the
 // clear (Attachments) where bodies are plain, else sealed with the
 // message's body key (SealedAttachments), so that deleting the message
 // erases the keys from the log with the body, and with them every stored
@@ -39,6 +39,39 @@ type Attachment struct {
 	Height int `json:"height,omitempty"`
 	// Key opens the sealed object: base64url, unpadded, KeySize bytes.
 	Key string `json:"key"`
+	// Thumbnail is set by message.thumbnailed on an image's attachment
+	// (never by the send): its thumbnail's object is sealed with a key
+	// derived from Key (sealed.ThumbnailKey).
+	Thumbnail *Thumbnail `json:"thumbnail,omitempty"`
+}
+
+// Thumbnail describes the thumbnail of an attached image: a JPEG.
+type Thumbnail struct {
+	ContentType string `json:"content_type"`
+	Size        int64  `json:"size"`
+	Width       int    `json:"width"`
+	Height      int    `json:"height"`
+}
+
+// ThumbnailOf is a message.thumbnailed's thumbnail and the attachment it
+// is of.
+type ThumbnailOf struct {
+	AttachmentID string `json:"attachment_id"`
+	Thumbnail
+}
+
+func (t *ThumbnailOf) validate() error {
+	switch {
+	case t == nil:
+		return invalid("message.thumbnailed without thumbnail")
+	case len(t.AttachmentID) != 36 || uuid.Validate(t.AttachmentID) != nil:
+		return invalid("thumbnail attachment_id is not a uuid")
+	case t.ContentType != "image/jpeg":
+		return invalid("a thumbnail is an image/jpeg")
+	case t.Size <= 0 || t.Width < 1 || t.Height < 1 || t.Width > 1<<16 || t.Height > 1<<16:
+		return invalid("a thumbnail's size, width and height must be positive")
+	}
+	return nil
 }
 
 // Validate checks a's fields.
@@ -62,6 +95,9 @@ func (a *Attachment) Validate() error {
 	}
 	if a.Width < 0 || a.Height < 0 || a.Width > 1<<16 || a.Height > 1<<16 {
 		return invalid("attachment width and height must be 0..65536")
+	}
+	if a.Thumbnail != nil {
+		return invalid("a send's attachment has no thumbnail yet")
 	}
 	if k, err := base64.RawURLEncoding.DecodeString(a.Key); err != nil || len(k) != KeySize {
 		return invalid("attachment key is not %d bytes of unpadded base64url", KeySize)

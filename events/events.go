@@ -44,8 +44,12 @@ const (
 	ReadUpdated         = "read.updated"
 	MessageEdited       = "message.edited"
 	MessageDeleted      = "message.deleted"
-	ReactionAdded       = "reaction.added"
-	ReactionRemoved     = "reaction.removed"
+	// MessageThumbnailed announces the thumbnail of an image a message
+	// attaches (attachments.go): appended by a gateway's thumbnail worker,
+	// as a change of the sender's message.
+	MessageThumbnailed = "message.thumbnailed"
+	ReactionAdded      = "reaction.added"
+	ReactionRemoved    = "reaction.removed"
 )
 
 // MaxEmoji bounds a reaction's emoji in bytes (one emoji with its
@@ -100,6 +104,9 @@ type Event struct {
 	// attachments may have an empty body.
 	Attachments       []Attachment `json:"attachments,omitempty"`
 	SealedAttachments string       `json:"sealed_attachments,omitempty"`
+	// Thumbnail (message.thumbnailed) describes the thumbnail made of
+	// one of the message's attachments.
+	Thumbnail *ThumbnailOf `json:"thumbnail,omitempty"`
 
 	Seq      int64  `json:"seq,omitempty"`
 	ChangeID string `json:"change_id,omitempty"`
@@ -252,7 +259,7 @@ func (e *Event) Validate(maxBody int) error {
 		if err := validateMentions(e.Mentions); err != nil {
 			return err
 		}
-	case MessageEdited, MessageDeleted, ReactionAdded, ReactionRemoved:
+	case MessageEdited, MessageDeleted, ReactionAdded, ReactionRemoved, MessageThumbnailed:
 		return e.validateChange(maxBody)
 	case RecordUpdated:
 		if e.Pinned == nil && e.Muted == nil {
@@ -362,6 +369,11 @@ func (e *Event) validateChange(maxBody int) error {
 		return e.validateBody(maxBody)
 	case ReactionAdded:
 		return ValidEmoji(e.Emoji)
+	case MessageThumbnailed:
+		return e.Thumbnail.validate()
+	}
+	if e.Thumbnail != nil {
+		return invalid("thumbnail on a %s", e.Type)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -14,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxd/inboxd/attachments"
-	"github.com/inboxd/inboxd/attachments/sealed"
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/write"
 	"github.com/inboxd/inboxd/protocol"
+	"github.com/inboxd/inboxd/protocol/sealed"
 )
 
 // Attachments (docs/protocol.md, "Attachments"): a member asks for an
@@ -37,6 +38,7 @@ const (
 	DefaultUploadExpiry      = 24 * time.Hour
 	DefaultUploadURLExpiry   = 15 * time.Minute
 	DefaultDownloadURLExpiry = 5 * time.Minute
+	DefaultThumbnailInterval = time.Second
 )
 
 // AttachmentsConfig is the configuration of attachments.
@@ -63,6 +65,14 @@ type AttachmentsConfig struct {
 	// SweepInterval is how often the objects of expired and erased
 	// uploads are removed. Default DefaultSweepInterval.
 	SweepInterval time.Duration
+	// ThumbnailSize is the longest side of a thumbnail, in pixels
+	// (default DefaultThumbnailSize; negative: no thumbnails made here).
+	// ThumbnailInterval is how often the worker looks for wanted ones
+	// (default DefaultThumbnailInterval), ThumbnailLease how long a taken
+	// one is a worker's before another may take it over (default
+	// DefaultThumbnailLease).
+	ThumbnailSize                     int
+	ThumbnailInterval, ThumbnailLease time.Duration
 }
 
 func (c *AttachmentsConfig) setDefaults() {
@@ -73,6 +83,9 @@ func (c *AttachmentsConfig) setDefaults() {
 	setDefault(&c.UploadURLExpiry, DefaultUploadURLExpiry)
 	setDefault(&c.DownloadURLExpiry, DefaultDownloadURLExpiry)
 	setDefault(&c.SweepInterval, DefaultSweepInterval)
+	setDefault(&c.ThumbnailSize, DefaultThumbnailSize)
+	setDefault(&c.ThumbnailInterval, DefaultThumbnailInterval)
+	setDefault(&c.ThumbnailLease, DefaultThumbnailLease)
 }
 
 func (c *AttachmentsConfig) validate() error {
@@ -238,10 +251,11 @@ func invalidReason(err error) string {
 const (
 	sqlDownloadCheck = sqlEverMember
 	sqlAttachmentOf  = `SELECT u.object_key, u.size,
+	(SELECT (a->'thumbnail'->>'size')::bigint FROM jsonb_array_elements(m.attachments) a WHERE a->>'id' = $1::uuid::text),
 	EXISTS (SELECT 1 FROM member_spans s WHERE s.conversation_id = m.conversation_id AND s.user_id = $3
 		AND s.joined_seq <= m.seq AND (s.left_seq IS NULL OR s.left_seq >= m.seq))
 FROM uploads u JOIN messages m ON m.msg_id = u.msg_id
-WHERE u.id = $1 AND u.conversation_id = $2 AND m.conversation_id = $2 AND u.state = 'attached' AND NOT m.deleted`
+WHERE u.id = $1::uuid AND u.conversation_id = $2 AND m.conversation_id = $2 AND u.state = 'attached' AND NOT m.deleted`
 )
 
 // handleDownload is GET /v1/conversations/{cid}/attachments/{id}: 302 to
@@ -260,18 +274,14 @@ func (g *Gateway) handleDownload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil || len(r.PathValue("id")) != 36 {
 		return apierr.BadRequest("id must be an attachment id (a uuid)")
 	}
-	redirect := true
-	if q := r.URL.Query(); q.Has("redirect") {
-		switch q["redirect"][0] {
-		case "true":
-		case "false":
-			redirect = false
-		default:
-			return apierr.BadRequest("redirect must be true or false")
-		}
-		if len(q["redirect"]) > 1 {
-			return apierr.BadRequest("redirect is repeated")
-		}
+	q := r.URL.Query()
+	redirect, err := queryBool(q, "redirect", true)
+	if err != nil {
+		return err
+	}
+	thumbnail, err := queryBool(q, "thumbnail", false)
+	if err != nil {
+		return err
 	}
 	user := userFrom(r.Context())
 	ctx := r.Context()
@@ -288,8 +298,9 @@ func (g *Gateway) handleDownload(w http.ResponseWriter, r *http.Request) error {
 	}
 	var obj string
 	var size int64
+	var thumbSize *int64
 	var covered bool
-	err = pool.QueryRow(ctx, sqlAttachmentOf, id, cid, user).Scan(&obj, &size, &covered)
+	err = pool.QueryRow(ctx, sqlAttachmentOf, id, cid, user).Scan(&obj, &size, &thumbSize, &covered)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return apierr.NotFound("no attachment %s in conversation %d", id, cid)
 	}
@@ -298,6 +309,12 @@ func (g *Gateway) handleDownload(w http.ResponseWriter, r *http.Request) error {
 	}
 	if !covered {
 		return apierr.NotMember("user %d was not a member of conversation %d when the message of attachment %s was sent", user, cid, id)
+	}
+	if thumbnail {
+		if thumbSize == nil {
+			return apierr.NotFound("attachment %s has no thumbnail (yet)", id)
+		}
+		obj, size = thumbnailObject(obj), *thumbSize
 	}
 	url, err := ac.Store.PresignGet(ctx, obj, ac.DownloadURLExpiry)
 	if err != nil {
@@ -335,4 +352,20 @@ func objectsOf(st attachments.Store) write.Objects {
 		return nil
 	}
 	return st
+}
+
+// queryBool reads an optional true/false query parameter.
+func queryBool(q url.Values, name string, def bool) (bool, error) {
+	v, ok := q[name]
+	switch {
+	case !ok:
+		return def, nil
+	case len(v) > 1:
+		return false, apierr.BadRequest("%s is repeated", name)
+	case v[0] == "true":
+		return true, nil
+	case v[0] == "false":
+		return false, nil
+	}
+	return false, apierr.BadRequest("%s must be true or false", name)
 }

@@ -20,9 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/attachments"
-	"github.com/inboxd/inboxd/attachments/sealed"
 	"github.com/inboxd/inboxd/internal/s3test"
 	"github.com/inboxd/inboxd/protocol"
+	"github.com/inboxd/inboxd/protocol/sealed"
 )
 
 // attachGateway starts a gateway whose attachments live in the store

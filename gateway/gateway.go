@@ -248,6 +248,7 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	eg.Go(func() error { return g.eph.Run(ctx) })
 	eg.Go(func() error { return g.auth.verifier.Run(ctx) })
 	eg.Go(func() error { return g.runSweeper(ctx) })
+	eg.Go(func() error { return g.runThumbnails(ctx) })
 	return eg.Wait()
 }
 

@@ -26,6 +26,7 @@ type metrics struct {
 	headHit, headMiss  prometheus.Counter
 	uploads            *prometheus.CounterVec
 	swept              prometheus.Counter
+	thumbnails         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, held func() float64, connected func() float64) (*metrics, error) {
@@ -85,6 +86,10 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 		Namespace: "inboxd", Subsystem: "gateway", Name: "uploads_total",
 		Help: "Uploads of attachments asked for, by outcome (created; refused: invalid, over a limit or a quota, not a member).",
 	}, []string{"outcome"})
+	m.thumbnails = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "inboxd", Subsystem: "gateway", Name: "thumbnails_total",
+		Help: "Thumbnails of attached images by outcome (made: stored and announced; failed: an image that cannot be read).",
+	}, []string{"outcome"})
 	m.swept = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "inboxd", Subsystem: "gateway", Name: "uploads_swept_total",
 		Help: "Objects of attachments removed from the store: uploads never attached past their expiry, and the files of deleted messages.",
@@ -94,7 +99,7 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 		Help: "1 while the LISTEN connection is up.",
 	}, connected)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
-		m.listenerReconnects, m.sends, m.sendStages, m.sendCheckBatch, m.changes, m.polls, m.cache, listening, m.uploads, m.swept} {
+		m.listenerReconnects, m.sends, m.sendStages, m.sendCheckBatch, m.changes, m.polls, m.cache, listening, m.uploads, m.swept, m.thumbnails} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

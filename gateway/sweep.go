@@ -55,6 +55,9 @@ func (g *Gateway) SweepUploads(ctx context.Context) (int, error) {
 				break
 			}
 			for j := range ids {
+				if err := st.Delete(ctx, thumbnailObject(objs[j])); err != nil {
+					return total, fmt.Errorf("sweep upload %s: %w", ids[j], err)
+				}
 				if err := st.Delete(ctx, objs[j]); err != nil {
 					return total, fmt.Errorf("sweep upload %s: %w", ids[j], err)
 				}

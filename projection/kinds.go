@@ -29,7 +29,8 @@ const (
 	ReasonEditWindow    = "edit_window"    // the edit came after the edit window
 	ReasonSystemMessage = "system_message" // system messages cannot change
 	ReasonTooManyEmoji  = "too_many_reactions"
-	ReasonUnsealable    = "unsealable" // a sealed body that does not open with its key
+	ReasonUnsealable    = "unsealable"    // a sealed body that does not open with its key
+	ReasonNoAttachment  = "no_attachment" // a thumbnail of a file the message does not attach
 )
 
 // Limits of the changes of a message, applied at the log position.

@@ -78,8 +78,8 @@ func (b *batch) attachments(r Record, erased bool) (kept []events.Attachment, ok
 
 // attachmentsJSON is the column value of a message's attachments: NULL
 // when it has none or is deleted.
-func attachmentsJSON(m msgRow) (*string, error) {
-	if len(m.attachments) == 0 || m.st.deleted {
+func attachmentsJSON(m *msgState) (*string, error) {
+	if len(m.attachments) == 0 || m.deleted {
 		return nil, nil
 	}
 	raw, err := json.Marshal(m.attachments)
@@ -95,11 +95,59 @@ func attachmentsJSON(m msgRow) (*string, error) {
 // column, and the log through the body key, are the only other copies).
 func (b *batch) queueUploads(bt *pgx.Batch) {
 	if len(b.attach) > 0 {
-		bt.Queue(`UPDATE public.uploads SET state = 'attached', key = NULL
+		bt.Queue(`UPDATE public.uploads SET state = 'attached', key = NULL,
+	thumbnail = CASE WHEN content_type IN ('image/jpeg', 'image/png', 'image/gif', 'image/webp') THEN 'wanted' END
 WHERE id = ANY($1::uuid[]) AND state = 'open'`, b.attach)
 	}
 	if len(b.erase) > 0 {
 		bt.Queue(`UPDATE public.uploads SET state = 'erased', key = NULL
 WHERE msg_id = ANY($1::uuid[]) AND state IN ('open', 'attached')`, b.erase)
 	}
+}
+
+// messageThumbnailed adds the thumbnail a gateway made of one of the
+// message's images: a change of the sender's message (no edit window, and
+// made by the server: the sender need not be a member any more), an update
+// entry for its members. A thumbnail already there changes nothing; one
+// of a file the message does not keep is refused.
+func (b *batch) messageThumbnailed(r Record, c *convState) {
+	e := r.Event
+	if b.knownChanges.has(e.ChangeID) {
+		b.dups = append(b.dups, e.EventID)
+		return
+	}
+	if !c.exists {
+		b.reject(r, projection.ReasonNoConversation)
+		return
+	}
+	m := b.msgFor(c.id, e.Seq)
+	switch {
+	case !m.found || m.kind != "text":
+		b.reject(r, projection.ReasonNoMessage)
+		return
+	case m.sender != e.ActorID:
+		b.reject(r, projection.ReasonNotSender)
+		return
+	case m.deleted:
+		b.reject(r, projection.ReasonDeleted)
+		return
+	}
+	for i := range m.attachments {
+		a := &m.attachments[i]
+		if a.ID != e.Thumbnail.AttachmentID {
+			continue
+		}
+		if a.Thumbnail != nil {
+			b.applied(e, m)
+			return
+		}
+		// A fresh copy: a loaded message's slice may be shared.
+		atts := append([]events.Attachment(nil), m.attachments...)
+		t := e.Thumbnail.Thumbnail
+		atts[i].Thumbnail = &t
+		m.attachments, m.attChanged = atts, true
+		b.changed(e, c, m)
+		return
+	}
+	b.reject(r, projection.ReasonNoAttachment)
 }

@@ -44,6 +44,10 @@ type msgState struct {
 	changed     bool  // version moved in this batch: an UPDATE (unless fresh)
 	fanned      bool  // its update entries of this batch are added
 	changedOrd  int64 // read mode: the conversation's change count at its last change
+	// attachments are the message's files; attChanged says a thumbnail
+	// was added in this batch (an UPDATE writes them).
+	attachments []events.Attachment
+	attChanged  bool
 }
 
 // change is a change_id the batch applied (or found applied), for the
@@ -278,9 +282,10 @@ func (m *msgState) row() (string, int64, *time.Time, bool, *int64, map[string]in
 const (
 	sqlUpdateMessages = `UPDATE messages m SET body = u.b, version = u.v, edited_at = coalesce(u.e, m.edited_at),
   deleted = u.d, reactions = u.r, changed_ord = greatest(m.changed_ord, u.co),
-  attachments = CASE WHEN u.d THEN NULL ELSE m.attachments END
-FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::timestamptz[], $6::bool[], $7::jsonb[], $8::bigint[])
-  AS u(c, s, b, v, e, d, r, co)
+  attachments = CASE WHEN u.d THEN NULL WHEN u.att IS NOT NULL THEN u.att ELSE m.attachments END
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::timestamptz[], $6::bool[], $7::jsonb[], $8::bigint[],
+  $9::jsonb[])
+  AS u(c, s, b, v, e, d, r, co, att)
 WHERE m.conversation_id = u.c AND m.seq = u.s`
 	sqlClearReactions = `DELETE FROM reactions r USING unnest($1::bigint[], $2::bigint[]) AS u(c, s)
 WHERE r.conversation_id = u.c AND r.seq = u.s`
@@ -306,13 +311,19 @@ func (b *batch) queueChanges(bt *pgx.Batch) {
 	var edits []*time.Time
 	var dels []bool
 	var reacts []map[string]int64
+	var atts []*string
 	for _, m := range b.changedMsgs {
 		body, v, edited, deleted, _, reactions := m.row()
 		cs, ss, vs, cos = append(cs, m.key.conv), append(ss, m.key.seq), append(vs, v), append(cos, m.changedOrd)
 		bodies, edits, dels, reacts = append(bodies, body), append(edits, edited), append(dels, deleted), append(reacts, reactions)
+		var att *string
+		if m.attChanged && !m.deleted {
+			att, _ = attachmentsJSON(m)
+		}
+		atts = append(atts, att)
 	}
 	if len(cs) > 0 {
-		bt.Queue(sqlUpdateMessages, cs, ss, bodies, vs, edits, dels, reacts, cos)
+		bt.Queue(sqlUpdateMessages, cs, ss, bodies, vs, edits, dels, reacts, cos, atts)
 	}
 	var clearC, clearS, delC, delS, delU, upC, upS, upU []int64
 	var upE []string

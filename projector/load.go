@@ -51,7 +51,7 @@ LATERAL (SELECT s.conversation_id, s.user_id, s.joined_seq FROM member_spans s
 	sqlKnownMsgIDs  = `SELECT msg_id::text FROM messages WHERE msg_id = ANY($1::uuid[])`
 	sqlKnownChanges = `SELECT change_id::text FROM changes WHERE change_id = ANY($1::uuid[])`
 	sqlMessageState = `SELECT m.conversation_id, m.seq, m.msg_id::text, m.sender_id, m.kind, m.created_at, m.deleted, m.version, m.body,
-  m.reply_to, m.reactions
+  m.reply_to, m.reactions, m.attachments
 FROM messages m JOIN unnest($1::bigint[], $2::bigint[]) AS k(c, s) ON m.conversation_id = k.c AND m.seq = k.s`
 	sqlActorReactions = `SELECT r.conversation_id, r.seq, r.user_id, r.emoji
 FROM reactions r JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS k(c, s, u)
@@ -285,7 +285,7 @@ func (b *batch) need(recs []Record) loadKeys {
 			}
 		case events.RecordUpdated, events.ReadUpdated:
 			wantRecord(e.ActorID, e.ConversationID)
-		case events.MessageEdited, events.MessageDeleted, events.ReactionAdded, events.ReactionRemoved:
+		case events.MessageEdited, events.MessageDeleted, events.ReactionAdded, events.ReactionRemoved, events.MessageThumbnailed:
 			k.changeIDs = append(k.changeIDs, e.ChangeID)
 			k.msgConvs, k.msgSeqs = append(k.msgConvs, e.ConversationID), append(k.msgSeqs, e.Seq)
 			k.reactConvs, k.reactSeqs = append(k.reactConvs, e.ConversationID), append(k.reactSeqs, e.Seq)
@@ -460,7 +460,7 @@ func queueLoadChanges(bt *pgx.Batch, b *batch, k loadKeys) {
 			var reactions map[string]int64
 			st := &msgState{found: true, mine: map[int64]string{}, mineChanged: map[int64]bool{}}
 			if err := rows.Scan(&c, &s, &st.msgID, &st.sender, &st.kind, &st.at, &st.deleted, &st.version, &st.body,
-				&replyTo, &reactions); err != nil {
+				&replyTo, &reactions, &st.attachments); err != nil {
 				return err
 			}
 			st.key = msgKey{c, s}

@@ -80,8 +80,6 @@ type msgRow struct {
 	mentioned  []int64
 	mentionAll bool
 	imported   bool // appended by an import: no inbox entries (docs/import.md)
-	// attachments are the files the message keeps (attachments.go).
-	attachments []events.Attachment
 }
 
 type rejection struct {
@@ -245,6 +243,8 @@ func (b *batch) step(r Record) {
 		b.reactionAdded(r, c)
 	case events.ReactionRemoved:
 		b.reactionRemoved(r, c)
+	case events.MessageThumbnailed:
+		b.messageThumbnailed(r, c)
 	}
 }
 
@@ -380,7 +380,7 @@ func (b *batch) messageSent(r Record, c *convState) {
 	}
 	seq := b.message(c, e.MsgID, e.ActorID, "text", body, e.At)
 	b.msgs[len(b.msgs)-1].senderName = e.SenderName
-	b.msgs[len(b.msgs)-1].attachments = atts
+	b.msgStates[msgKey{c.id, seq}].attachments = atts
 	if b.importing {
 		b.importedRead[c.id] = seq // history is read: no entry, no mention
 	} else {

@@ -332,7 +332,7 @@ func queueMessages(bt *pgx.Batch, msgs []msgRow) error {
 	names := make([]string, n)
 	atts := make([]*string, n)
 	for i, m := range msgs {
-		a, err := attachmentsJSON(m)
+		a, err := attachmentsJSON(m.st)
 		if err != nil {
 			return err
 		}
@@ -398,7 +398,7 @@ func (t *txn) copyRows(ctx context.Context) error {
 			if m.senderName != "" {
 				name = &m.senderName
 			}
-			atts, err := attachmentsJSON(m)
+			atts, err := attachmentsJSON(m.st)
 			if err != nil {
 				return err
 			}

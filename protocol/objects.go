@@ -69,7 +69,7 @@ type Message struct {
 }
 
 // Attachment is a file a message attaches: uploaded sealed to the object
-// store (attachments/sealed), downloaded with GET
+// store (protocol/sealed), downloaded with GET
 // /v1/conversations/{cid}/attachments/{id} and opened with Key.
 type Attachment struct {
 	ID          string `json:"id"`
@@ -83,6 +83,18 @@ type Attachment struct {
 	Height int    `json:"height,omitempty"`
 	// Key opens the stored object: 32 bytes, unpadded base64url.
 	Key string `json:"key"`
+	// Thumbnail, on an image, once a gateway made it (an update entry of
+	// the message announces it): a JPEG, downloaded with ?thumbnail=true
+	// and opened with sealed.ThumbnailKey(Key).
+	Thumbnail *Thumbnail `json:"thumbnail,omitempty"`
+}
+
+// Thumbnail describes the thumbnail of an attached image.
+type Thumbnail struct {
+	ContentType string `json:"content_type"`
+	Size        int64  `json:"size"`
+	Width       int    `json:"width"`
+	Height      int    `json:"height"`
 }
 
 // LargeConv is a read-mode conversation the user is a current member of,

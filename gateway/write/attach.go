@@ -10,9 +10,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/inboxd/inboxd/attachments"
-	"github.com/inboxd/inboxd/attachments/sealed"
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
+	"github.com/inboxd/inboxd/protocol/sealed"
 )
 
 // Objects is what a send needs of the object store: the size of an

@@ -17,12 +17,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/inboxd/inboxd/attachments"
-	"github.com/inboxd/inboxd/attachments/sealed"
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/gateway"
 	"github.com/inboxd/inboxd/internal/s3server"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/protocol"
+	"github.com/inboxd/inboxd/protocol/sealed"
 )
 
 // AttachmentsConfig sizes the attachments figure.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inboxd/inboxd/attachments/sealed"
+	"github.com/inboxd/inboxd/protocol/sealed"
 )
 
 func key(t *testing.T) []byte {

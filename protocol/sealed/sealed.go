@@ -12,14 +12,17 @@
 // its additional data says whether it is the last, so chunks cannot be
 // reordered, and an object cut short at a chunk boundary fails to open.
 //
-// The package depends on the standard library only: the Go SDK and the
-// server share it, and other languages implement the same few lines
-// (docs/protocol.md, "Attachments").
+// It is part of the wire contract (under protocol): the package depends
+// on the standard library only, the Go SDK and the server share it, and
+// other languages implement the same few lines (docs/protocol.md,
+// "Attachments").
 package sealed
 
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -173,4 +176,14 @@ func RangeOf(size, off, length int64) (Range, error) {
 	r := Range{First: first, Count: last - first + 1, Offset: first * sealedChunk, Skip: off - first*ChunkSize}
 	r.Length = min(Size(size), (last+1)*sealedChunk) - r.Offset
 	return r, nil
+}
+
+// ThumbnailKey is the key of the thumbnail of the attachment whose key is
+// key: HMAC-SHA256(key, "inboxd thumbnail"). Derived, not stored: a
+// thumbnail made again after a crash has the same key, and erasing the
+// attachment's key erases its thumbnail's.
+func ThumbnailKey(key []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("inboxd thumbnail"))
+	return m.Sum(nil)
 }

@@ -3,6 +3,8 @@ package sealed_test
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"testing"
 
@@ -69,4 +71,25 @@ func TestRefusesWhatWasChanged(t *testing.T) {
 	err = sealed.Seal(&bytes.Buffer{}, bytes.NewReader(plain), size+1, k)
 	require.Error(t, err, "less than declared")
 	require.False(t, errors.Is(err, sealed.ErrOpen))
+}
+
+// The vector other languages are held to (the TypeScript SDK's
+// test/unit/attachments.test.ts checks the same figures): key 0..31,
+// 70,000 bytes of i*7 mod 251. GCM under a fixed key and nonce is
+// deterministic, so a sealed file is the same bytes in every language.
+func TestSealedVector(t *testing.T) {
+	key := make([]byte, sealed.KeySize)
+	for i := range key {
+		key[i] = byte(i)
+	}
+	plain := make([]byte, 70000)
+	for i := range plain {
+		plain[i] = byte(i * 7 % 251)
+	}
+	var b bytes.Buffer
+	require.NoError(t, sealed.Seal(&b, bytes.NewReader(plain), int64(len(plain)), key))
+	require.Equal(t, 70032, b.Len())
+	sum := sha256.Sum256(b.Bytes())
+	require.Equal(t, "6ed1b597c26dfa228e7c984caff3f97e309e2eb4915095cd1e6b35b69963963a", hex.EncodeToString(sum[:]))
+	require.Equal(t, "d7715791d950342d31fbd9d9ca8bae1a64ea0227c6495fa548c0efdf2b13df63", hex.EncodeToString(sealed.ThumbnailKey(key)))
 }

@@ -2,7 +2,7 @@
 // client uses, the error shape decoded in one place.
 import { parseRetryAfter } from "./backoff.js";
 import { ApiError } from "./errors.js";
-import type { ConversationList, DevToken, ErrorBody, History, Message, SendMessage, SendPending, SyncAnswer } from "./protocol.js";
+import type { AttachmentURL, ConversationList, DevToken, ErrorBody, History, Message, SendMessage, SendPending, SyncAnswer, Upload } from "./protocol.js";
 
 /** FetchLike is the part of `fetch` the client uses (the global one, or a test's). */
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
@@ -109,6 +109,26 @@ export class Api {
     const body = (await res.json()) as Message | SendPending;
     if (res.status === 202) return { pending: true };
     return { message: body as Message };
+  }
+
+  /** createUpload asks for an upload (docs/protocol.md, "Attachments"). */
+  async createUpload(cid: number, req: { name: string; content_type: string; size: number; sha256?: string; width?: number; height?: number },
+    signal?: AbortSignal): Promise<Upload> {
+    const res = await this.request("POST", `/v1/conversations/${cid}/uploads`, req, signal);
+    return (await res.json()) as Upload;
+  }
+
+  /** attachmentUrl asks for the presigned URL of an attachment (or of its thumbnail). */
+  async attachmentUrl(cid: number, id: string, thumbnail: boolean, signal?: AbortSignal): Promise<AttachmentURL> {
+    const q = new URLSearchParams({ redirect: "false" });
+    if (thumbnail) q.set("thumbnail", "true");
+    const res = await this.request("GET", `/v1/conversations/${cid}/attachments/${encodeURIComponent(id)}?${q}`, undefined, signal);
+    return (await res.json()) as AttachmentURL;
+  }
+
+  /** raw is a request to the object store (a presigned URL: no token). */
+  raw(url: string, init: RequestInit): Promise<Response> {
+    return this.fetch(url, init);
   }
 
   async createConversation(title: string, members: number[], signal?: AbortSignal): Promise<number> {

@@ -2,6 +2,7 @@
 // contract, shared with the Go SDK). start() runs until stop() or a fatal
 // error: a PermanentError, a handler's error, a store's error.
 import { Api, type FetchLike, type SyncParams, type TokenSource } from "./api.js";
+import { fromBase64Url, open, seal, thumbnailKey } from "./attachments.js";
 import { Backoff, CircuitBreaker, CrashPlan, jitterUp, sleep } from "./backoff.js";
 import { ApiError, PermanentError, isFatal } from "./errors.js";
 import { Inbox, Saver, type Handlers } from "./inbox.js";
@@ -10,7 +11,7 @@ import { emptyState, MemoryStore, type Hole, type Store } from "./store.js";
 import { runWsSession, type WebSocketCtor, type WsEnd } from "./transport_ws.js";
 import * as app from "./app.js";
 import type { Change, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, Settings, SettingsPatch, TypingEvent } from "./app.js";
-import type { Counts, History, Message, Reconnect, Record, ServerFrame, SyncAnswer, TooLongAnswer } from "./protocol.js";
+import type { Attachment, Counts, History, Message, Reconnect, Record, ServerFrame, SyncAnswer, TooLongAnswer, Upload } from "./protocol.js";
 
 /** Transport is ClientConfig.transport: which transports the client uses. */
 export type Transport = "auto" | "websocket" | "polling";
@@ -481,6 +482,45 @@ export class Client {
     }
   }
 
+  /**
+   * upload uploads a file to conversationId (docs/protocol.md, "Attachments"):
+   * it asks the server for an upload, seals the file with the key it got and
+   * PUTs it straight to the object store. Attach the returned upload's id
+   * with send's `attachments` option; an upload not attached within a day
+   * (the server's default) is removed.
+   */
+  async upload(conversationId: number, file: UploadFile): Promise<Upload> {
+    if (file.data.length === 0) throw new Error("inboxd: an upload needs a non-empty file");
+    const up = await this.api.createUpload(conversationId, { name: file.name, content_type: file.contentType,
+      size: file.data.length, sha256: file.sha256, width: file.width, height: file.height });
+    const body = await seal(file.data, fromBase64Url(up.key));
+    const res = await this.api.raw(up.url, { method: up.method, headers: up.headers, body: body as BodyInit });
+    await res.arrayBuffer().catch(() => undefined);
+    if (!res.ok) throw new Error(`inboxd: upload ${up.id}: the store answered ${res.status}`);
+    return up;
+  }
+
+  /** download returns the file a message attaches, opened with its key (changed bytes are refused). */
+  async download(conversationId: number, a: Attachment): Promise<Uint8Array> {
+    return this.fetchOpen(conversationId, a.id, false, a.size, fromBase64Url(a.key));
+  }
+
+  /** downloadThumbnail returns an attached image's thumbnail (a JPEG), once the server made it. */
+  async downloadThumbnail(conversationId: number, a: Attachment): Promise<Uint8Array> {
+    if (!a.thumbnail) throw new Error(`inboxd: attachment ${a.id} has no thumbnail (yet)`);
+    return this.fetchOpen(conversationId, a.id, true, a.thumbnail.size, await thumbnailKey(fromBase64Url(a.key)));
+  }
+
+  private async fetchOpen(conversationId: number, id: string, thumbnail: boolean, size: number, key: Uint8Array): Promise<Uint8Array> {
+    const at = await this.api.attachmentUrl(conversationId, id, thumbnail);
+    const res = await this.api.raw(at.url, { method: "GET" });
+    if (!res.ok) {
+      await res.arrayBuffer().catch(() => undefined);
+      throw new Error(`inboxd: attachment ${id}: the store answered ${res.status}`);
+    }
+    return open(new Uint8Array(await res.arrayBuffer()), size, key);
+  }
+
   /** send queues a message (saved before it returns, works offline) and returns its msg_id. */
   send(conversationId: number, body: string, opts?: SendOptions): Promise<string> {
     return this.outbox.enqueue(conversationId, body, opts);
@@ -738,3 +778,13 @@ function resolve(c: ClientConfig): Resolved {
   return r;
 }
 
+
+/** UploadFile is a file to upload: its name, media type and bytes; sha256 (hex), width and height are optional and reach every member. */
+export interface UploadFile {
+  name: string;
+  contentType: string;
+  data: Uint8Array;
+  sha256?: string;
+  width?: number;
+  height?: number;
+}

@@ -16,6 +16,8 @@ export interface SendOptions {
   mentions?: number[];
   /** mentionAll: the message mentions every member. */
   mentionAll?: boolean;
+  /** attachments: ids of uploads (Client.upload) to attach; with any, the body may be empty. */
+  attachments?: string[];
 }
 
 /** SendResult is how a queued send ended: its message (with seq), or the permanent refusal. */
@@ -75,13 +77,14 @@ export class Outbox {
 
   /** enqueue validates, assigns the msg_id, saves, and returns the msg_id; it works offline. */
   async enqueue(conversationId: number, body: string, opts: SendOptions = {}): Promise<string> {
-    if (body === "") throw new Error("inboxd: empty message body");
+    if (body === "" && !opts.attachments?.length) throw new Error("inboxd: empty message body");
     if (new TextEncoder().encode(body).length > maxBody) throw new Error("inboxd: message body over 4096 bytes");
     const msgId = (this.cfg.newId ?? (() => crypto.randomUUID()))();
     const item: OutboxItem = { msgId, conversationId, body, queuedAt: Date.now() };
     if (opts.replyTo) item.replyTo = opts.replyTo;
     if (opts.mentions?.length) item.mentions = [...opts.mentions];
     if (opts.mentionAll) item.mentionAll = true;
+    if (opts.attachments?.length) item.attachments = [...opts.attachments];
     this.state.outbox.push(item);
     await this.saver.save();
     this.wake();
@@ -135,13 +138,14 @@ export class Outbox {
       signal.addEventListener("abort", onAbort, { once: true });
     });
     ch.send({ type: "send", msg_id: item.msgId, conversation_id: item.conversationId, body: item.body,
-      reply_to: item.replyTo, mentions: item.mentions, mention_all: item.mentionAll });
+      reply_to: item.replyTo, mentions: item.mentions, mention_all: item.mentionAll, attachments: item.attachments });
     const f = await got;
     this.answer = undefined;
     if (signal.aborted) return true;
     if (f?.type === "send_ack" && typeof f.seq === "number") {
       this.backoff.reset();
       const message = { conversation_id: f.conversation_id ?? item.conversationId, seq: f.seq, msg_id: item.msgId, body: item.body } as Message;
+      if (f.attachments?.length) message.attachments = f.attachments;
       await this.finish(item, { msgId: item.msgId, conversationId: item.conversationId, message });
       return true;
     }
@@ -198,7 +202,8 @@ export class Outbox {
 
   private async attempt(item: OutboxItem, signal: AbortSignal): Promise<void> {
     if (this.channel && (await this.attemptWs(this.channel, item, signal))) return;
-    const req = { msg_id: item.msgId, body: item.body, reply_to: item.replyTo, mentions: item.mentions, mention_all: item.mentionAll };
+    const req = { msg_id: item.msgId, body: item.body, reply_to: item.replyTo, mentions: item.mentions, mention_all: item.mentionAll,
+      attachments: item.attachments };
     try {
       const out = await this.api.send(item.conversationId, req, signal);
       this.backoff.reset();

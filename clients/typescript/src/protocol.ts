@@ -39,6 +39,57 @@ export interface Message {
   changed_ord?: number;
   /** sender_name: a back-end service's named system or bot sender (server API); sender_id is 0 then. */
   sender_name?: string;
+  /** attachments: the files the message attaches (docs/protocol.md, "Attachments"). */
+  attachments?: Attachment[];
+}
+
+/** Attachment is a file a message attaches, with the key that opens it. */
+export interface Attachment {
+  id: string;
+  name: string;
+  content_type: string;
+  /** size: the file's size (not sealed). */
+  size: number;
+  sha256?: string;
+  width?: number;
+  height?: number;
+  /** key: 32 bytes, unpadded base64url. */
+  key: string;
+  /** thumbnail: an image's JPEG thumbnail, once the server made it. */
+  thumbnail?: Thumbnail;
+}
+
+/** Thumbnail describes an attached image's thumbnail. */
+export interface Thumbnail {
+  content_type: string;
+  size: number;
+  width: number;
+  height: number;
+}
+
+/** Upload is the answer of POST /v1/conversations/{cid}/uploads. */
+export interface Upload {
+  id: string;
+  conversation_id: number;
+  name: string;
+  content_type: string;
+  size: number;
+  key: string;
+  sealed_size: number;
+  chunk_size: number;
+  url: string;
+  method: string;
+  headers: { [name: string]: string };
+  url_expires_at: string;
+  expires_at: string;
+}
+
+/** @internal */
+export interface AttachmentURL {
+  url: string;
+  expires_at: string;
+  size: number;
+  sealed_size: number;
 }
 
 /**
@@ -148,6 +199,7 @@ export interface SendMessage {
   reply_to?: number;
   mentions?: number[];
   mention_all?: boolean;
+  attachments?: string[];
 }
 
 /** @internal */
@@ -208,6 +260,8 @@ export interface ServerFrame extends Partial<Counts> {
   msg_id?: string;
   conversation_id?: number;
   seq?: number;
+  /** send_ack: the files the projected message kept. */
+  attachments?: Attachment[];
   code?: string;
   message?: string;
   retryable?: boolean;

@@ -32,6 +32,8 @@ export interface OutboxItem {
   replyTo?: number;
   mentions?: number[];
   mentionAll?: boolean;
+  /** attachments: upload ids the message attaches. */
+  attachments?: string[];
   /** pending: the send was answered 202 (in the log, its seq comes later). */
   pending?: boolean;
   queuedAt: number;

@@ -20,11 +20,11 @@ const main = [
 
 // The main entry's types (src/index.ts's `type` exports).
 const mainTypes = [
-  "BackfillResult", "Change", "ChangeKind", "ChangeOptions", "ChangeResult", "ClientConfig", "ClientHandlers",
+  "Attachment", "BackfillResult", "Change", "ChangeKind", "ChangeOptions", "ChangeResult", "ClientConfig", "ClientHandlers",
   "ConversationState", "Counts", "Entry", "FetchLike", "Handlers", "History", "Hole", "Member", "Message",
   "OutboxItem", "Presence", "Reaction", "Receipt", "ReceiptEvent", "Record", "SendOptions", "SendResult",
-  "Settings", "SettingsPatch", "State", "Status", "Store", "TokenSource", "TooLong", "Transport", "TypingEvent",
-  "WebSocketCtor", "WebSocketLike",
+  "Settings", "SettingsPatch", "State", "Status", "Store", "Thumbnail", "TokenSource", "TooLong", "Transport", "TypingEvent",
+  "Upload", "UploadFile", "WebSocketCtor", "WebSocketLike",
 ];
 
 // The entry points by their package.json "exports" keys, imported by the

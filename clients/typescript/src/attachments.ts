@@ -1,0 +1,89 @@
+// Attachments (docs/protocol.md, "Attachments"): files sealed by the
+// client with a key the gateway makes, uploaded straight to the object
+// store on a presigned URL, downloaded from another and opened with the
+// key the message carries. The sealed form is the Go package
+// protocol/sealed's: 64 KiB chunks, each AES-256-GCM with the chunk's
+// index as nonce and a last-chunk flag as additional data. WebCrypto only,
+// so it runs in browsers and Node alike.
+
+/** ChunkSize is the plaintext size of every sealed chunk but the last. */
+export const ChunkSize = 64 * 1024;
+/** Overhead is what sealing adds to each chunk (the GCM tag). */
+export const Overhead = 16;
+
+/** chunks is the number of chunks of a file of size bytes (at least one). */
+export function chunks(size: number): number {
+  return size <= 0 ? 1 : Math.ceil(size / ChunkSize);
+}
+
+/** sealedSize is the size of a file of size bytes once sealed. */
+export function sealedSize(size: number): number {
+  return size + chunks(size) * Overhead;
+}
+
+function nonce(i: number): Uint8Array {
+  const n = new Uint8Array(12);
+  new DataView(n.buffer).setBigUint64(4, BigInt(i));
+  return n;
+}
+
+async function aesKey(raw: Uint8Array, use: KeyUsage): Promise<CryptoKey> {
+  if (raw.length !== 32) throw new Error(`inboxd: an attachment key is 32 bytes, not ${raw.length}`);
+  return crypto.subtle.importKey("raw", raw as BufferSource, "AES-GCM", false, [use]);
+}
+
+/** seal returns file sealed with key (32 bytes). */
+export async function seal(file: Uint8Array, key: Uint8Array): Promise<Uint8Array> {
+  const k = await aesKey(key, "encrypt");
+  const n = chunks(file.length);
+  const out = new Uint8Array(sealedSize(file.length));
+  for (let i = 0; i < n; i++) {
+    const plain = file.subarray(i * ChunkSize, Math.min(file.length, (i + 1) * ChunkSize));
+    const ct = new Uint8Array(await crypto.subtle.encrypt(
+      { name: "AES-GCM", iv: nonce(i) as BufferSource, additionalData: new Uint8Array([i === n - 1 ? 1 : 0]) as BufferSource },
+      k, plain as BufferSource));
+    out.set(ct, i * (ChunkSize + Overhead));
+  }
+  return out;
+}
+
+/**
+ * open returns the file of size bytes that sealedBytes holds, sealed with
+ * key; it rejects bytes that were changed, reordered or cut short.
+ */
+export async function open(sealedBytes: Uint8Array, size: number, key: Uint8Array): Promise<Uint8Array> {
+  if (sealedBytes.length !== sealedSize(size)) {
+    throw new Error("inboxd: the attachment does not open with its key (wrong size)");
+  }
+  const k = await aesKey(key, "decrypt");
+  const n = chunks(size);
+  const out = new Uint8Array(size);
+  for (let i = 0; i < n; i++) {
+    const ct = sealedBytes.subarray(i * (ChunkSize + Overhead), Math.min(sealedBytes.length, (i + 1) * (ChunkSize + Overhead)));
+    let plain: ArrayBuffer;
+    try {
+      plain = await crypto.subtle.decrypt(
+        { name: "AES-GCM", iv: nonce(i) as BufferSource, additionalData: new Uint8Array([i === n - 1 ? 1 : 0]) as BufferSource },
+        k, ct as BufferSource);
+    } catch {
+      throw new Error("inboxd: the attachment does not open with its key");
+    }
+    out.set(new Uint8Array(plain), i * ChunkSize);
+  }
+  return out;
+}
+
+/** thumbnailKey is the key of an image's thumbnail: HMAC-SHA256(key, "inboxd thumbnail"). */
+export async function thumbnailKey(key: Uint8Array): Promise<Uint8Array> {
+  const k = await crypto.subtle.importKey("raw", key as BufferSource, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  return new Uint8Array(await crypto.subtle.sign("HMAC", k, new TextEncoder().encode("inboxd thumbnail")));
+}
+
+/** fromBase64Url decodes unpadded base64url. */
+export function fromBase64Url(s: string): Uint8Array {
+  const b64 = s.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((s.length + 3) % 4);
+  const bin = atob(b64);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}

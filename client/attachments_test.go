@@ -33,7 +33,11 @@ func TestAttachmentsThroughTheClient(t *testing.T) {
 		t.Run(tr.String(), func(t *testing.T) {
 			noClientGoroutines(t)
 			store, _ := s3test.Store(t)
-			w := newWorld(t, func(c *gateway.Config) { c.Attachments.Store = store }, nil)
+			// The test makes the thumbnails itself (MakeThumbnails), not the
+			// gateway's worker.
+			w := newWorld(t, func(c *gateway.Config) {
+				c.Attachments.Store, c.Attachments.ThumbnailInterval = store, time.Hour
+			}, nil)
 			ctx := context.Background()
 
 			a, b := newApp(), newApp()

@@ -26,27 +26,43 @@ type Server struct {
 	Endpoint             string
 	AccessKey, SecretKey string
 
-	cmd *exec.Cmd
-	dir string
+	cmd    *exec.Cmd
+	dir    string
+	exited chan struct{} // closed when the process has ended
 }
 
 // Start starts a private server on free loopback ports, its data in a
-// temporary directory, and waits until it answers signed requests.
+// temporary directory, and waits until it answers signed requests. A port
+// found free can be taken by another process before the server binds it
+// (test binaries start their servers at once): a server that exits
+// before it is ready is started again on other ports, three times at most.
 func Start() (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
 	}
+	var last error
+	for range 3 {
+		s, err := startOnce(bin)
+		if err == nil {
+			return s, nil
+		}
+		last = err
+	}
+	return nil, last
+}
+
+func startOnce(bin string) (*Server, error) {
 	dir, err := os.MkdirTemp("", "inboxd-s3-")
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{AccessKey: "inboxd-test", SecretKey: randomHex(20), dir: dir,
-		Endpoint: fmt.Sprintf("http://127.0.0.1:%d", ports[3])}
+		Endpoint: fmt.Sprintf("http://127.0.0.1:%d", ports[3]), exited: make(chan struct{})}
 	conf := fmt.Sprintf(`{"identities":[{"name":"inboxd","credentials":[{"accessKey":%q,"secretKey":%q}],"actions":["Admin","Read","Write","List","Tagging"]}]}`,
 		s.AccessKey, s.SecretKey)
 	if err := os.WriteFile(filepath.Join(dir, "s3.json"), []byte(conf), 0o600); err != nil {
@@ -60,9 +76,13 @@ func Start() (*Server, error) {
 		return nil, err
 	}
 	defer log.Close()
+	// Every port is given (the admin server's too, with its legacy port
+	// off), so that no component falls back to a default another server
+	// on the machine holds.
 	s.cmd = exec.Command(bin, "mini", "-dir="+filepath.Join(dir, "data"), "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		fmt.Sprintf("-master.port=%d", ports[0]), fmt.Sprintf("-volume.port=%d", ports[1]),
 		fmt.Sprintf("-filer.port=%d", ports[2]), fmt.Sprintf("-s3.port=%d", ports[3]),
+		fmt.Sprintf("-admin.port=%d", ports[4]), "-admin.port.legacy=0",
 		"-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
 		"-s3.config="+filepath.Join(dir, "s3.json"))
 	s.cmd.Stdout, s.cmd.Stderr = log, log
@@ -74,6 +94,7 @@ func Start() (*Server, error) {
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
+	go func() { _ = s.cmd.Wait(); close(s.exited) }()
 	if err := s.waitReady(2 * time.Minute); err != nil {
 		tail, _ := os.ReadFile(filepath.Join(dir, "weed.log"))
 		s.Stop()
@@ -85,12 +106,17 @@ func Start() (*Server, error) {
 	return s, nil
 }
 
-// waitReady waits until the S3 endpoint answers a signed request: a
-// bucket can be made and looked up.
+// waitReady waits until the S3 endpoint answers a signed request (a
+// bucket can be made and looked up), or the process ends.
 func (s *Server) waitReady(limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	var last error
 	for time.Now().Before(deadline) {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("the server exited (%v)", last)
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var st *attachments.S3Store
 		st, last = attachments.NewS3(ctx, attachments.S3Config{Endpoint: s.Endpoint, Bucket: "ready",
@@ -111,13 +137,11 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.exited:
 	case <-time.After(10 * time.Second):
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		<-s.exited
 	}
 	_ = os.RemoveAll(s.dir)
 }
@@ -174,10 +198,10 @@ func freePorts(n int) ([]int, error) {
 	seen := map[int]bool{}
 	for try := 0; len(ports) < n && try < 200; try++ {
 		p := 12000 + int(randomByte())*40 + try%40
-		if seen[p] || !free(p) || !free(p+10000) {
+		if seen[p] || seen[p+10000] || seen[p-10000] || !free(p) || !free(p+10000) {
 			continue
 		}
-		seen[p] = true
+		seen[p], seen[p+10000] = true, true
 		ports = append(ports, p)
 	}
 	if len(ports) < n {

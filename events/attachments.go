@@ -88,12 +88,10 @@ func (a *Attachment) Validate() error {
 	if a.Size <= 0 {
 		return invalid("attachment size must be positive")
 	}
-	if a.SHA256 != "" {
-		if b, err := hex.DecodeString(a.SHA256); err != nil || len(b) != 32 || strings.ToLower(a.SHA256) != a.SHA256 {
-			return invalid("attachment sha256 is not 64 lowercase hex digits")
-		}
+	if a.SHA256 != "" && !ValidSHA256(a.SHA256) {
+		return invalid("attachment sha256 is not 64 lowercase hex digits")
 	}
-	if a.Width < 0 || a.Height < 0 || a.Width > 1<<16 || a.Height > 1<<16 {
+	if !ValidDimensions(a.Width, a.Height) {
 		return invalid("attachment width and height must be 0..65536")
 	}
 	if a.Thumbnail != nil {
@@ -104,6 +102,17 @@ func (a *Attachment) Validate() error {
 	}
 	return nil
 }
+
+// ValidSHA256 says whether s is a SHA-256 as attachments carry it: 64
+// lowercase hex digits.
+func ValidSHA256(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == 32 && strings.ToLower(s) == s
+}
+
+// ValidDimensions says whether an image's declared width and height are
+// 0 (not given) to 65536.
+func ValidDimensions(w, h int) bool { return w >= 0 && h >= 0 && w <= 1<<16 && h <= 1<<16 }
 
 // ValidFileName checks an attachment's name: 1..255 bytes of storable
 // text without a slash, a backslash or a control character.

@@ -3,7 +3,6 @@ package gateway
 import (
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -146,12 +145,18 @@ func (g *Gateway) handleCreateUpload(w http.ResponseWriter, r *http.Request) err
 	return err
 }
 
+// attachmentsOf is the conversation of an attachment route, when the
+// server keeps attachments (404 when it has no store).
+func (g *Gateway) attachmentsOf(r *http.Request) (int64, error) {
+	if g.cfg.Attachments.Store == nil {
+		return 0, apierr.NotFound("attachments are not enabled on this server")
+	}
+	return pathID(r, "cid")
+}
+
 func (g *Gateway) createUpload(w http.ResponseWriter, r *http.Request) error {
 	ac := &g.cfg.Attachments
-	if ac.Store == nil {
-		return apierr.NotFound("attachments are not enabled on this server")
-	}
-	cid, err := pathID(r, "cid")
+	cid, err := g.attachmentsOf(r)
 	if err != nil {
 		return err
 	}
@@ -225,12 +230,10 @@ func checkUpload(ac *AttachmentsConfig, req *protocol.UploadRequest) error {
 	if !ac.allows(req.ContentType) {
 		return apierr.BadRequest("files of type %s are not accepted here", req.ContentType)
 	}
-	if req.SHA256 != "" {
-		if b, err := hex.DecodeString(req.SHA256); err != nil || len(b) != 32 || strings.ToLower(req.SHA256) != req.SHA256 {
-			return apierr.BadRequest("sha256 must be 64 lowercase hex digits")
-		}
+	if req.SHA256 != "" && !events.ValidSHA256(req.SHA256) {
+		return apierr.BadRequest("sha256 must be 64 lowercase hex digits")
 	}
-	if req.Width < 0 || req.Height < 0 || req.Width > 1<<16 || req.Height > 1<<16 {
+	if !events.ValidDimensions(req.Width, req.Height) {
 		return apierr.BadRequest("width and height must be 0..65536")
 	}
 	return nil
@@ -263,10 +266,7 @@ WHERE u.id = $1::uuid AND u.conversation_id = $2 AND m.conversation_id = $2 AND 
 // as JSON), for a reader whose membership covers the message.
 func (g *Gateway) handleDownload(w http.ResponseWriter, r *http.Request) error {
 	ac := &g.cfg.Attachments
-	if ac.Store == nil {
-		return apierr.NotFound("attachments are not enabled on this server")
-	}
-	cid, err := pathID(r, "cid")
+	cid, err := g.attachmentsOf(r)
 	if err != nil {
 		return err
 	}

@@ -72,24 +72,33 @@ func (g *Gateway) SweepUploads(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// runSweeper runs SweepUploads every interval until ctx ends; a failed
-// round is logged and tried again at the next.
+// runSweeper runs SweepUploads every interval until ctx ends.
 func (g *Gateway) runSweeper(ctx context.Context) error {
 	if g.cfg.Attachments.Store == nil {
 		return nil
 	}
-	t := time.NewTicker(g.cfg.Attachments.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	every(ctx, g.cfg.Attachments.SweepInterval, func() {
 		if n, err := g.SweepUploads(ctx); err != nil && ctx.Err() == nil {
 			g.log.Warn("sweeping uploads failed; trying again at the next round", "err", err)
 		} else if n > 0 {
 			g.log.Info("removed the objects of expired or erased uploads", "objects", n)
 		}
+	})
+	return nil
+}
+
+// every runs round every interval until ctx ends: the background rounds
+// of attachments (the sweeper, the thumbnails), each of which logs its own
+// failure and is tried again at the next.
+func every(ctx context.Context, interval time.Duration, round func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		round()
 	}
 }

@@ -193,22 +193,15 @@ func (g *Gateway) thumbnailOf(ctx context.Context, object string, size int64, ke
 	return out.Bytes(), w, h, nil
 }
 
-// runThumbnails makes the wanted thumbnails every interval until ctx
-// ends; a failed round is logged and tried again at the next.
+// runThumbnails makes the wanted thumbnails every interval until ctx ends.
 func (g *Gateway) runThumbnails(ctx context.Context) error {
 	if g.cfg.Attachments.Store == nil || g.cfg.Attachments.ThumbnailSize < 0 {
 		return nil
 	}
-	t := time.NewTicker(g.cfg.Attachments.ThumbnailInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	every(ctx, g.cfg.Attachments.ThumbnailInterval, func() {
 		if _, err := g.MakeThumbnails(ctx); err != nil && ctx.Err() == nil {
 			g.log.Warn("making thumbnails failed; trying again at the next round", "err", err)
 		}
-	}
+	})
+	return nil
 }

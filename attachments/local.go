@@ -3,6 +3,7 @@ package attachments
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -157,8 +159,14 @@ func (s *LocalStore) Delete(_ context.Context, key string) error {
 func (s *LocalStore) Keys(_ context.Context, prefix string) ([]string, error) {
 	var keys []string
 	err := filepath.WalkDir(s.dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), ".put-") {
+		if err != nil {
 			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), mpPrefix) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || strings.HasPrefix(d.Name(), ".put-") {
+			return nil
 		}
 		rel, err := filepath.Rel(s.dir, p)
 		if err != nil {
@@ -183,8 +191,13 @@ func (s *LocalStore) Handler() http.Handler {
 		if method == http.MethodHead {
 			method = http.MethodGet
 		}
-		exp, err := strconv.ParseInt(r.URL.Query().Get("expires"), 10, 64)
-		sig := r.URL.Query().Get("signature")
+		q := r.URL.Query()
+		if q.Has("upload") || q.Has("part") {
+			s.servePart(w, r, key)
+			return
+		}
+		exp, err := strconv.ParseInt(q.Get("expires"), 10, 64)
+		sig := q.Get("signature")
 		switch {
 		case method != http.MethodGet && method != http.MethodPut:
 			w.Header().Set("Allow", "GET, HEAD, PUT")
@@ -223,4 +236,215 @@ func (s *LocalStore) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		http.ServeContent(w, r, "", fi.ModTime(), f)
 	})
+}
+
+// A multipart upload of a LocalStore is a directory beside the objects,
+// mpPrefix and the upload's id, holding the object's key (in the file
+// "key") and one file per part, named by its number; completing it joins
+// the parts into the object.
+const mpPrefix = ".mp-"
+
+func validUploadID(id string) error {
+	if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
+		return fmt.Errorf("local store: %q is not a multipart upload id", id)
+	}
+	return nil
+}
+
+// mpDir is the directory of multipart upload id of key, once checked.
+func (s *LocalStore) mpDir(key, id string) (string, error) {
+	if err := validKey(key); err != nil {
+		return "", err
+	}
+	if err := validUploadID(id); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(s.dir, mpPrefix+id)
+	k, err := os.ReadFile(filepath.Join(dir, "key"))
+	if errors.Is(err, fs.ErrNotExist) || err == nil && string(k) != key {
+		return "", ErrNotFound
+	}
+	return dir, err
+}
+
+// CreateMultipart implements Store.
+func (s *LocalStore) CreateMultipart(_ context.Context, key string) (string, error) {
+	if err := validKey(key); err != nil {
+		return "", err
+	}
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(b)
+	dir := filepath.Join(s.dir, mpPrefix+id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key"), []byte(key), 0o600); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// partTarget is what a part's URL signs: the key, the upload and the part.
+func partTarget(key, id string, number int) string { return fmt.Sprintf("%s\n%s\n%d", key, id, number) }
+
+// PresignPart implements Store.
+func (s *LocalStore) PresignPart(_ context.Context, key, id string, number int, ttl time.Duration) (string, http.Header, error) {
+	if err := validKey(key); err != nil {
+		return "", nil, err
+	}
+	if err := validUploadID(id); err != nil {
+		return "", nil, err
+	}
+	if number < 1 || number > MaxParts {
+		return "", nil, fmt.Errorf("local store: parts are 1 to %d, not %d", MaxParts, number)
+	}
+	exp := s.now().Add(ttl).Unix()
+	q := url.Values{"upload": {id}, "part": {strconv.Itoa(number)}, "expires": {strconv.FormatInt(exp, 10)},
+		"signature": {s.sign(http.MethodPut, partTarget(key, id, number), exp)}}
+	return s.base + LocalPath + key + "?" + q.Encode(), http.Header{}, nil
+}
+
+// partETag is a part's ETag: its size and modification time, enough for
+// completion to notice a part written again since it was listed.
+func partETag(fi fs.FileInfo) string {
+	return fmt.Sprintf("%x-%x", fi.Size(), fi.ModTime().UnixNano())
+}
+
+// Parts implements Store.
+func (s *LocalStore) Parts(_ context.Context, key, id string) ([]Part, error) {
+	dir, err := s.mpDir(key, id)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var parts []Part
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n < 1 || n > MaxParts {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		parts = append(parts, Part{Number: n, Size: fi.Size(), ETag: partETag(fi)})
+	}
+	slices.SortFunc(parts, func(a, b Part) int { return a.Number - b.Number })
+	return parts, nil
+}
+
+// CompleteMultipart implements Store: the parts are joined in a temporary
+// file renamed into place, then the upload's directory goes.
+func (s *LocalStore) CompleteMultipart(ctx context.Context, key, id string, parts []Part) error {
+	dir, err := s.mpDir(key, id)
+	if err != nil {
+		return err
+	}
+	files := make([]*os.File, 0, len(parts))
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	var size int64
+	for i, p := range parts {
+		if p.Number <= 0 || i > 0 && p.Number <= parts[i-1].Number {
+			return fmt.Errorf("local store: parts out of order at part %d", p.Number)
+		}
+		f, err := os.Open(filepath.Join(dir, strconv.Itoa(p.Number)))
+		if err != nil {
+			return fmt.Errorf("local store: part %d: %w", p.Number, err)
+		}
+		files = append(files, f)
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if partETag(fi) != p.ETag {
+			return fmt.Errorf("local store: part %d is not the one listed", p.Number)
+		}
+		size += fi.Size()
+	}
+	rs := make([]io.Reader, len(files))
+	for i, f := range files {
+		rs[i] = f
+	}
+	if err := s.Put(ctx, key, io.MultiReader(rs...), size); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// AbortMultipart implements Store.
+func (s *LocalStore) AbortMultipart(_ context.Context, key, id string) error {
+	dir, err := s.mpDir(key, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// servePart takes the PUT of a part on a URL PresignPart signed.
+func (s *LocalStore) servePart(w http.ResponseWriter, r *http.Request, key string) {
+	q := r.URL.Query()
+	id := q.Get("upload")
+	n, nerr := strconv.Atoi(q.Get("part"))
+	exp, err := strconv.ParseInt(q.Get("expires"), 10, 64)
+	switch {
+	case r.Method != http.MethodPut:
+		w.Header().Set("Allow", "PUT")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	case validKey(key) != nil || validUploadID(id) != nil || nerr != nil || err != nil ||
+		!hmac.Equal([]byte(q.Get("signature")), []byte(s.sign(http.MethodPut, partTarget(key, id, n), exp))):
+		http.Error(w, "signature does not match", http.StatusForbidden)
+		return
+	case s.now().Unix() > exp:
+		http.Error(w, "request has expired", http.StatusForbidden)
+		return
+	case r.ContentLength < 0:
+		http.Error(w, "Content-Length is required", http.StatusLengthRequired)
+		return
+	}
+	dir, err := s.mpDir(key, id)
+	if err != nil {
+		http.Error(w, "no such upload", http.StatusNotFound)
+		return
+	}
+	f, err := os.CreateTemp(dir, ".put-*")
+	if err != nil {
+		http.Error(w, "could not store the part", http.StatusInternalServerError)
+		return
+	}
+	defer os.Remove(f.Name())
+	c, err := io.Copy(f, io.LimitReader(r.Body, r.ContentLength+1))
+	if err == nil && c != r.ContentLength {
+		err = errors.New("short body")
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(dir, strconv.Itoa(n)))
+	}
+	if err != nil {
+		http.Error(w, "could not store the part", http.StatusBadRequest)
+		return
+	}
+	if fi, err := os.Stat(filepath.Join(dir, strconv.Itoa(n))); err == nil {
+		w.Header().Set("ETag", `"`+partETag(fi)+`"`)
+	}
+	w.WriteHeader(http.StatusOK)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -30,6 +31,7 @@ type S3Config struct {
 // MinIO, Ceph), through minio-go.
 type S3Store struct {
 	c      *minio.Client
+	core   minio.Core
 	tr     *http.Transport
 	bucket string
 }
@@ -73,7 +75,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3Store, error) {
 			}
 		}
 	}
-	return &S3Store{c: c, tr: tr, bucket: cfg.Bucket}, nil
+	return &S3Store{c: c, core: minio.Core{Client: c}, tr: tr, bucket: cfg.Bucket}, nil
 }
 
 // Close lets go of the store's idle connections.
@@ -99,7 +101,7 @@ func (s *S3Store) PresignGet(ctx context.Context, key string, ttl time.Duration)
 
 func notFound(err error) bool {
 	var r minio.ErrorResponse
-	return errors.As(err, &r) && (r.StatusCode == http.StatusNotFound || r.Code == "NoSuchKey")
+	return errors.As(err, &r) && (r.StatusCode == http.StatusNotFound || r.Code == "NoSuchKey" || r.Code == "NoSuchUpload")
 }
 
 // Stat implements Store.
@@ -159,4 +161,78 @@ func (s *S3Store) Keys(ctx context.Context, prefix string) ([]string, error) {
 		keys = append(keys, o.Key)
 	}
 	return keys, nil
+}
+
+// CreateMultipart implements Store.
+func (s *S3Store) CreateMultipart(ctx context.Context, key string) (string, error) {
+	id, err := s.core.NewMultipartUpload(ctx, s.bucket, key, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return "", fmt.Errorf("create multipart upload of %s: %w", key, err)
+	}
+	return id, nil
+}
+
+// PresignPart implements Store.
+func (s *S3Store) PresignPart(ctx context.Context, key, id string, number int, ttl time.Duration) (string, http.Header, error) {
+	if number < 1 || number > MaxParts {
+		return "", nil, fmt.Errorf("presign part %d of %s: parts are 1 to %d", number, key, MaxParts)
+	}
+	q := url.Values{"partNumber": {strconv.Itoa(number)}, "uploadId": {id}}
+	u, err := s.c.Presign(ctx, http.MethodPut, s.bucket, key, ttl, q)
+	if err != nil {
+		return "", nil, fmt.Errorf("presign part %d of %s: %w", number, key, err)
+	}
+	return u.String(), http.Header{}, nil
+}
+
+// Parts implements Store.
+func (s *S3Store) Parts(ctx context.Context, key, id string) ([]Part, error) {
+	var parts []Part
+	marker := 0
+	for {
+		res, err := s.core.ListObjectParts(ctx, s.bucket, key, id, marker, 1000)
+		if err != nil {
+			if notFound(err) {
+				return nil, ErrNotFound
+			}
+			return nil, fmt.Errorf("list parts of %s: %w", key, err)
+		}
+		for _, p := range res.ObjectParts {
+			part := Part{Number: p.PartNumber, Size: p.Size, ETag: p.ETag}
+			// A part PUT again is listed once by S3, but by some stores
+			// (SeaweedFS) once per PUT: the last one listed stands.
+			if n := len(parts); n > 0 && parts[n-1].Number == part.Number {
+				parts[n-1] = part
+				continue
+			}
+			parts = append(parts, part)
+		}
+		if !res.IsTruncated || res.NextPartNumberMarker <= marker {
+			return parts, nil
+		}
+		marker = res.NextPartNumberMarker
+	}
+}
+
+// CompleteMultipart implements Store.
+func (s *S3Store) CompleteMultipart(ctx context.Context, key, id string, parts []Part) error {
+	cp := make([]minio.CompletePart, len(parts))
+	for i, p := range parts {
+		cp[i] = minio.CompletePart{PartNumber: p.Number, ETag: p.ETag}
+	}
+	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, key, id, cp, minio.PutObjectOptions{}); err != nil {
+		if notFound(err) {
+			return ErrNotFound
+		}
+		return fmt.Errorf("complete multipart upload of %s: %w", key, err)
+	}
+	return nil
+}
+
+// AbortMultipart implements Store.
+func (s *S3Store) AbortMultipart(ctx context.Context, key, id string) error {
+	if err := s.core.AbortMultipartUpload(ctx, s.bucket, key, id); err != nil && !notFound(err) {
+		return fmt.Errorf("abort multipart upload of %s: %w", key, err)
+	}
+	return nil
 }

@@ -38,4 +38,33 @@ type Store interface {
 	// of expired uploads, and the checks that the store holds only what
 	// it should.
 	Keys(ctx context.Context, prefix string) ([]string, error)
+
+	// CreateMultipart starts a multipart upload of the object under key
+	// (a large file, sent in parts that can be resumed) and returns its
+	// id.
+	CreateMultipart(ctx context.Context, key string) (string, error)
+	// PresignPart returns a URL on which a client can PUT part number
+	// (1 to MaxParts) of the multipart upload id of key until ttl has
+	// passed, and the headers it must send with it.
+	PresignPart(ctx context.Context, key, id string, number int, ttl time.Duration) (string, http.Header, error)
+	// Parts lists the parts the store holds of the multipart upload id
+	// of key, by number; ErrNotFound when the upload is no more
+	// (completed or aborted).
+	Parts(ctx context.Context, key, id string) ([]Part, error)
+	// CompleteMultipart makes the object under key of parts, in order;
+	// the multipart upload is then no more.
+	CompleteMultipart(ctx context.Context, key, id string, parts []Part) error
+	// AbortMultipart drops the multipart upload id of key and its parts;
+	// one that is no more is no error.
+	AbortMultipart(ctx context.Context, key, id string) error
+}
+
+// MaxParts is the most parts a multipart upload has (S3's limit).
+const MaxParts = 10000
+
+// Part is a part of a multipart upload that the store holds.
+type Part struct {
+	Number int // from 1
+	Size   int64
+	ETag   string
 }

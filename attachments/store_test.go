@@ -127,3 +127,89 @@ func TestStoreContract(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreMultipart: a large file in parts, PUT on presigned URLs in any
+// order and again, listed, then joined; or dropped.
+func TestStoreMultipart(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			// Every part but the last is of S3's least part size, 5 MiB.
+			const ps = 5 << 20
+			data := make([]byte, 2*ps+50_000)
+			_, _ = rand.Read(data)
+			chunks := [][]byte{data[:ps], data[ps : 2*ps], data[2*ps:]}
+
+			id, err := st.CreateMultipart(ctx, "m-1")
+			require.NoError(t, err)
+			urls := make([]string, 3)
+			for i := range urls {
+				u, h, err := st.PresignPart(ctx, "m-1", id, i+1, time.Minute)
+				require.NoError(t, err)
+				require.Empty(t, h)
+				urls[i] = u
+			}
+			for _, i := range []int{2, 0} {
+				resp := do(t, http.MethodPut, urls[i], chunks[i], nil)
+				require.Less(t, resp.StatusCode, 300, "PUT part %d: %d", i+1, resp.StatusCode)
+			}
+			parts, err := st.Parts(ctx, "m-1", id)
+			require.NoError(t, err)
+			require.Len(t, parts, 2)
+			require.Equal(t, 1, parts[0].Number)
+			require.EqualValues(t, ps, parts[0].Size)
+			require.Equal(t, 3, parts[1].Number)
+			require.EqualValues(t, 50_000, parts[1].Size)
+
+			// A part's URL with another part number is refused.
+			u, err := url.Parse(urls[1])
+			require.NoError(t, err)
+			q := u.Query()
+			q.Set(map[bool]string{true: "part", false: "partNumber"}[name == "local"], "4")
+			u.RawQuery = q.Encode()
+			resp := do(t, http.MethodPut, u.String(), chunks[1], nil)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "a changed part number")
+
+			// Part 2, twice (a retry), then the whole.
+			for range 2 {
+				resp = do(t, http.MethodPut, urls[1], chunks[1], nil)
+				require.Less(t, resp.StatusCode, 300, "PUT part 2: %d", resp.StatusCode)
+			}
+			parts, err = st.Parts(ctx, "m-1", id)
+			require.NoError(t, err)
+			require.Len(t, parts, 3)
+			_, err = st.Stat(ctx, "m-1")
+			require.True(t, errors.Is(err, attachments.ErrNotFound), "no object before completion: %v", err)
+			require.NoError(t, st.CompleteMultipart(ctx, "m-1", id, parts))
+			n, err := st.Stat(ctx, "m-1")
+			require.NoError(t, err)
+			require.EqualValues(t, len(data), n)
+			r, err := st.Open(ctx, "m-1")
+			require.NoError(t, err)
+			got, err := io.ReadAll(r)
+			require.NoError(t, err)
+			r.Close()
+			require.True(t, bytes.Equal(data, got))
+			_, err = st.Parts(ctx, "m-1", id)
+			require.True(t, errors.Is(err, attachments.ErrNotFound), "a completed upload is no more: %v", err)
+			keys, err := st.Keys(ctx, "m-")
+			require.NoError(t, err)
+			require.Equal(t, []string{"m-1"}, keys)
+
+			// An aborted upload leaves nothing.
+			id2, err := st.CreateMultipart(ctx, "m-2")
+			require.NoError(t, err)
+			u2, _, err := st.PresignPart(ctx, "m-2", id2, 1, time.Minute)
+			require.NoError(t, err)
+			resp = do(t, http.MethodPut, u2, chunks[0], nil)
+			require.Less(t, resp.StatusCode, 300)
+			require.NoError(t, st.AbortMultipart(ctx, "m-2", id2))
+			require.NoError(t, st.AbortMultipart(ctx, "m-2", id2), "an upload that is no more is no error")
+			_, err = st.Parts(ctx, "m-2", id2)
+			require.True(t, errors.Is(err, attachments.ErrNotFound), "%v", err)
+			keys, err = st.Keys(ctx, "m-")
+			require.NoError(t, err)
+			require.Equal(t, []string{"m-1"}, keys)
+		})
+	}
+}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -38,6 +37,9 @@ const (
 	DefaultUploadURLExpiry   = 15 * time.Minute
 	DefaultDownloadURLExpiry = 5 * time.Minute
 	DefaultThumbnailInterval = time.Second
+	DefaultUploadPartSize    = 8 << 20
+	// MinUploadPartSize is S3's least size of a part but the last.
+	MinUploadPartSize = 5 << 20
 )
 
 // AttachmentsConfig is the configuration of attachments.
@@ -72,6 +74,10 @@ type AttachmentsConfig struct {
 	// DefaultThumbnailLease).
 	ThumbnailSize                     int
 	ThumbnailInterval, ThumbnailLease time.Duration
+	// PartSize is the plaintext size of each part of a multipart upload
+	// but the last: a multiple of the sealed chunk size (64 KiB), at
+	// least MinUploadPartSize. Default DefaultUploadPartSize.
+	PartSize int64
 }
 
 func (c *AttachmentsConfig) setDefaults() {
@@ -85,6 +91,7 @@ func (c *AttachmentsConfig) setDefaults() {
 	setDefault(&c.ThumbnailSize, DefaultThumbnailSize)
 	setDefault(&c.ThumbnailInterval, DefaultThumbnailInterval)
 	setDefault(&c.ThumbnailLease, DefaultThumbnailLease)
+	setDefault(&c.PartSize, DefaultUploadPartSize)
 }
 
 func (c *AttachmentsConfig) validate() error {
@@ -93,6 +100,8 @@ func (c *AttachmentsConfig) validate() error {
 		return errors.New("gateway: the largest attachment must be at least a byte")
 	case c.UploadURLExpiry > c.UploadExpiry:
 		return errors.New("gateway: an upload URL cannot outlive its upload")
+	case c.PartSize < MinUploadPartSize || c.PartSize%sealed.ChunkSize != 0:
+		return fmt.Errorf("gateway: the part size must be a multiple of %d bytes, at least %d", sealed.ChunkSize, MinUploadPartSize)
 	}
 	for _, t := range c.Types {
 		if t == "*/*" {
@@ -130,8 +139,8 @@ const (
 	(SELECT count(*) FROM uploads WHERE user_id = $2 AND state = 'open'),
 	(SELECT COALESCE(sum(size), 0) FROM uploads WHERE user_id = $2 AND state = 'open')`
 	sqlInsertUpload = `INSERT INTO uploads (id, conversation_id, user_id, name, content_type, size, sha256, width, height,
-	key, object_key, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''), NULLIF($8, 0), NULLIF($9, 0), $10, $11, $12)`
+	key, object_key, expires_at, multipart_id)
+VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''), NULLIF($8, 0), NULLIF($9, 0), $10, $11, $12, $13)`
 )
 
 // handleCreateUpload is POST /v1/conversations/{cid}/uploads.
@@ -190,24 +199,25 @@ func (g *Gateway) createUpload(w http.ResponseWriter, r *http.Request) error {
 	if _, err := rand.Read(key); err != nil {
 		return err
 	}
-	now := time.Now()
-	obj := objectKey(cid, id)
-	up := protocol.Upload{ID: id, ConversationID: cid, Name: req.Name, ContentType: req.ContentType, Size: req.Size,
-		SHA256: req.SHA256, Width: req.Width, Height: req.Height, Key: base64.RawURLEncoding.EncodeToString(key),
-		SealedSize: sealed.Size(req.Size), ChunkSize: sealed.ChunkSize, Method: http.MethodPut, Headers: map[string]string{},
-		URLExpiresAt: now.Add(ac.UploadURLExpiry).UTC().Truncate(time.Second),
-		ExpiresAt:    now.Add(ac.UploadExpiry).UTC().Truncate(time.Microsecond)}
-	url, header, err := ac.Store.PresignPut(ctx, obj, ac.UploadURLExpiry)
-	if err != nil {
-		return apierr.Unavailable("the object store could not sign the upload", time.Second, err)
+	u := uploadRow{id: id, cid: cid, user: user, name: req.Name, contentType: req.ContentType, size: req.Size,
+		sha256: req.SHA256, width: req.Width, height: req.Height, key: key, object: objectKey(cid, id),
+		state: "open", expiresAt: time.Now().Add(ac.UploadExpiry).UTC().Truncate(time.Microsecond)}
+	if req.Multipart {
+		if u.multipart, err = ac.Store.CreateMultipart(ctx, u.object); err != nil {
+			return apierr.Unavailable("the object store could not start the upload", time.Second, err)
+		}
 	}
-	up.URL = url
-	for k := range header {
-		up.Headers[k] = header.Get(k)
-	}
+	// The row is written before the answer and after the store's
+	// multipart upload: a crash between the two leaves an empty multipart
+	// upload the store's own lifecycle rule removes (docs/operations.md,
+	// "Attachments"), never a row the sweeper cannot clean.
 	if _, err := pool.Exec(ctx, sqlInsertUpload, id, cid, user, req.Name, req.ContentType, req.Size, req.SHA256,
-		req.Width, req.Height, key, obj, up.ExpiresAt); err != nil {
+		req.Width, req.Height, key, u.object, u.expiresAt, nullIfEmpty(u.multipart)); err != nil {
 		return fmt.Errorf("store upload %s: %w", id, err)
+	}
+	up, err := g.describeUpload(ctx, &u, true)
+	if err != nil {
+		return err
 	}
 	apierr.WriteJSON(w, http.StatusCreated, up)
 	return nil
@@ -235,6 +245,9 @@ func checkUpload(ac *AttachmentsConfig, req *protocol.UploadRequest) error {
 	}
 	if !events.ValidDimensions(req.Width, req.Height) {
 		return apierr.BadRequest("width and height must be 0..65536")
+	}
+	if req.Multipart && sealed.Parts(req.Size, ac.PartSize) > attachments.MaxParts {
+		return apierr.TooLarge("a file of %d bytes is more than %d parts of %d", req.Size, attachments.MaxParts, ac.PartSize)
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 	m.headHit, m.headMiss = m.cache.WithLabelValues("heads", "hit"), m.cache.WithLabelValues("heads", "miss")
 	m.uploads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "inboxd", Subsystem: "gateway", Name: "uploads_total",
-		Help: "Uploads of attachments asked for, by outcome (created; refused: invalid, over a limit or a quota, not a member).",
+		Help: "Uploads of attachments asked for, by outcome (created; refused: invalid, over a limit or a quota, not a member; completed: a multipart upload joined, or a whole upload confirmed, on POST .../complete).",
 	}, []string{"outcome"})
 	m.thumbnails = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "inboxd", Subsystem: "gateway", Name: "thumbnails_total",

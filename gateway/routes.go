@@ -52,6 +52,8 @@ func (g *Gateway) routeTable() []route {
 		{"DELETE", "/v1/conversations/{cid}/messages/{seq}/reaction", true, bucketSend, g.handleChange(events.ReactionRemoved)},
 		{"PATCH", "/v1/conversations/{cid}/record", true, bucketSend, g.handleRecord},
 		{"POST", "/v1/conversations/{cid}/uploads", true, bucketSend, g.handleCreateUpload},
+		{"GET", "/v1/conversations/{cid}/uploads/{id}", true, bucketSync, g.handleGetUpload},
+		{"POST", "/v1/conversations/{cid}/uploads/{id}/complete", true, bucketSend, g.handleCompleteUpload},
 		{"GET", "/v1/conversations/{cid}/attachments/{id}", true, bucketSync, g.handleDownload},
 		{"POST", "/v1/conversations/{cid}/read", true, bucketSend, g.handleRead},
 		{"GET", "/v1/sync", true, bucketSync, g.handleSync},

@@ -16,7 +16,8 @@ const DefaultSweepInterval = time.Minute
 // uploads never attached past their expiry (the projection keeps only the
 // attachments still claimed and open when it projects a message, under
 // the same row lock, so an upload taken here is one no message will
-// keep), and the uploads of deleted messages (erased by the projection).
+// keep; the parts of one in parts are dropped too), and the uploads of
+// deleted messages (erased by the projection).
 // It marks them removing, deletes their objects, then their rows; a
 // crash in between is taken up again by the next round. Gateways share
 // the work: a row another gateway has locked is skipped.
@@ -25,7 +26,7 @@ const (
 WHERE id IN (SELECT id FROM uploads
 	WHERE state IN ('erased', 'removing') OR state = 'open' AND expires_at < now()
 	ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING id::text, object_key`
+RETURNING id::text, object_key, COALESCE(multipart_id, '')`
 	sqlSweepDone = `DELETE FROM uploads WHERE id = $1::uuid AND state = 'removing'`
 )
 
@@ -39,14 +40,14 @@ func (g *Gateway) SweepUploads(ctx context.Context) (int, error) {
 	total := 0
 	for i, pool := range g.srv.Pools {
 		for {
-			var ids, objs []string
+			var ids, objs, mps []string
 			rows, err := pool.Query(ctx, sqlSweepTake, 100)
 			if err != nil {
 				return total, fmt.Errorf("sweep uploads of server %d: %w", i+1, err)
 			}
-			var id, obj string
-			if _, err := pgx.ForEachRow(rows, []any{&id, &obj}, func() error {
-				ids, objs = append(ids, id), append(objs, obj)
+			var id, obj, mp string
+			if _, err := pgx.ForEachRow(rows, []any{&id, &obj, &mp}, func() error {
+				ids, objs, mps = append(ids, id), append(objs, obj), append(mps, mp)
 				return nil
 			}); err != nil {
 				return total, fmt.Errorf("sweep uploads of server %d: %w", i+1, err)
@@ -55,6 +56,11 @@ func (g *Gateway) SweepUploads(ctx context.Context) (int, error) {
 				break
 			}
 			for j := range ids {
+				if mps[j] != "" {
+					if err := st.AbortMultipart(ctx, objs[j], mps[j]); err != nil {
+						return total, fmt.Errorf("sweep upload %s: %w", ids[j], err)
+					}
+				}
 				if err := st.Delete(ctx, thumbnailObject(objs[j])); err != nil {
 					return total, fmt.Errorf("sweep upload %s: %w", ids[j], err)
 				}

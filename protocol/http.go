@@ -154,6 +154,32 @@ type UploadRequest struct {
 	SHA256      string `json:"sha256,omitempty"`
 	Width       int    `json:"width,omitempty"`
 	Height      int    `json:"height,omitempty"`
+	// Multipart asks for an upload in parts (Upload.Parts), each PUT on
+	// its own URL and resumable: for large files.
+	Multipart bool `json:"multipart,omitempty"`
+}
+
+// MaxUploadParts is the most parts an Upload lists.
+const MaxUploadParts = 100
+
+// Upload states (Upload.State).
+const (
+	UploadOpen     = "open"     // waiting for its bytes
+	UploadUploaded = "uploaded" // the store holds the whole sealed file
+	UploadAttached = "attached" // a message took it
+)
+
+// UploadMultipart is the Method of an upload in parts.
+const UploadMultipart = "multipart"
+
+// UploadPart is a part of a multipart upload still to PUT: Size sealed
+// bytes, the chunks of the plaintext from (Number-1)*PartSize
+// (protocol/sealed.PartOf), to PUT on URL with Headers.
+type UploadPart struct {
+	Number  int               `json:"number"`
+	Size    int64             `json:"size"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers"`
 }
 
 // Upload is the answer of POST /v1/conversations/{cid}/uploads: where to
@@ -170,16 +196,29 @@ type Upload struct {
 	// Key seals the file (32 bytes, unpadded base64url); SealedSize is
 	// the size of the sealed file, which the PUT must carry; ChunkSize is
 	// the plaintext size of every sealed chunk but the last.
-	Key        string `json:"key"`
+	Key        string `json:"key,omitempty"`
 	SealedSize int64  `json:"sealed_size"`
 	ChunkSize  int    `json:"chunk_size"`
 	// URL takes a PUT of the sealed file, with Headers, until URLExpiresAt;
-	// an upload not attached to a message by ExpiresAt is removed.
-	URL          string            `json:"url"`
+	// an upload not attached to a message by ExpiresAt is removed. Key,
+	// URL and URLExpiresAt are absent once the upload is attached, and
+	// URL is for a multipart upload (its parts have URLs of their own).
+	URL          string            `json:"url,omitempty"`
 	Method       string            `json:"method"`
 	Headers      map[string]string `json:"headers"`
-	URLExpiresAt time.Time         `json:"url_expires_at"`
+	URLExpiresAt time.Time         `json:"url_expires_at,omitzero"`
 	ExpiresAt    time.Time         `json:"expires_at"`
+	// State is UploadOpen, UploadUploaded or UploadAttached.
+	State string `json:"state"`
+	// A multipart upload (Method "multipart", no URL) has PartSize
+	// plaintext bytes per part but the last; Parts are the first parts
+	// the store does not hold yet, at most MaxUploadParts of them (a
+	// later GET of the upload gives the next), and PartsLeft how many it
+	// lacks in all. Once it lacks none, POST .../uploads/{id}/complete
+	// joins them into the file.
+	PartSize  int64        `json:"part_size,omitempty"`
+	Parts     []UploadPart `json:"parts,omitempty"`
+	PartsLeft int          `json:"parts_left,omitempty"`
 }
 
 // AttachmentURL is the answer of GET

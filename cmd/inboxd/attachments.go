@@ -20,7 +20,7 @@ import (
 type attachmentFlags struct {
 	s3Endpoint, s3Bucket, s3AccessKey, s3SecretKey, s3Region string
 	dir, publicURL, secret                                   string
-	maxSize, quotaBytes                                      int64
+	maxSize, quotaBytes, partSize                            int64
 	types                                                    string
 	quotaFiles                                               int
 	expiry, urlExpiry, downloadExpiry, sweep                 time.Duration
@@ -37,6 +37,7 @@ func (f *attachmentFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.publicURL, "public-url", "", "the gateway's URL as clients reach it, which --attachments-dir's signed URLs point at (default http:// and --http-addr, with localhost for an empty host)")
 	fs.StringVar(&f.secret, "attachments-secret", "", "secret signing --attachments-dir's URLs (default: derived from --auth-secret; needed with --auth-jwks-url alone); every gateway serving the directory must share it")
 	fs.Int64Var(&f.maxSize, "attachment-max-size", gateway.DefaultAttachmentMaxSize, "largest attachment, in bytes (413 above)")
+	fs.Int64Var(&f.partSize, "upload-part-size", gateway.DefaultUploadPartSize, "plaintext bytes per part of an upload in parts (a multipart upload, for large files), but the last: a multiple of 65536, at least 5 MiB (S3's least part)")
 	fs.StringVar(&f.types, "attachment-types", "", "comma-separated media types accepted as attachments, each exact or type/* (empty: every type)")
 	fs.Int64Var(&f.quotaBytes, "upload-quota-bytes", gateway.DefaultUploadQuotaBytes, "bytes a user may have uploaded and not attached yet")
 	fs.IntVar(&f.quotaFiles, "upload-quota-files", gateway.DefaultUploadQuotaFiles, "uploads a user may have and not attached yet")
@@ -53,7 +54,7 @@ func (f *attachmentFlags) bind(fs *flag.FlagSet) {
 func (f *attachmentFlags) config(ctx context.Context, authSecret, httpAddr string) (gateway.AttachmentsConfig, error) {
 	cfg := gateway.AttachmentsConfig{MaxSize: f.maxSize, Types: config.SplitList(f.types), QuotaBytes: f.quotaBytes,
 		QuotaFiles: f.quotaFiles, UploadExpiry: f.expiry, UploadURLExpiry: f.urlExpiry, DownloadURLExpiry: f.downloadExpiry,
-		SweepInterval: f.sweep, ThumbnailSize: f.thumbSize}
+		SweepInterval: f.sweep, ThumbnailSize: f.thumbSize, PartSize: f.partSize}
 	switch {
 	case f.s3Endpoint != "":
 		st, err := attachments.NewS3(ctx, attachments.S3Config{Endpoint: f.s3Endpoint, Bucket: f.s3Bucket,

@@ -103,7 +103,7 @@ func (s *Sender) claimAttachments(ctx context.Context, user, cid int64, msgID st
 		}
 		size, err := s.objects.Stat(ctx, u.object)
 		if errors.Is(err, attachments.ErrNotFound) {
-			return nil, apierr.BadRequest("upload %s has not been uploaded yet", id)
+			return nil, apierr.BadRequest("upload %s has not been uploaded yet (or, in parts, not completed)", id)
 		}
 		if err != nil {
 			return nil, apierr.Unavailable("the object store could not be reached", time.Second, err)

@@ -85,13 +85,32 @@ func ad(last bool) []byte {
 // Seal copies the plaintext of size bytes from r to w, sealed with key.
 // It reads exactly size bytes: fewer is an error, and so is more.
 func Seal(w io.Writer, r io.Reader, size int64, key []byte) error {
+	if err := SealChunks(w, r, size, 0, Chunks(size), key); err != nil {
+		return err
+	}
+	var one [1]byte
+	if k, _ := r.Read(one[:]); k > 0 {
+		return fmt.Errorf("sealed: more than the %d bytes declared", size)
+	}
+	return nil
+}
+
+// SealChunks is Seal for the chunks first to first+count-1 only of a
+// plaintext of size bytes: it reads their plaintext (and nothing more)
+// from r and writes them sealed to w. Chunks seal independently, so the
+// parts of a multipart upload are sealed one at a time, and one is sealed
+// again after a restart with the same bytes.
+func SealChunks(w io.Writer, r io.Reader, size, first, count int64, key []byte) error {
 	c, err := aead(key)
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, ChunkSize, sealedChunk)
 	n := Chunks(size)
-	for i := range n {
+	if first < 0 || count < 0 || first+count > n {
+		return fmt.Errorf("sealed: chunks %d+%d of %d", first, count, n)
+	}
+	buf := make([]byte, ChunkSize, sealedChunk)
+	for i := first; i < first+count; i++ {
 		m := int64(ChunkSize)
 		if i == n-1 {
 			m = size - i*ChunkSize
@@ -105,12 +124,11 @@ func Seal(w io.Writer, r io.Reader, size int64, key []byte) error {
 		}
 		buf = buf[:ChunkSize]
 	}
-	var one [1]byte
-	if k, _ := r.Read(one[:]); k > 0 {
-		return fmt.Errorf("sealed: more than the %d bytes declared", size)
-	}
 	return nil
 }
+
+// SealedOffset is where chunk i starts in a sealed object.
+func SealedOffset(i int64) int64 { return i * sealedChunk }
 
 // Open copies the plaintext of the sealed bytes read from r, which hold
 // a plaintext of size bytes, to w. Nothing of a chunk that does not open
@@ -175,6 +193,34 @@ func RangeOf(size, off, length int64) (Range, error) {
 	last := (end - 1) / ChunkSize
 	r := Range{First: first, Count: last - first + 1, Offset: first * sealedChunk, Skip: off - first*ChunkSize}
 	r.Length = min(Size(size), (last+1)*sealedChunk) - r.Offset
+	return r, nil
+}
+
+// Parts is the number of parts of a multipart upload of a plaintext of
+// size bytes in parts of partSize plaintext bytes (a multiple of
+// ChunkSize): every part but the last holds partSize/ChunkSize whole
+// chunks.
+func Parts(size, partSize int64) int {
+	if partSize <= 0 || partSize%ChunkSize != 0 {
+		return 0
+	}
+	return int((max(size, 1) + partSize - 1) / partSize)
+}
+
+// PartOf says which chunks part number (from 1) of such an upload holds,
+// and where its sealed bytes are in the object: a part is sealed with
+// SealChunks(w, r, size, p.First, p.Count, key), reading the plaintext
+// from p.First*ChunkSize, and is p.Length sealed bytes.
+func PartOf(size, partSize int64, number int) (Range, error) {
+	n := Parts(size, partSize)
+	if n == 0 || number < 1 || number > n {
+		return Range{}, fmt.Errorf("sealed: part %d of %d bytes in parts of %d", number, size, partSize)
+	}
+	per := partSize / ChunkSize
+	r := Range{First: int64(number-1) * per}
+	r.Count = min(per, Chunks(size)-r.First)
+	r.Offset = SealedOffset(r.First)
+	r.Length = min(Size(size), SealedOffset(r.First+r.Count)) - r.Offset
 	return r, nil
 }
 

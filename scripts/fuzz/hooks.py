@@ -31,6 +31,7 @@ CREATE = "POST /v1/conversations"
 LIST = "GET /v1/conversations"
 SYNC = "GET /v1/sync"
 UPLOAD = "POST /v1/conversations/{cid}/uploads"
+COMPLETE = "POST /v1/conversations/{cid}/uploads/{id}/complete"
 
 # The largest attachment of the fuzzed server (dev's default,
 # --attachment-max-size): a deployment's setting, not the document's.
@@ -76,10 +77,14 @@ STATE_REFUSALS = {
         ("dead-lettered msg_id", r"^message \S+ was refused by the projection \(dead-lettered\)"),
         ("an upload not the sender's here", r"^upload \S+ is not one of yours in conversation \d+$"),
         ("an upload attached or expired", r"^upload \S+ is attached to another message or has expired$"),
-        ("an upload not uploaded", r"^upload \S+ has not been uploaded yet$"),
+        ("an upload not uploaded", r"^upload \S+ has not been uploaded yet \(or, in parts, not completed\)$"),
         ("an upload of the wrong size", r"^upload \S+ holds \d+ bytes"),
         ("an upload claimed meanwhile", r"^an upload of msg_id \S+ was attached to another message meanwhile$"),
         ("an upload twice (ids differing in case)", r"^upload \S+ is attached twice$"),
+    ],
+    COMPLETE: [
+        ("an upload lacking parts", r"^upload \S+ lacks \d+ parts; PUT them first$"),
+        ("an upload whose file is not in", r"^upload \S+ has not been uploaded yet: PUT the sealed file on its URL$"),
     ],
     **{op: CHANGE_STATE for op in (EDIT, DELETE, REACT, UNREACT)},
 }

@@ -6,10 +6,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"image"
 	"image/jpeg"
 	pngenc "image/png"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,4 +146,85 @@ func TestAttachmentsThroughTheClient(t *testing.T) {
 			require.NoError(t, rb.stop())
 		})
 	}
+}
+
+// failingAt is a file whose reads fail from byte at on: a disk or a
+// process that goes away part way through an upload.
+type failingAt struct {
+	*bytes.Reader
+	at   int64
+	read atomic.Int64
+}
+
+func (f *failingAt) ReadAt(p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > f.at {
+		return 0, errors.New("the file went away")
+	}
+	n, err := f.Reader.ReadAt(p, off)
+	f.read.Add(int64(n))
+	return n, err
+}
+
+// TestUploadResumesInParts: a large file goes in parts; the upload dies
+// part way; a new client (the app restarted) that kept only the upload's
+// id resumes it, sending only the parts the store lacks, and the file
+// arrives whole.
+func TestUploadResumesInParts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 store")
+	}
+	noClientGoroutines(t)
+	store, _ := s3test.Store(t)
+	w := newWorld(t, func(c *gateway.Config) {
+		c.Attachments.Store, c.Attachments.ThumbnailInterval = store, time.Hour
+		c.Attachments.PartSize = gateway.MinUploadPartSize
+	}, nil)
+	ctx := context.Background()
+	size := int64(2*gateway.MinUploadPartSize + 4321)
+	file := make([]byte, size)
+	_, _ = rand.Read(file)
+
+	a := newApp()
+	alice, err := client.New(w.config(t, w.url, 1, a))
+	require.NoError(t, err)
+	cid, err := alice.CreateConversation(ctx, "large", 2)
+	require.NoError(t, err)
+	var kept string
+	broken := &failingAt{Reader: bytes.NewReader(file), at: gateway.MinUploadPartSize + 1000}
+	_, err = alice.Upload(ctx, cid, client.UploadFile{Name: "film.mp4", ContentType: "video/mp4", Size: size,
+		Body: broken, Created: func(up client.Upload) { kept = up.ID }})
+	var ue *client.UploadError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, kept, ue.ID)
+
+	// The app again, with the same file and the kept id.
+	b := newApp()
+	again, err := client.New(w.config(t, w.url, 1, b))
+	require.NoError(t, err)
+	rb := start(t, again, b)
+	body := &failingAt{Reader: bytes.NewReader(file), at: size}
+	var first int64 = -1
+	up, err := again.ResumeUpload(ctx, cid, kept, client.UploadFile{Size: size, Body: body,
+		Progress: func(sent, total int64) {
+			if first < 0 {
+				first = sent
+			}
+		}})
+	require.NoError(t, err)
+	require.Equal(t, "uploaded", up.State)
+	require.LessOrEqual(t, body.read.Load(), size-gateway.MinUploadPartSize, "the part the store held is not read again")
+	require.Greater(t, first, int64(gateway.MinUploadPartSize), "progress starts after what was in")
+	up, err = again.ResumeUpload(ctx, cid, kept, client.UploadFile{Size: size, Body: body})
+	require.NoError(t, err, "a resume of a whole upload is a no-op")
+	require.Equal(t, "uploaded", up.State)
+
+	id, err := again.SendWith(ctx, cid, "", client.SendOptions{Attachments: []string{kept}})
+	require.NoError(t, err)
+	res, err := rb.c.WaitSent(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, res.Message.Attachments, 1)
+	var out bytes.Buffer
+	require.NoError(t, again.Download(ctx, cid, res.Message.Attachments[0], &out))
+	require.True(t, bytes.Equal(file, out.Bytes()), "the file arrives whole")
+	require.NoError(t, rb.stop())
 }

@@ -64,6 +64,13 @@ RETURNING id::text, conversation_id, object_key, msg_id::text`
 FROM messages m CROSS JOIN LATERAL jsonb_array_elements(m.attachments) a
 WHERE m.msg_id = $1 AND a->>'id' = $2 AND NOT m.deleted`
 	sqlThumbEnd = `UPDATE uploads SET thumbnail = $2, thumbnail_lease = NULL WHERE id = $1::uuid`
+	// sqlThumbHold holds the upload, still attached, while its thumbnail
+	// is stored: the sweeper takes rows FOR UPDATE SKIP LOCKED, so it
+	// cannot remove the file (and the thumbnail, not there yet) of a
+	// message deleted meanwhile and then leave the thumbnail stored after
+	// it with no row to find it by. KEY SHARE, so that the projection's
+	// erase of the row is not held up.
+	sqlThumbHold = `SELECT true FROM uploads WHERE id = $1::uuid AND state = 'attached' FOR KEY SHARE`
 )
 
 // errNoThumbnail is an image no thumbnail can be made of.
@@ -133,8 +140,27 @@ func (g *Gateway) makeThumbnail(ctx context.Context, pool *pgxpool.Pool) (bool, 
 	if err := sealed.Seal(&buf, bytes.NewReader(thumb), int64(len(thumb)), sealed.ThumbnailKey(key)); err != nil {
 		return false, err
 	}
-	if err := ac.Store.Put(ctx, thumbnailObject(object), &buf, int64(buf.Len())); err != nil {
-		return false, fmt.Errorf("store the thumbnail of %s: %w", id, err)
+	stored := false
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var attached bool
+		if err := tx.QueryRow(ctx, sqlThumbHold, id).Scan(&attached); errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("hold upload %s: %w", id, err)
+		}
+		if err := ac.Store.Put(ctx, thumbnailObject(object), &buf, int64(buf.Len())); err != nil {
+			return fmt.Errorf("store the thumbnail of %s: %w", id, err)
+		}
+		stored = true
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if !stored {
+		// Its message was deleted since, and the sweeper has it.
+		_, err = pool.Exec(ctx, sqlThumbEnd, id, "failed")
+		return true, err
 	}
 	e := events.New(events.MessageThumbnailed, cid, sender)
 	e.Seq, e.ChangeID = seq, ThumbnailChangeID(id)

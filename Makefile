@@ -36,8 +36,9 @@ test-sharded: ## the pipeline's suites again on two PostgreSQL servers (INBOXD_T
 test-kafka: ## the integration tests against a real Apache Kafka 4.1.1 (KRaft, jars from Maven Central; needs java 17+, mvn)
 	GOTESTFLAGS="$(GOTESTFLAGS)" scripts/test-kafka.sh
 
-test-compose: ## docker-compose.yml run as local processes (deploy/compose_test.go): every command and health check, traffic through both gateways and HAProxy, Prometheus; then profile sharded (two PostgreSQL servers); needs java, mvn, haproxy, prometheus, wget; a missing one fails
+test-compose: ## docker-compose.yml run as local processes (deploy/compose_test.go): every command and health check, traffic through both gateways and HAProxy, attachments through SeaweedFS, Prometheus; then profile sharded (two PostgreSQL servers); needs java, mvn, haproxy, prometheus, wget; a missing one fails
 	scripts/kafka-local.sh install
+	scripts/seaweedfs.sh install >/dev/null
 	INBOXD_COMPOSE_TEST=required $(GO) test -count=1 -v -timeout 20m -run 'TestCompose(Topology|Sharded)$$' $(GOTESTFLAGS) ./deploy/
 
 fuzz: ## schemathesis (pinned in scripts/fuzz/requirements.txt) against /openapi.yaml of inboxd dev for 3 minutes; then checks the pipeline still projects

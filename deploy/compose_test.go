@@ -39,10 +39,11 @@ var profiles = map[string]bool{"monitoring": true}
 //     interpolation with a random INBOXD_AUTH_SECRET);
 //   - every service of the default set and of the monitoring profile runs at
 //     its replica count, each instance with its service's command and
-//     environment, its hostnames and ports mapped to 127.0.0.1
-//     (topology_test.go says how, images_test.go how each image runs here): PostgreSQL, the
-//     migrate job (which must exit 0), three KRaft brokers of the file's
-//     Apache Kafka version, fanout and gateway, HAProxy with deploy/haproxy.cfg,
+//     environment, its hostnames (and network aliases) and ports mapped to
+//     127.0.0.1 (topology_test.go says how, images_test.go how each image
+//     runs here): PostgreSQL, the migrate job (which must exit 0), three
+//     KRaft brokers of the file's Apache Kafka version, SeaweedFS of the
+//     file's release, fanout and gateway, HAProxy with deploy/haproxy.cfg,
 //     Prometheus with deploy/prometheus.yml;
 //   - services start when their depends_on conditions hold, as compose starts
 //     them, and every health check is run as written until it passes (polled
@@ -52,6 +53,10 @@ var profiles = map[string]bool{"monitoring": true}
 //     answers a long-poll held on the other), through the load balancer over
 //     HTTP (send, long-poll, a long-poll held for the protocol's longest wait)
 //     and over a WebSocket, and the load balancer sees both gateways up;
+//   - an attachment goes through the load balancer and SeaweedFS as a client
+//     sends one: an upload, the sealed file PUT to the presigned URL, a
+//     message attaching it, its download (302 to a presigned GET of the
+//     same bytes), on the store's name as the file gives it to clients;
 //   - Prometheus scrapes every target up and loaded the alert rules; Grafana's
 //     provisioning points at files that exist;
 //   - every long-running process must still run at the end; the inboxd
@@ -110,6 +115,7 @@ func runCompose(t *testing.T, profiles map[string]bool, extraVars map[string]str
 	require.NoError(t, err)
 
 	checkLimits(t, cf)
+	checkStoreEndpoint(t, cf)
 	kafkaVersion := checkKafkaVersion(t, cf, composeDir)
 
 	// The tools that stand in for the images.
@@ -143,6 +149,16 @@ func runCompose(t *testing.T, profiles map[string]bool, extraVars map[string]str
 			need("no %s in %s: run INBOXD_KAFKA_VERSION=%s scripts/kafka-local.sh install", jar, tl.kafkaLibs, kafkaVersion)
 		}
 	}
+	// SeaweedFS as the attachment tests run it: INBOXD_WEED, else the
+	// binary scripts/seaweedfs.sh builds and caches (make test does).
+	if tl.weed = os.Getenv("INBOXD_WEED"); tl.weed == "" {
+		out, err := exec.Command("bash", filepath.Join(composeDir, "scripts", "seaweedfs.sh"), "path").Output()
+		if err != nil {
+			need("no SeaweedFS binary: run scripts/seaweedfs.sh install")
+		}
+		tl.weed = strings.TrimSpace(string(out))
+	}
+	tl.weedVersion = weedVersion(tl.weed)
 	checkImageVersions(t, cf, tl, logf)
 
 	run, err := os.MkdirTemp("", "inboxd-compose-")
@@ -170,8 +186,8 @@ func runCompose(t *testing.T, profiles map[string]bool, extraVars map[string]str
 		}
 		logf("built inboxd (%.1fs)", time.Since(t0).Seconds())
 	}()
-	logf("PostgreSQL %s, Apache Kafka %s, HAProxy %s, Prometheus %s", tl.pgVersion, kafkaVersion,
-		versionOf(tl.haproxy, "-v"), versionOf(tl.prometheus, "--version"))
+	logf("PostgreSQL %s, Apache Kafka %s, HAProxy %s, Prometheus %s, SeaweedFS %s", tl.pgVersion, kafkaVersion,
+		versionOf(tl.haproxy, "-v"), versionOf(tl.prometheus, "--version"), tl.weedVersion)
 
 	var running []*service
 	names := make([]string, 0, len(cf.Services))
@@ -228,6 +244,7 @@ func runCompose(t *testing.T, profiles map[string]bool, extraVars map[string]str
 
 	checkPostgresCommand(t, ctx, tp, logf)
 	heldPoll := checkTraffic(t, ctx, tp, vars["INBOXD_AUTH_SECRET"], logf)
+	checkAttachments(t, ctx, tp, vars["INBOXD_AUTH_SECRET"], logf)
 	if profiles["monitoring"] {
 		checkMonitoring(t, ctx, tp, composeDir, logf)
 	}
@@ -531,8 +548,8 @@ func checkKafkaVersion(t *testing.T, cf *composeFile, root string) string {
 }
 
 // checkImageVersions: the images are the versions that run here (HAProxy's
-// major.minor, Prometheus' major); PostgreSQL's major may differ (Debian
-// ships one), and the test says so.
+// major.minor, Prometheus' major, SeaweedFS's release); PostgreSQL's major
+// may differ (Debian ships one), and the test says so.
 func checkImageVersions(t *testing.T, cf *composeFile, tl *tools, logf func(string, ...any)) {
 	t.Helper()
 	for name, s := range cf.Services {
@@ -545,6 +562,8 @@ func checkImageVersions(t *testing.T, cf *composeFile, tl *tools, logf func(stri
 			local := versionOf(tl.prometheus, "--version")
 			major, _, _ := strings.Cut(local, ".")
 			require.True(t, strings.HasPrefix(s.tag(), "v"+major+"."), "service %s: image %s is the Prometheus %s.x that runs here", name, s.Image, major)
+		case "chrislusf/seaweedfs":
+			require.Equal(t, tl.weedVersion, s.tag(), "service %s: image %s is the SeaweedFS release that runs here (scripts/seaweedfs.sh's)", name, s.Image)
 		case "postgres":
 			major, _, _ := strings.Cut(tl.pgVersion, ".")
 			if !strings.HasPrefix(s.tag(), major) {
@@ -552,4 +571,16 @@ func checkImageVersions(t *testing.T, cf *composeFile, tl *tools, logf func(stri
 			}
 		}
 	}
+}
+
+// weedVersion is the release of a weed binary: "4.53" of `weed version`'s
+// "version 30GB 4.53 linux amd64" (the size limit it was built with comes
+// first).
+func weedVersion(bin string) string {
+	out, _ := exec.Command(bin, "version").Output()
+	f := strings.Fields(string(out))
+	if len(f) < 3 || f[0] != "version" {
+		return ""
+	}
+	return f[2]
 }

@@ -42,6 +42,13 @@ import (
 //	                   config translated by translateHAProxy
 //	prom/prometheus    prometheus <command>; the config      wget, as above
 //	                   translated by translatePrometheus
+//	chrislusf/seaweedfs
+//	                   the image's entrypoint for `mini`:    wget, as above (busybox's
+//	                   weed -logtostderr=true mini [-dir=    in the image)
+//	                   /data] <args> with GODEBUG fips140=on,
+//	                   the weed scripts/seaweedfs.sh builds
+//	                   (the same release); its port flags
+//	                   mapped by translateWeed
 //
 // Grafana is not packaged for Debian, so it does not run: notRun says so,
 // and TestComposeTopology checks its provisioning against the files.
@@ -69,6 +76,8 @@ type tools struct {
 	haproxy      string
 	prometheus   string
 	promtool     string
+	weed         string // SeaweedFS
+	weedVersion  string
 }
 
 // prepare sets up what every instance of the service needs before any
@@ -114,6 +123,8 @@ func (tp *topology) start(ctx context.Context, tl *tools, in *instance, logf fun
 		return tp.startHAProxy(ctx, tl, in, logPath, logf)
 	case "prom/prometheus":
 		return tp.startPrometheus(ctx, tl, in, logPath)
+	case "chrislusf/seaweedfs":
+		return tp.startWeed(tl, in, logPath)
 	}
 	return nil, fmt.Errorf("service %s: the test does not know how to run image %s", in.svc.name, in.svc.Image)
 }
@@ -470,6 +481,81 @@ func (tp *topology) translatePrometheus(in *instance, path string) ([]byte, erro
 		m["static_configs"] = statics
 	}
 	return yaml.Marshal(doc)
+}
+
+// startWeed runs the image's entrypoint for `mini`: weed -logtostderr=true
+// mini, with -dir=/data unless the command gives a -dir, and the FIPS
+// 140-3 mode the entrypoint turns on. (It also drops root for the user
+// seaweed, which has no counterpart here.)
+func (tp *topology) startWeed(tl *tools, in *instance, logPath string) (*proc, error) {
+	command := in.svc.Command
+	if len(command) == 0 || command[0] != "mini" {
+		return nil, fmt.Errorf("service %s: the test runs the image's `mini` only (all in one process), not %q", in.svc.name, command)
+	}
+	args := command[1:]
+	if flagValue(args, "-dir") == "" && flagValue(args, "--dir") == "" {
+		args = append([]string{"-dir=/data"}, args...)
+	}
+	args, err := tp.rewriteAll(args, in)
+	if err != nil {
+		return nil, err
+	}
+	if args, err = translateWeed(in, args); err != nil {
+		return nil, err
+	}
+	env, err := tp.env(in)
+	if err != nil {
+		return nil, err
+	}
+	godebug := "fips140=on"
+	if v := envOf(env, "GODEBUG"); v != "" {
+		godebug = v + "," + godebug
+	}
+	env = append(env, "GODEBUG="+godebug)
+	return startLimited(in, logPath, env, append([]string{tl.weed, "-logtostderr=true", "mini"}, args...)...)
+}
+
+// weedPortFlag is a weed flag naming a port of its own: -master.port=9333,
+// -s3.port.grpc=18333.
+var weedPortFlag = regexp.MustCompile(`^(--?[A-Za-z0-9.]*port(?:\.[A-Za-z]+)?)=(\d+)$`)
+
+// translateWeed maps weed's flags onto this host: a port flag names a bare
+// port, which is the instance's mapped one (0 turns a component off and
+// stays); -ip.bind=0.0.0.0, every interface of the container, is the
+// loopback here, as `bind :8080` is for HAProxy. A component whose port
+// the command leaves to weed's default would listen on that port of this
+// machine, and an S3, master, volume or filer without its gRPC port would
+// take the mapped port + 10000: the command must name them all.
+func translateWeed(in *instance, args []string) ([]string, error) {
+	out := make([]string, len(args))
+	named := map[string]bool{}
+	for i, a := range args {
+		out[i] = a
+		if m := weedPortFlag.FindStringSubmatch(a); m != nil {
+			port, _ := strconv.Atoi(m[2])
+			named[strings.TrimLeft(m[1], "-")] = true
+			if port == 0 {
+				continue
+			}
+			lp, ok := in.ports[port]
+			if !ok {
+				return nil, fmt.Errorf("service %s: %s: port %d is not in its expose or ports", in.svc.name, a, port)
+			}
+			out[i] = fmt.Sprintf("%s=%d", m[1], lp)
+			continue
+		}
+		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "ip.bind="); ok && selfHosts[v] {
+			out[i] = "-ip.bind=127.0.0.1"
+		}
+	}
+	for _, c := range []string{"master", "volume", "filer", "s3", "admin"} {
+		for _, f := range []string{c + ".port", c + ".port.grpc"} {
+			if !named[f] {
+				return nil, fmt.Errorf("service %s: the command leaves -%s to weed's default; name it (and list it in expose)", in.svc.name, f)
+			}
+		}
+	}
+	return out, nil
 }
 
 // healthOnce runs the service's health check once, as Docker runs it in the

@@ -37,7 +37,10 @@ type service struct {
 	} `yaml:"depends_on"`
 	Healthcheck *healthcheck   `yaml:"healthcheck"`
 	Ulimits     map[string]any `yaml:"ulimits"`
-	Deploy      struct {
+	// Networks is a list of network names or a map of them to their
+	// settings, of which the test reads the aliases (aliases).
+	Networks yaml.Node `yaml:"networks"`
+	Deploy   struct {
 		Replicas  *int `yaml:"replicas"`
 		Resources struct {
 			Limits struct {
@@ -110,6 +113,27 @@ func (s *service) nofile() int {
 	var own syscall.Rlimit
 	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &own)
 	return int(own.Cur)
+}
+
+// aliases are the other names the service has on its networks: Docker's
+// DNS resolves them to its containers, as it does the service's name.
+func (s *service) aliases() ([]string, error) {
+	if s.Networks.Kind != yaml.MappingNode {
+		return nil, nil // none, or a list of network names
+	}
+	var nets map[string]*struct {
+		Aliases []string `yaml:"aliases"`
+	}
+	if err := s.Networks.Decode(&nets); err != nil {
+		return nil, fmt.Errorf("service %s: networks: %w", s.name, err)
+	}
+	var out []string
+	for _, n := range nets {
+		if n != nil {
+			out = append(out, n.Aliases...)
+		}
+	}
+	return out, nil
 }
 
 // repo is the image name without its tag; tag is the tag.
@@ -260,6 +284,9 @@ type topology struct {
 	dir       string // the compose file's directory, for bind mounts
 	run       string // where the instances' files go
 	instances map[string][]*instance
+	// names maps every name Docker's DNS would resolve to a service's
+	// containers (its name, its aliases) to the service.
+	names map[string]string
 }
 
 // selfHosts name the container itself: a listener on them, or a health
@@ -271,10 +298,36 @@ var selfHosts = map[string]bool{"": true, "*": true, "localhost": true, "127.0.0
 // (":9092"), not preceded by a character of a name.
 var hostPort = regexp.MustCompile(`(^|[^A-Za-z0-9_.\-])([A-Za-z0-9_.\-]*|\*|\[::\]):(\d{1,5})\b`)
 
+// serviceNames maps every name Docker's DNS resolves to a service's
+// containers, its name and its network aliases, to the service.
+func serviceNames(cf *composeFile) (map[string]string, error) {
+	names := map[string]string{}
+	for name := range cf.Services {
+		names[name] = name
+	}
+	for name, s := range cf.Services {
+		aliases, err := s.aliases()
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range aliases {
+			if other, ok := names[a]; ok && other != name {
+				return nil, fmt.Errorf("service %s: alias %s also names service %s", name, a, other)
+			}
+			names[a] = name
+		}
+	}
+	return names, nil
+}
+
 // newTopology gives every instance of the services to run free ports on
 // 127.0.0.1 for the ports its service declares, and a directory.
 func newTopology(cf *composeFile, dir, run string, running []*service) (*topology, error) {
-	tp := &topology{file: cf, dir: dir, run: run, instances: map[string][]*instance{}}
+	names, err := serviceNames(cf)
+	if err != nil {
+		return nil, err
+	}
+	tp := &topology{file: cf, dir: dir, run: run, instances: map[string][]*instance{}, names: names}
 	picked := map[int]bool{}
 	for _, s := range running {
 		ports, err := s.containerPorts()
@@ -364,9 +417,9 @@ func (in *instance) addr(port int) (string, error) {
 // environment value, a health check, a line of a config file) from the
 // container's view to the host's: the container's paths to the local
 // files, then host:port to 127.0.0.1 and the mapped port. A service's
-// name is that service, the container's own names (localhost, 0.0.0.0, an
-// empty host) are the instance itself; other hosts (Docker's DNS at
-// 127.0.0.11) are left alone.
+// name or network alias is that service, the container's own names
+// (localhost, 0.0.0.0, an empty host) are the instance itself; other
+// hosts (Docker's DNS at 127.0.0.11) are left alone.
 func (tp *topology) rewrite(s string, self *instance) (string, error) {
 	s = rewritePaths(s, self.paths)
 	var err error
@@ -379,8 +432,8 @@ func (tp *topology) rewrite(s string, self *instance) (string, error) {
 		switch {
 		case selfHosts[host]:
 			a, e = self.addr(port)
-		case tp.file.Services[host] != nil:
-			a, e = tp.addr(host, port)
+		case tp.names[host] != "":
+			a, e = tp.addr(tp.names[host], port)
 		default:
 			return m
 		}

@@ -114,20 +114,8 @@ func bodies(es []protocol.Entry) []string {
 func checkTraffic(t *testing.T, ctx context.Context, tp *topology, secret string, logf func(string, ...any)) (finish func()) {
 	gws := byCommand(tp, "inboxd", "gateway")
 	require.GreaterOrEqual(t, len(gws), 2, "the gateway runs scaled")
-	lbs := byCommand(tp, "haproxy", "")
-	require.Len(t, lbs, 1, "one load balancer")
-	lb := lbs[0]
-	public, err := lb.svc.published()
-	require.NoError(t, err)
-	require.NotEmpty(t, public, "the load balancer publishes the public port")
-	lbAddr, err := lb.addr(public[0])
-	require.NoError(t, err)
-
-	tok := func(user int64) string {
-		s, err := gateway.IssueToken([]byte(secret), user, time.Hour)
-		require.NoError(t, err)
-		return s
-	}
+	lb, lbAddr := loadBalancer(t, tp)
+	tok := func(user int64) string { return token(t, secret, user) }
 	const alice, bob, carol = 1001, 1002, 1003
 	via := func(in *instance, user int64) *apiClient {
 		if in == lb {
@@ -196,6 +184,28 @@ func checkTraffic(t *testing.T, ctx context.Context, tp *topology, secret string
 			t.Fatal("the long-poll held through the load balancer never answered")
 		}
 	}
+}
+
+// loadBalancer is the load balancer's instance and the address of the
+// port it publishes, where clients connect.
+func loadBalancer(t *testing.T, tp *topology) (*instance, string) {
+	t.Helper()
+	lbs := byCommand(tp, "haproxy", "")
+	require.Len(t, lbs, 1, "one load balancer")
+	public, err := lbs[0].svc.published()
+	require.NoError(t, err)
+	require.NotEmpty(t, public, "the load balancer publishes the public port")
+	addr, err := lbs[0].addr(public[0])
+	require.NoError(t, err)
+	return lbs[0], addr
+}
+
+// token is a bearer token of user, signed with the gateways' secret.
+func token(t *testing.T, secret string, user int64) string {
+	t.Helper()
+	s, err := gateway.IssueToken([]byte(secret), user, time.Hour)
+	require.NoError(t, err)
+	return s
 }
 
 // portOf is the port an inboxd instance listens on (its INBOXD_HTTP_ADDR).

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -53,6 +54,8 @@ type demoOpts struct {
 	// routes adds handlers after the demo's; one may wrap the API's,
 	// which mux.Handler finds.
 	routes func(mux *http.ServeMux)
+	// wrapLn replaces or wraps the server's listener (wsOpts.wrapLn).
+	wrapLn func(net.Listener) net.Listener
 }
 
 // newDemo starts the demo, or skips the test when there is no Chromium.
@@ -77,8 +80,9 @@ func newDemoOpts(t *testing.T, o demoOpts) *demo {
 	env := testenv.New(t, testenv.Options{})
 	env.StartFanout(t)
 	w := newWSGatewayOn(t, env, wsOpts{
-		tweak: o.tweak,
-		ws:    WSConfig{HeartbeatInterval: time.Second},
+		tweak:  o.tweak,
+		wrapLn: o.wrapLn,
+		ws:     WSConfig{HeartbeatInterval: time.Second},
 		routes: func(mux *http.ServeMux) {
 			mux.Handle("GET /{$}", web.Handler())
 			mux.Handle("GET /demo/", web.Handler())

@@ -1,8 +1,10 @@
 // Package web is the demo page of inboxd: plain HTML and ES modules,
 // embedded in the binary, that log in as any user id (dev mode's token
 // endpoint), list the conversations, show one with its history, send, edit,
-// delete, react to and reply to messages, show unread and mention badges,
-// "seen by" receipts, who is typing and the members' online dots.
+// delete, react to and reply to messages, send and show attachments
+// (images with their thumbnails, files to download), show unread and
+// mention badges, "seen by" receipts, who is typing and the members'
+// online dots.
 //
 // The protocol is the TypeScript SDK's (@inboxd/client), committed as the
 // browser bundle static/inboxd-client.js (built in clients/typescript; no
@@ -27,6 +29,13 @@ import (
 //go:embed static
 var static embed.FS
 
+// csp is the page's Content-Security-Policy: its own scripts and styles
+// only. Attachments widen two sources: the page fetches sealed files from
+// the object store's presigned URLs, on whatever origin the store has (a
+// bucket's, or the gateway's own for a directory; it is not known when the
+// page is served), and draws the files it opened from blob: object URLs.
+const csp = "default-src 'self'; connect-src 'self' ws: wss: http: https: blob:; img-src 'self' blob:; style-src 'self'; script-src 'self'"
+
 // Handler serves the demo: the page at "/" and its assets under "/demo/".
 // Mount it for exactly those paths, e.g.
 //
@@ -49,7 +58,7 @@ func Handler() http.Handler {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		switch {
 		case r.URL.Path == "/":
-			w.Header().Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; style-src 'self'; script-src 'self'")
+			w.Header().Set("Content-Security-Policy", csp)
 			http.ServeFileFS(w, r, sub, "index.html")
 		case len(r.URL.Path) > len("/demo/") && r.URL.Path[:len("/demo/")] == "/demo/":
 			files.ServeHTTP(w, r)

@@ -25,6 +25,7 @@ func TestHandler(t *testing.T) {
 		{"/demo/style.css", "text/css", "#messages", 200},
 		{"/demo/counts.js", "javascript", "unread_count", 200},
 		{"/demo/live.js", "javascript", "expires_in_ms", 200},
+		{"/demo/files.js", "javascript", "downloadThumbnail", 200},
 		// The page names its icon: a browser asks for /favicon.ico otherwise,
 		// which is the API's and answers 404.
 		{"/", "text/html", `<link rel="icon" href="/demo/favicon.svg"`, 200},

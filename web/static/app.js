@@ -9,11 +9,13 @@
 // tabs can be two users; the "Go offline" switch stops the client (and
 // survives a reload of the tab), "Go online" starts it again and shows how
 // many entries the catch-up brought. Counts are in counts.js; typing,
-// presence and read receipts in live.js.
+// presence and read receipts in live.js; attachments (the composer's
+// uploads, the messages' files and thumbnails) in files.js.
 import { Client, IndexedDBStore, PermanentError, devToken } from './inboxd-client.js';
 import { openCache } from './cache.js';
 import { makeCounts } from './counts.js';
 import { makeLive } from './live.js';
+import { makeFiles } from './files.js';
 
 const $ = (sel) => document.querySelector(sel);
 const EMOJI = ['👍', '❤️', '😂', '🎉', '👀'];
@@ -42,6 +44,7 @@ const S = {
 
 const counts = makeCounts({ S, $ });
 const live = makeLive({ S, $, log, renderView: () => renderSoon() });
+const files = makeFiles({ S, $, log, renderView: () => renderSoon() });
 
 // ---- small helpers ----
 
@@ -208,7 +211,7 @@ function creatorOf(cid) {
 }
 
 function describe(m) {
-  if (m.kind !== 'system') return `${m.sender_id}: ${m.deleted ? 'message deleted' : m.body}`;
+  if (m.kind !== 'system') return `${m.sender_id}: ${m.deleted ? 'message deleted' : textOf(m)}`;
   const b = m.body || {};
   switch (b.event) {
     case 'conversation.created': return `user ${b.by} created "${b.title}"`;
@@ -218,12 +221,18 @@ function describe(m) {
   }
 }
 
+// textOf is a message's text, or what it attaches when it has none.
+function textOf(m) {
+  return !m.body && m.attachments && m.attachments.length ? files.names(m.attachments) : m.body;
+}
+
 // ---- a conversation ----
 
 async function open(cid) {
   if (cid !== S.current) {
     S.editing = null;
     S.replyTo = 0;
+    files.clearDraft(); // its uploads were for the other conversation
   }
   S.current = cid;
   sessionStorage.setItem('inboxd.current', String(cid)); // a reload opens it again
@@ -284,9 +293,13 @@ function renderView() {
   const caret = input ? [input.selectionStart, input.selectionEnd] : null;
   box.replaceChildren();
   renderReplyBar();
+  files.beginRender();
+  if (S.current) {
+    seenNow = live.seen(S.current);
+    box.append(...shownMessages(S.current), ...unsent(S.current));
+  }
+  files.endRender(); // revokes the object URLs of what is no longer shown
   if (!S.current) return;
-  seenNow = live.seen(S.current);
-  box.append(...shownMessages(S.current), ...unsent(S.current));
   box.scrollTop = atBottom ? box.scrollHeight : scrolled;
   const edit = box.querySelector('.edit-input');
   if (edit && caret) {
@@ -321,6 +334,7 @@ function unsent(cid) {
   const rows = [];
   const row = (o, status, error) => messageEl({
     msg_id: o.msgId, sender_id: S.user, kind: 'text', body: o.body, reply_to: o.replyTo,
+    attachments: files.sent.get(o.msgId),
   }, status, error, true);
   for (const o of S.client ? S.client.pending() : []) {
     if (o.conversationId === cid && !shown.has(o.msgId)) rows.push(row(o, 'pending'));
@@ -346,6 +360,7 @@ function messageEl(m, status, error, outboxed) {
   const editing = !outboxed && S.editing && S.editing.cid === cid && S.editing.seq === m.seq;
   div.append(editing ? editForm() : bodyEl(m));
   if (m.kind === 'system') return div;
+  if (!m.deleted && m.attachments && m.attachments.length) div.append(outboxed ? files.pendingEl(m.attachments) : files.el(cid, m));
   div.append(metaEl(cid, m, error, outboxed));
   if (!outboxed && seenNow && seenNow.seq === m.seq) {
     const seen = document.createElement('div');
@@ -500,6 +515,7 @@ function onMessageClick(ev) {
     case 'cancel-edit': stopEditing(); break;
     case 'delete': change(cid, m.seq, 'delete', () => S.client.delete(cid, m.seq)); break;
     case 'react': react(cid, m, b.dataset.emoji); break;
+    case 'download': files.download(cid, m, b.closest('.attachment').dataset.id); break;
     default: break;
   }
 }
@@ -549,13 +565,16 @@ function mentionsOf(body) {
 }
 
 // send queues a message in the SDK's outbox (saved before it resolves,
-// offline too); onSendResult tells how it ended.
-async function send(body) {
+// offline too), with the uploads atts; onSendResult tells how it ended.
+async function send(body, atts) {
   const opts = mentionsOf(body);
   if (S.replyTo) opts.replyTo = S.replyTo;
   S.replyTo = 0;
+  if (atts.length) opts.attachments = atts.map((a) => a.id);
   try {
-    S.bodies.set(await S.client.send(S.current, body, opts), body);
+    const msgId = await S.client.send(S.current, body, opts);
+    S.bodies.set(msgId, body);
+    if (atts.length) files.sent.set(msgId, atts);
   } catch (e) {
     $('#notice').textContent = `not sent: ${e.message}`;
   }
@@ -682,6 +701,7 @@ function connected(head) {
   }
   log(`connected: head ${head ?? '?'}, cursor ${S.client.cursor}`);
   live.connected();
+  files.retry();
   refreshListSoon();
 }
 
@@ -764,6 +784,7 @@ async function logout(why) {
   S.saving.clear();
   S.readSent = {};
   live.reset();
+  files.reset();
   $('#app').hidden = true;
   $('#login').hidden = false;
   $('#net-toggle').hidden = true;
@@ -806,13 +827,25 @@ async function create(ev) {
   }
 }
 
+// compose sends the text and the files uploaded for it; the text may be
+// empty when a file is attached.
 function compose(ev) {
   ev.preventDefault();
+  if (!S.current || files.uploading()) return; // Send is disabled meanwhile
   const body = $('#compose').value;
-  if (!body || !S.current) return;
+  const atts = files.take();
+  if (!body && !atts.length) return;
   $('#compose').value = '';
   live.stopTyping();
-  send(body);
+  send(body, atts);
+}
+
+// onDrop takes the files dropped on the open conversation.
+function onDrop(ev) {
+  if (!S.current || !ev.dataTransfer || !ev.dataTransfer.types.includes('Files')) return;
+  ev.preventDefault();
+  $('#view').classList.toggle('dropping', ev.type === 'dragover');
+  if (ev.type === 'drop') files.add([...ev.dataTransfer.files]);
 }
 
 // ---- wiring ----
@@ -824,6 +857,20 @@ $('#create-form').addEventListener('submit', create);
 $('#compose-form').addEventListener('submit', compose);
 $('#compose').addEventListener('input', () => live.typed());
 $('#compose').addEventListener('blur', () => live.stopTyping());
+$('#attach-input').addEventListener('change', (ev) => {
+  files.add([...ev.target.files]);
+  ev.target.value = ''; // the same file can be picked again
+});
+$('#compose').addEventListener('paste', (ev) => {
+  const pasted = [...((ev.clipboardData && ev.clipboardData.files) || [])];
+  if (!pasted.length) return;
+  ev.preventDefault();
+  files.add(pasted);
+});
+for (const type of ['dragover', 'drop']) $('#view').addEventListener(type, onDrop);
+$('#view').addEventListener('dragleave', (ev) => {
+  if (!$('#view').contains(ev.relatedTarget)) $('#view').classList.remove('dropping');
+});
 $('#messages').addEventListener('click', onMessageClick);
 $('#reply-cancel').addEventListener('click', () => {
   S.replyTo = 0;

@@ -32,7 +32,7 @@ var figures = map[string]figure{
 	"storm":       {"request rate during a reconnect storm, the SDK vs a naive client", bindStorm},
 	"changes":     {"edit -> WebSocket push latency vs a send's; update entries written for a burst of reactions on one message", bindChanges},
 	"large":       {"read fan-out: build of an N-member conversation, push latency to C connected members, small conversations' p99 with and without it, inbox rows per message, catch-up, sync cost of 50 channels", bindLarge},
-	"attachments": {"upload + send of a file end to end vs a plain PUT of the same bytes to the same store (SeaweedFS); the gateway's CPU and memory per upload", bindAttachments},
+	"attachments": {"upload + send of a file end to end vs a plain PUT of the same bytes to the same store (SeaweedFS); the gateway's CPU and memory per upload; thumbnails/s of photos and a thumbnail's latency vs the same image work in the bench", bindAttachments},
 	"shards":      {"sharded projection on 2 servers: committed inbox rows/s vs 1 server, the share of entries that crossed, and append -> commit on the user's server and -> push on the member's WebSocket for a crossed member vs a local one, at paced loads", bindShards},
 	"all":         {"every figure, then the goals (computed from the results), the tables and charts of docs/benchmarks.md", bindAll},
 }
@@ -155,6 +155,12 @@ func bindAttachments(fs *flag.FlagSet) runFunc {
 	fs.Int64Var(&c.Size, "size", 1<<20, "bytes of each file")
 	fs.IntVar(&c.Concurrency, "concurrency", 4, "uploads in flight at once, each into a conversation of its own")
 	fs.IntVar(&c.Partitions, "partitions", 4, "topic partitions")
+	fs.IntVar(&c.Images, "images", 100, "photos sent --concurrency at once for thumbnails/s (uploaded beforehand; at most 100 per sender, the gateway's open uploads per user)")
+	fs.IntVar(&c.Lone, "lone", 10, "photos sent one at a time, each once the last one's thumbnail is announced, for the latency at each interval")
+	fs.DurationVar(&c.ShortInterval, "short-interval", 50*time.Millisecond, "the thumbnail worker's interval of the second gateway (the first runs at the gateway's default)")
+	fs.IntVar(&c.ImageWidth, "image-width", 2000, "photo width in pixels")
+	fs.IntVar(&c.ImageHeight, "image-height", 1500, "photo height in pixels")
+	fs.Int64Var(&c.ImageSize, "image-size", 1<<20, "photo size in bytes the JPEG quality is chosen for")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		return bench.Attachments(ctx, env, c)
 	}

@@ -55,7 +55,9 @@ figures:
            delivery checked seq by seq; an offline member's catch-up; sync cost of 50 channels
   attachments
            upload + send of a 1 MiB file end to end vs a plain PUT of the same sealed bytes to the
-           same store (SeaweedFS); the gateway's CPU and resident memory per upload
+           same store (SeaweedFS); the gateway's CPU and resident memory per upload; thumbnails/s
+           of 2000x1500 photos sent at once and a lone photo's send -> thumbnail announced, vs the
+           bench decoding, scaling and encoding the same photo
   all      every figure, then the tables and charts of docs/benchmarks.md (make bench); the
            report starts with the goals, each named and computed from the run's results
   report   the tables and charts again from the JSON of a bench all (--json); given several

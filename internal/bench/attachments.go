@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,6 +32,21 @@ type AttachmentsConfig struct {
 	Size        int64 // bytes of each file (default 1 MiB)
 	Concurrency int   // uploads in flight at once (default 4)
 	Partitions  int   // topic partitions (default 4)
+
+	// The thumbnails: Images photos sent Concurrency at once, then Lone
+	// photos one at a time on the gateway as configured (its worker polls
+	// every gateway.DefaultThumbnailInterval) and Lone more on a second
+	// gateway polling every ShortInterval. Each photo is a JPEG of
+	// ImageWidth x ImageHeight pixels, of the quality that comes closest
+	// to ImageSize bytes. Defaults: 100 images, 10 lone, 50 ms, 2000 x
+	// 1500 pixels, 1 MiB. Images is at most Concurrency times the
+	// gateway's open uploads per user (gateway.DefaultUploadQuotaFiles):
+	// the burst's uploads are all made before the first send.
+	Images                  int
+	Lone                    int
+	ShortInterval           time.Duration
+	ImageWidth, ImageHeight int
+	ImageSize               int64
 }
 
 func (c *AttachmentsConfig) setDefaults() {
@@ -40,6 +56,27 @@ func (c *AttachmentsConfig) setDefaults() {
 	}
 	setDefault(&c.Concurrency, 4)
 	setDefault(&c.Partitions, 4)
+	setDefault(&c.Images, 100)
+	setDefault(&c.Lone, 10)
+	if c.ShortInterval == 0 {
+		c.ShortInterval = 50 * time.Millisecond
+	}
+	setDefault(&c.ImageWidth, 2000)
+	setDefault(&c.ImageHeight, 1500)
+	if c.ImageSize == 0 {
+		c.ImageSize = 1 << 20
+	}
+}
+
+func (c *AttachmentsConfig) validate() error {
+	switch {
+	case c.Images > c.Concurrency*gateway.DefaultUploadQuotaFiles:
+		return fmt.Errorf("attachments: %d images are more open uploads than %d senders may hold (%d each)",
+			c.Images, c.Concurrency, gateway.DefaultUploadQuotaFiles)
+	case c.Images < 1 || c.Lone < 1 || c.ShortInterval < 0 || c.ImageWidth < 1 || c.ImageHeight < 1:
+		return errors.New("attachments: images, lone, short interval and image sizes must be positive")
+	}
+	return nil
 }
 
 // AttachmentsResult is the attachments figure: a file's upload and send
@@ -66,12 +103,14 @@ type AttachmentsResult struct {
 	GatewayRSSGrowth    int64   `json:"gateway_rss_growth_bytes"`
 	GatewayRSS          int64   `json:"gateway_rss_bytes"`
 	Downloaded          bool    `json:"downloaded"`
+	// Thumbnails is the thumbnail worker's figure, on photos.
+	Thumbnails ThumbnailsResult `json:"thumbnails"`
 }
 
 // Rows implements Result.
 func (r AttachmentsResult) Rows() []Row {
 	size := fmt.Sprintf("%.1f MiB", float64(r.Size)/(1<<20))
-	return []Row{
+	rows := []Row{
 		{Figure: fmt.Sprintf("upload + send of a %s file, end to end (ask, seal, PUT to SeaweedFS, send answered once projected; %d files, %d at once), p50 / p99",
 			size, r.Files, r.Concurrency),
 			Value:     ms(r.EndToEnd.P50) + " / " + ms(r.EndToEnd.P99),
@@ -90,14 +129,20 @@ func (r AttachmentsResult) Rows() []Row {
 			Reference: fmt.Sprintf("the files uploaded: %d x %s = %.0f MiB", r.Files, size, float64(r.Files)*float64(r.Size)/(1<<20)),
 			Ratio:     ratio(float64(r.GatewayRSSGrowth), float64(r.Files)*float64(r.Size))},
 	}
+	return append(rows, r.Thumbnails.rows(r.Concurrency)...)
 }
 
 // Attachments runs the attachments figure: a SeaweedFS store, a pipeline
 // (fanout and kfake here) and a gateway child process with the store;
 // first the reference PUTs, then the uploads and sends, then a download
-// of one file, opened and compared.
+// of one file, opened and compared; then the thumbnails of photos, sent
+// in a burst and one at a time, with a second gateway for the short
+// interval.
 func Attachments(ctx context.Context, env *Env, cfg AttachmentsConfig) (AttachmentsResult, error) {
 	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return AttachmentsResult{}, err
+	}
 	pr := env.Progress
 	res := AttachmentsResult{Files: cfg.Files, Size: cfg.Size, Concurrency: cfg.Concurrency}
 	progressf(pr, "bench attachments: starting SeaweedFS (scripts/seaweedfs.sh builds it on first use)")
@@ -191,7 +236,9 @@ func Attachments(ctx context.Context, env *Env, cfg AttachmentsConfig) (Attachme
 		t0 := time.Now()
 		var up protocol.Upload
 		if err := callJSON(ctx, hc, http.MethodPost, fmt.Sprintf("%s/v1/conversations/%d/uploads", base, cid), tok,
-			protocol.UploadRequest{Name: "photo.jpg", ContentType: "image/jpeg", Size: cfg.Size, SHA256: hex.EncodeToString(sum[:])},
+			// Random bytes, not an image: the thumbnail worker leaves
+			// them alone, and the CPU measured is the upload's.
+			protocol.UploadRequest{Name: "file.bin", ContentType: "application/octet-stream", Size: cfg.Size, SHA256: hex.EncodeToString(sum[:])},
 			http.StatusCreated, &up); err != nil {
 			return err
 		}
@@ -263,11 +310,13 @@ func Attachments(ctx context.Context, env *Env, cfg AttachmentsConfig) (Attachme
 		return res, fmt.Errorf("the downloaded file differs from the uploaded one")
 	}
 	res.Downloaded = true
-	_ = gw.stop(20 * time.Second)
 	progressf(pr, "bench attachments: end to end p50 %s p99 %s (plain PUT %s / %s); gateway %.0f us CPU per upload, RSS +%.1f MiB",
 		ms(res.EndToEnd.P50), ms(res.EndToEnd.P99), ms(res.PlainPut.P50), ms(res.PlainPut.P99), res.GatewayCPUPerUpload,
 		float64(res.GatewayRSSGrowth)/(1<<20))
-	return res, nil
+
+	err = attachmentThumbnails(ctx, env, cfg, pl, convs, tokens, secret, hc, gw, ready, serveConfig{Mode: "gateway", DatabaseURL: pl.url,
+		Brokers: pl.brokers, Partitions: cfg.Partitions, Secret: secret, S3: s3cfg, ThumbnailInterval: cfg.ShortInterval}, &res.Thumbnails)
+	return res, err
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -57,6 +57,10 @@ type serveConfig struct {
 	AdmitRate    float64
 	// S3: the attachments' store of the gateway (empty Endpoint: none).
 	S3 attachments.S3Config
+	// ThumbnailInterval is how often the gateway's thumbnail worker looks
+	// for wanted thumbnails (0: the gateway's default; `inboxd gateway`
+	// has no flag for it).
+	ThumbnailInterval time.Duration
 }
 
 // serveReady is the child's "ready" line.
@@ -155,7 +159,7 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 		}
 		reg := prometheus.NewRegistry()
 		gatherer = reg
-		var ac gateway.AttachmentsConfig
+		ac := gateway.AttachmentsConfig{ThumbnailInterval: cfg.ThumbnailInterval}
 		if cfg.S3.Endpoint != "" {
 			st, err := attachments.NewS3(ctx, cfg.S3)
 			if err != nil {

@@ -359,20 +359,54 @@ func TestBenchShardsSmoke(t *testing.T) {
 }
 
 // The attachments figure at a tiny size: the files go up sealed, are sent,
-// and the one downloaded opens to what was uploaded. A check that the
-// figure works, not a measurement.
+// and the one downloaded opens to what was uploaded; every photo's
+// thumbnail is made once and announced once, on both gateways, and the
+// one downloaded opens to what was announced. A check that the figure
+// works, not a measurement.
 func TestAttachmentsSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts SeaweedFS and a gateway process")
+		t.Skip("starts SeaweedFS and two gateway processes")
 	}
 	env, progress := testEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, err := Attachments(ctx, env, AttachmentsConfig{Files: 6, Size: 100_000, Concurrency: 2})
+	res, err := Attachments(ctx, env, AttachmentsConfig{Files: 6, Size: 100_000, Concurrency: 2,
+		Images: 5, Lone: 2, ImageWidth: 800, ImageHeight: 600, ImageSize: 150_000})
 	require.NoError(t, err, progress.String())
 	require.True(t, res.Downloaded)
 	require.Equal(t, 6, res.EndToEnd.N)
 	require.Equal(t, 6, res.PlainPut.N)
 	require.Positive(t, res.GatewayCPUPerUpload)
-	require.Len(t, res.Rows(), 4)
+
+	th := res.Thumbnails
+	require.Equal(t, 5, th.Images)
+	require.Equal(t, 5, th.Announced, "every photo of the burst announced")
+	require.Equal(t, 5, th.Updates, "each by one update entry")
+	require.Equal(t, 5+2+2, th.Done, "every photo of every phase made, in the store of record")
+	require.Zero(t, th.Reconns)
+	require.Equal(t, 5, th.Latency.N)
+	require.Equal(t, 2, th.Lone.N)
+	require.Equal(t, 2, th.LoneShort.N)
+	require.Positive(t, th.PerSec)
+	require.Positive(t, th.Spacing)
+	require.Positive(t, th.RefPerSec)
+	require.Positive(t, th.RefCPU)
+	require.Positive(t, th.Latency.P50)
+	require.Positive(t, th.LoneShort.P50)
+	require.Positive(t, th.GatewayCPUPerThumb)
+	require.Equal(t, 320, th.ThumbWidth)
+	require.Equal(t, 240, th.ThumbHeight)
+	require.Positive(t, th.ThumbBytes)
+	require.Equal(t, 1000.0, th.Interval)
+	require.Equal(t, 50.0, th.ShortInterval)
+
+	rows := res.Rows()
+	require.Len(t, rows, 9)
+	for _, row := range rows {
+		require.NotEmpty(t, row.Reference, row.Figure)
+		require.NotEmpty(t, row.Ratio, row.Figure)
+	}
+	var out bytes.Buffer
+	WriteTable(&out, rows)
+	t.Log("\n" + out.String())
 }

@@ -100,6 +100,8 @@ func (c *AttachmentsConfig) validate() error {
 		return errors.New("gateway: the largest attachment must be at least a byte")
 	case c.UploadURLExpiry > c.UploadExpiry:
 		return errors.New("gateway: an upload URL cannot outlive its upload")
+	case c.ThumbnailInterval <= 0 || c.ThumbnailLease <= 0 || c.SweepInterval <= 0:
+		return errors.New("gateway: the thumbnail interval and lease and the sweep interval must be positive")
 	case c.PartSize < MinUploadPartSize || c.PartSize%sealed.ChunkSize != 0:
 		return fmt.Errorf("gateway: the part size must be a multiple of %d bytes, at least %d", sealed.ChunkSize, MinUploadPartSize)
 	}

@@ -24,6 +24,7 @@ type attachmentFlags struct {
 	types                                                    string
 	quotaFiles                                               int
 	expiry, urlExpiry, downloadExpiry, sweep                 time.Duration
+	thumbInterval, thumbLease                                time.Duration
 	thumbSize                                                int
 }
 
@@ -45,6 +46,8 @@ func (f *attachmentFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.urlExpiry, "upload-url-expiry", gateway.DefaultUploadURLExpiry, "life of an upload's presigned PUT URL")
 	fs.DurationVar(&f.downloadExpiry, "download-url-expiry", gateway.DefaultDownloadURLExpiry, "life of a download's presigned GET URL")
 	fs.DurationVar(&f.sweep, "upload-sweep-interval", gateway.DefaultSweepInterval, "how often the objects of expired uploads and deleted messages' files are removed")
+	fs.DurationVar(&f.thumbInterval, "thumbnail-interval", gateway.DefaultThumbnailInterval, "how often this gateway's thumbnail worker looks for attached images without one (a lone image waits half of it on average)")
+	fs.DurationVar(&f.thumbLease, "thumbnail-lease", gateway.DefaultThumbnailLease, "how long a thumbnail taken by a worker is its own: one killed or failing mid-way leaves it to another worker after this")
 	fs.IntVar(&f.thumbSize, "thumbnail-size", gateway.DefaultThumbnailSize, "longest side in pixels of the JPEG thumbnails this gateway makes of attached JPEG, PNG, GIF and WebP images (negative: makes none; other gateways may)")
 }
 
@@ -54,7 +57,8 @@ func (f *attachmentFlags) bind(fs *flag.FlagSet) {
 func (f *attachmentFlags) config(ctx context.Context, authSecret, httpAddr string) (gateway.AttachmentsConfig, error) {
 	cfg := gateway.AttachmentsConfig{MaxSize: f.maxSize, Types: config.SplitList(f.types), QuotaBytes: f.quotaBytes,
 		QuotaFiles: f.quotaFiles, UploadExpiry: f.expiry, UploadURLExpiry: f.urlExpiry, DownloadURLExpiry: f.downloadExpiry,
-		SweepInterval: f.sweep, ThumbnailSize: f.thumbSize, PartSize: f.partSize}
+		SweepInterval: f.sweep, ThumbnailSize: f.thumbSize, PartSize: f.partSize,
+		ThumbnailInterval: f.thumbInterval, ThumbnailLease: f.thumbLease}
 	switch {
 	case f.s3Endpoint != "":
 		st, err := attachments.NewS3(ctx, attachments.S3Config{Endpoint: f.s3Endpoint, Bucket: f.s3Bucket,

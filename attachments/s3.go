@@ -16,9 +16,14 @@ import (
 
 // S3Config locates a bucket of an S3-compatible store.
 type S3Config struct {
-	// Endpoint is the store's URL, as clients reach it (the presigned
-	// URLs point there): http://host:port or https://host.
+	// Endpoint is the store's URL: http://host:port or https://host. The
+	// presigned URLs point there too, unless PublicEndpoint is set.
 	Endpoint string
+	// PublicEndpoint, when set, is the store's URL as clients reach it,
+	// when it differs from the one the gateway reaches it on (a
+	// container's network, a proxy in front of the store): the URLs
+	// clients get are signed for it. Signing needs no request to it.
+	PublicEndpoint string
 	// Bucket holds the objects; NewS3 creates it when it is missing.
 	Bucket string
 	// AccessKey and SecretKey sign the requests and the URLs.
@@ -31,36 +36,52 @@ type S3Config struct {
 // MinIO, Ceph), through minio-go.
 type S3Store struct {
 	c      *minio.Client
+	pub    *minio.Client // signs the clients' URLs: c, or one on PublicEndpoint
 	core   minio.Core
 	tr     *http.Transport
 	bucket string
 }
 
+// s3Client is a minio client of endpoint, and its transport.
+func s3Client(cfg S3Config, endpoint string) (*minio.Client, *http.Transport, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.Path != "" && u.Path != "/" {
+		return nil, nil, fmt.Errorf("s3 endpoint %q: want http://host:port or https://host", endpoint)
+	}
+	tr, err := minio.DefaultTransport(u.Scheme == "https")
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := minio.New(u.Host, &minio.Options{
+		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure:       u.Scheme == "https",
+		Region:       cfg.Region, // known: presigning asks the store nothing
+		BucketLookup: minio.BucketLookupPath,
+		Transport:    tr,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("s3 client for %s: %w", endpoint, err)
+	}
+	return c, tr, nil
+}
+
 // NewS3 connects to cfg's bucket, creating it when it does not exist.
 func NewS3(ctx context.Context, cfg S3Config) (*S3Store, error) {
-	u, err := url.Parse(cfg.Endpoint)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("s3 endpoint %q: want http://host:port or https://host", cfg.Endpoint)
-	}
 	if cfg.Bucket == "" {
 		return nil, errors.New("s3: a bucket is needed")
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
-	tr, err := minio.DefaultTransport(u.Scheme == "https")
+	c, tr, err := s3Client(cfg, cfg.Endpoint)
 	if err != nil {
 		return nil, err
 	}
-	c, err := minio.New(u.Host, &minio.Options{
-		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
-		Secure:       u.Scheme == "https",
-		Region:       cfg.Region,
-		BucketLookup: minio.BucketLookupPath,
-		Transport:    tr,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
+	pub := c
+	if cfg.PublicEndpoint != "" {
+		if pub, _, err = s3Client(cfg, cfg.PublicEndpoint); err != nil {
+			return nil, err
+		}
 	}
 	ok, err := c.BucketExists(ctx, cfg.Bucket)
 	if err != nil {
@@ -75,7 +96,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3Store, error) {
 			}
 		}
 	}
-	return &S3Store{c: c, core: minio.Core{Client: c}, tr: tr, bucket: cfg.Bucket}, nil
+	return &S3Store{c: c, pub: pub, core: minio.Core{Client: c}, tr: tr, bucket: cfg.Bucket}, nil
 }
 
 // Close lets go of the store's idle connections.
@@ -83,7 +104,7 @@ func (s *S3Store) Close() { s.tr.CloseIdleConnections() }
 
 // PresignPut implements Store.
 func (s *S3Store) PresignPut(ctx context.Context, key string, ttl time.Duration) (string, http.Header, error) {
-	u, err := s.c.PresignedPutObject(ctx, s.bucket, key, ttl)
+	u, err := s.pub.PresignedPutObject(ctx, s.bucket, key, ttl)
 	if err != nil {
 		return "", nil, fmt.Errorf("presign put %s: %w", key, err)
 	}
@@ -92,7 +113,7 @@ func (s *S3Store) PresignPut(ctx context.Context, key string, ttl time.Duration)
 
 // PresignGet implements Store.
 func (s *S3Store) PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error) {
-	u, err := s.c.PresignedGetObject(ctx, s.bucket, key, ttl, nil)
+	u, err := s.pub.PresignedGetObject(ctx, s.bucket, key, ttl, nil)
 	if err != nil {
 		return "", fmt.Errorf("presign get %s: %w", key, err)
 	}
@@ -178,7 +199,7 @@ func (s *S3Store) PresignPart(ctx context.Context, key, id string, number int, t
 		return "", nil, fmt.Errorf("presign part %d of %s: parts are 1 to %d", number, key, MaxParts)
 	}
 	q := url.Values{"partNumber": {strconv.Itoa(number)}, "uploadId": {id}}
-	u, err := s.c.Presign(ctx, http.MethodPut, s.bucket, key, ttl, q)
+	u, err := s.pub.Presign(ctx, http.MethodPut, s.bucket, key, ttl, q)
 	if err != nil {
 		return "", nil, fmt.Errorf("presign part %d of %s: %w", number, key, err)
 	}

@@ -213,3 +213,37 @@ func TestStoreMultipart(t *testing.T) {
 		})
 	}
 }
+
+// TestS3PublicEndpoint: the gateway reaches the store on one URL, and the
+// clients' URLs are signed for another that reaches the same store.
+func TestS3PublicEndpoint(t *testing.T) {
+	if testing.Short() && os.Getenv(s3test.EnvEndpoint) == "" {
+		t.Skip("-short: the S3 store is not started")
+	}
+	_, srv := s3test.Store(t)
+	ctx := context.Background()
+	public := strings.Replace(srv.Endpoint, "127.0.0.1", "localhost", 1)
+	require.NotEqual(t, public, srv.Endpoint)
+	st, err := attachments.NewS3(ctx, attachments.S3Config{Endpoint: srv.Endpoint, PublicEndpoint: public,
+		Bucket: "public-endpoint", AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	put, h, err := st.PresignPut(ctx, "p-1", time.Minute)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(put, public+"/"), "signed for the public endpoint: %s", put)
+	resp := do(t, http.MethodPut, put, []byte("seen from outside"), h)
+	require.Less(t, resp.StatusCode, 300, "PUT: %d", resp.StatusCode)
+	n, err := st.Stat(ctx, "p-1")
+	require.NoError(t, err, "the gateway's own endpoint sees it")
+	require.EqualValues(t, 17, n)
+	get, err := st.PresignGet(ctx, "p-1", time.Minute)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(get, public+"/"))
+	resp = do(t, http.MethodGet, get, nil, nil)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "seen from outside", string(body))
+	_, err = attachments.NewS3(ctx, attachments.S3Config{Endpoint: srv.Endpoint, PublicEndpoint: "localhost:9000",
+		Bucket: "public-endpoint", AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
+	require.Error(t, err, "a public endpoint that is not a URL")
+}

@@ -19,6 +19,7 @@ import (
 // (docs/protocol.md, "Attachments"; docs/operations.md, "Attachments").
 type attachmentFlags struct {
 	s3Endpoint, s3Bucket, s3AccessKey, s3SecretKey, s3Region string
+	s3Public                                                 string
 	dir, publicURL, secret                                   string
 	maxSize, quotaBytes, partSize                            int64
 	types                                                    string
@@ -29,7 +30,8 @@ type attachmentFlags struct {
 }
 
 func (f *attachmentFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&f.s3Endpoint, "s3-endpoint", "", "URL of the S3-compatible object store of attachments, as clients reach it (http://host:port or https://host; they PUT and GET it on presigned URLs); empty: see --attachments-dir")
+	fs.StringVar(&f.s3Endpoint, "s3-endpoint", "", "URL of the S3-compatible object store of attachments (http://host:port or https://host); clients PUT and GET it on presigned URLs signed for this URL too, unless --s3-public-endpoint; empty: see --attachments-dir")
+	fs.StringVar(&f.s3Public, "s3-public-endpoint", "", "the object store's URL as clients reach it, when it is not --s3-endpoint (the gateway reaches the store on --s3-endpoint and signs the clients' URLs for this one)")
 	fs.StringVar(&f.s3Bucket, "s3-bucket", "inboxd", "bucket of the attachments (made when missing)")
 	fs.StringVar(&f.s3AccessKey, "s3-access-key", "", "access key of the object store")
 	fs.StringVar(&f.s3SecretKey, "s3-secret-key", "", "secret key of the object store")
@@ -62,7 +64,7 @@ func (f *attachmentFlags) config(ctx context.Context, authSecret, httpAddr strin
 	switch {
 	case f.s3Endpoint != "":
 		st, err := attachments.NewS3(ctx, attachments.S3Config{Endpoint: f.s3Endpoint, Bucket: f.s3Bucket,
-			AccessKey: f.s3AccessKey, SecretKey: f.s3SecretKey, Region: f.s3Region})
+			AccessKey: f.s3AccessKey, SecretKey: f.s3SecretKey, Region: f.s3Region, PublicEndpoint: f.s3Public})
 		if err != nil {
 			return cfg, err
 		}

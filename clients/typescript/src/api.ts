@@ -112,9 +112,22 @@ export class Api {
   }
 
   /** createUpload asks for an upload (docs/protocol.md, "Attachments"). */
-  async createUpload(cid: number, req: { name: string; content_type: string; size: number; sha256?: string; width?: number; height?: number },
+  async createUpload(cid: number,
+    req: { name: string; content_type: string; size: number; sha256?: string; width?: number; height?: number; multipart?: boolean },
     signal?: AbortSignal): Promise<Upload> {
     const res = await this.request("POST", `/v1/conversations/${cid}/uploads`, req, signal);
+    return (await res.json()) as Upload;
+  }
+
+  /** getUpload reads an upload of the user's again: its state, and while open fresh URLs (the parts still missing). */
+  async getUpload(cid: number, id: string, signal?: AbortSignal): Promise<Upload> {
+    const res = await this.request("GET", `/v1/conversations/${cid}/uploads/${encodeURIComponent(id)}`, undefined, signal);
+    return (await res.json()) as Upload;
+  }
+
+  /** completeUpload has the store join a multipart upload's parts (400 while some are missing); done again, it answers the upload as it is. */
+  async completeUpload(cid: number, id: string, signal?: AbortSignal): Promise<Upload> {
+    const res = await this.request("POST", `/v1/conversations/${cid}/uploads/${encodeURIComponent(id)}/complete`, undefined, signal);
     return (await res.json()) as Upload;
   }
 

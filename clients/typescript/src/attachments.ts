@@ -34,17 +34,79 @@ async function aesKey(raw: Uint8Array, use: KeyUsage): Promise<CryptoKey> {
 
 /** seal returns file sealed with key (32 bytes). */
 export async function seal(file: Uint8Array, key: Uint8Array): Promise<Uint8Array> {
+  return sealChunks(file, file.length, 0, chunks(file.length), key);
+}
+
+/**
+ * sealChunks is seal for the chunks first to first+count-1 only of a file
+ * of size bytes: plain is their plaintext (from byte first*ChunkSize of the
+ * file, and nothing more). Chunks seal independently, with their index in
+ * the whole file, so the parts of a multipart upload are sealed one at a
+ * time (partOf says which chunks a part holds), and one is sealed again
+ * after a restart to the same bytes.
+ */
+export async function sealChunks(plain: Uint8Array, size: number, first: number, count: number, key: Uint8Array): Promise<Uint8Array> {
+  const n = chunks(size);
+  if (!Number.isSafeInteger(first) || !Number.isSafeInteger(count) || first < 0 || count < 0 || first + count > n) {
+    throw new Error(`inboxd: chunks ${first}+${count} of ${n}`);
+  }
+  const start = first * ChunkSize;
+  const end = Math.min(size, (first + count) * ChunkSize);
+  if (plain.length !== Math.max(0, end - start)) {
+    throw new Error(`inboxd: chunks ${first}+${count} of a file of ${size} bytes are ${end - start} bytes, not ${plain.length}`);
+  }
   const k = await aesKey(key, "encrypt");
-  const n = chunks(file.length);
-  const out = new Uint8Array(sealedSize(file.length));
-  for (let i = 0; i < n; i++) {
-    const plain = file.subarray(i * ChunkSize, Math.min(file.length, (i + 1) * ChunkSize));
+  const out = new Uint8Array(plain.length + count * Overhead);
+  for (let j = 0; j < count; j++) {
+    const i = first + j;
     const ct = new Uint8Array(await crypto.subtle.encrypt(
       { name: "AES-GCM", iv: nonce(i) as BufferSource, additionalData: new Uint8Array([i === n - 1 ? 1 : 0]) as BufferSource },
-      k, plain as BufferSource));
-    out.set(ct, i * (ChunkSize + Overhead));
+      k, plain.subarray(j * ChunkSize, Math.min(plain.length, (j + 1) * ChunkSize)) as BufferSource));
+    out.set(ct, j * (ChunkSize + Overhead));
   }
   return out;
+}
+
+/**
+ * PartRange is what partOf says of a part of a multipart upload: the
+ * chunks it holds (first, count; its plaintext starts at byte
+ * first*ChunkSize of the file) and where its sealed bytes are in the
+ * sealed object (offset, length: what its PUT carries).
+ */
+export interface PartRange {
+  first: number;
+  count: number;
+  offset: number;
+  length: number;
+}
+
+/**
+ * parts is the number of parts of a multipart upload of a file of size
+ * bytes in parts of partSize plaintext bytes (a multiple of ChunkSize; 0
+ * otherwise).
+ */
+export function parts(size: number, partSize: number): number {
+  if (!Number.isSafeInteger(partSize) || partSize <= 0 || partSize % ChunkSize !== 0) return 0;
+  return Math.ceil(Math.max(size, 1) / partSize);
+}
+
+/**
+ * partOf says which chunks part number (from 1) of a multipart upload of
+ * a file of size bytes, in parts of partSize plaintext bytes, holds, and
+ * where its sealed bytes are: the Go package protocol/sealed's PartOf.
+ * Every part but the last holds partSize/ChunkSize whole chunks.
+ */
+export function partOf(size: number, partSize: number, number: number): PartRange {
+  const n = parts(size, partSize);
+  if (n === 0 || !Number.isInteger(number) || number < 1 || number > n) {
+    throw new Error(`inboxd: part ${number} of ${size} bytes in parts of ${partSize}`);
+  }
+  const per = partSize / ChunkSize;
+  const first = (number - 1) * per;
+  const count = Math.min(per, chunks(size) - first);
+  const offset = first * (ChunkSize + Overhead);
+  const length = Math.min(sealedSize(size), (first + count) * (ChunkSize + Overhead)) - offset;
+  return { first, count, offset, length };
 }
 
 /**

@@ -2,7 +2,7 @@
 // contract, shared with the Go SDK). start() runs until stop() or a fatal
 // error: a PermanentError, a handler's error, a store's error.
 import { Api, type FetchLike, type SyncParams, type TokenSource } from "./api.js";
-import { fromBase64Url, open, seal, thumbnailKey } from "./attachments.js";
+import { fromBase64Url, open, thumbnailKey } from "./attachments.js";
 import { Backoff, CircuitBreaker, CrashPlan, jitterUp, sleep } from "./backoff.js";
 import { ApiError, PermanentError, isFatal } from "./errors.js";
 import { Inbox, Saver, type Handlers } from "./inbox.js";
@@ -10,8 +10,13 @@ import { Outbox, type SendOptions, type SendResult } from "./outbox.js";
 import { emptyState, MemoryStore, type Hole, type Store } from "./store.js";
 import { runWsSession, type WebSocketCtor, type WsEnd } from "./transport_ws.js";
 import * as app from "./app.js";
+import * as uploads from "./uploads.js";
+import type { UploadFile } from "./uploads.js";
 import type { Change, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, Settings, SettingsPatch, TypingEvent } from "./app.js";
 import type { Attachment, Counts, History, Message, Reconnect, Record, ServerFrame, SyncAnswer, TooLongAnswer, Upload } from "./protocol.js";
+
+// What upload takes, also from here (where it was before uploads.ts).
+export { MultipartThreshold, type UploadFile } from "./uploads.js";
 
 /** Transport is ClientConfig.transport: which transports the client uses. */
 export type Transport = "auto" | "websocket" | "polling";
@@ -485,19 +490,36 @@ export class Client {
   /**
    * upload uploads a file to conversationId (docs/protocol.md, "Attachments"):
    * it asks the server for an upload, seals the file with the key it got and
-   * PUTs it straight to the object store. Attach the returned upload's id
-   * with send's `attachments` option; an upload not attached within a day
-   * (the server's default) is removed.
+   * PUTs it straight to the object store, whole or, from MultipartThreshold
+   * (or whenever the server answers so), in parts, each sealed and PUT on
+   * its own URL, then completed. Attach the returned upload's id with send's
+   * `attachments` option; an upload not attached within a day (the server's
+   * default) is removed. It resolves to the server's answer: for a
+   * multipart upload the completion's (state "uploaded"), for a whole-file
+   * one the creation's.
+   *
+   * A refusal of the upload itself (a file too large: 413) rejects with an
+   * ApiError. Once the server made it (file.onCreated tells its id at
+   * once), a failure rejects with an UploadError whose id resumeUpload
+   * takes, sending only what the store still lacks.
    */
   async upload(conversationId: number, file: UploadFile): Promise<Upload> {
-    if (file.data.length === 0) throw new Error("inboxd: an upload needs a non-empty file");
-    const up = await this.api.createUpload(conversationId, { name: file.name, content_type: file.contentType,
-      size: file.data.length, sha256: file.sha256, width: file.width, height: file.height });
-    const body = await seal(file.data, fromBase64Url(up.key));
-    const res = await this.api.raw(up.url, { method: up.method, headers: up.headers, body: body as BodyInit });
-    await res.arrayBuffer().catch(() => undefined);
-    if (!res.ok) throw new Error(`inboxd: upload ${up.id}: the store answered ${res.status}`);
-    return up;
+    return uploads.upload(this.api, conversationId, file);
+  }
+
+  /**
+   * resumeUpload takes up upload id of conversationId, made by upload (here
+   * or in an earlier run of the app) for the same file: it asks the server
+   * what the store still lacks and sends only that: the parts missing of a
+   * multipart upload, then its completion (whose answer it resolves to), or
+   * a whole-file upload again from its start. An upload already whole or
+   * attached resolves as it is;
+   * one expired or removed rejects with an ApiError of status 404 (upload
+   * the file again), a file of another size with an Error. A failure after
+   * the server's first answer is an UploadError, to resume again.
+   */
+  async resumeUpload(conversationId: number, id: string, file: UploadFile): Promise<Upload> {
+    return uploads.resumeUpload(this.api, conversationId, id, file);
   }
 
   /** download returns the file a message attaches, opened with its key (changed bytes are refused). */
@@ -776,15 +798,4 @@ function resolve(c: ClientConfig): Resolved {
   if (r.longPollWaitSec < 1 || r.longPollWaitSec > 30) throw new Error("inboxd: longPollWaitSec must be 1..30");
   if (r.pageSize < 1 || r.pageSize > 200) throw new Error("inboxd: pageSize must be 1..200");
   return r;
-}
-
-
-/** UploadFile is a file to upload: its name, media type and bytes; sha256 (hex), width and height are optional and reach every member. */
-export interface UploadFile {
-  name: string;
-  contentType: string;
-  data: Uint8Array;
-  sha256?: string;
-  width?: number;
-  height?: number;
 }

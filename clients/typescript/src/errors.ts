@@ -66,6 +66,25 @@ export class StoreError extends Error {
   }
 }
 
+/**
+ * UploadError is an upload that failed after the server made it (a PUT to
+ * the store, a part, its completion): Client.resumeUpload with id sends
+ * only what the store still lacks. An error before the server made the
+ * upload (a 413 for a file too large) is an ApiError, with no upload to
+ * resume.
+ */
+export class UploadError extends Error {
+  constructor(
+    /** id: the upload's id, which resumes it. */
+    readonly id: string,
+    /** cause: what failed (an ApiError, the network's error, the store's answer). */
+    readonly cause: unknown,
+  ) {
+    super(`inboxd: upload ${id}: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.name = "UploadError";
+  }
+}
+
 const permanentStatuses = new Set([400, 401, 403, 404, 413]);
 
 /**

@@ -11,12 +11,13 @@
  *
  * @module @inboxd/client
  */
-export { Client, type BackfillResult, type ClientConfig, type ClientHandlers, type Status, type Transport, type UploadFile } from "./client.js";
+export { Client, type BackfillResult, type ClientConfig, type ClientHandlers, type Status, type Transport } from "./client.js";
+export { MultipartThreshold, type UploadFile } from "./uploads.js";
 export { MemoryStore, emptyState, type ConversationState, type Hole, type OutboxItem, type State, type Store } from "./store.js";
-export { ApiError, HandlerError, PermanentError, StoreError } from "./errors.js";
+export { ApiError, HandlerError, PermanentError, StoreError, UploadError } from "./errors.js";
 export { devToken, type FetchLike, type TokenSource } from "./api.js";
 export type { Handlers, TooLong } from "./inbox.js";
 export type { SendOptions, SendResult } from "./outbox.js";
 export type { WebSocketCtor, WebSocketLike } from "./transport_ws.js";
-export { KindMessage, KindRecord, KindUpdate, type Attachment, type Counts, type Entry, type History, type Message, type Reaction, type Record, type Thumbnail, type Upload } from "./protocol.js";
+export { KindMessage, KindRecord, KindUpdate, type Attachment, type Counts, type Entry, type History, type Message, type Reaction, type Record, type Thumbnail, type Upload, type UploadPart } from "./protocol.js";
 export type { Change, ChangeKind, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, Settings, SettingsPatch, TypingEvent } from "./app.js";

@@ -67,21 +67,59 @@ export interface Thumbnail {
   height: number;
 }
 
-/** Upload is the answer of POST /v1/conversations/{cid}/uploads. */
+/**
+ * Upload is an upload the server made room for: the answer of POST
+ * /v1/conversations/{cid}/uploads, and of GET and POST .../complete on
+ * /v1/conversations/{cid}/uploads/{id} (docs/protocol.md, "Attachments").
+ */
 export interface Upload {
   id: string;
   conversation_id: number;
   name: string;
   content_type: string;
+  /** size: the file's bytes, not sealed. */
   size: number;
-  key: string;
+  sha256?: string;
+  width?: number;
+  height?: number;
+  /** key: the key to seal the file with (32 bytes, unpadded base64url); absent once attached. */
+  key?: string;
+  /** sealed_size: the size of the sealed file. */
   sealed_size: number;
+  /** chunk_size: the plaintext size of every sealed chunk but the last (65536). */
   chunk_size: number;
-  url: string;
+  /** url: where to PUT the whole sealed file (method "PUT"); absent for a multipart upload and once attached. */
+  url?: string;
+  /** method: "PUT" (the whole sealed file on url) or "multipart" (each of parts on its own URL, then complete). */
   method: string;
+  /** headers: what the PUT on url must carry. */
   headers: { [name: string]: string };
-  url_expires_at: string;
+  /** url_expires_at: when the URLs of this answer stop working; absent once attached. */
+  url_expires_at?: string;
+  /** expires_at: an upload not attached by then is removed. */
   expires_at: string;
+  /** state: "open" (the store lacks the file, or in parts its completion), "uploaded" (the store holds it whole) or "attached" (a message took it). */
+  state: "open" | "uploaded" | "attached";
+  /** part_size: multipart: the plaintext bytes of every part but the last (a multiple of chunk_size). */
+  part_size?: number;
+  /** parts: multipart, while open: the first parts the store lacks (at most 100; a GET of the upload gives the next). */
+  parts?: UploadPart[];
+  /** parts_left: multipart, while open: how many parts the store lacks in all (absent: none). */
+  parts_left?: number;
+}
+
+/**
+ * UploadPart is a part of a multipart upload still to PUT: the sealed
+ * chunks of the file's plaintext from (number-1)*part_size, size bytes
+ * once sealed, on url with headers.
+ */
+export interface UploadPart {
+  /** number: from 1. */
+  number: number;
+  /** size: the part's sealed bytes, which its PUT carries. */
+  size: number;
+  url: string;
+  headers: { [name: string]: string };
 }
 
 /** @internal */

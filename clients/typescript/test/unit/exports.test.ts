@@ -15,7 +15,7 @@ import { defaults } from "../../src/client.js";
 // The main entry's values (its run-time exports).
 const main = [
   "ApiError", "Client", "HandlerError", "KindMessage", "KindRecord", "KindUpdate", "MemoryStore",
-  "PermanentError", "StoreError", "devToken", "emptyState",
+  "MultipartThreshold", "PermanentError", "StoreError", "UploadError", "devToken", "emptyState",
 ];
 
 // The main entry's types (src/index.ts's `type` exports).
@@ -24,7 +24,7 @@ const mainTypes = [
   "ConversationState", "Counts", "Entry", "FetchLike", "Handlers", "History", "Hole", "Member", "Message",
   "OutboxItem", "Presence", "Reaction", "Receipt", "ReceiptEvent", "Record", "SendOptions", "SendResult",
   "Settings", "SettingsPatch", "State", "Status", "Store", "Thumbnail", "TokenSource", "TooLong", "Transport", "TypingEvent",
-  "Upload", "UploadFile", "WebSocketCtor", "WebSocketLike",
+  "Upload", "UploadFile", "UploadPart", "WebSocketCtor", "WebSocketLike",
 ];
 
 // The entry points by their package.json "exports" keys, imported by the

@@ -2,6 +2,10 @@ package client_test
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,15 +37,20 @@ type scriptServer struct {
 }
 
 // loggedRequest is one request as the fake server saw it. Body is the JSON
-// body (for /v1/ws: the hello frame).
+// body (for /v1/ws: the hello frame); a body that is not JSON (a sealed
+// file) is logged as its size.
 type loggedRequest struct {
-	Method  string            `json:"method"`
-	Path    string            `json:"path"`
-	Query   map[string]string `json:"query,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"` // only those in loggedHeaders
-	Body    json.RawMessage   `json:"body,omitempty"`
-	Step    int               `json:"step"` // index of the step that answered it; -1: held (beyond the script)
-	Early   bool              `json:"early,omitempty"`
+	Method   string            `json:"method"`
+	Path     string            `json:"path"`
+	Query    map[string]string `json:"query,omitempty"`
+	Headers  map[string]string `json:"headers,omitempty"` // only those in loggedHeaders
+	Body     json.RawMessage   `json:"body,omitempty"`
+	BodySize int               `json:"body_size,omitempty"`
+	Step     int               `json:"step"` // index of the step that answered it; -1: held (beyond the script)
+	Early    bool              `json:"early,omitempty"`
+	// BadBody says why the body is not the sealed bytes the step's
+	// sealed asks for; empty when it is (or the step asks nothing).
+	BadBody string `json:"bad_body,omitempty"`
 }
 
 func newScriptServer(t testing.TB, steps []step) *scriptServer {
@@ -94,13 +103,20 @@ func (s *scriptServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, h := range loggedHeaders {
 		if v := r.Header.Get(h); v != "" {
-			lr.Headers = map[string]string{h: v}
+			if lr.Headers == nil {
+				lr.Headers = map[string]string{}
+			}
+			lr.Headers[h] = v
 		}
 	}
+	var raw []byte
 	if r.Body != nil {
-		raw, _ := io.ReadAll(r.Body)
-		if len(bytes.TrimSpace(raw)) > 0 {
+		raw, _ = io.ReadAll(r.Body)
+		switch {
+		case json.Valid(raw):
 			lr.Body = raw
+		case len(raw) > 0:
+			lr.BodySize = len(raw)
 		}
 	}
 	s.mu.Lock()
@@ -128,6 +144,9 @@ func (s *scriptServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.steps[idx]
+	if st.Sealed != nil {
+		lr.BadBody = checkSealed(raw, st.Sealed)
+	}
 	if st.AfterStep != nil && !s.waitForStep(r, *st.AfterStep) {
 		s.record(lr)
 		return
@@ -141,7 +160,7 @@ func (s *scriptServer) serve(w http.ResponseWriter, r *http.Request) {
 		s.hold(w, r)
 		return
 	}
-	s.answer(w, lr.Path, st.Respond)
+	s.answer(w, lr, st.Respond)
 }
 
 // waitForStep waits until step i answered a request (false: the scenario
@@ -182,7 +201,18 @@ func (s *scriptServer) hold(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusServiceUnavailable)
 }
 
-func (s *scriptServer) answer(w http.ResponseWriter, path string, a *httpAnswer) {
+// answer writes a. In its body, {{base}} is the server's URL (the store's
+// URLs in upload answers) and {{msg_id}} the msg_id of the request's body
+// (the answer to a send the app made, whose msg_id the SDK chose).
+func (s *scriptServer) answer(w http.ResponseWriter, lr loggedRequest, a *httpAnswer) {
+	path := lr.Path
+	body := bytes.ReplaceAll(a.Body, []byte("{{base}}"), []byte(s.srv.URL))
+	var req struct {
+		MsgID string `json:"msg_id"`
+	}
+	if json.Unmarshal(lr.Body, &req) == nil && req.MsgID != "" {
+		body = bytes.ReplaceAll(body, []byte("{{msg_id}}"), []byte(req.MsgID))
+	}
 	for k, v := range a.Headers {
 		w.Header().Set(k, v)
 	}
@@ -209,11 +239,62 @@ func (s *scriptServer) answer(w http.ResponseWriter, path string, a *httpAnswer)
 	if status == 0 {
 		status = http.StatusOK
 	}
-	if len(a.Body) > 0 {
+	if len(body) > 0 {
 		w.Header().Set("Content-Type", "application/json")
 	}
 	w.WriteHeader(status)
-	_, _ = w.Write(a.Body)
+	_, _ = w.Write(body)
+}
+
+// checkSealed says why body is not the conformance file (or its part)
+// that want describes, sealed with want's key; "" when it is. It opens
+// the chunks as docs/protocol.md ("Attachments") states the format, not
+// with protocol/sealed: the scenarios check the SDKs against the
+// document.
+func checkSealed(body []byte, want *sealedBody) string {
+	const chunk, tag = 64 << 10, 16
+	key, err := base64.RawURLEncoding.DecodeString(want.Key)
+	if err != nil {
+		return "the scenario's key: " + err.Error()
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return "the scenario's key: " + err.Error()
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		return err.Error()
+	}
+	chunks := max((want.Size+chunk-1)/chunk, 1)
+	first, count := int64(0), chunks
+	if want.Part > 0 {
+		per := want.PartSize / chunk
+		first = (want.Part - 1) * per
+		count = min(per, chunks-first)
+	}
+	from, to := first*chunk, min(want.Size, (first+count)*chunk) // the plaintext it holds
+	if n := to - from + count*tag; int64(len(body)) != n {
+		return fmt.Sprintf("%d bytes, want %d (chunks %d to %d sealed)", len(body), n, first, first+count-1)
+	}
+	file := conformanceFile(want.Size)
+	for i := first; i < first+count; i++ {
+		nonce := make([]byte, 12)
+		binary.BigEndian.PutUint64(nonce[4:], uint64(i))
+		ad := []byte{0}
+		if i == chunks-1 {
+			ad[0] = 1
+		}
+		lo, hi := i*chunk, min(want.Size, (i+1)*chunk)
+		at := (lo - from) + (i-first)*tag
+		plain, err := gcm.Open(nil, nonce, body[at:at+(hi-lo)+tag], ad)
+		if err != nil {
+			return fmt.Sprintf("chunk %d does not open with the key as chunk %d of %d", i-first, i, chunks)
+		}
+		if !bytes.Equal(plain, file[lo:hi]) {
+			return fmt.Sprintf("chunk %d opens to other bytes than the file's %d to %d", i, lo, hi-1)
+		}
+	}
+	return ""
 }
 
 var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
@@ -305,12 +386,14 @@ func (s *scriptServer) serveWS(w http.ResponseWriter, r *http.Request, lr logged
 	}
 }
 
-// loggedHeaders are the request headers a scenario can match.
-var loggedHeaders = []string{"If-None-Match"}
+// loggedHeaders are the request headers a scenario can match:
+// Authorization (the gateway's token must not go to the store) and
+// X-Amz-Meta-Upload (the header the scenarios' upload answers give).
+var loggedHeaders = []string{"If-None-Match", "Authorization", "X-Amz-Meta-Upload"}
 
 // matches reports whether lr satisfies m: the same method and path, each
-// query parameter of m with the same value ("*": present, "-": absent),
-// each header of m with the same value, and m's body a subset of lr's.
+// query parameter and header of m with the same value ("*": present,
+// "-": absent), and m's body a subset of lr's.
 func (m matcher) matches(lr loggedRequest) bool {
 	if m.Method != "" && m.Method != lr.Method || m.Path != lr.Path {
 		return false
@@ -322,7 +405,8 @@ func (m matcher) matches(lr loggedRequest) bool {
 		}
 	}
 	for k, v := range m.Headers {
-		if lr.Headers[http.CanonicalHeaderKey(k)] != v {
+		got, ok := lr.Headers[http.CanonicalHeaderKey(k)]
+		if v == "-" && ok || v != "-" && (!ok || v != "*" && v != got) {
 			return false
 		}
 	}
@@ -376,6 +460,10 @@ func TestConformanceMatcher(t *testing.T) {
 		{matcher{Path: "/v1/sync", Query: map[string]string{"after": "-"}}, false},
 		{matcher{Path: "/v1/sync", Headers: map[string]string{"if-none-match": `"h1"`}}, true},
 		{matcher{Path: "/v1/sync", Headers: map[string]string{"If-None-Match": `"h2"`}}, false},
+		{matcher{Path: "/v1/sync", Headers: map[string]string{"If-None-Match": "*"}}, true},
+		{matcher{Path: "/v1/sync", Headers: map[string]string{"If-None-Match": "-"}}, false},
+		{matcher{Path: "/v1/sync", Headers: map[string]string{"Authorization": "-"}}, true},
+		{matcher{Path: "/v1/sync", Headers: map[string]string{"Authorization": "*"}}, false},
 		{matcher{Path: "/v1/sync", Body: json.RawMessage(`{"after":3}`)}, true},
 		{matcher{Path: "/v1/sync", Body: json.RawMessage(`{"epoch":{"n":1}}`)}, true},
 		{matcher{Path: "/v1/sync", Body: json.RawMessage(`{"after":2}`)}, false},

@@ -37,8 +37,58 @@ type confScenario struct {
 	Config    scenarioConfig  `json:"config"`
 	Start     startState      `json:"start"`
 	Handler   handlerBehavior `json:"handler"`
-	Script    []step          `json:"script"`
-	Expect    expectation     `json:"expect"`
+	// Actions are the app's calls (uploads, sends), made one after the
+	// other on the first client while it runs.
+	Actions []action    `json:"actions"`
+	Script  []step      `json:"script"`
+	Expect  expectation `json:"expect"`
+}
+
+// action is one call of the app's: exactly one of Upload and Send, and
+// what it must end with.
+type action struct {
+	Upload *uploadAction `json:"upload"`
+	Send   *sendAction   `json:"send"`
+	Expect outcome       `json:"expect"`
+}
+
+// uploadAction uploads the conformance file of Size bytes (conformanceFile),
+// or resumes upload ResumeID with it.
+type uploadAction struct {
+	ConversationID int64  `json:"conversation_id"`
+	Name           string `json:"name"`
+	ContentType    string `json:"content_type"`
+	Size           int64  `json:"size"`
+	ResumeID       string `json:"resume_id"`
+}
+
+// sendAction sends a message (SendWith) and waits for its result.
+type sendAction struct {
+	ConversationID int64    `json:"conversation_id"`
+	Body           string   `json:"body"`
+	Attachments    []string `json:"attachments"`
+}
+
+// outcome is how an action must end: exactly one field is set.
+type outcome struct {
+	// Upload: the call returned an upload of which this is a subset (as JSON).
+	Upload json.RawMessage `json:"upload"`
+	// Error: the call failed with the API error of this status, and no
+	// upload to resume (not an UploadError).
+	Error *struct {
+		Status int `json:"status"`
+	} `json:"error"`
+	// UploadError: the upload failed after the server made it; the error
+	// carries its id.
+	UploadError *struct {
+		ID string `json:"id"`
+	} `json:"upload_error"`
+	// Sent: the send ended with this message: its seq and the ids of its
+	// attachments, in order.
+	Sent *struct {
+		Seq         int64    `json:"seq"`
+		Attachments []string `json:"attachments"`
+	} `json:"sent"`
 }
 
 type scenarioConfig struct {
@@ -80,6 +130,20 @@ type step struct {
 	// AfterStep: the answer waits until the step of this index answered
 	// (a long-poll answered when something happens elsewhere).
 	AfterStep *int `json:"after_step"`
+	// Sealed: the request (a PUT to the store) must carry this sealed
+	// file or part; the fake server opens it (checkSealed).
+	Sealed *sealedBody `json:"sealed"`
+}
+
+// sealedBody is what a PUT to the store must carry: the conformance file
+// of Size bytes (conformanceFile) sealed with Key (docs/protocol.md,
+// "Attachments"), whole, or only its part Part (from 1) in parts of
+// PartSize plaintext bytes.
+type sealedBody struct {
+	Key      string `json:"key"`
+	Size     int64  `json:"size"`
+	PartSize int64  `json:"part_size"`
+	Part     int64  `json:"part"`
 }
 
 func (s step) max() int { return max(s.Times, 1) }
@@ -193,6 +257,16 @@ func TestConformance(t *testing.T) {
 		var sc confScenario
 		require.NoError(t, strictUnmarshal(raw, &sc), f)
 		require.Equal(t, filepath.Base(f), sc.Name+".json", "a scenario's file is named after it")
+		for i, a := range sc.Actions {
+			require.True(t, (a.Upload == nil) != (a.Send == nil), "%s: action %d is one upload or one send", f, i)
+			n := 0
+			for _, set := range []bool{a.Expect.Upload != nil, a.Expect.Error != nil, a.Expect.UploadError != nil, a.Expect.Sent != nil} {
+				if set {
+					n++
+				}
+			}
+			require.Equal(t, 1, n, "%s: action %d expects one outcome", f, i)
+		}
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
 			runScenario(t, sc)
@@ -220,6 +294,15 @@ type observed struct {
 	largeMessages [][2]int64 // (conversation, seq) handed to OnEntry with inbox_seq 0
 	handed        [][3]int64 // (inbox_seq, conversation, seq) of every accepted OnEntry
 	failed        map[int64]bool
+	actions       []actionResult  // how the app's calls ended, in order
+	appSends      map[string]bool // msg_ids of the sends the actions made
+}
+
+// actionResult is how one of the app's calls ended.
+type actionResult struct {
+	upload *client.Upload
+	sent   *client.SendResult
+	err    error
 }
 
 func (o *observed) handler(fail []int64) client.Handler {
@@ -269,7 +352,7 @@ func runScenario(t *testing.T, sc confScenario) {
 	srv := newScriptServer(t, sc.Script)
 	store := client.NewMemoryStore()
 	require.NoError(t, store.Save(context.Background(), startingState(sc.Start)))
-	obs := &observed{results: map[string]client.SendResult{}, failed: map[int64]bool{}}
+	obs := &observed{results: map[string]client.SendResult{}, failed: map[int64]bool{}, appSends: map[string]bool{}}
 	cfg := conformanceConfig(t, sc, srv.srv.URL, store, obs.handler(sc.Handler.FailOnce))
 
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioDeadline)
@@ -277,7 +360,17 @@ func runScenario(t *testing.T, sc confScenario) {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	runErr := make(chan error, 1)
-	go func() { runErr <- runUntilStopped(runCtx, t, cfg, obs) }()
+	first := make(chan *client.Client, 1)
+	go func() { runErr <- runUntilStopped(runCtx, t, cfg, obs, first) }()
+	actionsDone := make(chan struct{})
+	go func() {
+		defer close(actionsDone)
+		select {
+		case c := <-first:
+			runActions(runCtx, c, sc.Actions, obs)
+		case <-runCtx.Done():
+		}
+	}()
 
 	var err error
 	finished := false
@@ -292,7 +385,7 @@ wait:
 		case <-ctx.Done():
 			break wait
 		case <-tick.C:
-			if srv.consumed() && reached(store, obs, sc.Expect) {
+			if srv.consumed() && reached(store, obs, sc.Expect, len(sc.Actions)) {
 				break wait
 			}
 		}
@@ -301,6 +394,7 @@ wait:
 	if !finished {
 		err = <-runErr
 	}
+	<-actionsDone
 	srv.close()
 	log := srv.requests()
 	t.Cleanup(func() {
@@ -314,16 +408,22 @@ wait:
 		t.Errorf("the scenario did not end within %s (every step used: %v)", scenarioDeadline, srv.consumed())
 	}
 	checkScenario(t, sc.Expect, log, store, obs, err)
+	checkActions(t, sc.Actions, obs)
 }
 
 // runUntilStopped runs a client until ctx ends or it stops with an error
 // other than one of the app's handler errors; after those it starts a new
 // client on the same store, as an app restarting would.
-func runUntilStopped(ctx context.Context, t *testing.T, cfg client.Config, obs *observed) error {
+// The first client goes to first, for the app's actions.
+func runUntilStopped(ctx context.Context, t *testing.T, cfg client.Config, obs *observed, first chan<- *client.Client) error {
 	for {
 		c, err := client.New(cfg)
 		if err != nil {
 			return err
+		}
+		select {
+		case first <- c:
+		default:
 		}
 		err = c.Run(ctx)
 		if !errors.Is(err, errAppRefused) || ctx.Err() != nil {
@@ -331,6 +431,73 @@ func runUntilStopped(ctx context.Context, t *testing.T, cfg client.Config, obs *
 		}
 		t.Logf("restarting after the app's error: %v", err)
 	}
+}
+
+// runActions makes the app's calls on c, one after the other, and
+// records how each ended.
+func runActions(ctx context.Context, c *client.Client, actions []action, obs *observed) {
+	for _, a := range actions {
+		var r actionResult
+		switch {
+		case a.Upload != nil:
+			u := a.Upload
+			f := client.UploadFile{Name: u.Name, ContentType: u.ContentType, Size: u.Size,
+				Body: bytes.NewReader(conformanceFile(u.Size))}
+			var up client.Upload
+			if u.ResumeID != "" {
+				up, r.err = c.ResumeUpload(ctx, u.ConversationID, u.ResumeID, f)
+			} else {
+				up, r.err = c.Upload(ctx, u.ConversationID, f)
+			}
+			if r.err == nil {
+				r.upload = &up
+			}
+		case a.Send != nil:
+			r.sent, r.err = sendAndWait(ctx, c, *a.Send, obs)
+		}
+		if ctx.Err() != nil {
+			return // stopped: the action did not end
+		}
+		obs.mu.Lock()
+		obs.actions = append(obs.actions, r)
+		obs.mu.Unlock()
+	}
+}
+
+// sendAndWait sends s and waits for its result (OnSendResult).
+func sendAndWait(ctx context.Context, c *client.Client, s sendAction, obs *observed) (*client.SendResult, error) {
+	id, err := c.SendWith(ctx, s.ConversationID, s.Body, client.SendOptions{Attachments: s.Attachments})
+	if err != nil {
+		return nil, err
+	}
+	obs.mu.Lock()
+	obs.appSends[id] = true
+	obs.mu.Unlock()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		obs.mu.Lock()
+		r, ok := obs.results[id]
+		obs.mu.Unlock()
+		if ok {
+			return &r, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// conformanceFile is the file of size bytes the scenarios upload: byte i
+// is i*7 mod 251 (a prime: no period aligned with a chunk).
+func conformanceFile(size int64) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(i * 7 % 251)
+	}
+	return b
 }
 
 func startingState(s startState) *client.State {
@@ -369,13 +536,16 @@ func conformanceConfig(t *testing.T, sc confScenario, url string, store client.S
 }
 
 // reached reports whether the client's state got to the expected end.
-func reached(store *client.MemoryStore, obs *observed, e expectation) bool {
+func reached(store *client.MemoryStore, obs *observed, e expectation, actions int) bool {
 	st, _ := store.Load(context.Background())
 	if st == nil || st.Cursor != e.Cursor || st.Epoch != e.Epoch || len(st.Outbox) != len(e.Outbox) {
 		return false
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
+	if len(obs.actions) < actions {
+		return false
+	}
 	for id, want := range e.Conversations {
 		cid, _ := strconv.ParseInt(id, 10, 64)
 		if cs := st.Conversations[cid]; cs == nil || cs.LastSeq != want.LastSeq || cs.ChangeCount != want.ChangeCount || cs.Large != want.Large {
@@ -389,6 +559,7 @@ func reached(store *client.MemoryStore, obs *observed, e expectation) bool {
 func checkScenario(t *testing.T, e expectation, log []loggedRequest, store *client.MemoryStore, obs *observed, runErr error) {
 	for _, r := range log {
 		require.False(t, r.Early, "%s %s came before the Retry-After of the answer before it", r.Method, r.Path)
+		require.Empty(t, r.BadBody, "%s %s: the sealed body", r.Method, r.Path)
 	}
 	checkRequests(t, e.Requests, log)
 
@@ -428,6 +599,9 @@ func checkScenario(t *testing.T, e expectation, log []loggedRequest, store *clie
 
 	sent, sendErrs := map[string]int64{}, map[string]int{}
 	for id, r := range obs.results {
+		if obs.appSends[id] {
+			continue // an action's send: checked with the action
+		}
 		var ae *client.APIError
 		switch {
 		case r.Message != nil:
@@ -456,6 +630,47 @@ func checkScenario(t *testing.T, e expectation, log []loggedRequest, store *clie
 			}
 		}
 		require.Equal(t, e.Holes, holesJSON(got), "holes in the store")
+	}
+}
+
+// checkActions compares how each of the app's calls ended with its
+// expected outcome.
+func checkActions(t *testing.T, actions []action, obs *observed) {
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	require.Len(t, obs.actions, len(actions), "the app's actions that ended")
+	for i, a := range actions {
+		got, want := obs.actions[i], a.Expect
+		var ue *client.UploadError
+		var ae *client.APIError
+		switch {
+		case want.Upload != nil:
+			require.NoError(t, got.err, "action %d", i)
+			raw, err := json.Marshal(got.upload)
+			require.NoError(t, err)
+			var w, g any
+			require.NoError(t, json.Unmarshal(want.Upload, &w))
+			require.NoError(t, json.Unmarshal(raw, &g))
+			require.True(t, subset(w, g), "action %d: the upload %s, want (a subset) %s", i, raw, want.Upload)
+		case want.Error != nil:
+			require.Error(t, got.err, "action %d", i)
+			require.False(t, errors.As(got.err, &ue), "action %d: an upload error (%v), want an API error alone", i, got.err)
+			require.ErrorAs(t, got.err, &ae, "action %d", i)
+			require.Equal(t, want.Error.Status, ae.Status, "action %d: the API error's status", i)
+		case want.UploadError != nil:
+			require.ErrorAs(t, got.err, &ue, "action %d: want an upload error", i)
+			require.Equal(t, want.UploadError.ID, ue.ID, "action %d: the upload error's id", i)
+		case want.Sent != nil:
+			require.NoError(t, got.err, "action %d", i)
+			require.NoError(t, got.sent.Err, "action %d: the send's result", i)
+			require.NotNil(t, got.sent.Message, "action %d: the send's message", i)
+			ids := []string{}
+			for _, at := range got.sent.Message.Attachments {
+				ids = append(ids, at.ID)
+			}
+			require.Equal(t, want.Sent.Seq, got.sent.Message.Seq, "action %d: the sent message's seq", i)
+			require.Equal(t, orEmpty(want.Sent.Attachments), ids, "action %d: the sent message's attachments", i)
+		}
 	}
 }
 

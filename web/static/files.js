@@ -3,8 +3,9 @@
 // through the SDK (client.upload seals it and PUTs it to the store), so a
 // refusal (413 too large, 400 a type not accepted, 403 the quota) shows
 // before the send; the send attaches the uploads that are ready. The SDK
-// reports no upload progress (fetch has none for request bodies): a file
-// shows "uploading…" until its upload ends.
+// reports progress after each PUT (a part of a large file, or the whole of
+// a small one; fetch tells nothing within a request body): a file shows
+// "uploading… n%" until its upload ends.
 //
 // A message's attachments show their name, type and size. An image shows
 // its thumbnail once an update entry of the message announces one (the
@@ -97,8 +98,14 @@ export function makeFiles({ S, $, log, renderView }) {
   async function upload(d, file) {
     try {
       if (d.size === 0) throw new Error('the file is empty');
-      const data = new Uint8Array(await file.arrayBuffer());
-      const up = await S.client.upload(d.cid, { name: d.name, contentType: d.type, data, ...(await dimensions(file, d.type)) });
+      // The File itself: the SDK reads it a part at a time (large files
+      // go in parts), and reports the sealed bytes sent.
+      const onProgress = (sent, total) => {
+        d.progress = Math.floor((100 * sent) / total);
+        renderDraft();
+      };
+      const up = await S.client.upload(d.cid, { name: d.name, contentType: d.type, data: file, onProgress,
+        ...(await dimensions(file, d.type)) });
       d.id = up.id;
       d.state = 'ready';
     } catch (e) {
@@ -144,7 +151,7 @@ export function makeFiles({ S, $, log, renderView }) {
       info.textContent = ` ${d.type} · ${humanSize(d.size)} · `;
       const state = document.createElement('span');
       state.className = 'state';
-      state.textContent = d.state === 'refused' ? d.error : (d.state === 'uploading' ? 'uploading…' : 'ready');
+      state.textContent = d.state === 'refused' ? d.error : (d.state === 'uploading' ? `uploading… ${d.progress ?? 0}%` : 'ready');
       const rm = document.createElement('button');
       rm.type = 'button';
       rm.className = 'remove';

@@ -10,13 +10,13 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { WebSocket as NodeWebSocket } from "ws";
 import { Client, type ClientConfig, type Transport } from "../../src/client.js";
-import { ApiError, HandlerError, PermanentError } from "../../src/errors.js";
+import { ApiError, HandlerError, PermanentError, UploadError } from "../../src/errors.js";
 import type { TooLong } from "../../src/inbox.js";
-import type { Message } from "../../src/protocol.js";
+import type { Message, Upload } from "../../src/protocol.js";
 import type { SendResult } from "../../src/outbox.js";
 import { emptyState, MemoryStore, type Hole, type State } from "../../src/store.js";
 import type { WebSocketCtor } from "../../src/transport_ws.js";
-import { matches, ScriptServer, type LoggedRequest, type Matcher, type Step } from "./conformance_server.js";
+import { conformanceFile, matches, ScriptServer, subset, type LoggedRequest, type Matcher, type Step } from "./conformance_server.js";
 
 // dist/test/unit → the repository's clients/conformance/scenarios.
 const scenarioDir = join(dirname(fileURLToPath(import.meta.url)), "../../../../conformance/scenarios");
@@ -39,8 +39,35 @@ interface Scenario {
   start: { epoch: number; cursor: number; conversations?: { [cid: string]: ConversationInit };
     outbox?: { msg_id: string; conversation_id: number; body: string }[] };
   handler?: { fail_once?: number[] };
+  /** actions: the app's calls (uploads, sends), made one after the other on the first client while it runs. */
+  actions?: Action[];
   script: Step[];
   expect: Expectation;
+}
+
+/** Action is one call of the app's: exactly one of upload and send, and what it must end with. */
+interface Action {
+  /** upload: the conformance file of size bytes (conformanceFile), or a resume of upload resume_id with it. */
+  upload?: { conversation_id: number; name: string; content_type: string; size: number; resume_id?: string };
+  send?: { conversation_id: number; body: string; attachments?: string[] };
+  /** expect: exactly one field. */
+  expect: {
+    /** upload: the call resolved with an upload of which this is a subset. */
+    upload?: object;
+    /** error: the call failed with the ApiError of this status, and no upload to resume (not an UploadError). */
+    error?: { status: number };
+    /** upload_error: the upload failed after the server made it; the UploadError carries its id. */
+    upload_error?: { id: string };
+    /** sent: the send ended with this message: its seq and its attachments' ids, in order. */
+    sent?: { seq: number; attachments?: string[] };
+  };
+}
+
+/** ActionResult is how one of the app's calls ended. */
+interface ActionResult {
+  upload?: Upload;
+  sent?: SendResult;
+  error?: unknown;
 }
 
 interface ConversationInit {
@@ -89,6 +116,9 @@ class Observed {
   updates: [number, number, number][] = [];
   largeMessages: [number, number][] = [];
   handed: [number, number, number][] = [];
+  /** actions: how the app's calls ended, in order; appSends: the msg_ids of the sends they made. */
+  actions: ActionResult[] = [];
+  appSends = new Set<string>();
   private readonly failed = new Set<number>();
   constructor(private readonly failOnce: number[]) {}
 
@@ -164,21 +194,30 @@ class Runner {
   done = false;
   error: unknown;
   readonly finished: Promise<void>;
+  /** first: the first client made (undefined if stopped before), for the app's actions. */
+  readonly first: Promise<Client | undefined>;
+  private gotFirst!: (c: Client | undefined) => void;
+
+  get isStopped(): boolean {
+    return this.stopped;
+  }
 
   constructor(private readonly cfg: ClientConfig) {
+    this.first = new Promise((resolve) => (this.gotFirst = resolve));
     this.finished = this.loop().then(
       () => void (this.done = true),
       (err) => {
         this.error = err;
         this.done = true;
       },
-    );
+    ).finally(() => this.gotFirst(undefined));
   }
 
   private async loop(): Promise<void> {
     for (;;) {
       const c = await Client.create(this.cfg);
       this.current = c;
+      this.gotFirst(c);
       if (this.stopped) return;
       try {
         await c.start();
@@ -196,8 +235,44 @@ class Runner {
   }
 }
 
+/** runActions makes the app's calls on the runner's first client, one after the other, and records how each ended. */
+async function runActions(runner: Runner, actions: Action[], obs: Observed): Promise<void> {
+  if (actions.length === 0) return;
+  const c = await runner.first;
+  if (!c) return;
+  for (const a of actions) {
+    const r: ActionResult = {};
+    try {
+      if (a.upload) {
+        const u = a.upload;
+        const file = { name: u.name, contentType: u.content_type, data: conformanceFile(u.size) };
+        r.upload = u.resume_id ? await c.resumeUpload(u.conversation_id, u.resume_id, file) : await c.upload(u.conversation_id, file);
+      } else if (a.send) {
+        r.sent = await sendAndWait(runner, c, a.send, obs);
+      }
+    } catch (err) {
+      r.error = err;
+    }
+    if (runner.isStopped) return; // stopped: the action did not end
+    obs.actions.push(r);
+  }
+}
+
+/** sendAndWait sends s and waits for its result (onSendResult). */
+async function sendAndWait(runner: Runner, c: Client, s: NonNullable<Action["send"]>, obs: Observed): Promise<SendResult | undefined> {
+  const id = await c.send(s.conversation_id, s.body, { attachments: s.attachments });
+  obs.appSends.add(id);
+  for (;;) {
+    const r = obs.results.get(id);
+    if (r) return r;
+    if (runner.isStopped) return undefined;
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+}
+
 /** reached reports whether the client's state got to the expected end. */
-function reached(store: MemoryStore, obs: Observed, e: Expectation): boolean {
+function reached(store: MemoryStore, obs: Observed, e: Expectation, actions: number): boolean {
+  if (obs.actions.length < actions) return false;
   const st = store.snapshot();
   if (!st || st.cursor !== e.cursor || st.epoch !== e.epoch || st.outbox.length !== (e.outbox ?? []).length) return false;
   for (const [cid, want] of Object.entries(e.conversations ?? {})) {
@@ -216,13 +291,14 @@ async function runScenario(sc: Scenario): Promise<void> {
   const store = new MemoryStore(startingState(sc.start));
   const obs = new Observed(sc.handler?.fail_once ?? []);
   const runner = new Runner(conformanceConfig(sc, srv.url, store, obs));
+  const actionsDone = runActions(runner, sc.actions ?? [], obs);
   // A known divergence (a todo) gets 3 s: it would otherwise hold the suite for the whole deadline.
   const deadlineMs = divergences[sc.name] ? 3000 : scenarioDeadlineMs;
   const deadline = Date.now() + deadlineMs;
   let timedOut = false;
   for (;;) {
     if (runner.done) break;
-    if (srv.consumed() && reached(store, obs, sc.expect)) break;
+    if (srv.consumed() && reached(store, obs, sc.expect, (sc.actions ?? []).length)) break;
     if (Date.now() > deadline) {
       timedOut = true;
       break;
@@ -231,10 +307,12 @@ async function runScenario(sc: Scenario): Promise<void> {
   }
   await runner.stop();
   await srv.close();
+  await actionsDone;
   const log = srv.log;
   try {
     assert.ok(!timedOut, `the scenario did not end within ${deadlineMs} ms (every step used: ${srv.consumed()})`);
     checkScenario(sc.expect, log, store, obs, runner.error);
+    checkActions(sc.actions ?? [], obs);
   } catch (err) {
     (err as Error).message += `\nrequests: ${JSON.stringify(log)}`;
     throw err;
@@ -244,7 +322,10 @@ async function runScenario(sc: Scenario): Promise<void> {
 }
 
 function checkScenario(e: Expectation, log: LoggedRequest[], store: MemoryStore, obs: Observed, runErr: unknown): void {
-  for (const r of log) assert.ok(!r.early, `${r.method} ${r.path} came before the Retry-After of the answer before it`);
+  for (const r of log) {
+    assert.ok(!r.early, `${r.method} ${r.path} came before the Retry-After of the answer before it`);
+    assert.ok(!r.bad_body, `${r.method} ${r.path}: the sealed body: ${r.bad_body}`);
+  }
   checkRequests(e.requests ?? [], log);
 
   if (e.permanent) {
@@ -274,6 +355,7 @@ function checkScenario(e: Expectation, log: LoggedRequest[], store: MemoryStore,
   const sent: { [id: string]: number } = {};
   const sendErrs: { [id: string]: number } = {};
   for (const [id, r] of obs.results) {
+    if (obs.appSends.has(id)) continue; // an action's send: checked with the action
     if (r.message) sent[id] = r.message.seq;
     else sendErrs[id] = r.error instanceof ApiError ? r.error.status : -1;
   }
@@ -293,6 +375,33 @@ function checkScenario(e: Expectation, log: LoggedRequest[], store: MemoryStore,
     for (const [cid, cs] of Object.entries(st.conversations)) for (const h of cs.holes) got.push({ conversationId: Number(cid), hole: h });
     assert.deepEqual(holesJSON(got), e.holes, "holes in the store");
   }
+}
+
+/** checkActions compares how each of the app's calls ended with its expected outcome. */
+function checkActions(actions: Action[], obs: Observed): void {
+  assert.equal(obs.actions.length, actions.length, "the app's actions that ended");
+  actions.forEach((a, i) => {
+    const got = obs.actions[i];
+    const want = a.expect;
+    if (want.upload) {
+      assert.equal(got.error, undefined, `action ${i}: ${String(got.error)}`);
+      assert.ok(subset(want.upload, got.upload), `action ${i}: the upload ${JSON.stringify(got.upload)}, want (a subset) ${JSON.stringify(want.upload)}`);
+    } else if (want.error) {
+      assert.ok(!(got.error instanceof UploadError), `action ${i}: an upload error (${String(got.error)}), want an API error alone`);
+      assert.ok(got.error instanceof ApiError, `action ${i}: want an ApiError, got ${String(got.error)}`);
+      assert.equal(got.error.status, want.error.status, `action ${i}: the API error's status`);
+    } else if (want.upload_error) {
+      assert.ok(got.error instanceof UploadError, `action ${i}: want an UploadError, got ${String(got.error)}`);
+      assert.equal(got.error.id, want.upload_error.id, `action ${i}: the upload error's id`);
+    } else if (want.sent) {
+      assert.equal(got.error, undefined, `action ${i}: ${String(got.error)}`);
+      assert.equal(got.sent?.error, undefined, `action ${i}: the send's result: ${String(got.sent?.error)}`);
+      assert.ok(got.sent?.message, `action ${i}: the send's message`);
+      assert.equal(got.sent.message.seq, want.sent.seq, `action ${i}: the sent message's seq`);
+      assert.deepEqual((got.sent.message.attachments ?? []).map((at) => at.id), want.sent.attachments ?? [],
+        `action ${i}: the sent message's attachments`);
+    }
+  });
 }
 
 /**
@@ -340,6 +449,10 @@ test("conformance", { concurrency: true }, async (t) => {
   await Promise.all(files.map((f) => {
     const sc = JSON.parse(readFileSync(join(scenarioDir, f), "utf8")) as Scenario;
     assert.equal(f, `${sc.name}.json`, "a scenario's file is named after it");
+    (sc.actions ?? []).forEach((a, i) => {
+      assert.ok((a.upload === undefined) !== (a.send === undefined), `${f}: action ${i} is one upload or one send`);
+      assert.equal(Object.keys(a.expect).length, 1, `${f}: action ${i} expects one outcome`);
+    });
     return t.test(sc.name, { todo: divergences[sc.name] }, () => runScenario(sc));
   }));
 });

@@ -2,6 +2,7 @@
 // the twin of client/conformance_server_test.go: every request takes the first
 // step of the script that matches it and still has answers left; a request no
 // step takes is held until the scenario ends. Every request is logged.
+import { createDecipheriv } from "node:crypto";
 import http from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { WebSocketServer, type WebSocket } from "ws";
@@ -39,20 +40,43 @@ export interface Step {
   respond?: HttpAnswer;
   ws?: WsScript;
   after_step?: number;
+  /** sealed: the request (a PUT to the store) must carry this sealed file or part; the server opens it (checkSealed). */
+  sealed?: SealedBody;
 }
 
-/** LoggedRequest is one request as the fake server saw it (body: the JSON body, or the hello for /v1/ws). */
+/**
+ * SealedBody is what a PUT to the store must carry: the conformance file of
+ * size bytes (conformanceFile) sealed with key, whole, or only its part
+ * (from 1) in parts of part_size plaintext bytes.
+ */
+export interface SealedBody {
+  key: string;
+  size: number;
+  part_size?: number;
+  part?: number;
+}
+
+/**
+ * LoggedRequest is one request as the fake server saw it (body: the JSON
+ * body, or the hello for /v1/ws; a body that is not JSON, a sealed file, is
+ * logged as its size).
+ */
 export interface LoggedRequest {
   method: string;
   path: string;
   query: { [k: string]: string };
   headers?: { [k: string]: string };
   body?: unknown;
+  body_size?: number;
   step: number; // -1: held (beyond the script)
   early?: boolean;
+  /** bad_body: why the body is not the sealed bytes the step's sealed asks for. */
+  bad_body?: string;
 }
 
-const loggedHeaders = ["If-None-Match"];
+// Authorization: the gateway's token must not go to the store;
+// X-Amz-Meta-Upload: the header the scenarios' upload answers give.
+const loggedHeaders = ["If-None-Match", "Authorization", "X-Amz-Meta-Upload"];
 
 const stepMax = (s: Step) => Math.max(s.times ?? 1, 1);
 const stepMin = (s: Step) => s.min_times ?? stepMax(s);
@@ -94,15 +118,21 @@ export class ScriptServer {
     return this.steps.every((s, i) => this.used[i] >= stepMin(s));
   }
 
-  private logged(req: http.IncomingMessage, raw: string): LoggedRequest {
+  private logged(req: http.IncomingMessage, raw: Buffer): LoggedRequest {
     const u = new URL(req.url ?? "/", "http://x");
     const lr: LoggedRequest = { method: req.method ?? "GET", path: u.pathname, query: {}, step: -1 };
     for (const [k, v] of u.searchParams) if (!(k in lr.query)) lr.query[k] = v;
     for (const h of loggedHeaders) {
       const v = req.headers[h.toLowerCase()];
-      if (typeof v === "string" && v !== "") lr.headers = { [h]: v };
+      if (typeof v === "string" && v !== "") (lr.headers ??= {})[h] = v;
     }
-    if (raw.trim() !== "") lr.body = parseJSON(raw);
+    if (raw.length > 0) {
+      try {
+        lr.body = JSON.parse(raw.toString("utf8"));
+      } catch {
+        lr.body_size = raw.length;
+      }
+    }
     return lr;
   }
 
@@ -145,7 +175,8 @@ export class ScriptServer {
   private async serve(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
-    const lr = this.logged(req, Buffer.concat(chunks).toString("utf8"));
+    const raw = Buffer.concat(chunks);
+    const lr = this.logged(req, raw);
     const idx = this.choose(lr);
     const socket = req.socket;
     if (idx < 0) {
@@ -154,6 +185,10 @@ export class ScriptServer {
       return endWith(res, 503);
     }
     const st = this.steps[idx];
+    if (st.sealed) {
+      const bad = checkSealed(raw, st.sealed);
+      if (bad) lr.bad_body = bad;
+    }
     if (st.after_step !== undefined && !(await this.waitForStep(socket, st.after_step))) {
       this.log.push(lr);
       return endWith(res, 503);
@@ -172,7 +207,19 @@ export class ScriptServer {
     const headers: { [k: string]: string } = { ...(a.headers ?? {}) };
     if (a.body !== undefined) headers["Content-Type"] = "application/json";
     res.writeHead(a.status ?? 200, headers);
-    res.end(a.body !== undefined ? JSON.stringify(a.body) : undefined);
+    res.end(a.body !== undefined ? this.bodyFor(a.body, lr) : undefined);
+  }
+
+  /**
+   * bodyFor is an answer's body: {{base}} is the server's URL (the store's
+   * URLs in upload answers), {{msg_id}} the msg_id of the request's body
+   * (the answer to a send the app made, whose msg_id the SDK chose).
+   */
+  private bodyFor(body: unknown, lr: LoggedRequest): string {
+    let out = JSON.stringify(body).replaceAll("{{base}}", this.url);
+    const msgId = (lr.body as { msg_id?: unknown } | undefined)?.msg_id;
+    if (typeof msgId === "string" && msgId !== "") out = out.replaceAll("{{msg_id}}", msgId);
+    return out;
   }
 
   private retryAfter(path: string, headers?: { [k: string]: string }): void {
@@ -182,7 +229,7 @@ export class ScriptServer {
   }
 
   private async upgrade(req: http.IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
-    const lr = this.logged(req, "");
+    const lr = this.logged(req, Buffer.alloc(0));
     const idx = this.choose(lr);
     if (idx < 0) {
       this.log.push(lr);
@@ -281,7 +328,7 @@ function parseJSON(raw: string): unknown {
   }
 }
 
-/** matches: the same method and path, each query of m ("*": present, "-": absent), each header, m's body a subset. */
+/** matches: the same method and path, each query and header of m ("*": present, "-": absent), m's body a subset. */
 export function matches(m: Matcher, lr: LoggedRequest): boolean {
   if ((m.method && m.method !== lr.method) || m.path !== lr.path) return false;
   for (const [k, v] of Object.entries(m.query ?? {})) {
@@ -290,7 +337,7 @@ export function matches(m: Matcher, lr: LoggedRequest): boolean {
   }
   for (const [k, v] of Object.entries(m.headers ?? {})) {
     const got = Object.entries(lr.headers ?? {}).find(([h]) => h.toLowerCase() === k.toLowerCase());
-    if (!got || got[1] !== v) return false;
+    if (v === "-" ? got : !got || (v !== "*" && got[1] !== v)) return false;
   }
   if (m.body === undefined) return true;
   if (lr.body === undefined) return false;
@@ -303,4 +350,55 @@ export function subset(want: unknown, got: unknown): boolean {
   if (typeof got !== "object" || got === null || Array.isArray(got)) return false;
   const g = got as { [k: string]: unknown };
   return Object.entries(want as { [k: string]: unknown }).every(([k, v]) => k in g && subset(v, g[k]));
+}
+
+/** conformanceFile is the file of size bytes the scenarios upload: byte i is i*7 mod 251 (a prime: no period aligned with a chunk). */
+export function conformanceFile(size: number): Uint8Array {
+  const b = new Uint8Array(size);
+  for (let i = 0; i < size; i++) b[i] = (i * 7) % 251;
+  return b;
+}
+
+/**
+ * checkSealed says why body is not the conformance file (or its part) that
+ * want describes, sealed with want's key; "" when it is. It opens the chunks
+ * as docs/protocol.md ("Attachments") states the format, with node:crypto,
+ * not with the SDK's code: the scenarios check the SDKs against the document.
+ */
+export function checkSealed(body: Uint8Array, want: SealedBody): string {
+  const chunk = 65536;
+  const tag = 16;
+  const key = Buffer.from(want.key, "base64url");
+  if (key.length !== 32) return `the scenario's key is ${key.length} bytes`;
+  const chunks = Math.max(Math.ceil(want.size / chunk), 1);
+  let first = 0;
+  let count = chunks;
+  if (want.part) {
+    const per = (want.part_size ?? 0) / chunk;
+    first = (want.part - 1) * per;
+    count = Math.min(per, chunks - first);
+  }
+  const from = first * chunk; // the plaintext it holds: from to to-1
+  const to = Math.min(want.size, (first + count) * chunk);
+  const n = to - from + count * tag;
+  if (body.length !== n) return `${body.length} bytes, want ${n} (chunks ${first} to ${first + count - 1} sealed)`;
+  const file = conformanceFile(want.size);
+  for (let i = first; i < first + count; i++) {
+    const nonce = Buffer.alloc(12);
+    nonce.writeBigUInt64BE(BigInt(i), 4);
+    const lo = i * chunk;
+    const hi = Math.min(want.size, (i + 1) * chunk);
+    const at = lo - from + (i - first) * tag;
+    let plain: Buffer;
+    try {
+      const d = createDecipheriv("aes-256-gcm", key, nonce);
+      d.setAAD(Buffer.from([i === chunks - 1 ? 1 : 0]));
+      d.setAuthTag(body.subarray(at + (hi - lo), at + (hi - lo) + tag));
+      plain = Buffer.concat([d.update(body.subarray(at, at + (hi - lo))), d.final()]);
+    } catch {
+      return `chunk ${i - first} does not open with the key as chunk ${i} of ${chunks}`;
+    }
+    if (!plain.equals(file.subarray(lo, hi))) return `chunk ${i} opens to other bytes than the file's ${lo} to ${hi - 1}`;
+  }
+  return "";
 }

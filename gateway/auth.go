@@ -13,6 +13,7 @@ import (
 
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/auth"
+	"github.com/inboxd/inboxd/gateway/ws"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -65,10 +66,7 @@ type tokenShard struct {
 	m  map[string]cachedToken
 }
 
-type cachedToken struct {
-	user int64
-	exp  time.Time
-}
+type cachedToken = auth.Token
 
 func newTokenCache(n int, hit, miss func()) *tokenCache {
 	if n <= 0 {
@@ -90,14 +88,14 @@ func (c *tokenCache) shard(tok string) *tokenShard {
 	return &c.shards[h%16]
 }
 
-func (c *tokenCache) get(tok string, now time.Time) (int64, bool) {
+func (c *tokenCache) get(tok string, now time.Time) (auth.Token, bool) {
 	if c == nil {
-		return 0, false
+		return auth.Token{}, false
 	}
 	sh := c.shard(tok)
 	sh.mu.Lock()
 	t, ok := sh.m[tok]
-	if ok && !now.Before(t.exp) {
+	if ok && !now.Before(t.Expires) {
 		delete(sh.m, tok)
 		ok = false
 	}
@@ -107,10 +105,10 @@ func (c *tokenCache) get(tok string, now time.Time) (int64, bool) {
 	} else {
 		c.miss()
 	}
-	return t.user, ok
+	return t, ok
 }
 
-func (c *tokenCache) put(tok string, user int64, exp time.Time) {
+func (c *tokenCache) put(tok string, t auth.Token) {
 	if c == nil {
 		return
 	}
@@ -119,7 +117,7 @@ func (c *tokenCache) put(tok string, user int64, exp time.Time) {
 	if len(sh.m) >= c.max {
 		clear(sh.m)
 	}
-	sh.m[tok] = cachedToken{user: user, exp: exp}
+	sh.m[tok] = t
 	sh.mu.Unlock()
 }
 
@@ -145,17 +143,23 @@ func (c *tokenCache) clear() {
 type authenticator struct {
 	verifier *auth.Verifier
 	tokens   *tokenCache // nil when disabled
+	revoked  *revocations
 }
 
 // bearer resolves the bearer token of r's Authorization header.
 func (a *authenticator) bearer(r *http.Request) (int64, error) {
+	t, err := a.bearerToken(r)
+	return t.User, err
+}
+
+func (a *authenticator) bearerToken(r *http.Request) (auth.Token, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return 0, apierr.Unauthorized("missing bearer token")
+		return auth.Token{}, apierr.Unauthorized("missing bearer token")
 	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return 0, apierr.Unauthorized("authorization is not a bearer token")
+		return auth.Token{}, apierr.Unauthorized("authorization is not a bearer token")
 	}
 	return a.resolve(r.Context(), strings.TrimSpace(tok))
 }
@@ -164,35 +168,43 @@ func (a *authenticator) bearer(r *http.Request) (int64, error) {
 // cached. A refusal is a 401 whose message says "token expired" when that
 // is the reason; a token that needs the key set before any fetch of it
 // succeeded is a 503 (it may be good).
-func (a *authenticator) resolve(ctx context.Context, tok string) (int64, error) {
-	if u, ok := a.tokens.get(tok, time.Now()); ok {
-		return u, nil
+func (a *authenticator) resolve(ctx context.Context, tok string) (auth.Token, error) {
+	t, ok := a.tokens.get(tok, time.Now())
+	if !ok {
+		var err error
+		t, err = a.verifier.Verify(ctx, tok)
+		switch {
+		case err == nil:
+			a.tokens.put(tok, t)
+		case errors.Is(err, auth.ErrKeysUnavailable):
+			return t, apierr.Unavailable("the identity provider's keys are not loaded yet", time.Second, err)
+		case errors.Is(err, jwt.ErrTokenExpired):
+			return t, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "token expired", Err: err}
+		default:
+			return t, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "invalid token", Err: err}
+		}
 	}
-	u, exp, err := a.verifier.Verify(ctx, tok)
-	switch {
-	case err == nil:
-		a.tokens.put(tok, u, exp)
-		return u, nil
-	case errors.Is(err, auth.ErrKeysUnavailable):
-		return 0, apierr.Unavailable("the identity provider's keys are not loaded yet", time.Second, err)
-	case errors.Is(err, jwt.ErrTokenExpired):
-		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "token expired", Err: err}
-	default:
-		return 0, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "invalid token", Err: err}
+	// Checked on every use, cached or not: a revocation takes effect at
+	// the gateway's next load of the list, whatever the cache holds.
+	if a.revoked.revoked(t.User, t.ID, t.IssuedAt) {
+		return t, &Error{Status: http.StatusUnauthorized, Code: protocol.CodeUnauthorized, Message: "token revoked"}
 	}
+	return t, nil
 }
 
 // Authenticate reads a WebSocket upgrade's token from the Authorization
 // header or, for browsers, the access_token query parameter.
-func (a *authenticator) Authenticate(r *http.Request) (int64, error) {
+func (a *authenticator) Authenticate(r *http.Request) (ws.Identity, error) {
+	var t auth.Token
+	var err error
 	if r.Header.Get("Authorization") != "" {
-		return a.bearer(r)
+		t, err = a.bearerToken(r)
+	} else if tok := r.URL.Query().Get("access_token"); tok != "" {
+		t, err = a.resolve(r.Context(), tok)
+	} else {
+		err = apierr.Unauthorized("missing bearer token (Authorization header or access_token parameter)")
 	}
-	tok := r.URL.Query().Get("access_token")
-	if tok == "" {
-		return 0, apierr.Unauthorized("missing bearer token (Authorization header or access_token parameter)")
-	}
-	return a.resolve(r.Context(), tok)
+	return ws.Identity{User: t.User, TokenID: t.ID, IssuedAt: t.IssuedAt}, err
 }
 
 // handleDevToken is POST /v1/dev/token, registered only in dev mode.

@@ -250,6 +250,10 @@ type Config struct {
 	// expiry) so that a token is verified once, not on every request.
 	// Negative disables it. Default 65,536.
 	TokenCache int
+	// RevocationPoll is how often the gateway reads the revocations added
+	// (revocations.go): the longest a revoked token still works here.
+	// Default DefaultRevocationPoll.
+	RevocationPoll time.Duration
 
 	// WebSocket configures GET /v1/ws; see WSConfig.
 	WebSocket WSConfig
@@ -322,6 +326,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.HeadCacheUsers, hub.DefaultHeadCacheUsers)
 	setDefault(&c.CountsCacheUsers, inbox.DefaultCountsCacheUsers)
 	setDefault(&c.TokenCache, DefaultTokenCache)
+	setDefault(&c.RevocationPoll, DefaultRevocationPoll)
 	c.Attachments.setDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -369,6 +374,8 @@ func (c *Config) validate() error {
 	case c.AckWait < 0, c.AppendTimeout < 0, c.DevTokenTTL < 0, c.PollInterval < 0,
 		c.ListenBackoffMax < 0, c.ShutdownTimeout < 0:
 		return errors.New("gateway: durations must not be negative")
+	case c.RevocationPoll <= 0:
+		return errors.New("gateway: RevocationPoll must be positive")
 	case c.MaxHeaderBytes < 1024:
 		return fmt.Errorf("gateway: MaxHeaderBytes %d below 1024", c.MaxHeaderBytes)
 	case c.MaxBody < 0 || c.MaxRequestBytes < int64(c.MaxBody):

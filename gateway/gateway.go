@@ -249,6 +249,7 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	eg.Go(func() error { return g.auth.verifier.Run(ctx) })
 	eg.Go(func() error { return g.runSweeper(ctx) })
 	eg.Go(func() error { return g.runThumbnails(ctx) })
+	eg.Go(func() error { return g.runRevocations(ctx) })
 	return eg.Wait()
 }
 

@@ -36,7 +36,7 @@ func (g *Gateway) newAuthenticator() (*authenticator, error) {
 		fetches.WithLabelValues("ok")
 		fetches.WithLabelValues("error")
 	}
-	a := &authenticator{tokens: newTokenCache(cfg.TokenCache,
+	a := &authenticator{revoked: newRevocations(), tokens: newTokenCache(cfg.TokenCache,
 		m.cache.WithLabelValues("tokens", "hit").Inc, m.cache.WithLabelValues("tokens", "miss").Inc)}
 	v, err := auth.New(auth.Config{
 		Secret: cfg.AuthSecret, JWKSURL: cfg.AuthJWKSURL,

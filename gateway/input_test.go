@@ -454,6 +454,7 @@ func verifyToken(secret []byte, raw string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	u, _, err := v.Verify(context.Background(), raw)
+	tk, err := v.Verify(context.Background(), raw)
+	u := tk.User
 	return u, err
 }

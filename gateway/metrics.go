@@ -25,6 +25,7 @@ type metrics struct {
 	cache              *prometheus.CounterVec
 	headHit, headMiss  prometheus.Counter
 	uploads            *prometheus.CounterVec
+	revocationLoads    *prometheus.CounterVec
 	swept              prometheus.Counter
 	thumbnails         *prometheus.CounterVec
 }
@@ -86,6 +87,12 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 		Namespace: "inboxd", Subsystem: "gateway", Name: "uploads_total",
 		Help: "Uploads of attachments asked for, by outcome (created; refused: invalid, over a limit or a quota, not a member; completed: a multipart upload joined, or a whole upload confirmed, on POST .../complete).",
 	}, []string{"outcome"})
+	m.revocationLoads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "inboxd", Subsystem: "gateway", Name: "revocation_loads_total",
+		Help: "Reads of the revocations added (every --revocation-poll) by result (ok, error); while they fail, a token revoked since is still accepted here.",
+	}, []string{"result"})
+	m.revocationLoads.WithLabelValues("ok")
+	m.revocationLoads.WithLabelValues("error")
 	m.thumbnails = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "inboxd", Subsystem: "gateway", Name: "thumbnails_total",
 		Help: "Thumbnails of attached images by outcome (made: stored and announced; failed: an image that cannot be read).",
@@ -99,7 +106,7 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 		Help: "1 while the LISTEN connection is up.",
 	}, connected)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
-		m.listenerReconnects, m.sends, m.sendStages, m.sendCheckBatch, m.changes, m.polls, m.cache, listening, m.uploads, m.swept, m.thumbnails} {
+		m.listenerReconnects, m.sends, m.sendStages, m.sendCheckBatch, m.changes, m.polls, m.cache, listening, m.uploads, m.swept, m.thumbnails, m.revocationLoads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -296,3 +296,15 @@ type DevToken struct {
 	UserID    int64     `json:"user_id"`
 	ExpiresAt time.Time `json:"expires_at"`
 }
+
+// Revocation is the body and the answer of POST /v1/server/revocations:
+// a token revoked by its id (TokenID, its jti), or the tokens issued
+// before IssuedBefore (now, when absent) of UserID, or of every user when
+// UserID is 0. The answer carries the stored ID and CreatedAt.
+type Revocation struct {
+	ID           int64      `json:"id,omitempty"`
+	UserID       int64      `json:"user_id,omitempty"`
+	TokenID      string     `json:"token_id,omitempty"`
+	IssuedBefore *time.Time `json:"issued_before,omitempty"`
+	CreatedAt    time.Time  `json:"created_at,omitzero"`
+}

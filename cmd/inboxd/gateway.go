@@ -55,6 +55,7 @@ type gatewayFlags struct {
 	headCacheUsers     int
 	countsCacheUsers   int
 	tokenCache         int
+	revocationPoll     time.Duration
 	plainBodies        bool
 	mentionAllMax      int
 	sendCheckBatch     int
@@ -98,6 +99,7 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.countsCacheUsers, "counts-cache-users", inbox.DefaultCountsCacheUsers, "users whose unread and mention totals at their inbox head are remembered, so a sync at the same head does not count them again (negative: off)")
 	fs.IntVar(&f.headCacheUsers, "head-cache-users", hub.DefaultHeadCacheUsers, "users whose inbox heads are remembered to answer 304 without a query (negative: off)")
 	fs.IntVar(&f.tokenCache, "token-cache", gateway.DefaultTokenCache, "verified bearer tokens remembered until their expiry (negative: off)")
+	fs.DurationVar(&f.revocationPoll, "revocation-poll", gateway.DefaultRevocationPoll, "how often the gateway reads the revocations added through the server API: the longest a revoked token still works here")
 	fs.BoolVar(&f.plainBodies, "plain-bodies", false, "append message bodies to the log in plain text instead of sealed with a key per message (outside consumers can read them, and deleting a message cannot erase its body from the log)")
 	fs.IntVar(&f.sendCheckBatch, "send-check-batch", gateway.DefaultSendCheckBatch, "most send checks of one server committed in one transaction when they wait for a runner (each check writes its msg_id's body key); 1: each commits alone")
 	fs.IntVar(&f.sendCheckRunners, "send-check-runners", gateway.DefaultSendCheckRunners, "send checks (or batches of them) of one server in flight at once, with --send-check-batch above 1")
@@ -169,6 +171,7 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 		HeadCacheUsers:     f.headCacheUsers,
 		CountsCacheUsers:   f.countsCacheUsers,
 		TokenCache:         f.tokenCache,
+		RevocationPoll:     f.revocationPoll,
 		WebSocket: gateway.WSConfig{
 			HeartbeatInterval: f.wsHeartbeat,
 			AllowedOrigins:    config.SplitList(f.wsOrigins),

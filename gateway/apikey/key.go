@@ -37,10 +37,12 @@ const (
 	ScopeRecords = "records"
 	// ScopeRead: read a user's inbox head and a conversation's state.
 	ScopeRead = "read"
+	// ScopeSessions: revoke users' tokens and sessions.
+	ScopeSessions = "sessions"
 )
 
 // Scopes is every scope, in the order `apikey list` prints them.
-var Scopes = []string{ScopeConversations, ScopeMembers, ScopeMessages, ScopeRecords, ScopeRead}
+var Scopes = []string{ScopeConversations, ScopeMembers, ScopeMessages, ScopeRecords, ScopeRead, ScopeSessions}
 
 // Key is one key's row, without its secret.
 type Key struct {

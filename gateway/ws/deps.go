@@ -94,7 +94,17 @@ type Authenticator interface {
 	// parameter; an error is what the client is told (unauthorized,
 	// closed 4001; a retryable one, such as the identity provider's keys
 	// not loaded yet, closes 1013 instead).
-	Authenticate(r *http.Request) (user int64, err error)
+	Authenticate(r *http.Request) (Identity, error)
+}
+
+// Identity is who a session's token says it is: the user, and what of the
+// token a revocation names (its id, jti, and when it was issued, iat; each
+// zero when the token carries none). Server.CloseRevoked checks sessions
+// against it.
+type Identity struct {
+	User     int64
+	TokenID  string
+	IssuedAt time.Time
 }
 
 // Sender is the gateway's send path, the one of POST .../messages.

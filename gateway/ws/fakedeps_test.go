@@ -19,19 +19,19 @@ import (
 // be checked yet (retryable), anything else is refused.
 type fakeAuth struct{}
 
-func (fakeAuth) Authenticate(r *http.Request) (int64, error) {
+func (fakeAuth) Authenticate(r *http.Request) (Identity, error) {
 	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if tok == "" {
 		tok = r.URL.Query().Get("access_token")
 	}
 	if tok == "later" {
-		return 0, apierr.Unavailable("the identity provider's keys are not loaded yet", 3*time.Second, nil)
+		return Identity{}, apierr.Unavailable("the identity provider's keys are not loaded yet", 3*time.Second, nil)
 	}
 	u, err := strconv.ParseInt(tok, 10, 64)
 	if err != nil || u <= 0 {
-		return 0, apierr.Unauthorized("invalid token")
+		return Identity{}, apierr.Unauthorized("invalid token")
 	}
-	return u, nil
+	return Identity{User: u}, nil
 }
 
 // sendCall is one call of fakeSender.Send.

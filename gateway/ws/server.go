@@ -368,7 +368,8 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ws.reject(conn, protocol.CloseNotAllowed, "origin not allowed", nil)
 		return
 	}
-	user, err := ws.deps.Auth.Authenticate(r)
+	who, err := ws.deps.Auth.Authenticate(r)
+	user := who.User
 	if err != nil {
 		if e := *apierr.From(err); e.Retryable {
 			// The token could not be checked yet (the identity
@@ -392,7 +393,7 @@ func (ws *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ws.admit(conn) {
 		return
 	}
-	s, refusal := ws.register(conn, hj.nc, user)
+	s, refusal := ws.register(conn, hj.nc, who)
 	if refusal != nil {
 		ws.reject(conn, protocol.CloseRateLimited, "too many connections", refusal)
 		return
@@ -470,7 +471,8 @@ func originAllowed(all bool, set map[string]bool, origin, host string) bool {
 }
 
 // register admits a session under the connection caps.
-func (ws *Server) register(conn *websocket.Conn, nc *stallConn, user int64) (*session, error) {
+func (ws *Server) register(conn *websocket.Conn, nc *stallConn, who Identity) (*session, error) {
+	user := who.User
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	capped := func(msg string) error {
@@ -484,11 +486,33 @@ func (ws *Server) register(conn *websocket.Conn, nc *stallConn, user int64) (*se
 		return nil, capped(fmt.Sprintf("user %d has %d WebSocket connections on this node, the most allowed", user, ws.cfg.MaxConnsPerUser))
 	}
 	s := newSession(ws, ws.base, conn, nc, user)
+	s.who = who
 	ws.sessions[s] = struct{}{}
 	ws.perUser[user]++
 	ws.m.conns.Inc()
 	ws.count.Add(1)
 	return s, nil
+}
+
+// CloseRevoked closes the sessions whose identity revoked says was
+// revoked, each with an error frame (unauthorized, "token revoked") and
+// close 4001, as an upgrade with that token is refused; the SDKs stop as
+// for any permanent authentication error. It returns how many it closed.
+func (ws *Server) CloseRevoked(revoked func(Identity) bool) int {
+	ws.mu.Lock()
+	var hit []*session
+	for s := range ws.sessions {
+		if revoked(s.who) {
+			hit = append(hit, s)
+		}
+	}
+	ws.mu.Unlock()
+	frame := errorFrame(apierr.Unauthorized("token revoked"), "")
+	for _, s := range hit {
+		s.logAt(slog.LevelInfo, "closing a session whose token was revoked")
+		s.closeWith(protocol.CloseUnauthorized, "token revoked", frame)
+	}
+	return len(hit)
 }
 
 func (ws *Server) unregister(s *session) {

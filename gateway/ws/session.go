@@ -39,6 +39,7 @@ type session struct {
 	nc       *stallConn // under conn
 	id       uint64
 	user     int64
+	who      Identity // the token's, for CloseRevoked; set before the session is shared
 	sub      *hub.Subscription
 	leave    func()         // leaves Deps.Ephemeral; nil without it
 	readDone chan struct{}  // closed when the reader has ended

@@ -69,32 +69,50 @@ func (v *Verifier) Ready() error {
 	return v.keys.ready()
 }
 
-// Verify returns the user id and the expiry of a valid token. An invalid
+// Verify returns what a valid token says (Token). An invalid
 // one is an error wrapping jwt's (jwt.ErrTokenExpired for an expired one),
 // ErrTokenJSON, ErrUnknownKey, or ErrKeysUnavailable (the token needs the
 // key set and none was fetched yet). A token with an unknown kid waits
 // for a fetch of the key set (at most JWKSMinRefresh) or for ctx.
-func (v *Verifier) Verify(ctx context.Context, raw string) (user int64, exp time.Time, err error) {
+func (v *Verifier) Verify(ctx context.Context, raw string) (Token, error) {
+	var t Token
 	if err := checkTokenJSON(raw); err != nil {
-		return 0, exp, err
+		return t, err
 	}
 	tok, err := v.parser.ParseWithClaims(raw, jwt.MapClaims{}, func(t *jwt.Token) (any, error) { return v.key(ctx, t) })
 	if err != nil {
-		return 0, exp, err
+		return t, err
 	}
 	claims, ok := tok.Claims.(jwt.MapClaims)
 	if !ok {
-		return 0, exp, errors.New("claims are not an object")
+		return t, errors.New("claims are not an object")
 	}
-	user, err = v.userID(claims)
-	if err != nil {
-		return 0, exp, err
+	if t.User, err = v.userID(claims); err != nil {
+		return t, err
 	}
 	e, err := claims.GetExpirationTime()
 	if err != nil || e == nil {
-		return 0, exp, errors.New("no exp") // the parser required it
+		return t, errors.New("no exp") // the parser required it
 	}
-	return user, e.Time, nil
+	t.Expires = e.Time
+	// jti and iat are optional; revocations use them when present.
+	if id, ok := claims["jti"].(string); ok {
+		t.ID = id
+	}
+	if iat, err := claims.GetIssuedAt(); err == nil && iat != nil {
+		t.IssuedAt = iat.Time
+	}
+	return t, nil
+}
+
+// Token is what a verified token says of itself: its user, its expiry,
+// and, when it carries them, its id (jti) and when it was issued (iat),
+// which revocations name.
+type Token struct {
+	User     int64
+	Expires  time.Time
+	ID       string
+	IssuedAt time.Time
 }
 
 // key is the verification key of t. The parser has already refused an

@@ -77,7 +77,8 @@ func TestVerifyAlgorithms(t *testing.T) {
 	}
 	want := map[string]int64{"RS256": 11, "ES256": 12, "EdDSA": 13, "HS256": 14, "aud list": 15}
 	for name, tok := range toks {
-		u, exp, err := v.Verify(context.Background(), tok)
+		tk, err := v.Verify(context.Background(), tok)
+		u, exp := tk.User, tk.Expires
 		require.NoError(t, err, name)
 		require.Equal(t, want[name], u, name)
 		require.WithinDuration(t, time.Now().Add(time.Hour), exp, time.Minute, name)
@@ -92,7 +93,7 @@ func TestVerifyRefusals(t *testing.T) {
 		JWKSMinRefresh: 50 * time.Millisecond})
 	waitReady(t, v)
 	for name, tok := range refusedTokens(t, p) {
-		_, _, err := v.Verify(context.Background(), tok)
+		_, err := v.Verify(context.Background(), tok)
 		require.Error(t, err, name)
 		t.Logf("%s: %v", name, err)
 		if name == "expired" {
@@ -160,15 +161,16 @@ func mustKey(t *testing.T, p *authtest.IdP, kid string) any {
 func TestHS256OnlyAndJWKSOnly(t *testing.T) {
 	p := newIdP(t)
 	hsOnly := start(t, Config{Secret: testSecret})
-	_, _, err := hsOnly.Verify(context.Background(), p.Sign(t, "rsa-1", claims("1")))
+	_, err := hsOnly.Verify(context.Background(), p.Sign(t, "rsa-1", claims("1")))
 	require.Error(t, err)
 	jwksOnly := start(t, Config{JWKSURL: p.URL()})
 	waitReady(t, jwksOnly)
 	for _, secret := range [][]byte{testSecret, {}} {
-		_, _, err = jwksOnly.Verify(context.Background(), authtest.SignWith(t, jwt.SigningMethodHS256, secret, "", claims("1")))
+		_, err = jwksOnly.Verify(context.Background(), authtest.SignWith(t, jwt.SigningMethodHS256, secret, "", claims("1")))
 		require.Error(t, err)
 	}
-	u, _, err := jwksOnly.Verify(context.Background(), p.Sign(t, "ed-1", claims("5")))
+	tk, err := jwksOnly.Verify(context.Background(), p.Sign(t, "ed-1", claims("5")))
+	u := tk.User
 	require.NoError(t, err)
 	require.Equal(t, int64(5), u)
 }
@@ -191,7 +193,8 @@ func TestUserClaim(t *testing.T) {
 		"missing":    {claims("9"), 0},
 		"leading 0s": {claims("9", set("inboxd_uid", "079")), 0},
 	} {
-		u, _, err := v.Verify(context.Background(), p.Sign(t, "rsa-1", c.claims))
+		tk, err := v.Verify(context.Background(), p.Sign(t, "rsa-1", c.claims))
+		u := tk.User
 		if c.want == 0 {
 			require.Error(t, err, name)
 			continue
@@ -207,9 +210,9 @@ func TestLeeway(t *testing.T) {
 	sign := func(exp time.Duration) string {
 		return authtest.SignWith(t, jwt.SigningMethodHS256, testSecret, "", claims("1", set("exp", time.Now().Add(exp).Unix())))
 	}
-	_, _, err := v.Verify(context.Background(), sign(-10*time.Second))
+	_, err := v.Verify(context.Background(), sign(-10*time.Second))
 	require.NoError(t, err)
-	_, _, err = v.Verify(context.Background(), sign(-2*time.Minute))
+	_, err = v.Verify(context.Background(), sign(-2*time.Minute))
 	require.ErrorIs(t, err, jwt.ErrTokenExpired)
 }
 
@@ -230,7 +233,7 @@ func TestUnknownKidFloor(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for time.Since(began) < 5*floor {
-				_, _, err := v.Verify(context.Background(), tok)
+				_, err := v.Verify(context.Background(), tok)
 				if !errors.Is(err, ErrUnknownKey) {
 					t.Errorf("want unknown key, got %v", err)
 					return
@@ -257,16 +260,17 @@ func TestRotation(t *testing.T) {
 		KeysRemoved: func() { once.Do(removed.Done) }})
 	waitReady(t, v)
 	old := p.Sign(t, "rsa-1", claims("1"))
-	_, _, err := v.Verify(context.Background(), old)
+	_, err := v.Verify(context.Background(), old)
 	require.NoError(t, err)
 
 	p.AddKey(t, "rsa-2", "RS256")
 	p.Remove("rsa-1")
-	u, _, err := v.Verify(context.Background(), p.Sign(t, "rsa-2", claims("2")))
+	tk, err := v.Verify(context.Background(), p.Sign(t, "rsa-2", claims("2")))
+	u := tk.User
 	require.NoError(t, err, "a new kid is fetched at first sight")
 	require.Equal(t, int64(2), u)
 	removed.Wait()
-	_, _, err = v.Verify(context.Background(), old)
+	_, err = v.Verify(context.Background(), old)
 	require.ErrorIs(t, err, ErrUnknownKey, "the removed key no longer verifies")
 }
 
@@ -279,15 +283,15 @@ func TestUnreachableJWKS(t *testing.T) {
 	p.SetFailing(true)
 	v := start(t, Config{Secret: testSecret, JWKSURL: p.URL(), JWKSMinRefresh: 20 * time.Millisecond, JWKSRefresh: 40 * time.Millisecond})
 	tok := p.Sign(t, "ec-1", claims("3"))
-	_, _, err := v.Verify(context.Background(), tok)
+	_, err := v.Verify(context.Background(), tok)
 	require.ErrorIs(t, err, ErrKeysUnavailable)
 	require.Error(t, v.Ready())
-	_, _, err = v.Verify(context.Background(), authtest.SignWith(t, jwt.SigningMethodHS256, testSecret, "", claims("4")))
+	_, err = v.Verify(context.Background(), authtest.SignWith(t, jwt.SigningMethodHS256, testSecret, "", claims("4")))
 	require.NoError(t, err)
 
 	p.SetFailing(false)
 	waitReady(t, v)
-	_, _, err = v.Verify(context.Background(), tok)
+	_, err = v.Verify(context.Background(), tok)
 	require.NoError(t, err)
 
 	p.SetFailing(true)
@@ -296,7 +300,7 @@ func TestUnreachableJWKS(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.NoError(t, v.Ready())
-	_, _, err = v.Verify(context.Background(), p.Sign(t, "rsa-1", claims("3")))
+	_, err = v.Verify(context.Background(), p.Sign(t, "rsa-1", claims("3")))
 	require.NoError(t, err, "the last good set stays")
 }
 
@@ -311,4 +315,24 @@ func TestConfigValidate(t *testing.T) {
 		_, err := New(cfg)
 		require.Error(t, err, name)
 	}
+}
+
+// TestVerifyTokenIdentity: a token's jti and iat reach the caller (the
+// revocations name them); a token without them has them zero.
+func TestVerifyTokenIdentity(t *testing.T) {
+	v := start(t, Config{Secret: testSecret})
+	iat := time.Now().Add(-time.Minute).Truncate(time.Second)
+	tok := authtest.SignWith(t, jwt.SigningMethodHS256, testSecret, "", jwt.MapClaims{"sub": "7",
+		"exp": time.Now().Add(time.Hour).Unix(), "iat": iat.Unix(), "jti": "tok-1"})
+	got, err := v.Verify(context.Background(), tok)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), got.User)
+	require.Equal(t, "tok-1", got.ID)
+	require.True(t, iat.Equal(got.IssuedAt), "iat %v, want %v", got.IssuedAt, iat)
+	bare := authtest.SignWith(t, jwt.SigningMethodHS256, testSecret, "", jwt.MapClaims{"sub": "7",
+		"exp": time.Now().Add(time.Hour).Unix()})
+	got, err = v.Verify(context.Background(), bare)
+	require.NoError(t, err)
+	require.Empty(t, got.ID)
+	require.True(t, got.IssuedAt.IsZero())
 }

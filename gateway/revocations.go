@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,28 @@ type revocations struct {
 	seen   map[int64]struct{}  // the rows read (the recent ones are read again)
 	last   int64               // the highest row id read
 	loaded bool
+	wss    []*ws.Server // the WebSocket endpoints whose sessions closeRevoked closes
+}
+
+// watch adds a WebSocket endpoint whose sessions of revoked tokens are
+// closed.
+func (r *revocations) watch(s *ws.Server) {
+	r.mu.Lock()
+	r.wss = append(r.wss, s)
+	r.mu.Unlock()
+}
+
+// closeRevoked closes the sessions of revoked tokens on every endpoint
+// and returns how many.
+func (r *revocations) closeRevoked() int {
+	r.mu.RLock()
+	wss := slices.Clone(r.wss)
+	r.mu.RUnlock()
+	n := 0
+	for _, s := range wss {
+		n += s.CloseRevoked(r.revokedSession)
+	}
+	return n
 }
 
 func newRevocations() *revocations {
@@ -136,7 +159,7 @@ func (g *Gateway) runRevocations(ctx context.Context) error {
 		}
 		g.metrics.revocationLoads.WithLabelValues("ok").Inc()
 		if n > 0 {
-			closed := g.ws.CloseRevoked(g.auth.revoked.revokedSession)
+			closed := g.auth.revoked.closeRevoked()
 			g.log.Info("revocations loaded", "new", n, "sessions_closed", closed)
 		}
 	}
@@ -191,7 +214,7 @@ func (g *Gateway) handleServerRevoke(w http.ResponseWriter, r *http.Request) err
 	out.CreatedAt = out.CreatedAt.UTC()
 	// This gateway need not wait for its next poll.
 	if _, err := g.auth.revoked.load(r.Context(), g.srv.Catalog()); err == nil {
-		g.ws.CloseRevoked(g.auth.revoked.revokedSession)
+		g.auth.revoked.closeRevoked()
 	}
 	apierr.WriteJSON(w, http.StatusCreated, out)
 	return nil

@@ -46,6 +46,9 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 		Draining:      g.draining,
 		Logger:        g.log,
 	})
+	if err == nil {
+		g.auth.revoked.watch(s)
+	}
 	return s, err
 }
 

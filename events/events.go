@@ -50,6 +50,11 @@ const (
 	MessageThumbnailed = "message.thumbnailed"
 	ReactionAdded      = "reaction.added"
 	ReactionRemoved    = "reaction.removed"
+	// MessageReported is a member's report of a message to the
+	// moderators, and ReportResolved a service's resolution of one
+	// (reports.go): neither changes the message or any inbox.
+	MessageReported = "message.reported"
+	ReportResolved  = "report.resolved"
 )
 
 // MaxEmoji bounds a reaction's emoji in bytes (one emoji with its
@@ -112,12 +117,21 @@ type Event struct {
 	ChangeID string `json:"change_id,omitempty"`
 	Emoji    string `json:"emoji,omitempty"`
 
+	// ReportID (message.reported, report.resolved) names a report: the
+	// reporter's idempotency key. Reason is a report's (one of
+	// ReportReasons), Resolution a resolution's (one of Resolutions);
+	// Note is either's free text, at most MaxReportNote bytes.
+	ReportID   string `json:"report_id,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Resolution string `json:"resolution,omitempty"`
+	Note       string `json:"note,omitempty"`
+
 	// Service (any type) names the server API key that made the event,
 	// "<key id>:<key name>" (docs/protocol.md, "Server API"): the actor
 	// is that service. With ActorID set the service acted for that user
 	// (the projection applies the user's rules); with ActorID 0
-	// (conversation.created, member.added, member.removed, message.sent)
-	// it acted as itself: it is no member, needs none, and a message it
+	// (conversation.created, member.added, member.removed, message.sent,
+	// report.resolved) it acted as itself: it is no member, needs none, and a message it
 	// sends has sender_id 0 and SenderName. Absent on users' events.
 	Service string `json:"service,omitempty"`
 	// SenderName (message.sent with ActorID 0): the system or bot sender
@@ -261,6 +275,8 @@ func (e *Event) Validate(maxBody int) error {
 		}
 	case MessageEdited, MessageDeleted, ReactionAdded, ReactionRemoved, MessageThumbnailed:
 		return e.validateChange(maxBody)
+	case MessageReported, ReportResolved:
+		return e.validateReport()
 	case RecordUpdated:
 		if e.Pinned == nil && e.Muted == nil {
 			return invalid("record.updated without pinned or muted")
@@ -307,10 +323,11 @@ func (e *Event) validateActor() error {
 
 // ServiceMayAct says whether a service may make an event of type typ as
 // itself (actor_id 0). Records and read positions are a user's own, and
-// a message's changes are its sender's or a member's: those name the user.
+// a message's changes and reports are its sender's or a member's: those
+// name the user. A report's resolution is only ever a service's.
 func ServiceMayAct(typ string) bool {
 	switch typ {
-	case ConversationCreated, MemberAdded, MemberRemoved, MessageSent:
+	case ConversationCreated, MemberAdded, MemberRemoved, MessageSent, ReportResolved:
 		return true
 	}
 	return false

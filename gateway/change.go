@@ -13,6 +13,12 @@ import (
 // changeID reads the change_id of a change request: the body's, or
 // the Idempotency-Key header's (equal when both are given).
 func changeID(r *http.Request, fromBody string) (string, error) {
+	return keyID(r, "change_id", fromBody)
+}
+
+// keyID reads a write's idempotency key named field: the body's, or the
+// Idempotency-Key header's (equal when both are given).
+func keyID(r *http.Request, field, fromBody string) (string, error) {
 	id := fromBody
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
 		k, err := input.ParseMsgID(key)
@@ -22,10 +28,10 @@ func changeID(r *http.Request, fromBody string) (string, error) {
 		if id != "" {
 			b, err := input.ParseMsgID(id)
 			if err != nil {
-				return "", apierr.BadRequest("change_id must be a uuid")
+				return "", apierr.BadRequest("%s must be a uuid", field)
 			}
 			if b != k {
-				return "", apierr.BadRequest("change_id and Idempotency-Key differ")
+				return "", apierr.BadRequest("%s and Idempotency-Key differ", field)
 			}
 		}
 		id = k

@@ -47,6 +47,7 @@ type Gateway struct {
 	sends   *write.Sender
 	changes *write.Changer
 	members *write.Members
+	reports *write.Reporter
 	handler http.Handler
 	routes  []route
 
@@ -203,6 +204,8 @@ func NewOn(cfg Config, pl Placement, prod *producer.Producer) (*Gateway, error) 
 		Draining: g.draining})
 	g.changes = write.NewChanger(write.ChangerConfig{Servers: g.srv, Hub: g.hub, Inbox: g.inbox, App: app,
 		Outcomes: m.changes, MaxBody: cfg.MaxBody, AckWait: cfg.AckWait, Draining: g.draining, Seal: !cfg.PlainBodies})
+	g.reports = write.NewReporter(write.ReporterConfig{Servers: g.srv, Hub: g.hub, App: app, AckWait: cfg.AckWait,
+		Draining: g.draining})
 	if g.ws, err = g.NewWebSocket(cfg.WebSocket); err != nil {
 		return nil, err
 	}

@@ -50,6 +50,7 @@ func (g *Gateway) routeTable() []route {
 		{"DELETE", "/v1/conversations/{cid}/messages/{seq}", true, bucketSend, g.handleChange(events.MessageDeleted)},
 		{"PUT", "/v1/conversations/{cid}/messages/{seq}/reaction", true, bucketSend, g.handleChange(events.ReactionAdded)},
 		{"DELETE", "/v1/conversations/{cid}/messages/{seq}/reaction", true, bucketSend, g.handleChange(events.ReactionRemoved)},
+		{"POST", "/v1/conversations/{cid}/messages/{seq}/report", true, bucketSend, g.handleReport},
 		{"PATCH", "/v1/conversations/{cid}/record", true, bucketSend, g.handleRecord},
 		{"POST", "/v1/conversations/{cid}/uploads", true, bucketSend, g.handleCreateUpload},
 		{"GET", "/v1/conversations/{cid}/uploads/{id}", true, bucketSync, g.handleGetUpload},

@@ -78,6 +78,12 @@ type Config struct {
 	// notification; longer ones are cut and end with "…". Default
 	// DefaultPreview (120).
 	Preview int
+	// Reports posts the reports of messages too (bodies of type
+	// "message.reported", docs/notifications.md, "Reports"). Off by
+	// default: a receiver written before reports existed gets only the
+	// bodies it knows, whatever it does with their type.
+	Reports bool
+
 	// MaxPending bounds the notifications waiting (due or being retried):
 	// beyond it new ones are dropped, counted, so that a receiver down for
 	// long does not grow the table without bound. Default DefaultMaxPending.

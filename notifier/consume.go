@@ -114,19 +114,23 @@ func (n *Notifier) startOffsets(ctx context.Context, assigned map[string]map[int
 // until it is done or ctx ends.
 func (n *Notifier) handle(ctx context.Context, p int32, recs []*kgo.Record) error {
 	from, next := recs[0].Offset, recs[len(recs)-1].Offset+1
-	var msgIDs []string
+	var msgIDs, reports []string
 	for _, r := range recs {
 		e, err := events.Decode(r.Value, 0)
-		if err != nil || e.Type != events.MessageSent || e.Imported() {
-			continue // undecodable records are the fanout's (DLQ); other events and imported history notify nobody
+		switch {
+		case err != nil || e.Imported():
+			// Undecodable records are the fanout's (DLQ); imported history notifies nobody.
+		case e.Type == events.MessageSent:
+			msgIDs = append(msgIDs, e.MsgID)
+		case e.Type == events.MessageReported && n.cfg.Reports:
+			reports = append(reports, e.EventID)
 		}
-		msgIDs = append(msgIDs, e.MsgID)
 	}
 	op := func() error {
 		if err := n.awaitProjected(ctx, p, next); err != nil {
 			return err
 		}
-		ok, err := n.queue(ctx, p, from, next, msgIDs)
+		ok, err := n.queue(ctx, p, from, next, msgIDs, reports)
 		if err == nil && !ok {
 			n.cfg.Logger.Info("partition moved on under another notifier; its records are skipped", "partition", p, "offset", from)
 		}

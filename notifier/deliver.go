@@ -32,7 +32,14 @@ type claimed struct {
 	mention                bool
 	committedAt, createdAt time.Time
 	attempts               int
+	kind                   string // kindMessage or kindReport
 }
+
+// The kinds of notifications (notifications.kind).
+const (
+	kindMessage = "message"
+	kindReport  = "report"
+)
 
 // sqlClaim claims up to $2 due notifications for $1 ms (their attempt
 // counts up): the oldest due first, and none of a user and conversation
@@ -42,17 +49,17 @@ const sqlClaim = `UPDATE notifications n SET claimed_until = now() + $1 * interv
 FROM (SELECT x.id FROM notifications x
 	WHERE x.state = 'pending' AND x.due_at <= now() AND (x.claimed_until IS NULL OR x.claimed_until < now())
 		AND NOT EXISTS (SELECT 1 FROM notifications o WHERE o.user_id = x.user_id AND o.conversation_id = x.conversation_id
-			AND o.state = 'pending' AND o.attempts > 0 AND o.id <> x.id AND o.created_at < x.created_at)
+			AND o.kind = x.kind AND o.state = 'pending' AND o.attempts > 0 AND o.id <> x.id AND o.created_at < x.created_at)
 	ORDER BY x.due_at LIMIT $2 FOR UPDATE SKIP LOCKED) c
 WHERE n.id = c.id
 RETURNING n.id::text, n.user_id, n.conversation_id, n.first_seq, n.last_seq, n.count, n.sender_id, n.mention,
-	n.committed_at, n.created_at, n.attempts`
+	n.committed_at, n.created_at, n.attempts, n.kind`
 
 // sqlSkipConnected settles, in one statement, the due notifications of
 // members connected to a live gateway (most of them, in a busy system):
 // they are skipped without a worker. $1 is the presence expiry in ms.
 const sqlSkipConnected = `WITH s AS (UPDATE notifications n SET state = 'skipped', done_at = now(), claimed_until = NULL
-	WHERE n.state = 'pending' AND n.due_at <= now() AND (n.claimed_until IS NULL OR n.claimed_until < now())
+	WHERE n.state = 'pending' AND n.kind = 'message' AND n.due_at <= now() AND (n.claimed_until IS NULL OR n.claimed_until < now())
 		AND EXISTS (SELECT 1 FROM connections c JOIN presence_gateways g ON g.gateway_id = c.gateway_id
 			WHERE c.user_id = n.user_id AND g.heartbeat_at > now() - $1 * interval '1 millisecond')
 	RETURNING 1)
@@ -139,7 +146,7 @@ func (n *Notifier) claim(ctx context.Context, max int) ([]claimed, error) {
 	var out []claimed
 	var c claimed
 	_, err = pgx.ForEachRow(rows, []any{&c.id, &c.user, &c.conv, &c.firstSeq, &c.lastSeq, &c.count, &c.sender, &c.mention,
-		&c.committedAt, &c.createdAt, &c.attempts}, func() error {
+		&c.committedAt, &c.createdAt, &c.attempts, &c.kind}, func() error {
 		out = append(out, c)
 		return nil
 	})
@@ -167,6 +174,10 @@ const (
 // deliver sends one claimed notification, unless the member is connected
 // or its only message was deleted, and records the outcome.
 func (n *Notifier) deliver(ctx context.Context, c claimed) {
+	if c.kind == kindReport {
+		n.deliverReport(ctx, c)
+		return
+	}
 	var connected, deleted bool
 	var body string
 	var w Webhook
@@ -188,7 +199,7 @@ func (n *Notifier) deliver(ctx context.Context, c claimed) {
 		n.finish(ctx, c, "skipped", OutcomeSkippedDeleted, "")
 		return
 	}
-	w.ID, w.UserID, w.ConversationID, w.Seq, w.FirstSeq, w.Count = c.id, c.user, c.conv, c.lastSeq, c.firstSeq, c.count
+	w.Type, w.ID, w.UserID, w.ConversationID, w.Seq, w.FirstSeq, w.Count = TypeMessage, c.id, c.user, c.conv, c.lastSeq, c.firstSeq, c.count
 	w.SenderID, w.CreatedAt, w.Reason = c.sender, c.createdAt.UTC(), ReasonMessage
 	if c.mention {
 		w.Reason = ReasonMention
@@ -196,7 +207,32 @@ func (n *Notifier) deliver(ctx context.Context, c claimed) {
 	if !deleted {
 		w.Preview = cut(body, n.cfg.Preview)
 	}
-	status, retryAfter, err := n.post(ctx, &w)
+	status, retryAfter, err := n.post(ctx, w.ID, &w)
+	n.settle(ctx, c, status, retryAfter, err)
+}
+
+// sqlReport reads a report's body (the notification's id is the
+// report's).
+const sqlReport = `SELECT conversation_id, seq, msg_id::text, sender_id, reporter_id, reason, note, created_at
+FROM reports WHERE id = $1`
+
+// deliverReport sends the notification of a report: never skipped, since
+// it is for the moderators, not a member.
+func (n *Notifier) deliverReport(ctx context.Context, c claimed) {
+	w := ReportWebhook{Type: TypeReport, ID: c.id}
+	if err := n.pool.QueryRow(ctx, sqlReport, c.id).Scan(&w.ConversationID, &w.Seq, &w.MsgID, &w.SenderID, &w.ReporterID,
+		&w.Reason, &w.Note, &w.CreatedAt); err != nil {
+		n.retry(ctx, c, 0, fmt.Sprintf("prepare: %v", err))
+		return
+	}
+	w.CreatedAt = w.CreatedAt.UTC()
+	status, retryAfter, err := n.post(ctx, w.ID, &w)
+	n.settle(ctx, c, status, retryAfter, err)
+}
+
+// settle records the outcome of a webhook call for c: sent on a 2xx,
+// dead on another 4xx but 429, else a retry.
+func (n *Notifier) settle(ctx context.Context, c claimed, status int, retryAfter time.Duration, err error) {
 	switch {
 	case err == nil && status/100 == 2:
 		n.m.latency.Observe(time.Since(c.committedAt).Seconds())
@@ -210,9 +246,9 @@ func (n *Notifier) deliver(ctx context.Context, c claimed) {
 	}
 }
 
-// post calls the webhook with w, signed; it returns the status and the
-// receiver's Retry-After.
-func (n *Notifier) post(ctx context.Context, w *Webhook) (int, time.Duration, error) {
+// post calls the webhook with w (a body of id), signed; it returns the
+// status and the receiver's Retry-After.
+func (n *Notifier) post(ctx context.Context, id string, w any) (int, time.Duration, error) {
 	body, err := json.Marshal(w)
 	if err != nil {
 		return 0, 0, err
@@ -225,7 +261,7 @@ func (n *Notifier) post(ctx context.Context, w *Webhook) (int, time.Duration, er
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "inboxd-notifier/1")
-	req.Header.Set(HeaderIdempotency, w.ID)
+	req.Header.Set(HeaderIdempotency, id)
 	req.Header.Set(HeaderSignature, Sign(n.cfg.WebhookSecret, time.Now(), body))
 	start := time.Now()
 	resp, err := n.cfg.HTTPClient.Do(req)

@@ -29,11 +29,14 @@ const (
 )
 
 // Entry is one notification a DevReceiver got: N numbers them from 1 in
-// the order they came (a retried id keeps its first number).
+// the order they came (a retried id keeps its first number). A report
+// (type TypeReport) is in Report, its Notification holding only its type
+// and id.
 type Entry struct {
-	N            int64     `json:"n"`
-	ReceivedAt   time.Time `json:"received_at"`
-	Notification Webhook   `json:"notification"`
+	N            int64          `json:"n"`
+	ReceivedAt   time.Time      `json:"received_at"`
+	Notification Webhook        `json:"notification"`
+	Report       *ReportWebhook `json:"report,omitempty"`
 }
 
 // DevList is the JSON answer of DevReceiver.ListHandler: the entries after
@@ -88,12 +91,20 @@ func (d *DevReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var n Webhook
+	var rep *ReportWebhook
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&n); err != nil || dec.More() {
 		http.Error(w, "body is not one notification object", http.StatusBadRequest)
 		return
 	}
-	if n.ID == "" || n.UserID <= 0 || n.ConversationID <= 0 {
+	if n.Type == TypeReport {
+		rep = &ReportWebhook{}
+		if err := json.Unmarshal(body, rep); err != nil || rep.ID == "" || rep.ConversationID <= 0 {
+			http.Error(w, "report without id or conversation_id", http.StatusBadRequest)
+			return
+		}
+		n = Webhook{Type: TypeReport, ID: rep.ID}
+	} else if n.ID == "" || n.UserID <= 0 || n.ConversationID <= 0 {
 		http.Error(w, "notification without id, user_id or conversation_id", http.StatusBadRequest)
 		return
 	}
@@ -101,7 +112,7 @@ func (d *DevReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, HeaderIdempotency+" is not the body's id", http.StatusBadRequest)
 		return
 	}
-	d.add(n)
+	d.add(n, rep)
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"ok":true}` + "\n"))
 }
@@ -152,16 +163,16 @@ func (d *DevReceiver) verify(header string, body []byte) error {
 	return errSigMismatch
 }
 
-// add keeps n unless its id is kept already, dropping the oldest beyond
-// keep.
-func (d *DevReceiver) add(n Webhook) {
+// add keeps n (with rep, a report's body) unless its id is kept already,
+// dropping the oldest beyond keep.
+func (d *DevReceiver) add(n Webhook, rep *ReportWebhook) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, dup := d.seen[n.ID]; dup {
 		return
 	}
 	d.last++
-	d.entries = append(d.entries, Entry{N: d.last, ReceivedAt: d.now().UTC(), Notification: n})
+	d.entries = append(d.entries, Entry{N: d.last, ReceivedAt: d.now().UTC(), Notification: n, Report: rep})
 	d.seen[n.ID] = d.last
 	if over := len(d.entries) - d.keep; over > 0 {
 		for _, e := range d.entries[:over] {

@@ -180,6 +180,7 @@ type receiver struct {
 	srv    *httptest.Server
 	mu     sync.Mutex
 	calls  []notifier.Webhook
+	raws   [][]byte // the bodies of the calls taken
 	fail   func(n int) (status int, retryAfter string)
 	onTake func(id string) // told of every call taken
 	bad    int             // calls whose signature or key did not verify
@@ -219,6 +220,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	r.calls = append(r.calls, n)
+	r.raws = append(r.raws, body)
 	if r.onTake != nil {
 		r.onTake(n.ID)
 	}

@@ -46,7 +46,7 @@ LEFT JOIN user_settings us ON us.user_id = s.user_id
 WHERE s.conversation_id = $1 AND s.joined_seq <= $2 AND (s.left_seq IS NULL OR s.left_seq >= $2) AND s.user_id <> $3
 	AND COALESCE(us.notifications, true) AND NOT s.user_id = ANY($8::bigint[])
 	AND (NOT COALESCE(r.muted, false) OR s.user_id = ANY($4::bigint[]) OR $5)
-ON CONFLICT (user_id, conversation_id) WHERE state = 'pending' AND attempts = 0 DO UPDATE SET
+ON CONFLICT (user_id, conversation_id) WHERE state = 'pending' AND attempts = 0 AND kind = 'message' DO UPDATE SET
 	last_seq = GREATEST(notifications.last_seq, EXCLUDED.last_seq), count = notifications.count + 1,
 	sender_id = EXCLUDED.sender_id, mention = notifications.mention OR EXCLUDED.mention
 RETURNING xmax = 0`
@@ -59,11 +59,23 @@ type message struct {
 	all               bool
 }
 
-// queue queues the notifications of the messages of msgIDs (records of
-// partition p below next, whose stored offset must be from) and stores
-// next, in one transaction. It returns false when the stored offset is no
-// longer from: another notifier took the partition and went on.
-func (n *Notifier) queue(ctx context.Context, p int32, from, next int64, msgIDs []string) (bool, error) {
+// sqlQueueReports queues one notification of kind report per report the
+// projection kept from the events $1 (a report refused, or a repeated
+// report id, kept none), due at once: a report is no member's message and
+// is never skipped. Its id is the report's, so it is queued once however
+// often its record is read.
+const sqlQueueReports = `INSERT INTO notifications (id, kind, report_id, user_id, conversation_id, first_seq, last_seq, sender_id,
+	committed_at, due_at)
+SELECT r.id, 'report', r.id, r.reporter_id, r.conversation_id, r.seq, r.seq, r.sender_id, now(), now()
+FROM reports r WHERE r.event_id = ANY($1::uuid[])
+ON CONFLICT (id) DO NOTHING`
+
+// queue queues the notifications of the messages of msgIDs and of the
+// reports of the message.reported events reports (records of partition p
+// below next, whose stored offset must be from) and stores next, in one
+// transaction. It returns false when the stored offset is no longer from:
+// another notifier took the partition and went on.
+func (n *Notifier) queue(ctx context.Context, p int32, from, next int64, msgIDs, reports []string) (bool, error) {
 	var queued, joined int
 	fenced := false
 	err := pgx.BeginTxFunc(ctx, n.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
@@ -90,6 +102,13 @@ func (n *Notifier) queue(ctx context.Context, p int32, from, next int64, msgIDs 
 		}
 		if queued, joined, err = n.queueMessages(ctx, tx, msgs, off, drop); err != nil {
 			return err
+		}
+		if len(reports) > 0 && !drop {
+			tag, err := tx.Exec(ctx, sqlQueueReports, reports)
+			if err != nil {
+				return fmt.Errorf("queue reports: %w", err)
+			}
+			queued += int(tag.RowsAffected())
 		}
 		_, err = tx.Exec(ctx, sqlSaveOffset, n.cfg.Topic, p, next)
 		return err

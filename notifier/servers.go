@@ -39,14 +39,14 @@ const (
 	sqlNotificationsOff = `SELECT user_id FROM user_settings WHERE user_id = ANY($1::bigint[]) AND NOT notifications`
 	// sqlDueUsers are the users of this server's due notifications.
 	sqlDueUsers = `SELECT DISTINCT user_id FROM notifications
-	WHERE state = 'pending' AND due_at <= now() AND (claimed_until IS NULL OR claimed_until < now())`
+	WHERE state = 'pending' AND kind = 'message' AND due_at <= now() AND (claimed_until IS NULL OR claimed_until < now())`
 	// sqlConnectedOf are those of users $1 connected to a live gateway ($2
 	// the presence expiry in ms).
 	sqlConnectedOf = `SELECT DISTINCT c.user_id FROM connections c JOIN presence_gateways g ON g.gateway_id = c.gateway_id
 	WHERE c.user_id = ANY($1::bigint[]) AND g.heartbeat_at > now() - $2 * interval '1 millisecond'`
 	// sqlSkipUsers settles the due notifications of users $1 as skipped.
 	sqlSkipUsers = `WITH s AS (UPDATE notifications n SET state = 'skipped', done_at = now(), claimed_until = NULL
-	WHERE n.state = 'pending' AND n.due_at <= now() AND (n.claimed_until IS NULL OR n.claimed_until < now())
+	WHERE n.state = 'pending' AND n.kind = 'message' AND n.due_at <= now() AND (n.claimed_until IS NULL OR n.claimed_until < now())
 		AND n.user_id = ANY($1::bigint[])
 	RETURNING 1)
 SELECT count(*) FROM s`

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Webhook is the JSON body of one notification (docs/notifications.md).
-// ID is the idempotency key: the same for every attempt of this
+// Webhook is the JSON body of one notification of messages
+// (docs/notifications.md): Type is TypeMessage. ID is the idempotency key: the same for every attempt of this
 // notification (also in the Idempotency-Key header). Seq is the newest
 // message of the burst, FirstSeq its first, Count how many messages it
 // stands for; InboxSeq is the user's inbox_seq of the newest one (sync up to
@@ -17,6 +17,7 @@ import (
 // Reason is "mention" when any message of the burst mentions the user, else
 // "message".
 type Webhook struct {
+	Type           string    `json:"type"`
 	ID             string    `json:"id"`
 	UserID         int64     `json:"user_id"`
 	ConversationID int64     `json:"conversation_id"`
@@ -29,6 +30,32 @@ type Webhook struct {
 	Badge          int64     `json:"badge"`
 	Mentions       int64     `json:"mentions"`
 	Reason         string    `json:"reason"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// Types of webhook bodies (their "type" field): a receiver tells them
+// apart by it and answers 2xx to a type it does not handle.
+const (
+	TypeMessage = "message"
+	TypeReport  = "message.reported"
+)
+
+// ReportWebhook is the JSON body of a report of a message
+// (docs/notifications.md, "Reports"): Type is TypeReport, ID the report's
+// id (the idempotency key: one body per report, the same in every
+// attempt). SenderID is the reported message's sender (0: a service's
+// system sender); the message's text is not in it (read it through the
+// server API's GET /v1/server/reports while the message is not deleted).
+type ReportWebhook struct {
+	Type           string    `json:"type"`
+	ID             string    `json:"id"`
+	ConversationID int64     `json:"conversation_id"`
+	Seq            int64     `json:"seq"`
+	MsgID          string    `json:"msg_id"`
+	SenderID       int64     `json:"sender_id"`
+	ReporterID     int64     `json:"reporter_id"`
+	Reason         string    `json:"reason"`
+	Note           string    `json:"note"`
 	CreatedAt      time.Time `json:"created_at"`
 }
 

@@ -31,6 +31,10 @@ const (
 	ReasonTooManyEmoji  = "too_many_reactions"
 	ReasonUnsealable    = "unsealable"    // a sealed body that does not open with its key
 	ReasonNoAttachment  = "no_attachment" // a thumbnail of a file the message does not attach
+
+	// Refusals of a report and of its resolution (docs/protocol.md, "Reports").
+	ReasonOwnMessage = "own_message" // a report of the reporter's own message
+	ReasonNoReport   = "no_report"   // a resolution of a report the conversation does not have
 )
 
 // Limits of the changes of a message, applied at the log position.

@@ -230,6 +230,10 @@ type loadKeys struct {
 	attached                          []string // msg_ids of sends with attachments
 	msgConvs, msgSeqs                 []int64
 	reactConvs, reactSeqs, reactUsers []int64
+	// Reports (reports.go): the report ids, and the reported messages
+	// with their reporters.
+	reportIDs                          []string
+	reportConvs, reportSeqs, reporters []int64
 }
 
 // need adds to b a conversation (not known to exist yet) for every event
@@ -290,6 +294,8 @@ func (b *batch) need(recs []Record) loadKeys {
 			k.msgConvs, k.msgSeqs = append(k.msgConvs, e.ConversationID), append(k.msgSeqs, e.Seq)
 			k.reactConvs, k.reactSeqs = append(k.reactConvs, e.ConversationID), append(k.reactSeqs, e.Seq)
 			k.reactUsers = append(k.reactUsers, e.ActorID)
+		case events.MessageReported, events.ReportResolved:
+			k.needReport(e)
 		}
 	}
 	sort.Slice(k.convIDs, func(i, j int) bool { return k.convIDs[i] < k.convIDs[j] })
@@ -418,6 +424,7 @@ func queueLoadRest(bt *pgx.Batch, b *batch, k loadKeys) {
 	if len(k.changeIDs) > 0 {
 		queueLoadChanges(bt, b, k)
 	}
+	queueLoadReports(bt, b, k)
 	if len(k.sealed) > 0 {
 		queueLoadKeys(bt, b, k.sealed)
 	}

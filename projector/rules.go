@@ -129,6 +129,13 @@ type batch struct {
 	// erased); erase are the msg_ids whose keys go (deleted messages).
 	bodyKeys map[string][]byte
 	erase    []string
+
+	// Reports (reports.go): those the batch names by id, the reporters'
+	// spans as loaded, and the reports to insert and to resolve.
+	reports         map[string]*reportState
+	reportSpans     map[recKey][]reportSpan
+	newReports      []*reportState
+	resolvedReports []*reportState
 	// claims are the live uploads the batch's sends with attachments
 	// claimed, by msg_id; attach the uploads their messages keep
 	// (attachments.go).
@@ -184,6 +191,8 @@ func newBatch(threshold int64) *batch {
 		reads:        map[recKey]int64{},
 		knownChanges: idSet{},
 		importedRead: map[int64]int64{},
+		reports:      map[string]*reportState{},
+		reportSpans:  map[recKey][]reportSpan{},
 	}
 }
 
@@ -209,6 +218,9 @@ func (b *batch) reject(r Record, reason string) {
 	msgID := e.MsgID
 	if msgID == "" {
 		msgID = e.ChangeID // a change is waited for by its change_id
+	}
+	if msgID == "" {
+		msgID = e.ReportID // a report by its report id
 	}
 	b.rejects = append(b.rejects, rejection{eventID: e.EventID, msgID: msgID, typ: e.Type,
 		conv: e.ConversationID, actor: e.ActorID, reason: reason, partition: r.Partition, offset: r.Offset})
@@ -245,6 +257,10 @@ func (b *batch) step(r Record) {
 		b.reactionRemoved(r, c)
 	case events.MessageThumbnailed:
 		b.messageThumbnailed(r, c)
+	case events.MessageReported:
+		b.messageReported(r, c)
+	case events.ReportResolved:
+		b.reportResolved(r, c)
 	}
 }
 

@@ -227,6 +227,15 @@ FROM records r WHERE r.armed AND NOT EXISTS (SELECT 1 FROM member_spans s
 SELECT format('conversation %s: changed_ord %s on %s messages, change_count %s', m.conversation_id, m.changed_ord, count(*), c.change_count)
 FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE m.changed_ord > 0
 GROUP BY m.conversation_id, m.changed_ord, c.change_count HAVING count(*) > 1 OR m.changed_ord > c.change_count`},
+	{"R1", "each report names a text message of another sender its reporter could see", `
+SELECT format('report %s: conversation %s seq %s by user %s: %s', r.id, r.conversation_id, r.seq, r.reporter_id,
+  CASE WHEN m.seq IS NULL THEN 'no such message' WHEN m.msg_id <> r.msg_id OR m.sender_id <> r.sender_id THEN 'another message'
+    WHEN m.kind <> 'text' THEN 'a system message' WHEN r.sender_id = r.reporter_id THEN 'its own message'
+    ELSE 'a message the reporter never saw' END)
+FROM reports r LEFT JOIN messages m ON m.conversation_id = r.conversation_id AND m.seq = r.seq
+WHERE m.seq IS NULL OR m.msg_id <> r.msg_id OR m.sender_id <> r.sender_id OR m.kind <> 'text' OR r.sender_id = r.reporter_id
+  OR NOT EXISTS (SELECT 1 FROM member_spans s WHERE s.conversation_id = r.conversation_id AND s.user_id = r.reporter_id
+    AND r.seq >= s.joined_seq AND (s.left_seq IS NULL OR r.seq <= s.left_seq))`},
 	{"--", "members and records agree", `
 SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)
 FROM records r LEFT JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
@@ -234,7 +243,7 @@ WHERE (s.user_id IS NULL) <> r.removed{local_r}`},
 }
 
 // Verify checks invariants I1–I8, and the rules of message changes
-// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), on the projections in the current schema
+// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), reports (R1), on the projections in the current schema
 // search path of q.
 func Verify(ctx context.Context, q Querier) (Report, error) {
 	return verify(ctx, q, false)

@@ -123,6 +123,7 @@ func (t *txn) write(ctx context.Context) error {
 	t.queueRejections(bt)
 	t.queueOffsets(bt)
 	t.b.queueChanges(bt)
+	t.b.queueReports(bt)
 	t.b.queueUploads(bt)
 	if err := t.queueOutbox(bt); err != nil {
 		return err

@@ -121,6 +121,15 @@ FROM {shadow}.reactions s JOIN {shadow}.messages sm ON sm.conversation_id = s.co
 JOIN public.messages lm ON lm.conversation_id = s.conversation_id AND lm.seq = s.seq AND lm.version = sm.version
 LEFT JOIN public.reactions l ON l.conversation_id = s.conversation_id AND l.seq = s.seq AND l.user_id = s.user_id
 WHERE l.emoji IS DISTINCT FROM s.emoji`},
+	{"reports (the rebuilt ones: message, reporter, reason, note, time; a rebuilt resolution)", `
+SELECT format('report %s: shadow conversation %s seq %s by %s (%s, %s), live %s', s.id, s.conversation_id, s.seq, s.reporter_id,
+  s.reason, s.state, coalesce(format('conversation %s seq %s by %s (%s, %s)', l.conversation_id, l.seq, l.reporter_id, l.reason, l.state), 'missing'))
+FROM {shadow}.reports s LEFT JOIN public.reports l ON l.id = s.id
+WHERE l.id IS NULL
+   OR (l.event_id, l.conversation_id, l.seq, l.msg_id, l.sender_id, l.reporter_id, l.reason, l.note, l.created_at)
+     IS DISTINCT FROM (s.event_id, s.conversation_id, s.seq, s.msg_id, s.sender_id, s.reporter_id, s.reason, s.note, s.created_at)
+   OR (s.state = 'resolved' AND (l.state, l.resolution, l.resolution_note, l.resolved_by, l.resolved_at)
+     IS DISTINCT FROM (s.state, s.resolution, s.resolution_note, s.resolved_by, s.resolved_at))`},
 	{"rejections", `
 SELECT format('event %s rejected by the replay (%s), not live', s.event_id, s.reason)
 FROM {shadow}.rejections s LEFT JOIN public.rejections l ON l.event_id = s.event_id WHERE l.event_id IS NULL`},

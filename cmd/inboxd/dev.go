@@ -315,10 +315,11 @@ func addAndPlace(ctx context.Context, catalog *pgxpool.Pool, name string, dsns [
 }
 
 // devNotifier is dev's notifier of ncfg on pool: it delivers to dev's own
-// receiver unless --webhook-url names another.
+// receiver (reports included) unless --webhook-url names another.
 func devNotifier(ncfg notifier.Config, gf *gatewayFlags, nf *notifierFlags, pool *pgxpool.Pool) (*notifier.Notifier, error) {
 	if nf.webhookURL == "" {
 		ncfg.WebhookURL = app.DevWebhookURL(gf.httpAddr)
+		ncfg.Reports = true // dev's receiver knows them
 		if nf.webhookSecret == "" {
 			ncfg.WebhookSecret = []byte(app.DevWebhookSecret)
 		}

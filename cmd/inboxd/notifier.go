@@ -35,6 +35,7 @@ type notifierFlags struct {
 	maxPending     int
 	presenceExpiry time.Duration
 	sessionTimeout time.Duration
+	reports        bool
 	instanceID     string
 }
 
@@ -52,6 +53,7 @@ func (f *notifierFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxPending, "notify-max-pending", notifier.DefaultMaxPending, "notifications waiting at most; beyond, new ones are dropped (counted)")
 	fs.DurationVar(&f.sessionTimeout, "notifier-session-timeout", notifier.DefaultSessionTimeout, "group session timeout: how long the partitions of a notifier that died wait before another takes them")
 	fs.StringVar(&f.instanceID, "notifier-instance-id", "", "static group membership id (unique per process), so that a restarted notifier takes its partitions back at once; empty: dynamic membership")
+	fs.BoolVar(&f.reports, "notify-reports", false, "post the reports of messages to the webhook too (bodies of type message.reported); off: a receiver made before reports gets only the bodies it knows")
 	fs.DurationVar(&f.presenceExpiry, "notify-presence-expiry", notifier.DefaultPresenceExpiry, "the gateways' --presence-expiry: a connection of a gateway silent longer does not count")
 }
 
@@ -61,8 +63,8 @@ func (f *notifierFlags) config(c *common, log *slog.Logger) notifier.Config {
 		WebhookURL: f.webhookURL, WebhookSecret: []byte(f.webhookSecret),
 		Delay: f.delay, Workers: f.workers, MaxAttempts: f.maxAttempts, MaxAge: f.maxAge, Timeout: f.timeout,
 		Preview: f.preview, MaxPending: f.maxPending, PresenceExpiry: f.presenceExpiry, SessionTimeout: f.sessionTimeout,
-		InstanceID: f.instanceID,
-		Logger:     log,
+		InstanceID: f.instanceID, Reports: f.reports,
+		Logger: log,
 	}
 }
 

@@ -126,7 +126,12 @@ func printNotification(w io.Writer, e notifier.Entry, asJSON bool) error {
 	if asJSON {
 		return printJSON(w, e)
 	}
-	_, err := fmt.Fprintln(w, notificationLine(e.Notification))
+	line := notificationLine(e.Notification)
+	if r := e.Report; r != nil {
+		line = fmt.Sprintf("-> report %s: conv %d #%d from user %d, reported by user %d: %s %q",
+			r.ID, r.ConversationID, r.Seq, r.SenderID, r.ReporterID, r.Reason, r.Note)
+	}
+	_, err := fmt.Fprintln(w, line)
 	return err
 }
 

@@ -37,12 +37,15 @@ const (
 	ScopeRecords = "records"
 	// ScopeRead: read a user's inbox head and a conversation's state.
 	ScopeRead = "read"
+	// ScopeReports: read the queue of reported messages and resolve
+	// reports (moderation).
+	ScopeReports = "reports"
 	// ScopeSessions: revoke users' tokens and sessions.
 	ScopeSessions = "sessions"
 )
 
 // Scopes is every scope, in the order `apikey list` prints them.
-var Scopes = []string{ScopeConversations, ScopeMembers, ScopeMessages, ScopeRecords, ScopeRead, ScopeSessions}
+var Scopes = []string{ScopeConversations, ScopeMembers, ScopeMessages, ScopeRecords, ScopeRead, ScopeSessions, ScopeReports}
 
 // Key is one key's row, without its secret.
 type Key struct {

@@ -327,9 +327,19 @@ func refusal(reason string, e *events.Event) error {
 	case projection.ReasonEditWindow:
 		return apierr.BadRequest("message %d can no longer be edited (%v after its send)", e.Seq, projection.EditWindow)
 	case projection.ReasonSystemMessage:
+		if e.Type == events.MessageReported {
+			return apierr.BadRequest("message %d is a system message; it cannot be reported", e.Seq)
+		}
 		return apierr.BadRequest("message %d is a system message; it cannot change", e.Seq)
 	case projection.ReasonTooManyEmoji:
 		return apierr.BadRequest("message %d has %d distinct reactions already", e.Seq, projection.MaxDistinctReactions)
+	case projection.ReasonOwnMessage:
+		return apierr.BadRequest("message %d of conversation %d is your own: it cannot be reported", e.Seq, e.ConversationID)
+	case projection.ReasonNoReport:
+		return apierr.NotFound("conversation %d has no report %s", e.ConversationID, e.ReportID)
+	}
+	if e.ReportID != "" {
+		return apierr.BadRequest("the report %s was refused by the projection (%s)", e.ReportID, reason)
 	}
 	return apierr.BadRequest("the change %s was refused by the projection (%s)", e.ChangeID, reason)
 }

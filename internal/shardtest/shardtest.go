@@ -47,7 +47,7 @@ func (s Servers) UserOn(i int, u int64) bool {
 var convTables = map[string]string{
 	"conversations": "id", "member_spans": "conversation_id", "messages": "conversation_id",
 	"conversation_modes": "conversation_id", "changes": "conversation_id", "reactions": "conversation_id",
-	"mentions": "conversation_id", "rejections": "conversation_id",
+	"mentions": "conversation_id", "rejections": "conversation_id", "reports": "conversation_id",
 }
 
 // Union copies the servers into a fresh database: conversation state from

@@ -27,6 +27,7 @@ EDIT = "PATCH /v1/conversations/{cid}/messages/{seq}"
 DELETE = "DELETE /v1/conversations/{cid}/messages/{seq}"
 REACT = "PUT /v1/conversations/{cid}/messages/{seq}/reaction"
 UNREACT = "DELETE /v1/conversations/{cid}/messages/{seq}/reaction"
+REPORT = "POST /v1/conversations/{cid}/messages/{seq}/report"
 CREATE = "POST /v1/conversations"
 LIST = "GET /v1/conversations"
 SYNC = "GET /v1/sync"
@@ -43,7 +44,8 @@ MAX_REQUEST_BYTES = 64 << 10
 # Idempotency keys: the body's field or the Idempotency-Key header, equal
 # when both are given. OpenAPI has no rule that spans a header and a body
 # field, so both are optional in the document.
-ID_FIELD = {SEND: "msg_id", EDIT: "change_id", DELETE: "change_id", REACT: "change_id", UNREACT: "change_id"}
+ID_FIELD = {SEND: "msg_id", EDIT: "change_id", DELETE: "change_id", REACT: "change_id", UNREACT: "change_id",
+            REPORT: "report_id"}
 
 # UTF-8 byte limits of text fields. JSON Schema's maxLength counts
 # characters, the server bytes: 64 characters may be 256 bytes.
@@ -52,6 +54,7 @@ BYTE_LIMITS = {
     (SEND, "body"): 4096,
     (EDIT, "body"): 4096,
     (REACT, "emoji"): 64,
+    (REPORT, "note"): 1000,
     (UPLOAD, "name"): 255,
 }
 
@@ -87,6 +90,12 @@ STATE_REFUSALS = {
         ("an upload whose file is not in", r"^upload \S+ has not been uploaded yet: PUT the sealed file on its URL$"),
     ],
     **{op: CHANGE_STATE for op in (EDIT, DELETE, REACT, UNREACT)},
+    REPORT: [
+        ("a system message", r"^message \d+ is a system message; it cannot be reported"),
+        ("one's own message", r"^message \d+ of conversation \d+ is your own: it cannot be reported"),
+        ("report_id used by another report", r"^report_id \S+ is already used by another report"),
+        ("refused by the projection", r"^the report \S+ was refused by the projection "),
+    ],
 }
 
 # next_page values are opaque: the document says what they look like (the

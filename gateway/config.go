@@ -250,6 +250,11 @@ type Config struct {
 	// expiry) so that a token is verified once, not on every request.
 	// Negative disables it. Default 65,536.
 	TokenCache int
+	// RateShareInterval is how often the gateway tells the others what its
+	// users spent of their send buckets (rateshare.go), so that a user's
+	// rate holds across gateways. Negative: each gateway counts alone.
+	// Default DefaultRateShareInterval.
+	RateShareInterval time.Duration
 	// RevocationPoll is how often the gateway reads the revocations added
 	// (revocations.go): the longest a revoked token still works here.
 	// Default DefaultRevocationPoll.
@@ -327,6 +332,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.CountsCacheUsers, inbox.DefaultCountsCacheUsers)
 	setDefault(&c.TokenCache, DefaultTokenCache)
 	setDefault(&c.RevocationPoll, DefaultRevocationPoll)
+	setDefault(&c.RateShareInterval, DefaultRateShareInterval)
 	c.Attachments.setDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -32,6 +32,7 @@ import (
 // wires together; none of them refers back to it. It is safe for
 // concurrent use.
 type Gateway struct {
+	id      string // this process's, on the channel of the rate limits (rateshare.go)
 	cfg     Config
 	pool    *pgxpool.Pool    // the catalog: server 1
 	srv     *servers.Servers // the servers of the placement (pool alone on one)
@@ -152,6 +153,10 @@ func NewOn(cfg Config, pl Placement, prod *producer.Producer) (*Gateway, error) 
 		sendLimits: ratelimit.New(cfg.SendRate, cfg.SendBurst),
 		syncLimits: ratelimit.New(cfg.SyncRate, cfg.SyncBurst),
 		draining:   make(chan struct{}),
+		id:         newGatewayID(),
+	}
+	if cfg.RateShareInterval >= 0 {
+		g.sendLimits.ShareSpending()
 	}
 	m, err := newMetrics(cfg.Registerer,
 		func() float64 { return float64(g.held.Load()) },
@@ -183,7 +188,7 @@ func NewOn(cfg Config, pl Placement, prod *producer.Producer) (*Gateway, error) 
 		Updated:  func(conv, seq, version int64) { g.inbox.Forget(conv, seq, version) },
 		Lost:     func() { g.inbox.ForgetAll() },
 		Read:     g.eph.Receipt,
-		Channels: map[string]func(string){g.eph.Channel(): g.eph.Handle}})
+		Channels: map[string]func(string){g.eph.Channel(): g.eph.Handle, rateChannel: g.heardSpending}})
 	dbs := make([]inbox.Querier, len(srv.Pools))
 	for i, p := range srv.Pools {
 		dbs[i] = p
@@ -253,6 +258,7 @@ func (g *Gateway) Listen(ctx context.Context) error {
 	eg.Go(func() error { return g.runSweeper(ctx) })
 	eg.Go(func() error { return g.runThumbnails(ctx) })
 	eg.Go(func() error { return g.runRevocations(ctx) })
+	eg.Go(func() error { return g.runRateShare(ctx) })
 	return eg.Wait()
 }
 

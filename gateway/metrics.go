@@ -26,6 +26,7 @@ type metrics struct {
 	headHit, headMiss  prometheus.Counter
 	uploads            *prometheus.CounterVec
 	revocationLoads    *prometheus.CounterVec
+	rateShared         *prometheus.CounterVec
 	swept              prometheus.Counter
 	thumbnails         *prometheus.CounterVec
 }
@@ -93,6 +94,13 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 	}, []string{"result"})
 	m.revocationLoads.WithLabelValues("ok")
 	m.revocationLoads.WithLabelValues("error")
+	m.rateShared = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "inboxd", Subsystem: "gateway", Name: "rate_tokens_shared_total",
+		Help: "Send-bucket tokens shared between gateways (--rate-share-interval) by outcome (told: spent here and told the others; heard: spent on others and taken here; unsent: a NOTIFY failed, the others did not hear them) and payloads dropped (unreadable).",
+	}, []string{"outcome"})
+	for _, o := range []string{"told", "heard", "unsent", "dropped"} {
+		m.rateShared.WithLabelValues(o)
+	}
 	m.thumbnails = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "inboxd", Subsystem: "gateway", Name: "thumbnails_total",
 		Help: "Thumbnails of attached images by outcome (made: stored and announced; failed: an image that cannot be read).",
@@ -106,7 +114,7 @@ func newMetrics(reg prometheus.Registerer, held func() float64, connected func()
 		Help: "1 while the LISTEN connection is up.",
 	}, connected)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.heldPolls, m.notifications,
-		m.listenerReconnects, m.sends, m.sendStages, m.sendCheckBatch, m.changes, m.polls, m.cache, listening, m.uploads, m.swept, m.thumbnails, m.revocationLoads} {
+		m.listenerReconnects, m.sends, m.sendStages, m.sendCheckBatch, m.changes, m.polls, m.cache, listening, m.uploads, m.swept, m.thumbnails, m.revocationLoads, m.rateShared} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -29,12 +29,16 @@ type Limiters struct {
 	burst  int
 	idle   time.Duration // time to refill an empty bucket
 	shards [limiterShards]limiterShard
+	// share: the tokens spent here are counted for other gateways
+	// (Share, Spent); see docs/decisions.md, "Rate limits across gateways".
+	share bool
 }
 
 type limiterShard struct {
 	mu        sync.Mutex
 	m         map[int64]*tokenBucket
 	nextSweep int
+	spent     map[int64]int // tokens spent here since the last Share
 }
 
 type tokenBucket struct {
@@ -75,7 +79,9 @@ func (l *Limiters) Take(user int64, now time.Time) State {
 	if !ok {
 		if len(s.m) >= s.nextSweep {
 			for id, old := range s.m {
-				if now.Sub(old.last) > l.idle {
+				// Full again: a bucket that other gateways' spending put
+				// in debt is kept until it has paid it back.
+				if now.Sub(old.last) > l.idle && old.lim.TokensAt(now) >= float64(l.burst) {
 					delete(s.m, id)
 				}
 			}
@@ -87,6 +93,9 @@ func (l *Limiters) Take(user int64, now time.Time) State {
 	b.last = now
 	allowed := b.lim.AllowN(now, 1)
 	tokens := b.lim.TokensAt(now)
+	if allowed && l.share {
+		s.spent[user]++
+	}
 	s.mu.Unlock()
 
 	st := State{limit: l.burst, allowed: allowed, remaining: max(0, int(math.Floor(tokens)))}
@@ -96,6 +105,68 @@ func (l *Limiters) Take(user int64, now time.Time) State {
 		st.retry = time.Duration((1 - tokens) / float64(l.limit) * float64(time.Second))
 	}
 	return st
+}
+
+// ShareSpending makes the buckets count the tokens spent here, for
+// Share to hand to the other gateways. Call it before any Take.
+func (l *Limiters) ShareSpending() {
+	if l.limit == rate.Inf {
+		return
+	}
+	l.share = true
+	for i := range l.shards {
+		l.shards[i].spent = map[int64]int{}
+	}
+}
+
+// Share returns the tokens spent here per user since the last Share (nil
+// when none, or when not sharing), and starts counting again.
+func (l *Limiters) Share() map[int64]int {
+	if !l.share {
+		return nil
+	}
+	var out map[int64]int
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		if len(s.spent) > 0 {
+			if out == nil {
+				out = map[int64]int{}
+			}
+			for u, n := range s.spent {
+				out[u] += n
+			}
+			s.spent = map[int64]int{}
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+// Spent takes n tokens of user's bucket at now, for what the user spent
+// on another gateway: the bucket may go into debt (below zero), which
+// refuses this gateway's requests until it is paid back, so that a user's
+// spending over every gateway keeps to one bucket's rate.
+func (l *Limiters) Spent(user int64, n int, now time.Time) {
+	if l.limit == rate.Inf || n <= 0 {
+		return
+	}
+	s := &l.shards[uint64(user)%limiterShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.m[user]
+	if !ok {
+		b = &tokenBucket{lim: rate.NewLimiter(l.limit, l.burst)}
+		s.m[user] = b
+	}
+	b.last = now
+	// A reservation of more than the burst is refused whole: take it in
+	// bursts.
+	for n > 0 {
+		k := min(n, l.burst)
+		b.lim.ReserveN(now, k)
+		n -= k
+	}
 }
 
 // SetHeaders writes the X-RateLimit-* headers of st.

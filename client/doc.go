@@ -101,7 +101,8 @@
 //	receipts.go        Counts, MarkRead, read receipts
 //	members.go         the member list, adding and removing members
 //	ephemeral.go       typing, presence and the user's settings
-//	attachments.go     Upload (sealed, streamed to the store), Download, DownloadThumbnail
+//	attachments.go     Upload (sealed, streamed to the store, in parts that resume), Download
+//	report.go          ReportMessage: a message reported to the moderators
 //	flock_unix.go      the lock of a FileStore's state file (flock)
 //	flock_other.go     no lock where flock is missing
 //	errors.go          APIError, CloseError, PermanentError

@@ -226,3 +226,60 @@ export async function applyChange(api: Api, change: Change, backoff: { initialMs
     }
   }
 }
+
+/** ReportOptions says why a message is reported (docs/protocol.md, "Reports"). */
+export interface ReportOptions extends ChangeOptions {
+  /** reason is one of "spam", "harassment", "hate", "violence", "sexual", "self_harm", "illegal", "other". */
+  reason: string;
+  /** note is for the moderators, at most 1000 bytes. */
+  note?: string;
+  /** reportId is the report's idempotency key; made when absent. */
+  reportId?: string;
+}
+
+/** Report is a report as its reporter sees it. */
+export interface Report {
+  report_id: string;
+  conversation_id: number;
+  seq: number;
+  reason: string;
+  note: string;
+  created_at: string;
+}
+
+/** ReportResult is the report as the server took it, or pending (appended, not projected yet: report again with the same reportId). */
+export interface ReportResult {
+  reportId: string;
+  report?: Report;
+  pending: boolean;
+}
+
+/**
+ * reportMessage reports a message to the moderators, retried with the same
+ * report id while the failure is temporary, as applyChange retries a change.
+ *
+ * @internal
+ */
+export async function reportMessage(api: Api, conversationId: number, seq: number, opts: ReportOptions,
+  backoff: { initialMs: number; maxMs: number }): Promise<ReportResult> {
+  if (!(conversationId > 0) || !(seq > 0)) throw new Error(`inboxd: bad message ${conversationId}/${seq}`);
+  if (!opts.reason) throw new Error("inboxd: a report needs a reason");
+  const reportId = opts.reportId || crypto.randomUUID();
+  const body = { report_id: reportId, reason: opts.reason, ...(opts.note ? { note: opts.note } : {}) };
+  const path = `/v1/conversations/${conversationId}/messages/${seq}/report`;
+  const deadline = Date.now() + (opts.timeoutMs ?? 30000);
+  const b = new Backoff(backoff);
+  for (;;) {
+    try {
+      const res = await api.request("POST", path, body, opts.signal);
+      const r = (await res.json()) as Report;
+      const pending = res.status === 202 || !r.seq;
+      return { reportId, report: pending ? undefined : r, pending };
+    } catch (err) {
+      const temporary = !(err instanceof ApiError) || err.retryable;
+      const wait = err instanceof ApiError && err.retryAfterMs !== undefined ? jitterUp(err.retryAfterMs, 0.2) : b.next();
+      if (!temporary || opts.signal?.aborted || Date.now() + wait > deadline) throw err;
+      await sleep(wait, opts.signal);
+    }
+  }
+}

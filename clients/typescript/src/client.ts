@@ -12,7 +12,7 @@ import { runWsSession, type WebSocketCtor, type WsEnd } from "./transport_ws.js"
 import * as app from "./app.js";
 import * as uploads from "./uploads.js";
 import type { UploadFile } from "./uploads.js";
-import type { Change, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, Settings, SettingsPatch, TypingEvent } from "./app.js";
+import type { Change, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, ReportOptions, ReportResult, Settings, SettingsPatch, TypingEvent } from "./app.js";
 import type { Attachment, Counts, History, Message, Reconnect, Record, ServerFrame, SyncAnswer, TooLongAnswer, Upload } from "./protocol.js";
 
 // What upload takes, also from here (where it was before uploads.ts).
@@ -441,6 +441,16 @@ export class Client {
   /** unreact removes the user's reaction from a message (applyChange with kind "unreact"). */
   unreact(conversationId: number, seq: number, opts?: ChangeOptions): Promise<ChangeResult> {
     return this.applyChange({ kind: "unreact", conversationId, seq }, opts);
+  }
+
+  /**
+   * report reports a message to the deployment's moderators (docs/protocol.md,
+   * "Reports"); nobody else is told. Retried with its report id while the
+   * failure is temporary; a refusal rejects with its ApiError (403, 404, 400
+   * one's own or a system message or an unknown reason, 413 a long note).
+   */
+  report(conversationId: number, seq: number, opts: ReportOptions): Promise<ReportResult> {
+    return app.reportMessage(this.api, conversationId, seq, opts, { initialMs: this.cfg.backoffInitialMs, maxMs: this.cfg.backoffMaxMs });
   }
 
   /**

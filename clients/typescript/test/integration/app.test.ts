@@ -37,7 +37,7 @@ async function client(user: number): Promise<{ c: Client; seen: Seen; run: Promi
   return { c, seen, run: c.start() };
 }
 
-test("the app's calls: list, members, changes, receipts, typing, presence, settings", { timeout: 120_000 }, async () => {
+test("the app's calls: list, members, changes, reports, receipts, typing, presence, settings", { timeout: 120_000 }, async () => {
   const a = await client(11);
   const b = await client(12);
   try {
@@ -67,6 +67,15 @@ test("the app's calls: list, members, changes, receipts, typing, presence, setti
     assert.equal(again.message!.version, reacted.message!.version);
     await waitFor(() => b.seen.entries.some((e) => e.kind === "update" && e.message?.seq === seq && e.message.version === 3), 30_000, "b's update entries");
     await assert.rejects(b.c.edit(cid, seq, "not mine"), (err: unknown) => err instanceof ApiError && err.status === 403);
+
+    // b reports a's message; the same report id answers the same report; one's own is refused.
+    const rep = await b.c.report(cid, seq, { reason: "spam", note: "ads" });
+    assert.equal(rep.pending, false);
+    assert.equal(rep.report!.reason, "spam");
+    assert.equal(rep.report!.seq, seq);
+    const rep2 = await b.c.report(cid, seq, { reason: "spam", note: "ads", reportId: rep.reportId });
+    assert.deepEqual(rep2.report, rep.report);
+    await assert.rejects(a.c.report(cid, seq, { reason: "spam" }), (err: unknown) => err instanceof ApiError && err.status === 400);
 
     // A read moves b's position; a gets the receipt frame and the list.
     await b.c.markRead(cid, seq);

@@ -22,7 +22,7 @@ const main = [
 const mainTypes = [
   "Attachment", "BackfillResult", "Change", "ChangeKind", "ChangeOptions", "ChangeResult", "ClientConfig", "ClientHandlers",
   "ConversationState", "Counts", "Entry", "FetchLike", "Handlers", "History", "Hole", "Member", "Message",
-  "OutboxItem", "Presence", "Reaction", "Receipt", "ReceiptEvent", "Record", "SendOptions", "SendResult",
+  "OutboxItem", "Presence", "Reaction", "Receipt", "ReceiptEvent", "Record", "Report", "ReportOptions", "ReportResult", "SendOptions", "SendResult",
   "Settings", "SettingsPatch", "State", "Status", "Store", "Thumbnail", "TokenSource", "TooLong", "Transport", "TypingEvent",
   "Upload", "UploadFile", "UploadPart", "WebSocketCtor", "WebSocketLike",
 ];

@@ -44,6 +44,16 @@ func TestWSBrowserChanges(t *testing.T) {
 	d.do(bob, "someone else's cannot",
 		until(q("button.reply")+" && !"+q("button.edit")+" && !"+q("button.delete")))
 
+	// A report of someone else's message goes to the moderators' queue.
+	d.do(alice, "no report of her own", until("!"+q("button.report")))
+	d.do(bob, "report it",
+		press(msg+" button.report"),
+		until(fmt.Sprintf(`document.querySelector('#notice').textContent === 'reported #%d to the moderators'`, seq)))
+	var reports int
+	require.NoError(t, d.env.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM reports WHERE reporter_id = 2 AND seq = $1`, seq).Scan(&reports))
+	require.Equal(t, 1, reports, "the report is in the queue")
+
 	// An inline edit: the field opens on the text, the caret at its end.
 	d.do(alice, "edit",
 		press(msg+" button.edit"),

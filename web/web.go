@@ -1,7 +1,7 @@
 // Package web is the demo page of inboxd: plain HTML and ES modules,
 // embedded in the binary, that log in as any user id (dev mode's token
 // endpoint), list the conversations, show one with its history, send, edit,
-// delete, react to and reply to messages, send and show attachments
+// delete, react to, reply to and report messages, send and show attachments
 // (images with their thumbnails, files to download), show unread and
 // mention badges, "seen by" receipts, who is typing and the members'
 // online dots.

@@ -437,6 +437,7 @@ function actionsEl(cid, m) {
   acts.append(button('reply', 'reply', 'reply'));
   if (m.sender_id === S.user) acts.append(button('edit', 'edit', 'edit'));
   if (m.sender_id === S.user || creatorOf(cid) === S.user) acts.append(button('delete', 'delete', 'delete'));
+  if (m.sender_id !== S.user) acts.append(button('report', 'report', 'report'));
   for (const e of EMOJI) {
     const b = button(e, 'react', 'pick');
     b.dataset.emoji = e;
@@ -515,6 +516,7 @@ function onMessageClick(ev) {
     case 'cancel-edit': stopEditing(); break;
     case 'delete': change(cid, m.seq, 'delete', () => S.client.delete(cid, m.seq)); break;
     case 'react': react(cid, m, b.dataset.emoji); break;
+    case 'report': report(cid, m); break;
     case 'download': files.download(cid, m, b.closest('.attachment').dataset.id); break;
     default: break;
   }
@@ -526,6 +528,18 @@ function react(cid, m, emoji) {
   const mine = (m.reactions || []).find((r) => r.me);
   if (mine && mine.emoji === emoji) change(cid, m.seq, 'reaction removal', () => S.client.unreact(cid, m.seq));
   else change(cid, m.seq, `reaction ${emoji}`, () => S.client.react(cid, m.seq, emoji));
+}
+
+// report tells the deployment's moderators about someone else's message
+// (docs/protocol.md, "Reports"); nobody else sees it.
+async function report(cid, m) {
+  $('#notice').textContent = '';
+  try {
+    await S.client.report(cid, m.seq, { reason: 'other', note: 'reported from the web demo' });
+    $('#notice').textContent = `reported #${m.seq} to the moderators`;
+  } catch (e) {
+    $('#notice').textContent = `report of #${m.seq} refused: ${e.message}`;
+  }
 }
 
 // ---- changes of a message ----

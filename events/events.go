@@ -55,7 +55,32 @@ const (
 	// (reports.go): neither changes the message or any inbox.
 	MessageReported = "message.reported"
 	ReportResolved  = "report.resolved"
+	// MemberRoleSet sets a member's role in its conversation (UserID,
+	// Role): see Roles and docs/protocol.md, "Roles".
+	MemberRoleSet = "member.role_set"
 )
+
+// The roles of a conversation's members, highest first. A conversation
+// has at most one owner; a member without another role is a member.
+const (
+	RoleOwner     = "owner"
+	RoleAdmin     = "admin"
+	RoleModerator = "moderator"
+	RoleMember    = "member"
+)
+
+// Roles are the roles a member.role_set may set, highest first.
+var Roles = []string{RoleOwner, RoleAdmin, RoleModerator, RoleMember}
+
+// ValidRole says whether role is one of Roles.
+func ValidRole(role string) bool {
+	for _, r := range Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
 
 // MaxEmoji bounds a reaction's emoji in bytes (one emoji with its
 // modifiers and joiners, or a short :name:).
@@ -68,7 +93,8 @@ const MaxMembers = 10000
 const MaxMentions = 50
 
 // Event is one change. Fields beyond the envelope are set per type:
-// conversation.created: Title, Members, Channel; member.added/removed: UserID;
+// conversation.created: Title, Members, Channel, Roles; member.added/removed:
+// UserID; member.role_set: UserID, Role;
 // message.sent: MsgID, Body, optionally ReplyTo; record.updated: Pinned
 // and/or Muted; read.updated: ReadSeq. The changes of a message
 // (message.edited: Body; message.deleted; reaction.added: Emoji;
@@ -86,8 +112,16 @@ type Event struct {
 	Members []int64 `json:"members,omitempty"`
 	// Channel (conversation.created): the conversation is in read fan-out
 	// from its first seq, whatever its size (docs/large-conversations.md).
-	Channel bool    `json:"channel,omitempty"`
-	UserID  int64   `json:"user_id,omitempty"`
+	Channel bool `json:"channel,omitempty"`
+	// Roles (conversation.created): members' roles limit who may add and
+	// remove members and delete others' messages (docs/protocol.md,
+	// "Roles"). A conversation created without it (before roles existed,
+	// or by an import) keeps the earlier rules, so that a replay of an old
+	// log projects what was projected live: any member adds and removes.
+	Roles  bool  `json:"roles,omitempty"`
+	UserID int64 `json:"user_id,omitempty"`
+	// Role (member.role_set): the role UserID gets, one of Roles.
+	Role    string  `json:"role,omitempty"`
 	MsgID   string  `json:"msg_id,omitempty"`
 	Body    *string `json:"body,omitempty"`
 	Pinned  *bool   `json:"pinned,omitempty"`
@@ -130,8 +164,8 @@ type Event struct {
 	// "<key id>:<key name>" (docs/protocol.md, "Server API"): the actor
 	// is that service. With ActorID set the service acted for that user
 	// (the projection applies the user's rules); with ActorID 0
-	// (conversation.created, member.added, member.removed, message.sent,
-	// report.resolved) it acted as itself: it is no member, needs none, and a message it
+	// (conversation.created, member.added, member.removed, member.role_set,
+	// message.sent, report.resolved) it acted as itself: it is no member, needs none, and a message it
 	// sends has sender_id 0 and SenderName. Absent on users' events.
 	Service string `json:"service,omitempty"`
 	// SenderName (message.sent with ActorID 0): the system or bot sender
@@ -237,6 +271,9 @@ func (e *Event) Validate(maxBody int) error {
 	if e.Type != MessageSent && e.HasAttachments() {
 		return invalid("attachments on a %s", e.Type)
 	}
+	if e.Type != MemberRoleSet && e.Role != "" {
+		return invalid("role on a %s", e.Type)
+	}
 	switch e.Type {
 	case ConversationCreated:
 		if len(e.Title) > 256 {
@@ -256,6 +293,13 @@ func (e *Event) Validate(maxBody int) error {
 	case MemberAdded, MemberRemoved:
 		if e.UserID <= 0 {
 			return invalid("user_id must be positive")
+		}
+	case MemberRoleSet:
+		if e.UserID <= 0 {
+			return invalid("user_id must be positive")
+		}
+		if !ValidRole(e.Role) {
+			return invalid("role must be one of %s", strings.Join(Roles, ", "))
 		}
 	case MessageSent:
 		if _, err := uuid.Parse(e.MsgID); err != nil || len(e.MsgID) != 36 {
@@ -327,7 +371,7 @@ func (e *Event) validateActor() error {
 // name the user. A report's resolution is only ever a service's.
 func ServiceMayAct(typ string) bool {
 	switch typ {
-	case ConversationCreated, MemberAdded, MemberRemoved, MessageSent, ReportResolved:
+	case ConversationCreated, MemberAdded, MemberRemoved, MemberRoleSet, MessageSent, ReportResolved:
 		return true
 	}
 	return false

@@ -250,6 +250,13 @@ type Config struct {
 	// expiry) so that a token is verified once, not on every request.
 	// Negative disables it. Default 65,536.
 	TokenCache int
+	// ConversationRoles makes new conversations enforce their members'
+	// roles (docs/protocol.md, "Roles": only admins and the owner add and
+	// remove members, moderators and up delete others' messages) unless
+	// their creation says otherwise. Off by default: any member adds and
+	// removes members, as before roles, so that clients built on that
+	// keep working; roles are kept and shown either way.
+	ConversationRoles bool
 	// RateShareInterval is how often the gateway tells the others what its
 	// users spent of their send buckets (rateshare.go), so that a user's
 	// rate holds across gateways. Negative: each gateway counts alone.

@@ -7,6 +7,7 @@ import (
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
+	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -45,7 +46,7 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	e := events.New(events.ConversationCreated, cid, user)
-	e.Title, e.Members, e.Channel = req.Title, req.Members, req.Channel
+	e.Title, e.Members, e.Channel, e.Roles = req.Title, req.Members, req.Channel, g.rolesOf(req)
 	if err := g.members.Create(ctx, e); err != nil {
 		return err
 	}
@@ -73,8 +74,12 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if err := g.requireMember(ctx, user, cid); err != nil {
+	rc, err := g.roles(ctx, cid, user, 0)
+	if err != nil {
 		return err
+	}
+	if !projection.MayAdd(rc.actor, rc.enforced) {
+		return forbidden(rc.actor, "add members", cid)
 	}
 	evs := make([]*events.Event, len(ids))
 	for i, id := range ids {
@@ -121,8 +126,10 @@ func addMemberIDs(req *protocol.AddMember) ([]int64, error) {
 }
 
 // handleRemoveMember is DELETE /v1/conversations/{cid}/members/{uid}: any
-// current member may remove itself or another member. Removing a user who is
-// not a member changes nothing and still answers 202.
+// current member may remove itself (leave), an admin or the owner a member
+// of a lower role (projection.MayRemove; any member, in a conversation
+// created before roles). Removing a user who is not a member changes
+// nothing and still answers 202.
 func (g *Gateway) handleRemoveMember(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
@@ -134,8 +141,12 @@ func (g *Gateway) handleRemoveMember(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	if err := g.requireMember(ctx, user, cid); err != nil {
+	rc, err := g.roles(ctx, cid, user, uid)
+	if err != nil {
 		return err
+	}
+	if uid != user && rc.target != "" && !projection.MayRemove(rc.actor, rc.target, rc.enforced) {
+		return forbidden(rc.actor, "remove a "+rc.target, cid)
 	}
 	e := events.New(events.MemberRemoved, cid, user)
 	e.UserID = uid

@@ -15,7 +15,7 @@ import (
 
 // Members are listed by user id from the current-member index; the page
 // token is the last user id of the previous page.
-const sqlMembers = `SELECT user_id, joined_seq FROM member_spans
+const sqlMembers = `SELECT user_id, joined_seq, role FROM member_spans
 WHERE conversation_id = $1 AND left_seq IS NULL AND user_id > $2
 ORDER BY user_id LIMIT $3`
 
@@ -37,7 +37,7 @@ func (g *Gateway) handleMembers(w http.ResponseWriter, r *http.Request) error {
 	out := protocol.MemberList{ConversationID: pg.cid, Members: []protocol.Member{}}
 	err = pg.read(ctx, g.srv.Conv(pg.cid), sqlMembers, []any{pg.cid, pg.after, pg.limit + 1}, func(rs pgx.Rows) (int64, error) {
 		var m protocol.Member
-		err := rs.Scan(&m.UserID, &m.JoinedSeq)
+		err := rs.Scan(&m.UserID, &m.JoinedSeq, &m.Role)
 		out.Members = append(out.Members, m)
 		return m.UserID, err
 	})

@@ -44,6 +44,7 @@ func (g *Gateway) routeTable() []route {
 		{"GET", "/v1/conversations/{cid}/members", true, bucketSync, g.handleMembers},
 		{"GET", "/v1/conversations/{cid}/receipts", true, bucketSync, g.handleReceipts},
 		{"DELETE", "/v1/conversations/{cid}/members/{uid}", true, bucketSend, g.handleRemoveMember},
+		{"PUT", "/v1/conversations/{cid}/members/{uid}/role", true, bucketSend, g.handleSetRole},
 		{"POST", "/v1/conversations/{cid}/messages", true, bucketSend, g.handleSend},
 		{"GET", "/v1/conversations/{cid}/messages", true, bucketSync, g.handleHistory},
 		{"PATCH", "/v1/conversations/{cid}/messages/{seq}", true, bucketSend, g.handleChange(events.MessageEdited)},

@@ -51,7 +51,7 @@ func (g *Gateway) handleServerCreate(w http.ResponseWriter, r *http.Request) err
 	}
 	e := events.New(events.ConversationCreated, cid, 0)
 	e.EventID, e.Service = eventID, k.Actor()
-	e.Title, e.Members, e.Channel = req.Title, req.Members, req.Channel
+	e.Title, e.Members, e.Channel, e.Roles = req.Title, req.Members, req.Channel, g.rolesOf(req)
 	// Every member gets the creation. A concurrent call with the same key
 	// may have won: the answer is the conversation the event id made,
 	// whichever call appended it.

@@ -128,15 +128,17 @@ func (b *batch) messageEdited(r Record, c *convState) {
 	}
 }
 
-// messageDeleted deletes by the sender, or by the conversation's creator
-// (moderation). Deleting a deleted message changes nothing.
+// messageDeleted deletes by the sender, or by a moderator or above
+// (roles.go); in a conversation without roles (created before them) also
+// by its creator, as before roles. Deleting a deleted message changes
+// nothing.
 func (b *batch) messageDeleted(r Record, c *convState) {
 	e := r.Event
 	m, refused := b.changeRefused(r, c)
 	switch {
 	case refused:
 		return
-	case m.sender != e.ActorID && c.by != e.ActorID:
+	case m.sender != e.ActorID && !projection.MayDeleteOthers(c.role(e.ActorID)) && (c.enforced || c.by != e.ActorID):
 		b.reject(r, projection.ReasonNotSender)
 	case m.deleted:
 		b.applied(e, m)

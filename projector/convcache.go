@@ -51,6 +51,11 @@ type cachedConv struct {
 	lastSeq, by, texts, memberCount, changeCount int64
 	channel                                      bool
 	joined                                       map[int64]int64
+	// Roles: whether they are enforced, the owner, and the members'
+	// roles other than member.
+	enforced bool
+	owner    int64
+	roles    map[int64]string
 }
 
 // cacheHit is a conversation a batch takes from the cache, valid if its
@@ -100,9 +105,16 @@ func (h cacheHit) state(id int64) *convState {
 	c := h.conv
 	s := &convState{id: id, exists: true, lastSeq: c.lastSeq, loadedAt: c.lastSeq, by: c.by, texts: c.texts,
 		channel: c.channel, memberCount: c.memberCount, changeCount: c.changeCount,
-		members: make(map[int64]bool, len(c.joined)), joined: make(map[int64]int64, len(c.joined))}
+		members: make(map[int64]bool, len(c.joined)), joined: make(map[int64]int64, len(c.joined)),
+		enforced: c.enforced, owner: c.owner}
 	for u, j := range c.joined {
 		s.members[u], s.joined[u] = true, j
+	}
+	if len(c.roles) > 0 {
+		s.roles = make(map[int64]string, len(c.roles))
+		for u, r := range c.roles {
+			s.roles[u] = r
+		}
 	}
 	return s
 }
@@ -151,7 +163,14 @@ func (t *txn) cacheUpdate() *cacheUpdate {
 			continue
 		}
 		cc := &cachedConv{partition: pt, lastSeq: c.lastSeq, by: c.by, texts: c.texts, memberCount: c.memberCount,
-			changeCount: c.changeCount, channel: c.channel, joined: make(map[int64]int64, len(c.joined))}
+			changeCount: c.changeCount, channel: c.channel, joined: make(map[int64]int64, len(c.joined)),
+			enforced: c.enforced, owner: c.owner}
+		for m, r := range c.roles {
+			if cc.roles == nil {
+				cc.roles = map[int64]string{}
+			}
+			cc.roles[m] = r
+		}
 		for m, j := range c.joined {
 			if !c.members[m] {
 				u.convs[id] = nil

@@ -18,7 +18,8 @@ const (
 SELECT $1, p, 0 FROM unnest($2::int[]) AS p ORDER BY p ON CONFLICT DO NOTHING`
 	sqlLockOffsets = `SELECT "partition", next_offset, delivery_base FROM consumer_offsets
 WHERE topic = $1 AND "partition" = ANY($2::int[]) ORDER BY "partition" FOR UPDATE`
-	sqlLockConversations = `SELECT id, last_seq, created_by, text_count, read_fanout, channel, member_count, change_count
+	sqlLockConversations = `SELECT id, last_seq, created_by, text_count, read_fanout, channel, member_count, change_count,
+  roles, owner_id
 FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 	// sqlCurrentMembers reads the current members of the batch's
 	// conversations: all of them, or only the users the batch names ($3) in
@@ -34,11 +35,11 @@ FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 	// members of it for them: 19 ms a batch instead of 1.6 (EXPLAIN
 	// ANALYZE with a 100,000-member conversation, 318 users), the most
 	// sampled statement of the large-conversation bench.
-	sqlCurrentMembers = `SELECT m.conversation_id, m.user_id, m.joined_seq FROM member_spans m
+	sqlCurrentMembers = `SELECT m.conversation_id, m.user_id, m.joined_seq, m.role FROM member_spans m
 WHERE m.conversation_id = ANY(ARRAY(` + sqlPartial + ` NOT partial)) AND m.left_seq IS NULL
 UNION ALL
-SELECT m.conversation_id, m.user_id, m.joined_seq FROM unnest($3::bigint[]) AS u(id),
-LATERAL (SELECT s.conversation_id, s.user_id, s.joined_seq FROM member_spans s
+SELECT m.conversation_id, m.user_id, m.joined_seq, m.role FROM unnest($3::bigint[]) AS u(id),
+LATERAL (SELECT s.conversation_id, s.user_id, s.joined_seq, s.role FROM member_spans s
   WHERE s.user_id = u.id AND s.conversation_id = ANY(ARRAY(` + sqlPartial + ` partial)) AND s.left_seq IS NULL OFFSET 0) m`
 	// sqlPartial selects the batch's conversations by partialMembers (the
 	// condition follows it): each half of sqlCurrentMembers then scans its
@@ -282,9 +283,9 @@ func (b *batch) need(recs []Record) loadKeys {
 			if e.HasAttachments() {
 				k.attached = append(k.attached, e.MsgID)
 			}
-		case events.ConversationCreated, events.MemberAdded, events.MemberRemoved:
+		case events.ConversationCreated, events.MemberAdded, events.MemberRemoved, events.MemberRoleSet:
 			k.msgIDs = append(k.msgIDs, e.EventID)
-			if e.Type != events.ConversationCreated {
+			if e.Type == events.MemberAdded || e.Type == events.MemberRemoved {
 				wantRecord(e.UserID, e.ConversationID)
 			}
 		case events.RecordUpdated, events.ReadUpdated:
@@ -322,10 +323,17 @@ func (b *batch) loadedMode(id int64, read, channel bool, count, changes, removal
 }
 
 // loadedMember marks user u a current member of conversation c since seq
-// joined.
-func (b *batch) loadedMember(c, u, joined int64) {
-	b.convs[c].members[u] = true
-	b.convs[c].joined[u] = joined
+// joined, of role role.
+func (b *batch) loadedMember(c, u, joined int64, role string) {
+	cs := b.convs[c]
+	cs.members[u] = true
+	cs.joined[u] = joined
+	if role != events.RoleMember {
+		if cs.roles == nil {
+			cs.roles = map[int64]string{}
+		}
+		cs.roles[u] = role
+	}
 }
 
 // removalsOf returns the batch's member.removed events of conversation id.
@@ -371,12 +379,13 @@ func queueConversations(bt *pgx.Batch, b *batch, ids, removals, users []int64) {
 	}
 	bt.Queue(sqlLockConversations, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id, last, by, texts, count, changes int64
-			var read, channel bool
-			if err := rows.Scan(&id, &last, &by, &texts, &read, &channel, &count, &changes); err != nil {
+			var id, last, by, texts, count, changes, owner int64
+			var read, channel, enforced bool
+			if err := rows.Scan(&id, &last, &by, &texts, &read, &channel, &count, &changes, &enforced, &owner); err != nil {
 				return err
 			}
 			b.loadedConv(id, last, by, texts)
+			b.convs[id].enforced, b.convs[id].owner = enforced, owner
 			b.loadedMode(id, read, channel, count, changes, removalsOf[id])
 		}
 		return rows.Err()
@@ -397,10 +406,11 @@ func queueConversations(bt *pgx.Batch, b *batch, ids, removals, users []int64) {
 	bt.Queue(sqlCurrentMembers, ids, removals, users, b.threshold).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var c, u, joined int64
-			if err := rows.Scan(&c, &u, &joined); err != nil {
+			var role string
+			if err := rows.Scan(&c, &u, &joined, &role); err != nil {
 				return err
 			}
-			b.loadedMember(c, u, joined)
+			b.loadedMember(c, u, joined, role)
 		}
 		return rows.Err()
 	})

@@ -34,6 +34,13 @@ type convState struct {
 	memberCount   int64
 	changeCount   int64
 	armed         map[int64]bool // armed members (read mode)
+
+	// Roles (roles.go): whether they limit adding and removing members
+	// (conversation.created's roles), the owner (0: none) and the roles
+	// other than member of the loaded members.
+	enforced bool
+	owner    int64
+	roles    map[int64]string
 }
 
 type recKey struct{ user, conv int64 }
@@ -47,6 +54,7 @@ type recState struct {
 
 type span struct {
 	conv, user, joined, left int64 // left 0 = open
+	role                     string
 }
 
 type fanRow struct {
@@ -116,6 +124,9 @@ type batch struct {
 	closes    []span           // closes of spans opened before this batch
 	rejects   []rejection
 	recsOrder []recKey
+	// spanRoles are the roles set on spans open before the batch (a
+	// span the batch opens carries its own, span.role).
+	spanRoles map[recKey]string
 	acks      []ack    // message.sent events projected, for the senders' gateways
 	dups      []string // event ids of message.sent events whose msg_id was taken, and of repeated changes
 
@@ -185,6 +196,7 @@ func newBatch(threshold int64) *batch {
 		known:     idSet{},
 		refused:   idSet{},
 		openNew:   map[recKey]*span{},
+		spanRoles: map[recKey]string{},
 
 		msgStates:    map[msgKey]*msgState{},
 		bodyKeys:     map[string][]byte{},
@@ -241,6 +253,8 @@ func (b *batch) step(r Record) {
 		b.memberAdded(r, c)
 	case events.MemberRemoved:
 		b.memberRemoved(r, c)
+	case events.MemberRoleSet:
+		b.memberRoleSet(r, c)
 	case events.MessageSent:
 		b.messageSent(r, c)
 	case events.RecordUpdated:
@@ -286,6 +300,7 @@ func (b *batch) conversationCreated(r Record, c *convState) {
 		}
 	}
 	c.exists, c.created, c.title, c.by, c.at = true, true, e.Title, e.ActorID, e.At
+	c.enforced = e.Roles
 	for _, m := range members {
 		c.members[m] = true
 	}
@@ -295,6 +310,10 @@ func (b *batch) conversationCreated(r Record, c *convState) {
 	for _, m := range members {
 		b.openSpan(c.id, m, seq)
 		b.record(m, c.id, e.At, func(rs *recState) { rs.removed, rs.readSeq = false, max(rs.readSeq, seq) })
+	}
+	if e.ActorID > 0 {
+		// The creator owns what it creates; a service does not.
+		b.setRole(c, e.ActorID, events.RoleOwner)
 	}
 }
 
@@ -325,6 +344,10 @@ func (b *batch) memberAdded(r Record, c *convState) {
 	if c.members[e.UserID] {
 		return // already a member: nothing changes
 	}
+	if e.ActorID != 0 && !projection.MayAdd(c.role(e.ActorID), c.enforced) {
+		b.reject(r, projection.ReasonRole)
+		return
+	}
 	c.members[e.UserID] = true
 	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
 		"event": events.MemberAdded, "user_id": e.UserID, "by": e.ActorID}), e.At)
@@ -349,6 +372,10 @@ func (b *batch) memberRemoved(r Record, c *convState) {
 	if !c.members[e.UserID] {
 		return // not a member: nothing changes
 	}
+	if e.ActorID != 0 && e.ActorID != e.UserID && !projection.MayRemove(c.role(e.ActorID), c.role(e.UserID), c.enforced) {
+		b.reject(r, projection.ReasonRole)
+		return
+	}
 	// The removed member receives its own removal, then leaves. A removal
 	// that takes a read-mode conversation down is already in write mode:
 	// every member gets it, and learns of the switch from it.
@@ -362,6 +389,7 @@ func (b *batch) memberRemoved(r Record, c *convState) {
 		b.armedNow[recKey{e.UserID, c.id}] = false
 	}
 	b.closeSpan(c.id, e.UserID, seq)
+	b.leftRole(c, e.UserID)
 	b.leftLarge(c, e.UserID)
 	b.record(e.UserID, c.id, e.At, func(rs *recState) { rs.removed = true })
 }
@@ -544,7 +572,7 @@ func (b *batch) record(user, conv int64, at time.Time, change func(*recState)) {
 
 func (b *batch) openSpan(conv, user, seq int64) {
 	b.convs[conv].joined[user] = seq
-	s := &span{conv: conv, user: user, joined: seq}
+	s := &span{conv: conv, user: user, joined: seq, role: events.RoleMember}
 	b.newSpans = append(b.newSpans, s)
 	b.openNew[recKey{user, conv}] = s
 }

@@ -22,6 +22,11 @@ type conv struct {
 	members []int64
 	by      int64           // the creator
 	joined  map[int64]int64 // a member's span start, when not 1
+	// Roles: enforced (conversation.created's roles), the owner and the
+	// members' roles other than member.
+	enforced bool
+	owner    int64
+	roles    map[int64]string
 }
 
 // state is what a batch starts from, as load.go would read it.
@@ -138,12 +143,17 @@ func runRules(t *testing.T, st state, inputs []any) *batch {
 	for id, c := range st.convs {
 		require.Contains(t, keys.convIDs, id, "the state names a conversation of the batch")
 		b.loadedConv(id, c.last, c.by, c.last)
+		b.convs[id].enforced, b.convs[id].owner = c.enforced, c.owner
 		for _, u := range c.members {
 			joined := int64(1)
 			if j, ok := c.joined[u]; ok {
 				joined = j
 			}
-			b.loadedMember(id, u, joined)
+			role := c.roles[u]
+			if role == "" {
+				role = events.RoleMember
+			}
+			b.loadedMember(id, u, joined, role)
 		}
 	}
 	asked := map[[2]int64]bool{}

@@ -236,6 +236,18 @@ FROM reports r LEFT JOIN messages m ON m.conversation_id = r.conversation_id AND
 WHERE m.seq IS NULL OR m.msg_id <> r.msg_id OR m.sender_id <> r.sender_id OR m.kind <> 'text' OR r.sender_id = r.reporter_id
   OR NOT EXISTS (SELECT 1 FROM member_spans s WHERE s.conversation_id = r.conversation_id AND s.user_id = r.reporter_id
     AND r.seq >= s.joined_seq AND (s.left_seq IS NULL OR r.seq <= s.left_seq))`},
+	{"O1", "a conversation's owner_id is the one current member of role owner (or none)", `
+SELECT format('conversation %s: owner_id %s, current members of role owner: %s', c.id, c.owner_id,
+  coalesce(string_agg(s.user_id::text, ', ' ORDER BY s.user_id), 'none'))
+FROM conversations c LEFT JOIN member_spans s ON s.conversation_id = c.id AND s.left_seq IS NULL AND s.role = 'owner'
+GROUP BY c.id, c.owner_id
+HAVING count(s.user_id) <> CASE WHEN c.owner_id = 0 THEN 0 ELSE 1 END
+  OR (c.owner_id <> 0 AND bool_or(s.user_id IS DISTINCT FROM c.owner_id))`},
+	{"O2", "a user's conversation is owned while its creator stays, unless a role changed", `
+SELECT format('conversation %s: created by %s, who never left, has no owner and no role change', c.id, c.created_by)
+FROM conversations c JOIN member_spans s ON s.conversation_id = c.id AND s.user_id = c.created_by AND s.joined_seq = 1 AND s.left_seq IS NULL
+WHERE c.created_by > 0 AND c.owner_id = 0 AND NOT EXISTS (SELECT 1 FROM messages m
+  WHERE m.conversation_id = c.id AND m.kind = 'system' AND strpos(m.body, '"event":"member.role_set"') > 0)`},
 	{"--", "members and records agree", `
 SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)
 FROM records r LEFT JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
@@ -243,7 +255,7 @@ WHERE (s.user_id IS NULL) <> r.removed{local_r}`},
 }
 
 // Verify checks invariants I1–I8, and the rules of message changes
-// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), reports (R1), on the projections in the current schema
+// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), reports (R1), roles (O1–O2), on the projections in the current schema
 // search path of q.
 func Verify(ctx context.Context, q Querier) (Report, error) {
 	return verify(ctx, q, false)

@@ -21,14 +21,14 @@ const (
 	sqlLockUsers   = `SELECT id, inbox_seq, record_version FROM users WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 
 	sqlInsertConversations = `INSERT INTO conversations (id, title, created_by, created_at, last_seq, last_at, text_count,
-  read_fanout, channel, member_count, change_count)
+  read_fanout, channel, member_count, change_count, roles, owner_id)
 SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bigint[], $6::timestamptz[], $7::bigint[],
-  $8::bool[], $9::bool[], $10::bigint[], $11::bigint[])
+  $8::bool[], $9::bool[], $10::bigint[], $11::bigint[], $12::bool[], $13::bigint[])
 ON CONFLICT DO NOTHING`
 	sqlUpdateConversations = `UPDATE conversations c SET last_seq = u.s, last_at = u.t, text_count = u.n,
-  read_fanout = u.r, member_count = u.mc, change_count = u.cc
-FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::bool[], $6::bigint[], $7::bigint[])
-  AS u(id, s, t, n, r, mc, cc) WHERE c.id = u.id`
+  read_fanout = u.r, member_count = u.mc, change_count = u.cc, owner_id = u.o
+FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::bool[], $6::bigint[], $7::bigint[], $8::bigint[])
+  AS u(id, s, t, n, r, mc, cc, o) WHERE c.id = u.id`
 	sqlInsertModes = `INSERT INTO conversation_modes (conversation_id, from_seq, read_fanout)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) ON CONFLICT DO NOTHING`
 	// sqlSetArmed writes the armed flags the batch changed (after
@@ -36,8 +36,14 @@ SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) ON CONFLICT DO NOTH
 	sqlSetArmed = `UPDATE records r SET armed = u.a
 FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) AS u(usr, c, a)
 WHERE r.user_id = u.usr AND r.conversation_id = u.c AND r.armed <> u.a`
-	sqlInsertSpans = `INSERT INTO member_spans (conversation_id, user_id, joined_seq, left_seq)
-SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])`
+	sqlInsertSpans = `INSERT INTO member_spans (conversation_id, user_id, joined_seq, left_seq, role)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[])`
+	// sqlSetRoles sets the roles of spans open before the batch (before
+	// sqlCloseSpans, so that a span the batch closes leaves with the role
+	// it had, whatever the cut of the log into batches).
+	sqlSetRoles = `UPDATE member_spans m SET role = u.r
+FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(c, usr, r)
+WHERE m.conversation_id = u.c AND m.user_id = u.usr AND m.left_seq IS NULL AND m.role <> u.r`
 	sqlCloseSpans = `UPDATE member_spans m SET left_seq = u.l
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS u(c, usr, l)
 WHERE m.conversation_id = u.c AND m.user_id = u.usr AND m.left_seq IS NULL`
@@ -182,20 +188,20 @@ func (t *txn) queueConversations(bt *pgx.Batch) {
 	}
 	if len(ins.ids) > 0 {
 		bt.Queue(sqlInsertConversations, ins.ids, ins.titles, ins.by, ins.at, ins.last, ins.lastAt, ins.texts,
-			ins.read, ins.channel, ins.count, ins.changes)
+			ins.read, ins.channel, ins.count, ins.changes, ins.roles, ins.owner)
 	}
 	if len(upd.ids) > 0 {
-		bt.Queue(sqlUpdateConversations, upd.ids, upd.last, upd.lastAt, upd.texts, upd.read, upd.count, upd.changes)
+		bt.Queue(sqlUpdateConversations, upd.ids, upd.last, upd.lastAt, upd.texts, upd.read, upd.count, upd.changes, upd.owner)
 	}
 	t.b.queueModes(bt)
 }
 
 // convCols are the columns of conversation rows to write.
 type convCols struct {
-	ids, by, last, texts, count, changes []int64
-	titles                               []string
-	at, lastAt                           []time.Time
-	read, channel                        []bool
+	ids, by, last, texts, count, changes, owner []int64
+	titles                                      []string
+	at, lastAt                                  []time.Time
+	read, channel, roles                        []bool
 }
 
 func (cc *convCols) add(c *convState) {
@@ -203,9 +209,17 @@ func (cc *convCols) add(c *convState) {
 	cc.last, cc.lastAt, cc.texts = append(cc.last, c.lastSeq), append(cc.lastAt, c.lastAt), append(cc.texts, c.texts)
 	cc.read, cc.channel = append(cc.read, c.read), append(cc.channel, c.channel)
 	cc.count, cc.changes = append(cc.count, c.memberCount), append(cc.changes, c.changeCount)
+	cc.roles, cc.owner = append(cc.roles, c.enforced), append(cc.owner, c.owner)
 }
 
 func (t *txn) queueSpans(bt *pgx.Batch) {
+	if n := len(t.b.spanRoles); n > 0 {
+		cs, us, rs := make([]int64, 0, n), make([]int64, 0, n), make([]string, 0, n)
+		for k, r := range t.b.spanRoles {
+			cs, us, rs = append(cs, k.conv), append(us, k.user), append(rs, r)
+		}
+		bt.Queue(sqlSetRoles, cs, us, rs)
+	}
 	if len(t.b.closes) > 0 {
 		cs, us, ls := make([]int64, len(t.b.closes)), make([]int64, len(t.b.closes)), make([]int64, len(t.b.closes))
 		for i, s := range t.b.closes {
@@ -215,15 +229,15 @@ func (t *txn) queueSpans(bt *pgx.Batch) {
 	}
 	if len(t.b.newSpans) > 0 {
 		n := len(t.b.newSpans)
-		cs, us, js, ls := make([]int64, n), make([]int64, n), make([]int64, n), make([]*int64, n)
+		cs, us, js, ls, rs := make([]int64, n), make([]int64, n), make([]int64, n), make([]*int64, n), make([]string, n)
 		for i, s := range t.b.newSpans {
-			cs[i], us[i], js[i] = s.conv, s.user, s.joined
+			cs[i], us[i], js[i], rs[i] = s.conv, s.user, s.joined, s.role
 			if s.left != 0 {
 				l := s.left
 				ls[i] = &l
 			}
 		}
-		bt.Queue(sqlInsertSpans, cs, us, js, ls)
+		bt.Queue(sqlInsertSpans, cs, us, js, ls, rs)
 	}
 }
 

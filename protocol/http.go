@@ -82,10 +82,21 @@ type History struct {
 }
 
 // Member is a current member of a conversation: JoinedSeq is the seq of the
-// member.added (or conversation.created) message of its current span.
+// member.added (or conversation.created) message of its current span, Role
+// its role (owner, admin, moderator or member; docs/protocol.md, "Roles").
 type Member struct {
-	UserID    int64 `json:"user_id"`
-	JoinedSeq int64 `json:"joined_seq"`
+	UserID    int64  `json:"user_id"`
+	JoinedSeq int64  `json:"joined_seq"`
+	Role      string `json:"role"`
+}
+
+// SetRole is the body of PUT /v1/conversations/{cid}/members/{uid}/role
+// (Role: owner, admin, moderator or member) and of its server API route.
+// ChangeID (a uuid, or the Idempotency-Key header) makes a retry the same
+// change; the server API's takes its Idempotency-Key.
+type SetRole struct {
+	Role     string `json:"role"`
+	ChangeID string `json:"change_id,omitempty"`
 }
 
 // MemberList is the answer of GET /v1/conversations/{cid}/members: current
@@ -105,6 +116,10 @@ type CreateConversation struct {
 	// Channel creates the conversation in read fan-out from its first seq
 	// (docs/large-conversations.md).
 	Channel bool `json:"channel,omitempty"`
+	// Roles makes the members' roles limit who may add and remove members
+	// and delete others' messages (docs/protocol.md, "Roles"); absent,
+	// the deployment's default (--conversation-roles).
+	Roles *bool `json:"roles,omitempty"`
 }
 
 // ConversationCreated is the 201 answer of POST /v1/conversations.

@@ -70,11 +70,12 @@ func (d Diff) Print(w io.Writer) {
 // conversation's replayed last_seq are not differences. {shadow} is the shadow
 // schema.
 var comparisons = []struct{ name, sql string }{
-	{"conversations (title, creator, created_at)", `
-SELECT format('conversation %s: shadow (%s, %s, last_seq %s), live %s', s.id, s.title, s.created_by, s.last_seq,
-  coalesce(format('(%s, %s, last_seq %s)', l.title, l.created_by, l.last_seq), 'missing'))
+	{"conversations (title, creator, created_at, roles; the owner at the same last_seq)", `
+SELECT format('conversation %s: shadow (%s, %s, roles %s, owner %s, last_seq %s), live %s', s.id, s.title, s.created_by, s.roles, s.owner_id, s.last_seq,
+  coalesce(format('(%s, %s, roles %s, owner %s, last_seq %s)', l.title, l.created_by, l.roles, l.owner_id, l.last_seq), 'missing'))
 FROM {shadow}.conversations s LEFT JOIN public.conversations l ON l.id = s.id
-WHERE l.id IS NULL OR (l.title, l.created_by, l.created_at) IS DISTINCT FROM (s.title, s.created_by, s.created_at) OR l.last_seq < s.last_seq`},
+WHERE l.id IS NULL OR (l.title, l.created_by, l.created_at, l.roles) IS DISTINCT FROM (s.title, s.created_by, s.created_at, s.roles)
+   OR l.last_seq < s.last_seq OR (l.last_seq = s.last_seq AND l.owner_id <> s.owner_id)`},
 	{"messages (seq, msg_id, sender, kind, body, time, imported, and the changes: version, deleted, edited, reply, reactions; ord, mentions and a system sender's name)", `
 SELECT format('conversation %s seq %s: shadow %s/%s %L, live %s', s.conversation_id, s.seq, s.msg_id, s.sender_id, left(s.body, 40),
   coalesce(format('%s/%s %L', l.msg_id, l.sender_id, left(l.body, 40)), 'missing'))
@@ -98,13 +99,16 @@ SELECT format('conversation %s from seq %s: live switches to read_fanout %s, the
 FROM public.conversation_modes l JOIN {shadow}.conversations c ON c.id = l.conversation_id AND l.from_seq <= c.last_seq
 LEFT JOIN {shadow}.conversation_modes s ON s.conversation_id = l.conversation_id AND s.from_seq = l.from_seq
 WHERE s.conversation_id IS NULL`},
-	{"membership spans", `
-SELECT format('conversation %s user %s joined %s: shadow left %s, live %s', s.conversation_id, s.user_id, s.joined_seq,
-  coalesce(s.left_seq::text, 'open'), coalesce(l.left_seq::text, CASE WHEN l.user_id IS NULL THEN 'missing' ELSE 'open' END))
+	{"membership spans (and their roles, where live is at the replayed last_seq or the span closed)", `
+SELECT format('conversation %s user %s joined %s: shadow left %s role %s, live %s', s.conversation_id, s.user_id, s.joined_seq,
+  coalesce(s.left_seq::text, 'open'), s.role,
+  coalesce(l.left_seq::text || ' role ' || l.role, CASE WHEN l.user_id IS NULL THEN 'missing' ELSE 'open role ' || l.role END))
 FROM {shadow}.member_spans s JOIN {shadow}.conversations c ON c.id = s.conversation_id
+LEFT JOIN public.conversations lc ON lc.id = s.conversation_id
 LEFT JOIN public.member_spans l ON l.conversation_id = s.conversation_id AND l.user_id = s.user_id AND l.joined_seq = s.joined_seq
 WHERE l.user_id IS NULL OR (s.left_seq IS NOT NULL AND l.left_seq IS DISTINCT FROM s.left_seq)
-   OR (s.left_seq IS NULL AND l.left_seq IS NOT NULL AND l.left_seq <= c.last_seq)`},
+   OR (s.left_seq IS NULL AND l.left_seq IS NOT NULL AND l.left_seq <= c.last_seq)
+   OR ((s.left_seq IS NOT NULL OR lc.last_seq = c.last_seq) AND l.role <> s.role)`},
 	{"inboxes as sets of (conversation, seq)", `
 WITH s AS (SELECT i.user_id, i.conversation_id, i.seq FROM {shadow}.inbox i WHERE i.kind = 1),
      l AS (SELECT i.user_id, i.conversation_id, i.seq FROM public.inbox i

@@ -57,6 +57,7 @@ type gatewayFlags struct {
 	tokenCache         int
 	revocationPoll     time.Duration
 	rateShare          time.Duration
+	conversationRoles  bool
 	plainBodies        bool
 	mentionAllMax      int
 	sendCheckBatch     int
@@ -100,6 +101,7 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.countsCacheUsers, "counts-cache-users", inbox.DefaultCountsCacheUsers, "users whose unread and mention totals at their inbox head are remembered, so a sync at the same head does not count them again (negative: off)")
 	fs.IntVar(&f.headCacheUsers, "head-cache-users", hub.DefaultHeadCacheUsers, "users whose inbox heads are remembered to answer 304 without a query (negative: off)")
 	fs.IntVar(&f.tokenCache, "token-cache", gateway.DefaultTokenCache, "verified bearer tokens remembered until their expiry (negative: off)")
+	fs.BoolVar(&f.conversationRoles, "conversation-roles", false, "new conversations enforce their members' roles (only admins and the owner add and remove members; moderators and up delete others' messages) unless created with roles:false; off: any member adds and removes, as before roles")
 	fs.DurationVar(&f.rateShare, "rate-share-interval", gateway.DefaultRateShareInterval, "how often the gateway tells the others what its users spent of their send buckets, so that a user's --send-rate holds across gateways (negative: each gateway counts alone)")
 	fs.DurationVar(&f.revocationPoll, "revocation-poll", gateway.DefaultRevocationPoll, "how often the gateway reads the revocations added through the server API: the longest a revoked token still works here")
 	fs.BoolVar(&f.plainBodies, "plain-bodies", false, "append message bodies to the log in plain text instead of sealed with a key per message (outside consumers can read them, and deleting a message cannot erase its body from the log)")
@@ -175,6 +177,7 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 		TokenCache:         f.tokenCache,
 		RevocationPoll:     f.revocationPoll,
 		RateShareInterval:  f.rateShare,
+		ConversationRoles:  f.conversationRoles,
 		WebSocket: gateway.WSConfig{
 			HeartbeatInterval: f.wsHeartbeat,
 			AllowedOrigins:    config.SplitList(f.wsOrigins),

@@ -72,7 +72,9 @@ type ChangeRequest struct {
 var sqlChangeCheck = `SELECT ` + rows.MessageColsFor("$3") + `,
 	EXISTS (SELECT 1 FROM conversations WHERE id = $1),
 	(SELECT created_by FROM conversations WHERE id = $1),
+	COALESCE((SELECT roles FROM conversations WHERE id = $1), false),
 	(SELECT joined_seq FROM member_spans WHERE conversation_id = $1 AND user_id = $3 AND left_seq IS NULL),
+	COALESCE((SELECT role FROM member_spans WHERE conversation_id = $1 AND user_id = $3 AND left_seq IS NULL), ''),
 	EXISTS (SELECT 1 FROM changes WHERE change_id = $4 AND actor_id = $3 AND conversation_id = $1 AND seq = $2),
 	EXISTS (SELECT 1 FROM changes WHERE change_id = $4),
 	(SELECT reason FROM rejections WHERE msg_id = $4 AND actor_id = $3 LIMIT 1),
@@ -95,9 +97,11 @@ type changeCheck struct {
 	at       *time.Time
 	exists   bool
 	creator  *int64
+	enforced bool // the conversation has roles (events.Event.Roles)
 	joined   *int64
-	applied  bool // this change_id was applied, by this user, to this message
-	taken    bool // this change_id was applied, to whatever
+	role     string // the user's role, "" when no member
+	applied  bool   // this change_id was applied, by this user, to this message
+	taken    bool   // this change_id was applied, to whatever
 	refusal  *string
 	distinct int
 	key      []byte // the message's body key, nil when none
@@ -195,7 +199,7 @@ func (c *Changer) check(ctx context.Context, user int64, e *events.Event) (*prot
 	var ms rows.MessageScan
 	var ck changeCheck
 	err := c.srv.Conv(e.ConversationID).QueryRow(ctx, sqlChangeCheck, e.ConversationID, e.Seq, user, e.ChangeID).Scan(
-		append(ms.Targets(), &ck.exists, &ck.creator, &ck.joined, &ck.applied, &ck.taken, &ck.refusal, &ck.at, &ck.key)...)
+		append(ms.Targets(), &ck.exists, &ck.creator, &ck.enforced, &ck.joined, &ck.role, &ck.applied, &ck.taken, &ck.refusal, &ck.at, &ck.key)...)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("check the change %s: %w", e.ChangeID, err)
 	}
@@ -237,7 +241,9 @@ func (c *Changer) check(ctx context.Context, user int64, e *events.Event) (*prot
 		}
 	case events.MessageDeleted:
 		switch {
-		case m.SenderID != user && (ck.creator == nil || *ck.creator != user):
+		case m.SenderID != user && !projection.MayDeleteOthers(ck.role) && (ck.enforced || ck.creator == nil || *ck.creator != user):
+			// The projection's rule (projector/changes.go): a moderator
+			// and above; before roles, also the creator.
 			return nil, "", nil, refusal(projection.ReasonNotSender, e)
 		case m.Deleted:
 			return m, "", nil, nil // nothing to change

@@ -270,3 +270,52 @@ func (m *Members) readSettledApart(ctx context.Context, args []any) (bool, error
 	err := m.srv.User(args[0].(int64)).QueryRow(ctx, sqlReadSettledAt, append(args, last)...).Scan(&done)
 	return done, err
 }
+
+const sqlRoleSettled = `SELECT EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL AND role = $3),
+	EXISTS (SELECT 1 FROM messages WHERE msg_id = $4 AND conversation_id = $1),
+	(SELECT reason FROM rejections WHERE event_id = $4)`
+
+// RoleOutcome is what became of a member.role_set: Applied (its system
+// message exists: it changed the role), or Refused with the projection's
+// reason; neither when it changed nothing or was not projected yet.
+type RoleOutcome struct {
+	Applied bool
+	Refused string
+}
+
+// RoleOutcome reads what became of the member.role_set e.
+func (m *Members) RoleOutcome(ctx context.Context, e *events.Event) (RoleOutcome, bool, error) {
+	var has, applied bool
+	var reason *string
+	if err := m.srv.Conv(e.ConversationID).QueryRow(ctx, sqlRoleSettled, e.ConversationID, e.UserID, e.Role, e.EventID).Scan(
+		&has, &applied, &reason); err != nil {
+		return RoleOutcome{}, false, fmt.Errorf("role of user %d in %d: %w", e.UserID, e.ConversationID, err)
+	}
+	var out RoleOutcome
+	out.Applied = applied
+	if reason != nil {
+		out.Refused = *reason
+	}
+	return out, has || applied || reason != nil, nil
+}
+
+// SetRole appends e, a member.role_set, and waits until it is settled:
+// the member has the role, or the event was refused (the outcome says
+// why). The wait is woken by watch's notifications and the
+// conversation's (in read mode a member gets no entry of another's role).
+func (m *Members) SetRole(ctx context.Context, e *events.Event, watch int64) (RoleOutcome, error) {
+	sub := m.hub.SubscribeUser(watch)
+	defer sub.Close()
+	defer m.hub.WatchConversations(sub, []int64{e.ConversationID})()
+	if err := m.app.Append(ctx, e); err != nil {
+		return RoleOutcome{}, err
+	}
+	var out RoleOutcome
+	err := m.await(ctx, sub, func(ctx context.Context) (bool, error) {
+		var done bool
+		var err error
+		out, done, err = m.RoleOutcome(ctx, e)
+		return done, err
+	})
+	return out, err
+}

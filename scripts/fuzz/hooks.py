@@ -33,6 +33,7 @@ LIST = "GET /v1/conversations"
 SYNC = "GET /v1/sync"
 UPLOAD = "POST /v1/conversations/{cid}/uploads"
 COMPLETE = "POST /v1/conversations/{cid}/uploads/{id}/complete"
+ROLE = "PUT /v1/conversations/{cid}/members/{uid}/role"
 
 # The largest attachment of the fuzzed server (dev's default,
 # --attachment-max-size): a deployment's setting, not the document's.
@@ -45,7 +46,7 @@ MAX_REQUEST_BYTES = 64 << 10
 # when both are given. OpenAPI has no rule that spans a header and a body
 # field, so both are optional in the document.
 ID_FIELD = {SEND: "msg_id", EDIT: "change_id", DELETE: "change_id", REACT: "change_id", UNREACT: "change_id",
-            REPORT: "report_id"}
+            REPORT: "report_id", ROLE: "change_id"}
 
 # UTF-8 byte limits of text fields. JSON Schema's maxLength counts
 # characters, the server bytes: 64 characters may be 256 bytes.
@@ -90,6 +91,9 @@ STATE_REFUSALS = {
         ("an upload whose file is not in", r"^upload \S+ has not been uploaded yet: PUT the sealed file on its URL$"),
     ],
     **{op: CHANGE_STATE for op in (EDIT, DELETE, REACT, UNREACT)},
+    # Who may set which role, and on whom, is the members' roles (403s);
+    # a refusal the projection made meanwhile for another reason is a 400.
+    ROLE: [("refused by the projection", r"^the role change was refused by the projection ")],
     REPORT: [
         ("a system message", r"^message \d+ is a system message; it cannot be reported"),
         ("one's own message", r"^message \d+ of conversation \d+ is your own: it cannot be reported"),

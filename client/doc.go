@@ -99,7 +99,7 @@
 //	large.go           read-mode conversations: their history, read by the client
 //	hints.go           the gateway's reconnect hints, followed instead of the backoff
 //	receipts.go        Counts, MarkRead, read receipts
-//	members.go         the member list, adding and removing members
+//	members.go         the member list, adding and removing members, roles
 //	ephemeral.go       typing, presence and the user's settings
 //	attachments.go     Upload (sealed, streamed to the store, in parts that resume), Download
 //	report.go          ReportMessage: a message reported to the moderators

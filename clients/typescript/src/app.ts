@@ -12,6 +12,8 @@ import type { History, Message, Record } from "./protocol.js";
 export interface Member {
   user_id: number;
   joined_seq: number;
+  /** role is "owner", "admin", "moderator" or "member" (docs/protocol.md, "Roles"). */
+  role: string;
 }
 
 /** Receipt is how far a member who shows receipts has read a conversation. */
@@ -146,6 +148,31 @@ export async function addMember(api: Api, cid: number, userId: number, signal?: 
 /** @internal */
 export async function removeMember(api: Api, cid: number, userId: number, signal?: AbortSignal): Promise<void> {
   await drain(api.request("DELETE", `/v1/conversations/${seg(cid)}/members/${seg(userId)}`, undefined, signal));
+}
+
+/**
+ * setRole gives a member a role, retried with one change_id while the
+ * failure is temporary, as applyChange retries a change.
+ *
+ * @internal
+ */
+export async function setRole(api: Api, cid: number, userId: number, role: string, opts: ChangeOptions,
+  backoff: { initialMs: number; maxMs: number }): Promise<void> {
+  if (!(cid > 0) || !(userId > 0) || !role) throw new Error(`inboxd: bad role ${role} of user ${userId} in ${cid}`);
+  const body = { role, change_id: crypto.randomUUID() };
+  const deadline = Date.now() + (opts.timeoutMs ?? 30000);
+  const b = new Backoff(backoff);
+  for (;;) {
+    try {
+      await drain(api.request("PUT", `/v1/conversations/${seg(cid)}/members/${seg(userId)}/role`, body, opts.signal));
+      return;
+    } catch (err) {
+      const temporary = !(err instanceof ApiError) || err.retryable;
+      const wait = err instanceof ApiError && err.retryAfterMs !== undefined ? jitterUp(err.retryAfterMs, 0.2) : b.next();
+      if (!temporary || opts.signal?.aborted || Date.now() + wait > deadline) throw err;
+      await sleep(wait, opts.signal);
+    }
+  }
 }
 
 /** @internal */

@@ -388,6 +388,16 @@ export class Client {
     return app.removeMember(this.api, conversationId, userId, signal);
   }
 
+  /**
+   * setRole gives a member a role ("owner", "admin", "moderator", "member";
+   * docs/protocol.md, "Roles") as the caller's own role allows; retried with
+   * one change_id while the failure is temporary. A refusal rejects with its
+   * ApiError (403 forbidden: the caller's role; 404 no such member; 400).
+   */
+  setRole(conversationId: number, userId: number, role: string, opts: ChangeOptions = {}): Promise<void> {
+    return app.setRole(this.api, conversationId, userId, role, opts, { initialMs: this.cfg.backoffInitialMs, maxMs: this.cfg.backoffMaxMs });
+  }
+
   /** markRead moves the user's read position (never backwards); its record entry follows. */
   markRead(conversationId: number, seq: number, signal?: AbortSignal): Promise<void> {
     return app.markRead(this.api, conversationId, seq, signal);

@@ -44,6 +44,11 @@ test("the app's calls: list, members, changes, reports, receipts, typing, presen
     await waitFor(() => a.seen.connected && b.seen.connected, 30_000, "both welcomed");
     const cid = await a.c.createConversation("app", [12]);
     assert.deepEqual((await a.c.members(cid)).map((m) => m.user_id).sort(), [11, 12]);
+    // Roles: the creator owns it; it makes b a moderator; b may not set roles.
+    assert.deepEqual((await a.c.members(cid)).map((m) => [m.user_id, m.role]).sort(), [[11, "owner"], [12, "member"]]);
+    await a.c.setRole(cid, 12, "moderator");
+    assert.deepEqual((await b.c.members(cid)).find((m) => m.user_id === 12)!.role, "moderator");
+    await assert.rejects(b.c.setRole(cid, 11, "member"), (err: unknown) => err instanceof ApiError && err.status === 403);
     await waitFor(() => b.seen.entries.some((e) => e.conversation_id === cid && e.kind === "message"), 30_000, "b sees the conversation");
     const list = await b.c.conversations();
     assert.equal(list.filter((r) => r.conversation_id === cid).length, 1);

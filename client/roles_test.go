@@ -1,0 +1,56 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/client"
+)
+
+// TestSetRole: the owner makes an admin, the admin a moderator, a
+// moderator is refused; the owner hands ownership over; Members shows
+// every member's role.
+func TestSetRole(t *testing.T) {
+	w := newWorld(t, nil, nil)
+	ctx := context.Background()
+	alice, bob, carol := w.direct(t, 1), w.direct(t, 2), w.direct(t, 3)
+	cid, err := alice.CreateConversation(ctx, "roles", 2, 3)
+	require.NoError(t, err)
+	roles := func() map[int64]string {
+		ms, err := alice.Members(ctx, cid)
+		require.NoError(t, err)
+		out := map[int64]string{}
+		for _, m := range ms {
+			out[m.UserID] = m.Role
+		}
+		return out
+	}
+	require.Equal(t, map[int64]string{1: "owner", 2: "member", 3: "member"}, roles())
+	require.NoError(t, alice.SetRole(ctx, cid, 2, "admin"))
+	require.NoError(t, bob.SetRole(ctx, cid, 3, "moderator"))
+	require.Equal(t, map[int64]string{1: "owner", 2: "admin", 3: "moderator"}, roles())
+
+	for _, c := range []struct {
+		who    *client.Client
+		user   int64
+		role   string
+		status int
+	}{
+		{carol, 2, "member", http.StatusForbidden}, // a moderator sets no roles
+		{bob, 1, "member", http.StatusForbidden},   // nor does an admin set the owner's
+		{alice, 9, "admin", http.StatusNotFound},   // no such member
+		{alice, 2, "boss", http.StatusBadRequest},  // no such role
+	} {
+		err := c.who.SetRole(ctx, cid, c.user, c.role)
+		var ae *client.APIError
+		require.True(t, errors.As(err, &ae), "%d %s: %v", c.user, c.role, err)
+		require.Equal(t, c.status, ae.Status, "%d %s: %v", c.user, c.role, err)
+	}
+
+	require.NoError(t, alice.SetRole(ctx, cid, 2, "owner"), "a transfer")
+	require.Equal(t, map[int64]string{1: "admin", 2: "owner", 3: "moderator"}, roles())
+}

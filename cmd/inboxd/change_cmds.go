@@ -125,3 +125,40 @@ func applyChange(ctx context.Context, f *clientFlags, timeout time.Duration, ch 
 	fmt.Println(formatMessage("conv "+strconv.FormatInt(ch.ConversationID, 10), res.Message))
 	return nil
 }
+
+func runReport(ctx context.Context, args []string) error {
+	var reason string
+	f, conv, seq, timeout, rest, err := changeCommand("report",
+		"inboxd report --conversation ID --seq SEQ --reason REASON [NOTE...]: report someone else's message to the moderators", args,
+		func(fs *flag.FlagSet) {
+			fs.StringVar(&reason, "reason", "", "spam, harassment, hate, violence, sexual, self_harm, illegal or other")
+		})
+	if err != nil {
+		return err
+	}
+	if reason == "" {
+		return errors.New("give --reason (spam, harassment, hate, violence, sexual, self_harm, illegal, other)")
+	}
+	c, _, err := f.client()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := c.ReportMessage(cctx, conv, seq, client.ReportOptions{Reason: reason, Note: strings.Join(rest, " ")})
+	if err != nil {
+		return err
+	}
+	if f.jsonOut {
+		if res.Pending {
+			return printJSON(os.Stdout, map[string]any{"report_id": res.ReportID, "conversation_id": conv, "seq": seq, "status": "pending"})
+		}
+		return printJSON(os.Stdout, res.Report)
+	}
+	if res.Pending {
+		fmt.Printf("report %s of #%d in conversation %d is pending: it is taken in the log's order\n", res.ReportID, seq, conv)
+		return nil
+	}
+	fmt.Printf("reported #%d of conversation %d (%s): report %s\n", seq, conv, reason, res.ReportID)
+	return nil
+}

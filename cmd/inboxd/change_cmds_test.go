@@ -28,7 +28,7 @@ func TestChangeCommands(t *testing.T) {
 	// as puts the user's --state right after the command: flags go before
 	// the arguments.
 	as := func(who []string, cmd string, args ...string) []string {
-		return append(append([]string{cmd}, who...), args...)
+		return append(append(strings.Fields(cmd), who...), args...)
 	}
 
 	run(0, as(alice, "login", "--user", "1")...)
@@ -83,6 +83,17 @@ func TestChangeCommands(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(run(0, as(bob, "tail", "--once", "--json")...)), &e))
 	require.Equal(t, client.KindUpdate, e.Kind)
 	require.Equal(t, "hi", e.Message.Text())
+
+	// A report of alice's message by bob; none of one's own; roles.
+	require.Regexp(t, `^reported #2 of conversation 1 \(spam\): report [0-9a-f-]{36}$`,
+		run(0, as(bob, "report", "--conversation", "1", "--seq", "2", "--reason", "spam", "buy", "now")...))
+	require.Contains(t, run(1, as(alice, "report", "--conversation", "1", "--seq", "2", "--reason", "spam")...), "400")
+	require.Contains(t, run(1, as(bob, "report", "--conversation", "1", "--seq", "2")...), "give --reason")
+	require.Equal(t, "user 2 is moderator: conversation 1",
+		run(0, as(alice, "members role", "--conversation", "1", "--role", "moderator", "2")...))
+	require.Regexp(t, `(?m)^2 +#1 +moderator$`, run(0, as(bob, "members list", "--conversation", "1")...))
+	require.Contains(t, run(1, as(bob, "members role", "--conversation", "1", "--role", "member", "1")...), "403 forbidden")
+	require.Regexp(t, `#5  \* user 1 made user 2 moderator$`, run(0, as(bob, "history", "--conversation", "1")...))
 	require.NoError(t, d.proc.Stop(30*time.Second), d.proc.Output())
 }
 

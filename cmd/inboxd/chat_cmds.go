@@ -99,17 +99,20 @@ func runCreate(ctx context.Context, args []string) error {
 }
 
 func runMembers(ctx context.Context, args []string) error {
-	const usage = "inboxd members list|add|remove --conversation ID [USER...]: list a conversation's members, or add or remove users"
+	const usage = "inboxd members list|add|remove|role --conversation ID [--role ROLE] [USER...]: list a conversation's members, add or remove users, or give them a role"
 	verb := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		verb, args = args[0], args[1:]
 	}
-	f, conv, rest, err := convCommand(strings.TrimSpace("members "+verb), usage, args, verb != "", nil)
+	var role string
+	f, conv, rest, err := convCommand(strings.TrimSpace("members "+verb), usage, args, verb != "", func(fs *flag.FlagSet) {
+		fs.StringVar(&role, "role", "", "role: the role to give (owner, admin, moderator, member)")
+	})
 	if err != nil {
 		return err
 	}
 	if verb == "" {
-		return errors.New("members: give list, add or remove first (inboxd members list --conversation ID)")
+		return errors.New("members: give list, add, remove or role first (inboxd members list --conversation ID)")
 	}
 	c, _, err := f.client()
 	if err != nil {
@@ -118,7 +121,10 @@ func runMembers(ctx context.Context, args []string) error {
 	switch verb {
 	case "list":
 		return listMembers(ctx, c, f.jsonOut, conv)
-	case "add", "remove":
+	case "add", "remove", "role":
+		if verb == "role" && role == "" {
+			return errors.New("members role: give --role (owner, admin, moderator, member)")
+		}
 		users, err := parseUsers(rest)
 		if err != nil {
 			return err
@@ -127,25 +133,36 @@ func runMembers(ctx context.Context, args []string) error {
 			return fmt.Errorf("members %s: give the user ids", verb)
 		}
 		for _, u := range users {
-			if verb == "add" {
+			switch verb {
+			case "add":
 				err = c.AddMember(ctx, conv, u)
-			} else {
+			case "remove":
 				err = c.RemoveMember(ctx, conv, u)
+			default:
+				err = c.SetRole(ctx, conv, u, role)
 			}
 			if err != nil {
 				return fmt.Errorf("%s user %d: %w", verb, u, err)
 			}
 			if f.jsonOut {
-				if err := printJSON(os.Stdout, map[string]any{"conversation_id": conv, "user_id": u, verb: true}); err != nil {
+				out := map[string]any{"conversation_id": conv, "user_id": u, verb: true}
+				if verb == "role" {
+					out["role"] = role
+				}
+				if err := printJSON(os.Stdout, out); err != nil {
 					return err
 				}
+				continue
+			}
+			if verb == "role" {
+				fmt.Printf("user %d is %s: conversation %d\n", u, role, conv)
 				continue
 			}
 			fmt.Printf("%s user %d: conversation %d\n", map[string]string{"add": "added", "remove": "removed"}[verb], u, conv)
 		}
 		return nil
 	}
-	return fmt.Errorf("members %q: want list, add or remove", verb)
+	return fmt.Errorf("members %q: want list, add, remove or role", verb)
 }
 
 func runHistory(ctx context.Context, args []string) error {
@@ -298,6 +315,7 @@ func describeSystem(body json.RawMessage) string {
 		Title   string  `json:"title"`
 		Members []int64 `json:"members"`
 		UserID  int64   `json:"user_id"`
+		Role    string  `json:"role"`
 	}
 	if json.Unmarshal(body, &b) != nil {
 		return string(body)
@@ -316,6 +334,8 @@ func describeSystem(body json.RawMessage) string {
 			return fmt.Sprintf("user %d left", b.UserID)
 		}
 		return fmt.Sprintf("user %d removed user %d", b.By, b.UserID)
+	case "member.role_set":
+		return fmt.Sprintf("user %d made user %d %s", b.By, b.UserID, b.Role)
 	}
 	return string(body)
 }
@@ -334,9 +354,9 @@ func listMembers(ctx context.Context, c *client.Client, jsonOut bool, conv int64
 		return nil
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "USER\tJOINED AT")
+	fmt.Fprintln(tw, "USER\tJOINED AT\tROLE")
 	for _, m := range ms {
-		fmt.Fprintf(tw, "%d\t#%d\n", m.UserID, m.JoinedSeq)
+		fmt.Fprintf(tw, "%d\t#%d\t%s\n", m.UserID, m.JoinedSeq, m.Role)
 	}
 	return tw.Flush()
 }

@@ -217,6 +217,7 @@ function describe(m) {
     case 'conversation.created': return `user ${b.by} created "${b.title}"`;
     case 'member.added': return `user ${b.user_id} was added by ${b.by}`;
     case 'member.removed': return `user ${b.user_id} was removed by ${b.by}`;
+    case 'member.role_set': return `user ${b.user_id} was made ${b.role} by ${b.by}`;
     default: return JSON.stringify(b);
   }
 }

@@ -198,7 +198,7 @@ func TestDocumentedReceiverForwardsToFCM(t *testing.T) {
 	port, logs := startDocReceiver(t, py, script, env)
 	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
 
-	n := Webhook{ID: "6d1c0f43-5f0e-4a53-8d8f-0f5b8f7e2a10", UserID: 2, ConversationID: 4, Seq: 17, FirstSeq: 15, Count: 3,
+	n := Webhook{Type: TypeMessage, ID: "6d1c0f43-5f0e-4a53-8d8f-0f5b8f7e2a10", UserID: 2, ConversationID: 4, Seq: 17, FirstSeq: 15, Count: 3,
 		InboxSeq: 230, SenderID: 7, Preview: "lunch at 1?", Badge: 5, Mentions: 1, Reason: ReasonMention, CreatedAt: time.Now().UTC()}
 	body, err := json.Marshal(n)
 	require.NoError(t, err)

@@ -67,13 +67,15 @@ func generateSyncData(ctx context.Context, pool *pgxpool.Pool, users, members, m
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// conversations, member spans and messages, by conversation.
 		c := 0
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"conversations"}, []string{"id", "title", "created_by", "created_at", "last_seq", "last_at", "text_count", "member_count"},
+		// The creator (the first member) owns each (docs/protocol.md, "Roles").
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"conversations"}, []string{"id", "title", "created_by", "owner_id", "created_at", "last_seq", "last_at", "text_count", "member_count"},
 			pgx.CopyFromFunc(func() ([]any, error) {
 				if c == users {
 					return nil, nil
 				}
 				c++
-				return []any{int64(c), fmt.Sprintf("conversation %d", c), d.membersOf(c - 1)[0], at, lastSeq, at, lastSeq - 1, int64(members)}, nil
+				creator := d.membersOf(c - 1)[0]
+				return []any{int64(c), fmt.Sprintf("conversation %d", c), creator, creator, at, lastSeq, at, lastSeq - 1, int64(members)}, nil
 			}))
 		if err != nil {
 			return fmt.Errorf("copy conversations: %w", err)
@@ -84,7 +86,7 @@ func generateSyncData(ctx context.Context, pool *pgxpool.Pool, users, members, m
 			return fmt.Errorf("conversation modes: %w", err)
 		}
 		c, k := 0, 0
-		_, err = tx.CopyFrom(ctx, pgx.Identifier{"member_spans"}, []string{"conversation_id", "user_id", "joined_seq"},
+		_, err = tx.CopyFrom(ctx, pgx.Identifier{"member_spans"}, []string{"conversation_id", "user_id", "joined_seq", "role"},
 			pgx.CopyFromFunc(func() ([]any, error) {
 				if k == members {
 					c, k = c+1, 0
@@ -93,7 +95,11 @@ func generateSyncData(ctx context.Context, pool *pgxpool.Pool, users, members, m
 					return nil, nil
 				}
 				k++
-				return []any{int64(c + 1), d.membersOf(c)[k-1], int64(1)}, nil
+				role := "member"
+				if k == 1 {
+					role = "owner"
+				}
+				return []any{int64(c + 1), d.membersOf(c)[k-1], int64(1), role}, nil
 			}))
 		if err != nil {
 			return fmt.Errorf("copy member_spans: %w", err)

@@ -58,6 +58,14 @@ const (
 	// MemberRoleSet sets a member's role in its conversation (UserID,
 	// Role): see Roles and docs/protocol.md, "Roles".
 	MemberRoleSet = "member.role_set"
+	// MemberBanned bans UserID from the conversation (removing it if it
+	// is a member) until Until (absent: until MemberUnbanned), and
+	// MemberMuted keeps a member from sending, editing and reacting until
+	// Until (absent: until MemberUnmuted): docs/protocol.md, "Ban and mute".
+	MemberBanned   = "member.banned"
+	MemberUnbanned = "member.unbanned"
+	MemberMuted    = "member.muted"
+	MemberUnmuted  = "member.unmuted"
 )
 
 // The roles of a conversation's members, highest first. A conversation
@@ -94,7 +102,8 @@ const MaxMentions = 50
 
 // Event is one change. Fields beyond the envelope are set per type:
 // conversation.created: Title, Members, Channel, Roles; member.added/removed:
-// UserID; member.role_set: UserID, Role;
+// UserID; member.role_set: UserID, Role; member.banned/muted: UserID,
+// optionally Until; member.unbanned/unmuted: UserID;
 // message.sent: MsgID, Body, optionally ReplyTo; record.updated: Pinned
 // and/or Muted; read.updated: ReadSeq. The changes of a message
 // (message.edited: Body; message.deleted; reaction.added: Emoji;
@@ -121,12 +130,15 @@ type Event struct {
 	Roles  bool  `json:"roles,omitempty"`
 	UserID int64 `json:"user_id,omitempty"`
 	// Role (member.role_set): the role UserID gets, one of Roles.
-	Role    string  `json:"role,omitempty"`
-	MsgID   string  `json:"msg_id,omitempty"`
-	Body    *string `json:"body,omitempty"`
-	Pinned  *bool   `json:"pinned,omitempty"`
-	Muted   *bool   `json:"muted,omitempty"`
-	ReadSeq *int64  `json:"read_seq,omitempty"`
+	Role string `json:"role,omitempty"`
+	// Until (member.banned, member.muted): when the ban or mute lapses;
+	// absent, it stands until lifted.
+	Until   *time.Time `json:"until,omitempty"`
+	MsgID   string     `json:"msg_id,omitempty"`
+	Body    *string    `json:"body,omitempty"`
+	Pinned  *bool      `json:"pinned,omitempty"`
+	Muted   *bool      `json:"muted,omitempty"`
+	ReadSeq *int64     `json:"read_seq,omitempty"`
 
 	// SealedBody replaces Body when the gateway seals bodies (seal.go):
 	// a message.sent or message.edited carries one of the two.
@@ -274,6 +286,9 @@ func (e *Event) Validate(maxBody int) error {
 	if e.Type != MemberRoleSet && e.Role != "" {
 		return invalid("role on a %s", e.Type)
 	}
+	if e.Type != MemberBanned && e.Type != MemberMuted && e.Until != nil {
+		return invalid("until on a %s", e.Type)
+	}
 	switch e.Type {
 	case ConversationCreated:
 		if len(e.Title) > 256 {
@@ -290,7 +305,7 @@ func (e *Event) Validate(maxBody int) error {
 				return invalid("member ids must be positive")
 			}
 		}
-	case MemberAdded, MemberRemoved:
+	case MemberAdded, MemberRemoved, MemberBanned, MemberUnbanned, MemberMuted, MemberUnmuted:
 		if e.UserID <= 0 {
 			return invalid("user_id must be positive")
 		}
@@ -371,7 +386,8 @@ func (e *Event) validateActor() error {
 // name the user. A report's resolution is only ever a service's.
 func ServiceMayAct(typ string) bool {
 	switch typ {
-	case ConversationCreated, MemberAdded, MemberRemoved, MemberRoleSet, MessageSent, ReportResolved:
+	case ConversationCreated, MemberAdded, MemberRemoved, MemberRoleSet, MemberBanned, MemberUnbanned,
+		MemberMuted, MemberUnmuted, MessageSent, ReportResolved:
 		return true
 	}
 	return false

@@ -81,6 +81,9 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 	if !projection.MayAdd(rc.actor, rc.enforced) {
 		return forbidden(rc.actor, "add members", cid)
 	}
+	if err := g.refuseBanned(ctx, cid, ids); err != nil {
+		return err
+	}
 	evs := make([]*events.Event, len(ids))
 	for i, id := range ids {
 		evs[i] = events.New(events.MemberAdded, cid, user)

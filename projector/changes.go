@@ -89,6 +89,12 @@ func (b *batch) changeRefused(r Record, c *convState) (*msgState, bool) {
 		b.reject(r, projection.ReasonNotMember)
 		return nil, true
 	}
+	// A muted member may still delete its messages and take back its
+	// reactions: those only take away.
+	if (e.Type == events.MessageEdited || e.Type == events.ReactionAdded) && b.muted(c, e) {
+		b.reject(r, projection.ReasonMuted)
+		return nil, true
+	}
 	m := b.msgFor(c.id, e.Seq)
 	if !m.found || joined > e.Seq {
 		b.reject(r, projection.ReasonNoMessage)

@@ -235,6 +235,9 @@ type loadKeys struct {
 	// with their reporters.
 	reportIDs                          []string
 	reportConvs, reportSeqs, reporters []int64
+	// Bans and mutes (sanctions.go): the (conversation, user) pairs
+	// whose sanctions the events' judgement reads.
+	sanctionConvs, sanctionUsers []int64
 }
 
 // need adds to b a conversation (not known to exist yet) for every event
@@ -244,6 +247,7 @@ func (b *batch) need(recs []Record) loadKeys {
 	seenPair := map[recKey]bool{}
 	named := map[int64]bool{}
 	removals := map[int64]int64{}
+	seenSanction := map[recKey]bool{}
 	name := func(ids ...int64) {
 		for _, u := range ids {
 			if u > 0 && !named[u] {
@@ -274,8 +278,12 @@ func (b *batch) need(recs []Record) loadKeys {
 		}
 		name(e.ActorID, e.UserID)
 		name(e.Mentions...)
-		if e.Type == events.MemberRemoved {
+		if e.Type == events.MemberRemoved || e.Type == events.MemberBanned {
 			removals[e.ConversationID]++
+		}
+		if p, ok := sanctionPair(e); ok && !seenSanction[p] {
+			seenSanction[p] = true
+			k.sanctionUsers, k.sanctionConvs = append(k.sanctionUsers, p.user), append(k.sanctionConvs, p.conv)
 		}
 		switch e.Type {
 		case events.MessageSent:
@@ -283,9 +291,10 @@ func (b *batch) need(recs []Record) loadKeys {
 			if e.HasAttachments() {
 				k.attached = append(k.attached, e.MsgID)
 			}
-		case events.ConversationCreated, events.MemberAdded, events.MemberRemoved, events.MemberRoleSet:
+		case events.ConversationCreated, events.MemberAdded, events.MemberRemoved, events.MemberRoleSet,
+			events.MemberBanned, events.MemberUnbanned, events.MemberMuted, events.MemberUnmuted:
 			k.msgIDs = append(k.msgIDs, e.EventID)
-			if e.Type == events.MemberAdded || e.Type == events.MemberRemoved {
+			if e.Type == events.MemberAdded || e.Type == events.MemberRemoved || e.Type == events.MemberBanned {
 				wantRecord(e.UserID, e.ConversationID)
 			}
 		case events.RecordUpdated, events.ReadUpdated:
@@ -435,6 +444,9 @@ func queueLoadRest(bt *pgx.Batch, b *batch, k loadKeys) {
 		queueLoadChanges(bt, b, k)
 	}
 	queueLoadReports(bt, b, k)
+	if len(k.sanctionConvs) > 0 {
+		queueLoadSanctions(bt, b, k.sanctionConvs, k.sanctionUsers)
+	}
 	if len(k.sealed) > 0 {
 		queueLoadKeys(bt, b, k.sealed)
 	}

@@ -130,6 +130,11 @@ type batch struct {
 	acks      []ack    // message.sent events projected, for the senders' gateways
 	dups      []string // event ids of message.sent events whose msg_id was taken, and of repeated changes
 
+	// Bans and mutes (sanctions.go): those loaded and set, and the keys
+	// the batch changed (a changed key without a sanction is lifted).
+	sanctions        map[sanctionKey]*sanction
+	sanctionsChanged map[sanctionKey]bool
+
 	// The changes of messages (changes.go).
 	msgStates    map[msgKey]*msgState
 	knownChanges idSet
@@ -198,6 +203,9 @@ func newBatch(threshold int64) *batch {
 		openNew:   map[recKey]*span{},
 		spanRoles: map[recKey]string{},
 
+		sanctions:        map[sanctionKey]*sanction{},
+		sanctionsChanged: map[sanctionKey]bool{},
+
 		msgStates:    map[msgKey]*msgState{},
 		bodyKeys:     map[string][]byte{},
 		reads:        map[recKey]int64{},
@@ -255,6 +263,14 @@ func (b *batch) step(r Record) {
 		b.memberRemoved(r, c)
 	case events.MemberRoleSet:
 		b.memberRoleSet(r, c)
+	case events.MemberBanned:
+		b.memberBanned(r, c)
+	case events.MemberUnbanned:
+		b.memberLifted(r, c, projection.SanctionBan)
+	case events.MemberMuted:
+		b.memberMuted(r, c)
+	case events.MemberUnmuted:
+		b.memberLifted(r, c, projection.SanctionMute)
 	case events.MessageSent:
 		b.messageSent(r, c)
 	case events.RecordUpdated:
@@ -348,6 +364,12 @@ func (b *batch) memberAdded(r Record, c *convState) {
 		b.reject(r, projection.ReasonRole)
 		return
 	}
+	// A ban holds against everyone's adds, a service's too: it lifts
+	// the ban first.
+	if b.standing(c.id, e.UserID, projection.SanctionBan, e.At) {
+		b.reject(r, projection.ReasonBanned)
+		return
+	}
 	c.members[e.UserID] = true
 	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
 		"event": events.MemberAdded, "user_id": e.UserID, "by": e.ActorID}), e.At)
@@ -376,12 +398,17 @@ func (b *batch) memberRemoved(r Record, c *convState) {
 		b.reject(r, projection.ReasonRole)
 		return
 	}
+	b.removeMember(c, e, systemBody(map[string]any{"event": events.MemberRemoved, "user_id": e.UserID, "by": e.ActorID}))
+}
+
+// removeMember removes e.UserID from c by e (a member.removed or a
+// member.banned), with the system message body.
+func (b *batch) removeMember(c *convState, e *events.Event, body string) {
 	// The removed member receives its own removal, then leaves. A removal
 	// that takes a read-mode conversation down is already in write mode:
 	// every member gets it, and learns of the switch from it.
 	b.switchingDown(c)
-	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(map[string]any{
-		"event": events.MemberRemoved, "user_id": e.UserID, "by": e.ActorID}), e.At)
+	seq := b.message(c, e.EventID, e.ActorID, "system", body, e.At)
 	b.fanTo(c, e.UserID, seq, e.At) // in read mode the removed member still gets its removal
 	delete(c.members, e.UserID)
 	if c.armed[e.UserID] {
@@ -408,6 +435,10 @@ func (b *batch) messageSent(r Record, c *convState) {
 	// membership, and sees every message to reply to.
 	if e.ActorID != 0 && !c.members[e.ActorID] {
 		b.reject(r, projection.ReasonNotMember)
+		return
+	}
+	if b.muted(c, e) {
+		b.reject(r, projection.ReasonMuted)
 		return
 	}
 	if e.ReplyTo > c.lastSeq || e.ReplyTo > 0 && e.ReplyTo < c.joined[e.ActorID] {

@@ -39,6 +39,8 @@ type state struct {
 	messages  map[[2]int64]msg0
 	reactions map[[3]int64]string
 	changes   []string
+	// sanctions are the stored bans and mutes.
+	sanctions map[sanctionKey]sanction
 }
 
 // msg0 is a stored message, as the changes load it.
@@ -185,6 +187,16 @@ func runRules(t *testing.T, st state, inputs []any) *batch {
 	for _, id := range st.known {
 		require.Contains(t, keys.msgIDs, id, "the state knows an id the batch asks for")
 		b.known.add(id)
+	}
+	sanctionAsked := map[recKey]bool{}
+	for i := range keys.sanctionConvs {
+		sanctionAsked[recKey{keys.sanctionUsers[i], keys.sanctionConvs[i]}] = true
+	}
+	for k, sn := range st.sanctions {
+		if sanctionAsked[recKey{k.user, k.conv}] { // the database returns only what the batch asks for
+			sn := sn
+			b.sanctions[k] = &sn
+		}
 	}
 	for k, r := range st.records {
 		b.records[recKey{k[0], k[1]}] = &recState{pinned: r.pinned, muted: r.muted, removed: r.removed, readSeq: r.read}

@@ -248,6 +248,10 @@ SELECT format('conversation %s: created by %s, who never left, has no owner and 
 FROM conversations c JOIN member_spans s ON s.conversation_id = c.id AND s.user_id = c.created_by AND s.joined_seq = 1 AND s.left_seq IS NULL
 WHERE c.created_by > 0 AND c.owner_id = 0 AND NOT EXISTS (SELECT 1 FROM messages m
   WHERE m.conversation_id = c.id AND m.kind = 'system' AND strpos(m.body, '"event":"member.role_set"') > 0)`},
+	{"S1", "a user banned until lifted is no member", `
+SELECT format('conversation %s: user %s is banned until lifted and a member since seq %s', b.conversation_id, b.user_id, s.joined_seq)
+FROM sanctions b JOIN member_spans s ON s.conversation_id = b.conversation_id AND s.user_id = b.user_id AND s.left_seq IS NULL
+WHERE b.kind = 'ban' AND b.until IS NULL`},
 	{"--", "members and records agree", `
 SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)
 FROM records r LEFT JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
@@ -255,7 +259,7 @@ WHERE (s.user_id IS NULL) <> r.removed{local_r}`},
 }
 
 // Verify checks invariants I1–I8, and the rules of message changes
-// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), reports (R1), roles (O1–O2), on the projections in the current schema
+// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), reports (R1), roles (O1–O2), bans (S1), on the projections in the current schema
 // search path of q.
 func Verify(ctx context.Context, q Querier) (Report, error) {
 	return verify(ctx, q, false)

@@ -121,6 +121,7 @@ func (t *txn) write(ctx context.Context) error {
 	bt := &pgx.Batch{}
 	t.queueConversations(bt)
 	t.queueSpans(bt)
+	t.queueSanctions(bt)
 	t.queueRecords(bt)
 	t.b.queueArmed(bt)
 	t.queueReads(bt)

@@ -99,6 +99,15 @@ type SetRole struct {
 	ChangeID string `json:"change_id,omitempty"`
 }
 
+// Sanction is the body of PUT /v1/conversations/{cid}/bans/{uid} and
+// PUT .../mutes/{uid} (docs/protocol.md, "Ban and mute"): Until, in the
+// future, is when the ban or mute lapses (absent: when lifted). ChangeID
+// (a uuid, or the Idempotency-Key header) makes a retry the same change.
+type Sanction struct {
+	Until    *time.Time `json:"until,omitempty"`
+	ChangeID string     `json:"change_id,omitempty"`
+}
+
 // MemberList is the answer of GET /v1/conversations/{cid}/members: current
 // members by ascending user id, a page at a time. NextPage is null on the
 // last page.

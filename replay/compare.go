@@ -109,6 +109,19 @@ LEFT JOIN public.member_spans l ON l.conversation_id = s.conversation_id AND l.u
 WHERE l.user_id IS NULL OR (s.left_seq IS NOT NULL AND l.left_seq IS DISTINCT FROM s.left_seq)
    OR (s.left_seq IS NULL AND l.left_seq IS NOT NULL AND l.left_seq <= c.last_seq)
    OR ((s.left_seq IS NOT NULL OR lc.last_seq = c.last_seq) AND l.role <> s.role)`},
+	{"bans and mutes (where live is at the replayed last_seq)", `
+SELECT format('conversation %s user %s %s: shadow until %s by %s, live %s', s.conversation_id, s.user_id, s.kind,
+  coalesce(s.until::text, 'lifted'), s.set_by, coalesce(format('until %s by %s', coalesce(l.until::text, 'lifted'), l.set_by), 'none'))
+FROM {shadow}.sanctions s JOIN {shadow}.conversations c ON c.id = s.conversation_id
+JOIN public.conversations lc ON lc.id = s.conversation_id AND lc.last_seq = c.last_seq
+LEFT JOIN public.sanctions l ON l.conversation_id = s.conversation_id AND l.user_id = s.user_id AND l.kind = s.kind
+WHERE l.user_id IS NULL OR (l.until, l.set_by, l.set_at) IS DISTINCT FROM (s.until, s.set_by, s.set_at)
+UNION ALL
+SELECT format('conversation %s user %s %s: live only', l.conversation_id, l.user_id, l.kind)
+FROM public.sanctions l JOIN public.conversations lc ON lc.id = l.conversation_id
+JOIN {shadow}.conversations c ON c.id = l.conversation_id AND c.last_seq = lc.last_seq
+LEFT JOIN {shadow}.sanctions s ON s.conversation_id = l.conversation_id AND s.user_id = l.user_id AND s.kind = l.kind
+WHERE s.user_id IS NULL`},
 	{"inboxes as sets of (conversation, seq)", `
 WITH s AS (SELECT i.user_id, i.conversation_id, i.seq FROM {shadow}.inbox i WHERE i.kind = 1),
      l AS (SELECT i.user_id, i.conversation_id, i.seq FROM public.inbox i

@@ -359,7 +359,8 @@ func readLog(ctx context.Context, cl *kgo.Client, cfg Config, end map[int32]int6
 // and what is not projected (settings, presence, body keys, API keys, the
 // placement, notifications), stay.
 var tables = []string{"meta", "conversations", "member_spans", "messages", "users", "inbox", "records", "rejections", "consumer_offsets",
-	"reactions", "changes", "mentions", "conversation_modes", "outbox", "delivery_sources", "delivery_marks", "reports"}
+	"reactions", "changes", "mentions", "conversation_modes", "outbox", "delivery_sources", "delivery_marks", "reports",
+	"sanctions"}
 
 // swap makes the shadow the live generation in one transaction, with a new
 // epoch (least when given, which is past the live one; else from the

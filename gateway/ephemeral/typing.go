@@ -26,35 +26,49 @@ type typingState struct {
 	active bool      // started and not stopped
 }
 
-// sqlTypingNotify notifies $4 on channel $3 if $2 is a current member of
-// conversation $1: one statement, a row when it was sent.
-const sqlTypingNotify = `SELECT pg_notify($3, $4) FROM member_spans
-WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL`
+// sqlMuted says whether $2 is muted in conversation $1 now: a muted
+// member's typing is dropped (docs/protocol.md, "Ban and mute").
+const sqlMuted = `EXISTS (SELECT 1 FROM sanctions WHERE conversation_id = $1 AND user_id = $2 AND kind = 'mute'
+	AND (until IS NULL OR until > now()))`
 
-// sqlIsMember says whether $2 is a current member of conversation $1.
+// sqlTypingNotify notifies $4 on channel $3 if $2 is a current member of
+// conversation $1 and not muted: one statement, a row when $2 is a
+// member, saying whether it is muted (then nothing was sent).
+const sqlTypingNotify = `SELECT m.muted FROM (SELECT ` + sqlMuted + ` AS muted FROM member_spans
+	WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL) m
+LEFT JOIN LATERAL (SELECT pg_notify($3, $4) WHERE NOT m.muted) n ON true`
+
+// sqlIsMember says whether $2 is a current member of conversation $1, and
+// whether it is muted there.
 const sqlIsMember = `SELECT EXISTS (SELECT 1 FROM member_spans
-WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL)`
+WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL), ` + sqlMuted
 
 // notifyTyping sends t on the ephemeral channel if its user is a current
-// member, and says whether it did: one statement on one server; two when
-// the conversation is on another server than the channel's (the catalog).
-func (s *Service) notifyTyping(ctx context.Context, t projection.Typing) (bool, error) {
+// member and not muted, and says whether it is a member and whether it is
+// muted: one statement on one server; two when the conversation is on
+// another server than the channel's (the catalog).
+func (s *Service) notifyTyping(ctx context.Context, t projection.Typing) (member, muted bool, err error) {
 	payload := string(projection.AppendTyping(nil, t))
 	if s.srv.OfConv(t.Conv) != 0 {
-		var member bool
-		if err := s.srv.Conv(t.Conv).QueryRow(ctx, sqlIsMember, t.Conv, t.User).Scan(&member); err != nil || !member {
-			return false, err
+		if err := s.srv.Conv(t.Conv).QueryRow(ctx, sqlIsMember, t.Conv, t.User).Scan(&member, &muted); err != nil || !member || muted {
+			return member, muted, err
 		}
 		_, err := s.pool.Exec(ctx, sqlNotify, s.cfg.Channel, payload)
-		return err == nil, err
+		return err == nil, false, err
 	}
 	rows, err := s.pool.Query(ctx, sqlTypingNotify, t.Conv, t.User, s.cfg.Channel, payload)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
-	sent := rows.Next()
+	if rows.Next() {
+		member = true
+		err = rows.Scan(&muted)
+	}
 	rows.Close()
-	return sent, rows.Err()
+	if err == nil {
+		err = rows.Err()
+	}
+	return member, muted, err
 }
 
 // typingAudience: the current members of $1 (see audience).
@@ -87,12 +101,17 @@ func (s *Service) Typing(ctx context.Context, user, cid int64, stop bool) (strin
 	if stop {
 		t.ExpiresMS = 0
 	}
-	sent, err := s.notifyTyping(ctx, t)
+	member, muted, err := s.notifyTyping(ctx, t)
 	if err != nil {
 		s.m.typing.WithLabelValues(OutcomeFailed).Inc()
 		return OutcomeFailed, fmt.Errorf("typing of user %d in %d: %w", user, cid, err)
 	}
-	if !sent {
+	if muted {
+		// Dropped without an error, as a frame over the limits is.
+		s.m.typing.WithLabelValues(OutcomeIgnored).Inc()
+		return OutcomeIgnored, nil
+	}
+	if !member {
 		s.m.typing.WithLabelValues(OutcomeNotMember).Inc()
 		return OutcomeNotMember, apierr.NotMember("not a member of conversation %d", cid)
 	}

@@ -205,10 +205,10 @@ func (w *world) statements(cs *connState) map[string]struct {
 	return map[string]st{
 		sqlTypingNotify: {"typing_notify", func(a [][]byte) result {
 			if !w.members[argInt(a[0])][argInt(a[1])] {
-				return result{cols: []uint32{textCol}}
+				return result{cols: []uint32{boolCol}}
 			}
 			notify(string(a[3]))
-			return result{cols: []uint32{textCol}, rows: [][]any{{""}}}
+			return result{cols: []uint32{boolCol}, rows: [][]any{{false}}} // a member, not muted
 		}},
 		typingAudience.byConv: {"typing_by_conv", func(a [][]byte) result {
 			return audience(argInt(a[0]), argInt(a[1]), false)

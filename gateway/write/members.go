@@ -319,3 +319,50 @@ func (m *Members) SetRole(ctx context.Context, e *events.Event, watch int64) (Ro
 	})
 	return out, err
 }
+
+// sqlSanctionSettled reads whether user $2's sanction $3 in conversation
+// $1 is as the event $4 asks ($5: set until $6, else lifted), whether the
+// event made its system message, and its refusal.
+const sqlSanctionSettled = `SELECT EXISTS (SELECT 1 FROM sanctions WHERE conversation_id = $1 AND user_id = $2 AND kind = $3
+		AND until IS NOT DISTINCT FROM $6::timestamptz) = $5::boolean
+	AND ($5::boolean OR NOT EXISTS (SELECT 1 FROM sanctions WHERE conversation_id = $1 AND user_id = $2 AND kind = $3)),
+	EXISTS (SELECT 1 FROM messages WHERE msg_id = $4 AND conversation_id = $1),
+	(SELECT reason FROM rejections WHERE event_id = $4)`
+
+// SanctionOutcome reads what became of e, a member.banned, unbanned,
+// muted or unmuted of sanction kind (projection.SanctionBan or
+// SanctionMute), as RoleOutcome does for a role: settled once the user's
+// sanction is as e asks, e made its system message, or was refused.
+func (m *Members) SanctionOutcome(ctx context.Context, e *events.Event, kind string) (RoleOutcome, bool, error) {
+	set := e.Type == events.MemberBanned || e.Type == events.MemberMuted
+	var has, applied bool
+	var reason *string
+	if err := m.srv.Conv(e.ConversationID).QueryRow(ctx, sqlSanctionSettled, e.ConversationID, e.UserID, kind, e.EventID,
+		set, e.Until).Scan(&has, &applied, &reason); err != nil {
+		return RoleOutcome{}, false, fmt.Errorf("%s of user %d in %d: %w", kind, e.UserID, e.ConversationID, err)
+	}
+	out := RoleOutcome{Applied: applied}
+	if reason != nil {
+		out.Refused = *reason
+	}
+	return out, has || applied || reason != nil, nil
+}
+
+// Sanction appends e (see SanctionOutcome) and waits until it is settled,
+// woken by watch's notifications and the conversation's.
+func (m *Members) Sanction(ctx context.Context, e *events.Event, kind string, watch int64) (RoleOutcome, error) {
+	sub := m.hub.SubscribeUser(watch)
+	defer sub.Close()
+	defer m.hub.WatchConversations(sub, []int64{e.ConversationID})()
+	if err := m.app.Append(ctx, e); err != nil {
+		return RoleOutcome{}, err
+	}
+	var out RoleOutcome
+	err := m.await(ctx, sub, func(ctx context.Context) (bool, error) {
+		var done bool
+		var err error
+		out, done, err = m.SanctionOutcome(ctx, e, kind)
+		return done, err
+	})
+	return out, err
+}

@@ -166,6 +166,7 @@ var sqlSendCheck = `WITH k AS (INSERT INTO body_keys (msg_id, key) SELECT $1, $4
 SELECT ` + rows.MessageColsFor("$3") + `,
 	EXISTS (SELECT 1 FROM conversations WHERE id = $2),
 	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL),
+	` + sqlMutedNow + `,
 	EXISTS (SELECT 1 FROM rejections WHERE msg_id = $1 AND actor_id = $3 AND conversation_id = $2
 		AND reason = '` + projection.ReasonDeadLetter + `'),
 	COALESCE((SELECT key FROM k), (SELECT key FROM body_keys WHERE msg_id = $1)),
@@ -173,6 +174,16 @@ SELECT ` + rows.MessageColsFor("$3") + `,
 		WHERE EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = u.id AND left_seq IS NULL)),
 	CASE WHEN $6::boolean THEN COALESCE((SELECT member_count FROM conversations WHERE id = $2), 0) ELSE 0 END
 FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
+
+// sqlMutedNow says whether $3 is muted in conversation $2 now (one point
+// lookup on the primary key of sanctions; docs/protocol.md, "Ban and mute").
+const sqlMutedNow = `EXISTS (SELECT 1 FROM sanctions WHERE conversation_id = $2 AND user_id = $3 AND kind = '` +
+	projection.SanctionMute + `' AND (until IS NULL OR until > now()))`
+
+// mutedError is the answer to a muted member's send, edit or reaction.
+func mutedError(user, cid int64) error {
+	return apierr.Forbidden("user %d is muted in conversation %d", user, cid)
+}
 
 // sqlSendOutcome says whether msg_id is projected (the message) or the event
 // was refused (its reason), whichever happened.
@@ -295,14 +306,14 @@ func newSendStages(v *prometheus.HistogramVec) sendStages {
 func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*Result, []byte, error) {
 	cid, msgID := e.ConversationID, e.MsgID
 	var ms rows.MessageScan
-	var exists, member, deadLettered bool
+	var exists, member, muted, deadLettered bool
 	var mentioned, members int64
 	var key, fresh []byte
 	if s.seal {
 		fresh = events.NewKey()
 	}
 	args := []any{msgID, cid, user, fresh, e.Mentions, e.MentionAll}
-	dest := append(ms.Targets(), &exists, &member, &deadLettered, &key, &mentioned, &members)
+	dest := append(ms.Targets(), &exists, &member, &muted, &deadLettered, &key, &mentioned, &members)
 	var err error
 	if s.checks != nil {
 		err = s.checks[s.srv.OfConv(cid)].queryRow(ctx, sqlSendCheck, args, dest)
@@ -334,6 +345,9 @@ func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*R
 	}
 	if m != nil {
 		return nil, nil, sameMessage(m, user, cid)
+	}
+	if muted && user != 0 {
+		return nil, nil, mutedError(user, cid)
 	}
 	if m, err := s.takenElsewhere(ctx, msgID, user, cid); err != nil {
 		return nil, nil, err
@@ -529,6 +543,8 @@ func (s *Sender) sendOutcome(ctx context.Context, e *events.Event, ack *hub.Subs
 		return nil, deadLetteredSend(msgID)
 	case projection.ReasonNoMessage:
 		return nil, apierr.BadRequest("reply_to %d names no message you can see in conversation %d", e.ReplyTo, cid)
+	case projection.ReasonMuted:
+		return nil, mutedError(user, cid)
 	}
 	return nil, apierr.NotMember("user %d is not a member of conversation %d at the message's log position", user, cid)
 }

@@ -34,6 +34,10 @@ SYNC = "GET /v1/sync"
 UPLOAD = "POST /v1/conversations/{cid}/uploads"
 COMPLETE = "POST /v1/conversations/{cid}/uploads/{id}/complete"
 ROLE = "PUT /v1/conversations/{cid}/members/{uid}/role"
+BAN = "PUT /v1/conversations/{cid}/bans/{uid}"
+UNBAN = "DELETE /v1/conversations/{cid}/bans/{uid}"
+MUTE = "PUT /v1/conversations/{cid}/mutes/{uid}"
+UNMUTE = "DELETE /v1/conversations/{cid}/mutes/{uid}"
 
 # The largest attachment of the fuzzed server (dev's default,
 # --attachment-max-size): a deployment's setting, not the document's.
@@ -46,7 +50,8 @@ MAX_REQUEST_BYTES = 64 << 10
 # when both are given. OpenAPI has no rule that spans a header and a body
 # field, so both are optional in the document.
 ID_FIELD = {SEND: "msg_id", EDIT: "change_id", DELETE: "change_id", REACT: "change_id", UNREACT: "change_id",
-            REPORT: "report_id", ROLE: "change_id"}
+            REPORT: "report_id", ROLE: "change_id",
+            BAN: "change_id", MUTE: "change_id"}
 
 # UTF-8 byte limits of text fields. JSON Schema's maxLength counts
 # characters, the server bytes: 64 characters may be 256 bytes.
@@ -94,6 +99,12 @@ STATE_REFUSALS = {
     # Who may set which role, and on whom, is the members' roles (403s);
     # a refusal the projection made meanwhile for another reason is a 400.
     ROLE: [("refused by the projection", r"^the role change was refused by the projection ")],
+    # Who may ban and mute whom is the members' roles (403s); an until in
+    # the past depends on the clock; a refusal the projection made
+    # meanwhile for another reason is a 400.
+    **{op: [("an until that has passed", r"^until must be in the future$"),
+            ("refused by the projection", r"^the member\.\w+ was refused by the projection ")]
+       for op in (BAN, UNBAN, MUTE, UNMUTE)},
     REPORT: [
         ("a system message", r"^message \d+ is a system message; it cannot be reported"),
         ("one's own message", r"^message \d+ of conversation \d+ is your own: it cannot be reported"),

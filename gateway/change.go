@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
+
+	"github.com/google/uuid"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
@@ -37,6 +40,31 @@ func keyID(r *http.Request, field, fromBody string) (string, error) {
 		id = k
 	}
 	return id, nil
+}
+
+// userChangeID derives the event id of user's change what (the event
+// type, or "role") with change_id change, of member uid in conversation
+// cid: a retry makes the same event, which the projection applies once.
+func userChangeID(user int64, what, change string, cid, uid int64) string {
+	return uuid.NewSHA1(idempotencyNS, []byte(fmt.Sprintf("user\x00%d\x00%s\x00%s\x00%d\x00%d", user, what, change, cid, uid))).String()
+}
+
+// answerSettled answers a retry of a change already settled as the first
+// call was answered: its refusal (by refusal), or 202 replayed. answered
+// is false while the change is not settled (not yet appended, or not yet
+// projected), so that the caller goes on as for a first call.
+func answerSettled(w http.ResponseWriter, out write.RoleOutcome, done bool, refusal func(string) error) (answered bool, err error) {
+	switch {
+	case !done:
+		return false, nil
+	case out.Refused != "":
+		return true, refusal(out.Refused)
+	case out.Applied:
+		replayed(w)
+		writeAccepted(w)
+		return true, nil
+	}
+	return false, nil
 }
 
 // handleChange serves the four change routes: typ is the event type.

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxd/inboxd/events"
@@ -74,20 +73,14 @@ func (g *Gateway) handleSetRole(w http.ResponseWriter, r *http.Request) error {
 	e := events.New(events.MemberRoleSet, cid, user)
 	e.UserID, e.Role = uid, req.Role
 	if change != "" {
-		// A retry makes the same event, which the projection applies
-		// once; one already settled is answered as it was.
-		e.EventID = uuid.NewSHA1(idempotencyNS, []byte(fmt.Sprintf("user\x00%d\x00role\x00%s\x00%d\x00%d", user, change, cid, uid))).String()
+		// One already settled is answered as it was.
+		e.EventID = userChangeID(user, "role", change, cid, uid)
 		out, done, err := g.members.RoleOutcome(ctx, e)
 		if err != nil {
 			return err
 		}
-		if done && (out.Applied || out.Refused != "") {
-			if out.Refused != "" {
-				return roleRefusal(out.Refused, e)
-			}
-			replayed(w)
-			writeAccepted(w)
-			return nil
+		if ok, err := answerSettled(w, out, done, func(reason string) error { return roleRefusal(reason, e) }); ok {
+			return err
 		}
 	}
 	rc, err := g.roles(ctx, cid, user, uid)

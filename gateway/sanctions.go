@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/projection"
@@ -69,18 +67,13 @@ func (g *Gateway) handleSanction(typ string) func(w http.ResponseWriter, r *http
 		e := events.New(typ, cid, user)
 		e.UserID, e.Until = uid, req.Until
 		if change != "" {
-			e.EventID = uuid.NewSHA1(idempotencyNS, []byte(fmt.Sprintf("user\x00%d\x00%s\x00%s\x00%d\x00%d", user, typ, change, cid, uid))).String()
+			e.EventID = userChangeID(user, typ, change, cid, uid)
 			out, done, err := g.members.SanctionOutcome(ctx, e, sr.kind)
 			if err != nil {
 				return err
 			}
-			if done && (out.Applied || out.Refused != "") {
-				if out.Refused != "" {
-					return sanctionRefusal(out.Refused, e)
-				}
-				replayed(w)
-				writeAccepted(w)
-				return nil
+			if ok, err := answerSettled(w, out, done, func(reason string) error { return sanctionRefusal(reason, e) }); ok {
+				return err
 			}
 		}
 		rc, err := g.roles(ctx, cid, user, uid)

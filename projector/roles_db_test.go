@@ -68,43 +68,20 @@ func rolesLog() []*events.Event {
 
 // rolesDump is the projection's roles, owners and refusals, as text.
 func rolesDump(t *testing.T, ctx context.Context, pool *pgxpool.Pool) map[string][]string {
-	out := map[string][]string{}
-	for name, q := range map[string]string{
+	return dumpRows(t, ctx, pool, map[string]string{
 		"spans": `SELECT conversation_id || '/' || user_id || ' ' || joined_seq || '-' || coalesce(left_seq::text, '') || ' ' || role
 FROM member_spans ORDER BY conversation_id, user_id, joined_seq`,
 		"convs":   `SELECT id || ' owner ' || owner_id || ' roles ' || roles || ' last ' || last_seq FROM conversations ORDER BY id`,
 		"refused": `SELECT conversation_id || ' ' || event_type || ' by ' || actor_id || ': ' || reason FROM rejections ORDER BY "offset"`,
 		"deleted": `SELECT conversation_id || '/' || seq FROM messages WHERE deleted ORDER BY 1`,
-	} {
-		rows, err := pool.Query(ctx, q)
-		require.NoError(t, err)
-		for rows.Next() {
-			var s string
-			require.NoError(t, rows.Scan(&s))
-			out[name] = append(out[name], s)
-		}
-		require.NoError(t, rows.Err())
-	}
-	return out
+	})
 }
 
 // TestRolesProjected: roles on a real database, the same whatever the cut
 // of the log into batches (a live fanout, a replay), with every invariant
 // holding, in read fan-out too.
 func TestRolesProjected(t *testing.T) {
-	ctx := context.Background()
-	log := rolesLog()
-	var dumps []map[string][]string
-	for _, n := range []int{1, 2, 5, len(log)} {
-		pool, _ := pgtest.NewPool(t)
-		applyLog(t, ctx, pool, log, n)
-		requireVerified(t, pool)
-		dumps = append(dumps, rolesDump(t, ctx, pool))
-	}
-	for i := 1; i < len(dumps); i++ {
-		require.Equal(t, dumps[0], dumps[i], "batch cut %d projects what one record at a time does", i)
-	}
-	d := dumps[0]
+	d := projectedAlike(t, rolesLog(), rolesDump)
 	require.Equal(t, []string{
 		"1/10 1-8 admin", "1/11 1- admin", "1/12 1- moderator", "1/13 2- owner", "1/14 3-10 moderator",
 		"2/20 1- member", "2/21 1- owner", "2/22 3- member",

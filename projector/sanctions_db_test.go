@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/events"
-	"github.com/inboxd/inboxd/internal/pgtest"
 )
 
 // sanctionsLog bans and mutes in a conversation that goes to read fan-out
@@ -52,42 +51,19 @@ func sanctionsLog() []*events.Event {
 
 // sanctionsDump is the projection's sanctions, spans and refusals, as text.
 func sanctionsDump(t *testing.T, ctx context.Context, pool *pgxpool.Pool) map[string][]string {
-	out := map[string][]string{}
-	for name, q := range map[string]string{
+	return dumpRows(t, ctx, pool, map[string]string{
 		"sanctions": `SELECT conversation_id || '/' || user_id || ' ' || kind || ' by ' || set_by || coalesce(' until ' || to_char(until AT TIME ZONE 'UTC', 'HH24:MI'), '')
 FROM sanctions ORDER BY 1`,
 		"spans":   `SELECT conversation_id || '/' || user_id || ' ' || joined_seq || '-' || coalesce(left_seq::text, '') FROM member_spans ORDER BY conversation_id, user_id, joined_seq`,
 		"refused": `SELECT conversation_id || ' ' || event_type || ' by ' || actor_id || ': ' || reason FROM rejections ORDER BY "offset"`,
-	} {
-		rows, err := pool.Query(ctx, q)
-		require.NoError(t, err)
-		for rows.Next() {
-			var s string
-			require.NoError(t, rows.Scan(&s))
-			out[name] = append(out[name], s)
-		}
-		require.NoError(t, rows.Err())
-	}
-	return out
+	})
 }
 
 // TestSanctionsProjected: bans and mutes on a real database, the same
 // whatever the cut of the log into batches, with every invariant holding,
 // in read fan-out too.
 func TestSanctionsProjected(t *testing.T) {
-	ctx := context.Background()
-	log := sanctionsLog()
-	var dumps []map[string][]string
-	for _, n := range []int{1, 2, 5, len(log)} {
-		pool, _ := pgtest.NewPool(t)
-		applyLog(t, ctx, pool, log, n)
-		requireVerified(t, pool)
-		dumps = append(dumps, sanctionsDump(t, ctx, pool))
-	}
-	for i := 1; i < len(dumps); i++ {
-		require.Equal(t, dumps[0], dumps[i], "batch cut %d projects what one record at a time does", i)
-	}
-	d := dumps[0]
+	d := projectedAlike(t, sanctionsLog(), sanctionsDump)
 	require.Equal(t, []string{"1/12 mute by 11", "1/13 ban by 11 until 04:04", "1/20 ban by 10"}, d["sanctions"])
 	require.Equal(t, []string{"1/10 1-", "1/11 1-", "1/12 1-", "1/13 2-5", "1/13 7-", "1/14 3-"}, d["spans"])
 	require.Equal(t, []string{"1 member.added by 10: banned", "1 message.sent by 14: muted", "1 member.banned by 11: role"}, d["refused"])

@@ -304,6 +304,14 @@ func (m *Members) RoleOutcome(ctx context.Context, e *events.Event) (RoleOutcome
 // why). The wait is woken by watch's notifications and the
 // conversation's (in read mode a member gets no entry of another's role).
 func (m *Members) SetRole(ctx context.Context, e *events.Event, watch int64) (RoleOutcome, error) {
+	return m.settle(ctx, e, watch, func(ctx context.Context) (RoleOutcome, bool, error) { return m.RoleOutcome(ctx, e) })
+}
+
+// settle appends e and waits until outcome says it is settled, woken by
+// watch's notifications and those of e's conversation: the shape of every
+// change to a conversation's members that answers with its outcome.
+func (m *Members) settle(ctx context.Context, e *events.Event, watch int64,
+	outcome func(context.Context) (RoleOutcome, bool, error)) (RoleOutcome, error) {
 	sub := m.hub.SubscribeUser(watch)
 	defer sub.Close()
 	defer m.hub.WatchConversations(sub, []int64{e.ConversationID})()
@@ -314,7 +322,7 @@ func (m *Members) SetRole(ctx context.Context, e *events.Event, watch int64) (Ro
 	err := m.await(ctx, sub, func(ctx context.Context) (bool, error) {
 		var done bool
 		var err error
-		out, done, err = m.RoleOutcome(ctx, e)
+		out, done, err = outcome(ctx)
 		return done, err
 	})
 	return out, err
@@ -351,18 +359,5 @@ func (m *Members) SanctionOutcome(ctx context.Context, e *events.Event, kind str
 // Sanction appends e (see SanctionOutcome) and waits until it is settled,
 // woken by watch's notifications and the conversation's.
 func (m *Members) Sanction(ctx context.Context, e *events.Event, kind string, watch int64) (RoleOutcome, error) {
-	sub := m.hub.SubscribeUser(watch)
-	defer sub.Close()
-	defer m.hub.WatchConversations(sub, []int64{e.ConversationID})()
-	if err := m.app.Append(ctx, e); err != nil {
-		return RoleOutcome{}, err
-	}
-	var out RoleOutcome
-	err := m.await(ctx, sub, func(ctx context.Context) (bool, error) {
-		var done bool
-		var err error
-		out, done, err = m.SanctionOutcome(ctx, e, kind)
-		return done, err
-	})
-	return out, err
+	return m.settle(ctx, e, watch, func(ctx context.Context) (RoleOutcome, bool, error) { return m.SanctionOutcome(ctx, e, kind) })
 }

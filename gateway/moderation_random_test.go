@@ -1,0 +1,371 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/projection"
+	"github.com/inboxd/inboxd/protocol"
+)
+
+// A randomized run of moderation through the public API while members
+// send: a driver sets roles, bans and unbans, mutes and unmutes, adds and
+// removes members as random actors (allowed or not), and senders send as
+// random users (banned, muted and outsiders too) at the same time, so that
+// the gateway's early answers race the projection's judgement. At the end
+// the log is replayed through a model of the rules, written here from
+// docs/protocol.md: every event in the log is applied, changes nothing, or
+// is refused with the rule the model names; and every projected message
+// reached exactly the members the model says it had at its position, so
+// that no banned, muted or outsider's send is in any inbox.
+func TestModerationRandomized(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 38))
+	tg := newGateway(t, func(c *Config) { c.TooLongLag = 1 << 20 }) // every entry is read back by sync
+	const nUsers = 9 // users 1..9; 1 creates, 8 and 9 start outside
+	users := map[int64]*user{}
+	for id := int64(1); id <= nUsers; id++ {
+		users[id] = tg.user(t, id)
+	}
+	r := users[1].do(t, "POST", "/v1/conversations", map[string]any{"title": "moderated", "members": []int64{2, 3, 4, 5, 6, 7}, "roles": true})
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	var created protocol.ConversationCreated
+	r.decode(t, &created)
+	cid := created.ConversationID
+	for u, role := range map[int64]string{2: events.RoleAdmin, 3: events.RoleModerator, 4: events.RoleModerator} {
+		require.Equal(t, http.StatusAccepted, users[1].setRole(t, cid, u, role).status)
+	}
+
+	// Senders: each sends as random users until the driver is done;
+	// every answer must be one the protocol documents for a send.
+	var mu sync.Mutex
+	answers := map[string]int{}
+	note := func(what string, r resp) {
+		mu.Lock()
+		defer mu.Unlock()
+		answers[fmt.Sprintf("%s %d", what, r.status)]++
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for s := 0; s < 3; s++ {
+		srng := rand.New(rand.NewPCG(seed, uint64(100+s)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 400; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				u := users[1+srng.Int64N(nUsers)]
+				r, err := u.doE("POST", fmt.Sprintf("/v1/conversations/%d/messages", cid),
+					map[string]any{"msg_id": uuid.NewString(), "body": fmt.Sprintf("from %d", u.id)})
+				if err == nil && r.status != http.StatusCreated && r.status != http.StatusAccepted && r.status != http.StatusForbidden {
+					err = fmt.Errorf("send by %d: %s", u.id, r)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				note("send", r)
+				time.Sleep(time.Duration(10+srng.IntN(30)) * time.Millisecond)
+			}
+		}()
+	}
+
+	// The driver: moderation as random actors, allowed or not.
+	roles := []string{events.RoleAdmin, events.RoleModerator, events.RoleMember}
+	steps := 150
+	if tg.env.Sharded() {
+		steps = 60 // each write there waits for the other server's stage
+	}
+	for step := 0; step < steps; step++ {
+		actor := users[1+rng.Int64N(nUsers)]
+		if rng.IntN(3) > 0 { // mostly those who may: the roles set above
+			actor = users[1+rng.Int64N(4)]
+		}
+		target := 1 + rng.Int64N(nUsers)
+		var r resp
+		var what string
+		switch op := rng.IntN(100); {
+		case op < 25:
+			what = "role"
+			r = actor.do(t, "PUT", fmt.Sprintf("/v1/conversations/%d/members/%d/role", cid, target), protocol.SetRole{Role: roles[rng.IntN(len(roles))]})
+		case op < 40:
+			what = "ban"
+			r = actor.sanction(t, "PUT", "bans", cid, target, `{}`)
+		case op < 50:
+			what = "unban"
+			r = actor.sanction(t, "DELETE", "bans", cid, target, nil)
+		case op < 65:
+			what = "mute"
+			r = actor.sanction(t, "PUT", "mutes", cid, target, `{}`)
+		case op < 75:
+			what = "unmute"
+			r = actor.sanction(t, "DELETE", "mutes", cid, target, nil)
+		case op < 90:
+			what = "add"
+			r = actor.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/members", cid), map[string]any{"user_id": target})
+		default:
+			what = "remove"
+			r = actor.do(t, "DELETE", fmt.Sprintf("/v1/conversations/%d/members/%d", cid, target), nil)
+		}
+		switch r.status {
+		case http.StatusAccepted, http.StatusForbidden, http.StatusNotFound:
+		default:
+			t.Fatalf("%s of %d by %d: %s", what, target, actor.id, r)
+		}
+		note(what, r)
+	}
+	close(done)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	tg.env.WaitCaughtUp(t, time.Minute)
+	t.Logf("answers: %v", answers)
+
+	// The model, over the conversation's events in log order.
+	log := conversationLog(t, tg.env, cid)
+	m := newModConv()
+	outcomes := map[string]int{}
+	delivered := map[string][]int64{} // msg_id of each message the model applies -> its members then
+	db := tg.g.srv.Conv(cid)
+	ctx := context.Background()
+	for _, e := range log {
+		want, reasons := m.apply(e)
+		id := e.EventID
+		if e.Type == events.MessageSent {
+			id = e.MsgID
+		}
+		var projected bool
+		require.NoError(t, db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM messages WHERE conversation_id = $1 AND msg_id = $2)`, cid, id).Scan(&projected))
+		var reason string
+		err := db.QueryRow(ctx, `SELECT reason FROM rejections WHERE event_id = $1`, e.EventID).Scan(&reason)
+		if err != nil {
+			reason = ""
+		}
+		switch want {
+		case modApplied:
+			require.True(t, projected, "%s by %d of %d: the model applies it; refused %q", e.Type, e.ActorID, e.UserID, reason)
+			if e.Type == events.MessageSent {
+				delivered[e.MsgID] = m.memberList()
+			}
+		case modNothing:
+			require.False(t, projected, "%s by %d of %d changes nothing in the model", e.Type, e.ActorID, e.UserID)
+			require.Empty(t, reason, "%s by %d of %d changes nothing in the model", e.Type, e.ActorID, e.UserID)
+		case modRefused:
+			require.False(t, projected, "%s by %d of %d: the model refuses it (%v)", e.Type, e.ActorID, e.UserID, reasons)
+			require.Contains(t, reasons, reason, "%s by %d of %d: refused for a rule the model names", e.Type, e.ActorID, e.UserID)
+		}
+		outcomes[fmt.Sprintf("%s %s %s", e.Type, want, reason)]++
+	}
+	t.Logf("log: %d events of the conversation; outcomes %v", len(log), outcomes)
+	require.NotZero(t, outcomes[events.MessageSent+" refused "+projection.ReasonMuted]+answers["send 403"],
+		"muted sends were refused (early or by the projection)")
+
+	// Every member's inbox holds exactly the messages the model delivered
+	// to it: no banned, muted or outsider's send reached anyone.
+	got := map[string][]int64{}
+	for id, u := range users {
+		entries, _, _ := u.syncAll(t, 0, 200)
+		for _, en := range entries {
+			if en.ConversationID != cid || en.Message == nil || en.Message.Kind != "text" {
+				continue
+			}
+			got[en.Message.MsgID] = append(got[en.Message.MsgID], id)
+		}
+	}
+	for msg := range got {
+		sort.Slice(got[msg], func(i, j int) bool { return got[msg][i] < got[msg][j] })
+	}
+	require.Equal(t, delivered, got, "each projected message reached exactly its members at its position")
+	require.NotEmpty(t, delivered)
+	tg.verify(t)
+}
+
+// conversationLog reads the whole log and returns the events of
+// conversation cid in log order (one partition holds them).
+func conversationLog(t *testing.T, env *testenv.Env, cid int64) []*events.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.ConsumeTopics(env.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, env.Topic)
+	require.NoError(t, err)
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	var out []*events.Event
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "the log's end not reached: %v", left)
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset+1 >= left[r.Partition] {
+				delete(left, r.Partition)
+			}
+			if e, err := events.Decode(r.Value, 0); err == nil && e.ConversationID == cid {
+				out = append(out, e)
+			}
+		})
+	}
+	return out
+}
+
+// The outcomes of an event in the model.
+const (
+	modApplied = "applied"
+	modNothing = "nothing" // a duplicate of the state: changes nothing
+	modRefused = "refused"
+)
+
+// modConv is the model of one conversation with roles enforced, written
+// from docs/protocol.md ("Roles", "Ban and mute"), for the event types
+// the randomized test makes (untimed bans and mutes).
+type modConv struct {
+	exists bool
+	roles  map[int64]string // current members
+	banned map[int64]bool
+	muted  map[int64]bool
+}
+
+func newModConv() *modConv {
+	return &modConv{roles: map[int64]string{}, banned: map[int64]bool{}, muted: map[int64]bool{}}
+}
+
+func (m *modConv) memberList() []int64 {
+	var out []int64
+	for u := range m.roles {
+		out = append(out, u)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// rank is the documented order of roles; a non-member ranks as a member.
+func (m *modConv) rank(u int64) int {
+	return map[string]int{events.RoleOwner: 3, events.RoleAdmin: 2, events.RoleModerator: 1}[m.roles[u]]
+}
+
+// apply judges e and applies it; refused events name every rule they
+// break (the projection names one of them).
+func (m *modConv) apply(e *events.Event) (string, []string) {
+	refused := func(reasons ...string) (string, []string) { return modRefused, reasons }
+	if e.Type == events.ConversationCreated {
+		m.exists = true
+		for _, u := range e.Members {
+			m.roles[u] = events.RoleMember
+		}
+		m.roles[e.ActorID] = events.RoleOwner
+		return modApplied, nil
+	}
+	actor, target := e.ActorID, e.UserID
+	if _, member := m.roles[actor]; !member {
+		return refused(projection.ReasonNotMember)
+	}
+	_, targetMember := m.roles[target]
+	switch e.Type {
+	case events.MessageSent:
+		if m.muted[actor] {
+			return refused(projection.ReasonMuted)
+		}
+		return modApplied, nil
+	case events.MemberAdded:
+		switch {
+		case targetMember:
+			return modNothing, nil
+		case m.rank(actor) < 2:
+			return refused(projection.ReasonRole)
+		case m.banned[target]:
+			return refused(projection.ReasonBanned)
+		}
+		m.roles[target] = events.RoleMember
+		return modApplied, nil
+	case events.MemberRemoved:
+		switch {
+		case !targetMember:
+			return modNothing, nil
+		case actor != target && (m.rank(actor) < 2 || m.rank(actor) <= m.rank(target)):
+			return refused(projection.ReasonRole)
+		}
+		delete(m.roles, target)
+		return modApplied, nil
+	case events.MemberRoleSet:
+		if !targetMember {
+			return refused(projection.ReasonNoMember)
+		}
+		cur := m.roles[target]
+		allowed := m.roles[actor] == events.RoleOwner ||
+			m.roles[actor] == events.RoleAdmin && m.rank(target) < 2 && e.Role != events.RoleOwner && e.Role != events.RoleAdmin
+		if actor == target || !allowed {
+			return refused(projection.ReasonRole)
+		}
+		if cur == e.Role {
+			return modNothing, nil
+		}
+		if e.Role == events.RoleOwner {
+			for u, r := range m.roles {
+				if r == events.RoleOwner {
+					m.roles[u] = events.RoleAdmin
+				}
+			}
+		}
+		m.roles[target] = e.Role
+		return modApplied, nil
+	case events.MemberBanned, events.MemberUnbanned, events.MemberMuted, events.MemberUnmuted:
+		if actor == target || m.rank(actor) < 1 || m.rank(actor) <= m.rank(target) {
+			return refused(projection.ReasonRole)
+		}
+		switch e.Type {
+		case events.MemberBanned:
+			if m.banned[target] && !targetMember {
+				return modNothing, nil
+			}
+			m.banned[target] = true
+			delete(m.roles, target)
+		case events.MemberUnbanned:
+			if !m.banned[target] {
+				return modNothing, nil
+			}
+			delete(m.banned, target)
+		case events.MemberMuted:
+			if !targetMember {
+				return refused(projection.ReasonNoMember)
+			}
+			if m.muted[target] {
+				return modNothing, nil
+			}
+			m.muted[target] = true
+		case events.MemberUnmuted:
+			if !m.muted[target] {
+				return modNothing, nil
+			}
+			delete(m.muted, target)
+		}
+		return modApplied, nil
+	}
+	panic(fmt.Sprintf("the model knows no %s", e.Type))
+}

@@ -35,7 +35,8 @@ func TestModerationRandomized(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 38))
-	tg := newGateway(t, func(c *Config) { c.TooLongLag = 1 << 20 }) // every entry is read back by sync
+	// Every entry is read back by sync: no too-long answer.
+	tg := newGateway(t, func(c *Config) { c.TooLongLag = 1 << 20 })
 	const nUsers = 9 // users 1..9; 1 creates, 8 and 9 start outside
 	users := map[int64]*user{}
 	for id := int64(1); id <= nUsers; id++ {

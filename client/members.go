@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -59,18 +61,93 @@ func (c *Client) SetRole(ctx context.Context, conversationID, userID int64, role
 		return fmt.Errorf("client: bad role %q of user %d in %d", role, userID, conversationID)
 	}
 	body := protocol.SetRole{Role: role, ChangeID: uuid.NewString()}
-	path := "/v1/conversations/" + strconv.FormatInt(conversationID, 10) + "/members/" + strconv.FormatInt(userID, 10) + "/role"
+	return c.memberChange(ctx, http.MethodPut, conversationID, userID, "members/"+strconv.FormatInt(userID, 10)+"/role", body, nil,
+		"role change", "role", role)
+}
+
+// memberChange sends one change of member userID (method on
+// /v1/conversations/{cid}/<sub>, with body or, when body is nil, the
+// Idempotency-Key idem), retried while the failure is temporary with the
+// same change id, so a lost answer never applies the change twice. what
+// and attrs name it in the log.
+func (c *Client) memberChange(ctx context.Context, method string, conversationID, userID int64, sub string, body any, hdr http.Header,
+	what string, attrs ...any) error {
+	path := "/v1/conversations/" + strconv.FormatInt(conversationID, 10) + "/" + sub
 	pol := newPolicy(&c.cfg, c.newRand())
 	for {
-		_, _, err := c.api.do(ctx, http.MethodPut, path, nil, body, nil, nil, 0)
+		_, _, err := c.api.do(ctx, method, path, nil, body, hdr, nil, 0)
 		if err == nil || ctx.Err() != nil || !changeRetryable(err) {
 			return err
 		}
 		wait, _ := pol.failed(err, false, 0)
-		c.log.Info("role change failed, retrying", "conversation_id", conversationID, "user_id", userID, "role", role,
-			"err", err, "retry_in", wait)
+		c.log.Info(what+" failed, retrying", append([]any{"conversation_id", conversationID, "user_id", userID,
+			"err", err, "retry_in", wait}, attrs...)...)
 		if !sleepCtx(ctx, wait) {
 			return fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
 		}
 	}
+}
+
+// Sanction is a ban or mute that stands (protocol.SanctionEntry): its
+// user, when it lapses (nil: when lifted), who set it (0: a service) and
+// when.
+type Sanction = protocol.SanctionEntry
+
+// Ban bans userID from conversationID (docs/protocol.md, "Ban and mute"):
+// a member is removed, and nobody may add the user until the ban lapses
+// at until (nil: until Unban). A moderator or above bans those of lower
+// roles; a refusal is an *APIError (403 forbidden, 403 not_member, 400
+// for an until that has passed). Retried as SetRole is.
+func (c *Client) Ban(ctx context.Context, conversationID, userID int64, until *time.Time) error {
+	return c.sanction(ctx, http.MethodPut, "bans", conversationID, userID, until)
+}
+
+// Unban lifts a ban; lifting none changes nothing.
+func (c *Client) Unban(ctx context.Context, conversationID, userID int64) error {
+	return c.sanction(ctx, http.MethodDelete, "bans", conversationID, userID, nil)
+}
+
+// Mute mutes member userID of conversationID until until (nil: until
+// Unmute): it keeps reading, and its sends, edits, reactions and typing
+// are refused or dropped. As Ban otherwise (404 when userID is no member).
+func (c *Client) Mute(ctx context.Context, conversationID, userID int64, until *time.Time) error {
+	return c.sanction(ctx, http.MethodPut, "mutes", conversationID, userID, until)
+}
+
+// Unmute lifts a mute; lifting none changes nothing.
+func (c *Client) Unmute(ctx context.Context, conversationID, userID int64) error {
+	return c.sanction(ctx, http.MethodDelete, "mutes", conversationID, userID, nil)
+}
+
+// Bans reads the bans that stand in conversationID (every page), for a
+// moderator or above (403 forbidden otherwise).
+func (c *Client) Bans(ctx context.Context, conversationID int64) ([]Sanction, error) {
+	return memberPages(ctx, c, conversationID, "bans", func(p *protocol.SanctionList) ([]Sanction, *string) {
+		return p.Sanctions, p.NextPage
+	})
+}
+
+// Mutes reads the mutes that stand, as Bans reads the bans.
+func (c *Client) Mutes(ctx context.Context, conversationID int64) ([]Sanction, error) {
+	return memberPages(ctx, c, conversationID, "mutes", func(p *protocol.SanctionList) ([]Sanction, *string) {
+		return p.Sanctions, p.NextPage
+	})
+}
+
+// sanction sets (PUT) or lifts (DELETE) a ban or mute (kind "bans" or
+// "mutes") with one change id over its retries.
+func (c *Client) sanction(ctx context.Context, method, kind string, conversationID, userID int64, until *time.Time) error {
+	if conversationID <= 0 || userID <= 0 {
+		return fmt.Errorf("client: bad %s of user %d in %d", kind, userID, conversationID)
+	}
+	change := uuid.NewString()
+	var body any
+	hdr := http.Header{}
+	if method == http.MethodPut {
+		body = protocol.Sanction{Until: until, ChangeID: change}
+	} else {
+		hdr.Set("Idempotency-Key", change)
+	}
+	return c.memberChange(ctx, method, conversationID, userID, kind+"/"+strconv.FormatInt(userID, 10), body, hdr,
+		strings.TrimSuffix(kind, "s")+" change", "method", method)
 }

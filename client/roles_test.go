@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -53,4 +54,43 @@ func TestSetRole(t *testing.T) {
 
 	require.NoError(t, alice.SetRole(ctx, cid, 2, "owner"), "a transfer")
 	require.Equal(t, map[int64]string{1: "admin", 2: "owner", 3: "moderator"}, roles())
+}
+
+// TestBanAndMute: a moderator bans and mutes members through the SDK and
+// lists them, then lifts them; a member may not list the bans, nor ban.
+func TestBanAndMute(t *testing.T) {
+	w := newWorld(t, nil, nil)
+	ctx := context.Background()
+	alice, bob, carol := w.direct(t, 1), w.direct(t, 2), w.direct(t, 3)
+	cid, err := alice.CreateConversation(ctx, "moderated", 2, 3, 4)
+	require.NoError(t, err)
+	require.NoError(t, alice.SetRole(ctx, cid, 2, "moderator"))
+
+	until := time.Now().Add(time.Hour)
+	require.NoError(t, bob.Ban(ctx, cid, 4, &until))
+	require.NoError(t, bob.Mute(ctx, cid, 3, nil))
+	bans, err := bob.Bans(ctx, cid)
+	require.NoError(t, err)
+	require.Len(t, bans, 1)
+	require.Equal(t, int64(4), bans[0].UserID)
+	require.WithinDuration(t, until, *bans[0].Until, time.Millisecond)
+	mutes, err := alice.Mutes(ctx, cid)
+	require.NoError(t, err)
+	require.Equal(t, []int64{3}, []int64{mutes[0].UserID})
+
+	var ae *client.APIError
+	require.True(t, errors.As(carol.Ban(ctx, cid, 2, nil), &ae))
+	require.Equal(t, http.StatusForbidden, ae.Status)
+	_, err = carol.Bans(ctx, cid)
+	require.True(t, errors.As(err, &ae), "%v", err)
+	require.Equal(t, http.StatusForbidden, ae.Status)
+
+	require.NoError(t, bob.Unmute(ctx, cid, 3))
+	require.NoError(t, bob.Unban(ctx, cid, 4))
+	bans, err = bob.Bans(ctx, cid)
+	require.NoError(t, err)
+	require.Empty(t, bans)
+	mutes, err = bob.Mutes(ctx, cid)
+	require.NoError(t, err)
+	require.Empty(t, mutes)
 }

@@ -59,6 +59,19 @@ type memberPage struct {
 // memberPage parses {cid}, limit and page (the last user id of the previous
 // page) and checks that the caller is a current member.
 func (g *Gateway) memberPage(r *http.Request) (*memberPage, error) {
+	pg, err := g.pageOf(r)
+	if err != nil {
+		return nil, err
+	}
+	ctx := r.Context()
+	if err := g.requireMember(ctx, userFrom(ctx), pg.cid); err != nil {
+		return nil, err
+	}
+	return pg, nil
+}
+
+// pageOf parses {cid}, limit and page, for any caller.
+func (g *Gateway) pageOf(r *http.Request) (*memberPage, error) {
 	cid, err := pathID(r, "cid")
 	if err != nil {
 		return nil, err
@@ -71,10 +84,6 @@ func (g *Gateway) memberPage(r *http.Request) (*memberPage, error) {
 	after, err := queryInt(q, "page", 0, 0, math.MaxInt64)
 	if err != nil {
 		return nil, apierr.BadRequest("page must be a next_page of an earlier answer")
-	}
-	ctx := r.Context()
-	if err := g.requireMember(ctx, userFrom(ctx), cid); err != nil {
-		return nil, err
 	}
 	return &memberPage{cid: cid, limit: limit, after: after}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
+	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -49,6 +50,8 @@ func (g *Gateway) routeTable() []route {
 		{"DELETE", "/v1/conversations/{cid}/bans/{uid}", true, bucketSend, g.handleSanction(events.MemberUnbanned)},
 		{"PUT", "/v1/conversations/{cid}/mutes/{uid}", true, bucketSend, g.handleSanction(events.MemberMuted)},
 		{"DELETE", "/v1/conversations/{cid}/mutes/{uid}", true, bucketSend, g.handleSanction(events.MemberUnmuted)},
+		{"GET", "/v1/conversations/{cid}/bans", true, bucketSync, g.handleSanctions(projection.SanctionBan)},
+		{"GET", "/v1/conversations/{cid}/mutes", true, bucketSync, g.handleSanctions(projection.SanctionMute)},
 		{"POST", "/v1/conversations/{cid}/messages", true, bucketSend, g.handleSend},
 		{"GET", "/v1/conversations/{cid}/messages", true, bucketSync, g.handleHistory},
 		{"PATCH", "/v1/conversations/{cid}/messages/{seq}", true, bucketSend, g.handleChange(events.MessageEdited)},

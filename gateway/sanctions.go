@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/projection"
@@ -48,16 +50,8 @@ func (g *Gateway) handleSanction(typ string) func(w http.ResponseWriter, r *http
 		}
 		var req protocol.Sanction
 		if typ == events.MemberBanned || typ == events.MemberMuted {
-			if err := g.decodeBody(w, r, &req); err != nil {
+			if err := g.sanctionBody(w, r, &req); err != nil {
 				return err
-			}
-			if req.Until != nil {
-				if !req.Until.After(time.Now()) {
-					return apierr.BadRequest("until must be in the future")
-				}
-				// What PostgreSQL keeps, so that a retry finds it equal.
-				u := req.Until.UTC().Truncate(time.Microsecond)
-				req.Until = &u
 			}
 		}
 		change, err := changeID(r, req.ChangeID)
@@ -141,4 +135,129 @@ func (g *Gateway) refuseBanned(ctx context.Context, cid int64, ids []int64) erro
 		return apierr.Forbidden("user %d is banned from conversation %d", u, cid)
 	}
 	return rows.Err()
+}
+
+// sqlSanctions lists the standing sanctions of kind $2 in conversation $1
+// after user $3, by user id: the table's primary key.
+const sqlSanctions = `SELECT user_id, until, set_by, set_at FROM sanctions
+WHERE conversation_id = $1 AND kind = $2 AND user_id > $3 AND (until IS NULL OR until > now())
+ORDER BY user_id LIMIT $4`
+
+// handleSanctions is GET /v1/conversations/{cid}/bans or .../mutes: the
+// bans or mutes that stand, for a moderator or above (those who may set
+// them); 403 forbidden for the other members, 403 not_member for others.
+func (g *Gateway) handleSanctions(kind string) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		pg, err := g.memberPage(r)
+		if err != nil {
+			return err
+		}
+		ctx := r.Context()
+		rc, err := g.roles(ctx, pg.cid, userFrom(ctx), 0)
+		if err != nil {
+			return err
+		}
+		if projection.Rank(rc.actor) < projection.Rank(events.RoleModerator) {
+			return forbidden(rc.actor, "list its "+kind+"s", pg.cid)
+		}
+		return g.writeSanctions(w, r, pg, kind)
+	}
+}
+
+// handleServerSanctions is GET /v1/server/conversations/{cid}/bans or
+// .../mutes (scope read): the list of handleSanctions, for a service.
+func (g *Gateway) handleServerSanctions(kind string) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		pg, err := g.pageOf(r)
+		if err != nil {
+			return err
+		}
+		if err := g.requireConversation(r.Context(), pg.cid); err != nil {
+			return err
+		}
+		return g.writeSanctions(w, r, pg, kind)
+	}
+}
+
+// writeSanctions answers one page of the sanctions of kind.
+func (g *Gateway) writeSanctions(w http.ResponseWriter, r *http.Request, pg *memberPage, kind string) error {
+	out := protocol.SanctionList{ConversationID: pg.cid, Sanctions: []protocol.SanctionEntry{}}
+	err := pg.read(r.Context(), g.srv.Conv(pg.cid), sqlSanctions, []any{pg.cid, kind, pg.after, pg.limit + 1}, func(rs pgx.Rows) (int64, error) {
+		var s protocol.SanctionEntry
+		err := rs.Scan(&s.UserID, &s.Until, &s.By, &s.At)
+		out.Sanctions = append(out.Sanctions, s)
+		return s.UserID, err
+	})
+	if err != nil {
+		return err
+	}
+	out.Sanctions, out.NextPage = cut(pg, out.Sanctions)
+	apierr.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// handleServerSanction is PUT (set) or DELETE (lift) of
+// /v1/server/conversations/{cid}/bans/{uid} and .../mutes/{uid} (scope
+// members): the service, as itself, bans or mutes anyone. Its event id
+// derives from the Idempotency-Key.
+func (g *Gateway) handleServerSanction(typ string) func(w http.ResponseWriter, r *http.Request) error {
+	kind := projection.SanctionBan
+	if typ == events.MemberMuted || typ == events.MemberUnmuted {
+		kind = projection.SanctionMute
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		ctx := r.Context()
+		k, idem, cid, err := serverWrite(r)
+		if err != nil {
+			return err
+		}
+		uid, err := pathID(r, "uid")
+		if err != nil {
+			return err
+		}
+		var req protocol.Sanction
+		if typ == events.MemberBanned || typ == events.MemberMuted {
+			if err := g.sanctionBody(w, r, &req); err != nil {
+				return err
+			}
+		}
+		if req.ChangeID != "" {
+			return apierr.BadRequest("the server API takes the Idempotency-Key, not change_id")
+		}
+		e := events.New(typ, cid, 0)
+		e.EventID, e.Service, e.UserID, e.Until = derivedID(k, typ, idem, cid, uid), k.Actor(), uid, req.Until
+		rc, err := g.roles(ctx, cid, 0, uid)
+		if err != nil {
+			return err
+		}
+		if typ == events.MemberMuted && rc.target == "" {
+			return sanctionRefusal(projection.ReasonNoMember, e)
+		}
+		out, err := g.members.Sanction(ctx, e, kind, uid)
+		if err != nil {
+			return err
+		}
+		if out.Refused != "" {
+			return sanctionRefusal(out.Refused, e)
+		}
+		writeAccepted(w)
+		return nil
+	}
+}
+
+// sanctionBody decodes the body of a ban or mute: an until must be in
+// the future, and is kept as PostgreSQL keeps it, so that a retry finds it
+// equal.
+func (g *Gateway) sanctionBody(w http.ResponseWriter, r *http.Request, req *protocol.Sanction) error {
+	if err := g.decodeBody(w, r, req); err != nil {
+		return err
+	}
+	if req.Until != nil {
+		if !req.Until.After(time.Now()) {
+			return apierr.BadRequest("until must be in the future")
+		}
+		u := req.Until.UTC().Truncate(time.Microsecond)
+		req.Until = &u
+	}
+	return nil
 }

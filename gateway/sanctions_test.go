@@ -8,6 +8,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inboxd/inboxd/gateway/apikey"
+	"github.com/inboxd/inboxd/protocol"
 )
 
 // sanction is PUT (or, with del, DELETE) .../{bans,mutes}/{uid}.
@@ -114,5 +117,77 @@ func TestMuteRoutes(t *testing.T) {
 	r = owner.sanction(t, "DELETE", "mutes", cid, 3, nil)
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r)
 	three.send(t, cid, "after")
+	tg.verify(t)
+}
+
+// sanctionList is GET path as "user[ until]" in user order (200 required).
+func sanctionList(t testing.TB, u *user, path string) []string {
+	t.Helper()
+	r := u.do(t, "GET", path, nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var l protocol.SanctionList
+	r.decode(t, &l)
+	out := []string{}
+	for _, s := range l.Sanctions {
+		e := fmt.Sprintf("%d by %d", s.UserID, s.By)
+		if s.Until != nil {
+			e += " until"
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestSanctionListsAndServerRoutes: the standing bans and mutes are
+// listed to moderators and above only, page by page; the server API bans,
+// mutes and lifts as a service (set_by 0), lists them, and its adds are
+// refused early for a banned user as the projection would.
+func TestSanctionListsAndServerRoutes(t *testing.T) {
+	tg := newGateway(t, serverTestConfig)
+	owner, mod, member := tg.user(t, 1), tg.user(t, 2), tg.user(t, 3)
+	cid := owner.create(t, "lists", 2, 3, 4, 5)
+	require.Equal(t, http.StatusAccepted, owner.setRole(t, cid, 2, "moderator").status)
+	bans := fmt.Sprintf("/v1/conversations/%d/bans", cid)
+	mutes := fmt.Sprintf("/v1/conversations/%d/mutes", cid)
+
+	require.Equal(t, http.StatusAccepted, mod.sanction(t, "PUT", "bans", cid, 4, `{}`).status)
+	require.Equal(t, http.StatusAccepted, mod.sanction(t, "PUT", "bans", cid, 9, map[string]any{"until": time.Now().Add(time.Hour)}).status)
+	require.Equal(t, http.StatusAccepted, mod.sanction(t, "PUT", "mutes", cid, 5, `{}`).status)
+	require.Equal(t, []string{"4 by 2", "9 by 2 until"}, sanctionList(t, mod, bans))
+	require.Equal(t, []string{"5 by 2"}, sanctionList(t, owner, mutes))
+	r := mod.do(t, "GET", bans+"?limit=1", nil)
+	var page protocol.SanctionList
+	r.decode(t, &page)
+	require.Len(t, page.Sanctions, 1)
+	require.NotNil(t, page.NextPage)
+	require.Equal(t, []string{"9 by 2 until"}, sanctionList(t, mod, bans+"?page="+*page.NextPage))
+	r = member.do(t, "GET", bans, nil)
+	require.Equal(t, http.StatusForbidden, r.status, "a member does not see the bans: %s", r)
+	require.Equal(t, "forbidden", errCode(t, r))
+	r = tg.user(t, 8).do(t, "GET", mutes, nil)
+	require.Equal(t, http.StatusForbidden, r.status, "%s", r)
+	require.Equal(t, "not_member", errCode(t, r))
+
+	svc, _ := tg.service(t, "ops", apikey.ScopeMembers, apikey.ScopeRead)
+	server := fmt.Sprintf("/v1/server/conversations/%d", cid)
+	r = svc.do(t, "POST", server+"/members", protocol.ServerMembers{UserIDs: []int64{6, 4}}, idem("add-1")...)
+	require.Equal(t, http.StatusForbidden, r.status, "4 is banned: %s", r)
+	require.Contains(t, r.String(), "banned")
+	for range 2 { // a retry answers the same
+		r = svc.do(t, "DELETE", server+"/bans/4", nil, idem("unban-1")...)
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+	}
+	r = svc.do(t, "POST", server+"/members", protocol.ServerMembers{UserIDs: []int64{6, 4}}, idem("add-2")...)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+	r = svc.do(t, "PUT", server+"/mutes/2", `{}`, idem("mute-1")...)
+	require.Equal(t, http.StatusAccepted, r.status, "a service mutes a moderator: %s", r)
+	r = svc.do(t, "PUT", server+"/mutes/8", `{}`, idem("mute-2")...)
+	require.Equal(t, http.StatusNotFound, r.status, "8 is no member: %s", r)
+	r = svc.do(t, "PUT", server+"/bans/3", `{}`)
+	require.Equal(t, http.StatusBadRequest, r.status, "no Idempotency-Key: %s", r)
+	require.Equal(t, []string{"2 by 0", "5 by 2"}, sanctionList(t, svc, server+"/mutes"))
+	require.Equal(t, []string{"9 by 2 until"}, sanctionList(t, svc, server+"/bans"))
+	r = mod.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", cid), map[string]any{"msg_id": uuid.NewString(), "body": "hi"})
+	require.Equal(t, http.StatusForbidden, r.status, "the moderator is muted: %s", r)
 	tg.verify(t)
 }

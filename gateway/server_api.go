@@ -11,9 +11,11 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/time/rate"
 
+	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/apikey"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/ratelimit"
+	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -75,6 +77,12 @@ func (g *Gateway) serverRoutes() []route {
 		s("POST", "conversations/{cid}/members", apikey.ScopeMembers, g.handleServerAddMembers),
 		s("POST", "conversations/{cid}/members/remove", apikey.ScopeMembers, g.handleServerRemoveMembers),
 		s("PUT", "conversations/{cid}/members/{uid}/role", apikey.ScopeMembers, g.handleServerSetRole),
+		s("PUT", "conversations/{cid}/bans/{uid}", apikey.ScopeMembers, g.handleServerSanction(events.MemberBanned)),
+		s("DELETE", "conversations/{cid}/bans/{uid}", apikey.ScopeMembers, g.handleServerSanction(events.MemberUnbanned)),
+		s("PUT", "conversations/{cid}/mutes/{uid}", apikey.ScopeMembers, g.handleServerSanction(events.MemberMuted)),
+		s("DELETE", "conversations/{cid}/mutes/{uid}", apikey.ScopeMembers, g.handleServerSanction(events.MemberUnmuted)),
+		s("GET", "conversations/{cid}/bans", apikey.ScopeRead, g.handleServerSanctions(projection.SanctionBan)),
+		s("GET", "conversations/{cid}/mutes", apikey.ScopeRead, g.handleServerSanctions(projection.SanctionMute)),
 		s("POST", "conversations/{cid}/messages", apikey.ScopeMessages, g.handleServerSend),
 		s("PATCH", "users/{uid}/conversations/{cid}/record", apikey.ScopeRecords, g.handleServerRecord),
 		s("GET", "users/{uid}/inbox", apikey.ScopeRead, g.handleServerInbox),

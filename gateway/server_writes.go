@@ -138,6 +138,11 @@ func (g *Gateway) serverMembers(w http.ResponseWriter, r *http.Request, typ stri
 	if err := g.requireConversation(ctx, cid); err != nil {
 		return err
 	}
+	if typ == events.MemberAdded {
+		if err := g.refuseBanned(ctx, cid, ids); err != nil {
+			return err // a service lifts a ban first, as the projection requires
+		}
+	}
 	evs := make([]*events.Event, len(ids))
 	for i, id := range ids {
 		evs[i] = events.New(typ, cid, 0)

@@ -108,6 +108,24 @@ type Sanction struct {
 	ChangeID string     `json:"change_id,omitempty"`
 }
 
+// SanctionList is the answer of GET /v1/conversations/{cid}/bans and
+// .../mutes (and the server API's): the bans or mutes that stand, by
+// ascending user id, a page at a time. NextPage is null on the last page.
+type SanctionList struct {
+	ConversationID int64           `json:"conversation_id"`
+	Sanctions      []SanctionEntry `json:"sanctions"`
+	NextPage       *string         `json:"next_page"`
+}
+
+// SanctionEntry is one standing ban or mute: of UserID, until Until
+// (absent: until lifted), set by By (0: a service) at At.
+type SanctionEntry struct {
+	UserID int64      `json:"user_id"`
+	Until  *time.Time `json:"until,omitempty"`
+	By     int64      `json:"by"`
+	At     time.Time  `json:"at"`
+}
+
 // MemberList is the answer of GET /v1/conversations/{cid}/members: current
 // members by ascending user id, a page at a time. NextPage is null on the
 // last page.

@@ -94,6 +94,14 @@ func TestChangeCommands(t *testing.T) {
 	require.Regexp(t, `(?m)^2 +#1 +moderator$`, run(0, as(bob, "members list", "--conversation", "1")...))
 	require.Contains(t, run(1, as(bob, "members role", "--conversation", "1", "--role", "member", "1")...), "403 forbidden")
 	require.Regexp(t, `#5  \* user 1 made user 2 moderator$`, run(0, as(bob, "history", "--conversation", "1")...))
+
+	// The moderator bans a user for an hour, lists it, lifts it.
+	require.Regexp(t, `^banned until \S+ user 9: conversation 1$`,
+		run(0, as(bob, "members ban", "--conversation", "1", "--for", "1h", "9")...))
+	require.Regexp(t, `(?m)^9 +20\S+ +2 +20\S+$`, run(0, as(bob, "members bans", "--conversation", "1")...))
+	require.Contains(t, run(1, as(alice, "members mute", "--conversation", "1", "1")...), "403 forbidden")
+	require.Equal(t, "unbanned user 9: conversation 1", run(0, as(alice, "members unban", "--conversation", "1", "9")...))
+	require.Regexp(t, `#7  \* user 1 unbanned user 9$`, run(0, as(bob, "history", "--conversation", "1")...))
 	require.NoError(t, d.proc.Stop(30*time.Second), d.proc.Output())
 }
 

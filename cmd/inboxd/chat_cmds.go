@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/inboxd/inboxd/client"
 	"github.com/inboxd/inboxd/internal/config"
@@ -99,14 +100,16 @@ func runCreate(ctx context.Context, args []string) error {
 }
 
 func runMembers(ctx context.Context, args []string) error {
-	const usage = "inboxd members list|add|remove|role --conversation ID [--role ROLE] [USER...]: list a conversation's members, add or remove users, or give them a role"
+	const usage = "inboxd members list|add|remove|role|ban|unban|mute|unmute|bans|mutes --conversation ID [--role ROLE] [--for DURATION] [USER...]: list a conversation's members, add or remove users, give them a role, ban or mute them (for a while, or until lifted), or list the bans and mutes"
 	verb := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		verb, args = args[0], args[1:]
 	}
 	var role string
+	var span time.Duration
 	f, conv, rest, err := convCommand(strings.TrimSpace("members "+verb), usage, args, verb != "", func(fs *flag.FlagSet) {
 		fs.StringVar(&role, "role", "", "role: the role to give (owner, admin, moderator, member)")
+		fs.DurationVar(&span, "for", 0, "ban, mute: how long it lasts (0: until lifted)")
 	})
 	if err != nil {
 		return err
@@ -121,6 +124,52 @@ func runMembers(ctx context.Context, args []string) error {
 	switch verb {
 	case "list":
 		return listMembers(ctx, c, f.jsonOut, conv)
+	case "bans", "mutes":
+		return listSanctions(ctx, c, f.jsonOut, conv, verb)
+	case "ban", "unban", "mute", "unmute":
+		users, err := parseUsers(rest)
+		if err != nil {
+			return err
+		}
+		if len(users) == 0 {
+			return fmt.Errorf("members %s: give the user ids", verb)
+		}
+		var until *time.Time
+		if span > 0 {
+			t := time.Now().Add(span)
+			until = &t
+		}
+		for _, u := range users {
+			switch verb {
+			case "ban":
+				err = c.Ban(ctx, conv, u, until)
+			case "unban":
+				err = c.Unban(ctx, conv, u)
+			case "mute":
+				err = c.Mute(ctx, conv, u, until)
+			default:
+				err = c.Unmute(ctx, conv, u)
+			}
+			if err != nil {
+				return fmt.Errorf("%s user %d: %w", verb, u, err)
+			}
+			if f.jsonOut {
+				out := map[string]any{"conversation_id": conv, "user_id": u, verb: true}
+				if until != nil {
+					out["until"] = until.UTC()
+				}
+				if err := printJSON(os.Stdout, out); err != nil {
+					return err
+				}
+				continue
+			}
+			done := map[string]string{"ban": "banned", "unban": "unbanned", "mute": "muted", "unmute": "unmuted"}[verb]
+			if until != nil {
+				done += " until " + until.Format(time.RFC3339)
+			}
+			fmt.Printf("%s user %d: conversation %d\n", done, u, conv)
+		}
+		return nil
 	case "add", "remove", "role":
 		if verb == "role" && role == "" {
 			return errors.New("members role: give --role (owner, admin, moderator, member)")
@@ -162,7 +211,32 @@ func runMembers(ctx context.Context, args []string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("members %q: want list, add, remove or role", verb)
+	return fmt.Errorf("members %q: want list, add, remove, role, ban, unban, mute, unmute, bans or mutes", verb)
+}
+
+// listSanctions prints the bans or mutes (what) that stand in conv.
+func listSanctions(ctx context.Context, c *client.Client, jsonOut bool, conv int64, what string) error {
+	list := c.Bans
+	if what == "mutes" {
+		list = c.Mutes
+	}
+	ss, err := list(ctx, conv)
+	if err != nil {
+		return err
+	}
+	if jsonOut {
+		return printJSON(os.Stdout, map[string]any{"conversation_id": conv, what: ss})
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "USER\tUNTIL\tBY\tAT")
+	for _, s := range ss {
+		until := "until lifted"
+		if s.Until != nil {
+			until = s.Until.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", s.UserID, until, s.By, s.At.Format(time.RFC3339))
+	}
+	return tw.Flush()
 }
 
 func runHistory(ctx context.Context, args []string) error {
@@ -310,12 +384,13 @@ func formatReactions(rs []client.Reaction) string {
 // sentence; a body it does not know is printed as it is.
 func describeSystem(body json.RawMessage) string {
 	var b struct {
-		Event   string  `json:"event"`
-		By      int64   `json:"by"`
-		Title   string  `json:"title"`
-		Members []int64 `json:"members"`
-		UserID  int64   `json:"user_id"`
-		Role    string  `json:"role"`
+		Event   string     `json:"event"`
+		By      int64      `json:"by"`
+		Title   string     `json:"title"`
+		Members []int64    `json:"members"`
+		UserID  int64      `json:"user_id"`
+		Role    string     `json:"role"`
+		Until   *time.Time `json:"until"`
 	}
 	if json.Unmarshal(body, &b) != nil {
 		return string(body)
@@ -336,6 +411,12 @@ func describeSystem(body json.RawMessage) string {
 		return fmt.Sprintf("user %d removed user %d", b.By, b.UserID)
 	case "member.role_set":
 		return fmt.Sprintf("user %d made user %d %s", b.By, b.UserID, b.Role)
+	case "member.banned", "member.unbanned", "member.muted", "member.unmuted":
+		s := fmt.Sprintf("user %d %s user %d", b.By, strings.TrimPrefix(b.Event, "member."), b.UserID)
+		if b.Until != nil {
+			s += " until " + b.Until.Format(time.RFC3339)
+		}
+		return s
 	}
 	return string(body)
 }

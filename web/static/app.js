@@ -218,6 +218,8 @@ function describe(m) {
     case 'member.added': return `user ${b.user_id} was added by ${b.by}`;
     case 'member.removed': return `user ${b.user_id} was removed by ${b.by}`;
     case 'member.role_set': return `user ${b.user_id} was made ${b.role} by ${b.by}`;
+    case 'member.banned': case 'member.unbanned': case 'member.muted': case 'member.unmuted':
+      return `user ${b.user_id} was ${b.event.slice('member.'.length)} by ${b.by}${b.until ? ' until ' + b.until : ''}`;
     default: return JSON.stringify(b);
   }
 }

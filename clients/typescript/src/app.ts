@@ -160,11 +160,22 @@ export async function setRole(api: Api, cid: number, userId: number, role: strin
   backoff: { initialMs: number; maxMs: number }): Promise<void> {
   if (!(cid > 0) || !(userId > 0) || !role) throw new Error(`inboxd: bad role ${role} of user ${userId} in ${cid}`);
   const body = { role, change_id: crypto.randomUUID() };
+  await retried(api, "PUT", `/v1/conversations/${seg(cid)}/members/${seg(userId)}/role`, body, opts, backoff);
+}
+
+/**
+ * retried sends one change of a conversation's members while its failure
+ * is temporary (up to opts.timeoutMs); the body's change_id, kept over
+ * the retries, makes it apply once, and a lift (DELETE) changes nothing
+ * twice.
+ */
+async function retried(api: Api, method: string, path: string, body: unknown, opts: ChangeOptions,
+  backoff: { initialMs: number; maxMs: number }): Promise<void> {
   const deadline = Date.now() + (opts.timeoutMs ?? 30000);
   const b = new Backoff(backoff);
   for (;;) {
     try {
-      await drain(api.request("PUT", `/v1/conversations/${seg(cid)}/members/${seg(userId)}/role`, body, opts.signal));
+      await drain(api.request(method, path, body, opts.signal));
       return;
     } catch (err) {
       const temporary = !(err instanceof ApiError) || err.retryable;
@@ -173,6 +184,32 @@ export async function setRole(api: Api, cid: number, userId: number, role: strin
       await sleep(wait, opts.signal);
     }
   }
+}
+
+/** Sanction is a ban or mute that stands: until absent, until lifted; by 0, a service. */
+export interface Sanction {
+  user_id: number;
+  until?: string;
+  by: number;
+  at: string;
+}
+
+/**
+ * sanction sets (PUT, until optional) or lifts (DELETE) a ban or mute
+ * (kind "bans" or "mutes"), retried as setRole is.
+ *
+ * @internal
+ */
+export async function sanction(api: Api, method: "PUT" | "DELETE", kind: "bans" | "mutes", cid: number, userId: number,
+  until: Date | undefined, opts: ChangeOptions, backoff: { initialMs: number; maxMs: number }): Promise<void> {
+  if (!(cid > 0) || !(userId > 0)) throw new Error(`inboxd: bad ${kind} of user ${userId} in ${cid}`);
+  const body = method === "PUT" ? { change_id: crypto.randomUUID(), ...(until ? { until: until.toISOString() } : {}) } : undefined;
+  await retried(api, method, `/v1/conversations/${seg(cid)}/${kind}/${seg(userId)}`, body, opts, backoff);
+}
+
+/** @internal */
+export function sanctions(api: Api, kind: "bans" | "mutes", cid: number, signal?: AbortSignal): Promise<Sanction[]> {
+  return listAll<Sanction>(api, `/v1/conversations/${seg(cid)}/${kind}`, "sanctions", signal);
 }
 
 /** @internal */

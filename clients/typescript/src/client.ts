@@ -12,7 +12,7 @@ import { runWsSession, type WebSocketCtor, type WsEnd } from "./transport_ws.js"
 import * as app from "./app.js";
 import * as uploads from "./uploads.js";
 import type { UploadFile } from "./uploads.js";
-import type { Change, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, ReportOptions, ReportResult, Settings, SettingsPatch, TypingEvent } from "./app.js";
+import type { Change, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, ReportOptions, ReportResult, Sanction, Settings, SettingsPatch, TypingEvent } from "./app.js";
 import type { Attachment, Counts, History, Message, Reconnect, Record, ServerFrame, SyncAnswer, TooLongAnswer, Upload } from "./protocol.js";
 
 // What upload takes, also from here (where it was before uploads.ts).
@@ -396,6 +396,46 @@ export class Client {
    */
   setRole(conversationId: number, userId: number, role: string, opts: ChangeOptions = {}): Promise<void> {
     return app.setRole(this.api, conversationId, userId, role, opts, { initialMs: this.cfg.backoffInitialMs, maxMs: this.cfg.backoffMaxMs });
+  }
+
+  /**
+   * ban bans a user from a conversation (docs/protocol.md, "Ban and mute"):
+   * a member is removed and nobody may add the user until the ban lapses at
+   * until (absent: until unban). A moderator or above bans those of lower
+   * roles; a refusal rejects with its ApiError (403 forbidden, 403
+   * not_member, 400). Retried as setRole is.
+   */
+  ban(conversationId: number, userId: number, until?: Date, opts: ChangeOptions = {}): Promise<void> {
+    return app.sanction(this.api, "PUT", "bans", conversationId, userId, until, opts, this.changeBackoff());
+  }
+
+  /** unban lifts a ban; lifting none changes nothing. */
+  unban(conversationId: number, userId: number, opts: ChangeOptions = {}): Promise<void> {
+    return app.sanction(this.api, "DELETE", "bans", conversationId, userId, undefined, opts, this.changeBackoff());
+  }
+
+  /** mute mutes a member until until (absent: until unmute): it reads, but its sends, edits, reactions and typing are refused or dropped. */
+  mute(conversationId: number, userId: number, until?: Date, opts: ChangeOptions = {}): Promise<void> {
+    return app.sanction(this.api, "PUT", "mutes", conversationId, userId, until, opts, this.changeBackoff());
+  }
+
+  /** unmute lifts a mute; lifting none changes nothing. */
+  unmute(conversationId: number, userId: number, opts: ChangeOptions = {}): Promise<void> {
+    return app.sanction(this.api, "DELETE", "mutes", conversationId, userId, undefined, opts, this.changeBackoff());
+  }
+
+  /** bans lists the bans that stand, for a moderator or above (ApiError 403 otherwise). */
+  bans(conversationId: number, signal?: AbortSignal): Promise<Sanction[]> {
+    return app.sanctions(this.api, "bans", conversationId, signal);
+  }
+
+  /** mutes lists the mutes that stand, as bans does. */
+  mutes(conversationId: number, signal?: AbortSignal): Promise<Sanction[]> {
+    return app.sanctions(this.api, "mutes", conversationId, signal);
+  }
+
+  private changeBackoff(): { initialMs: number; maxMs: number } {
+    return { initialMs: this.cfg.backoffInitialMs, maxMs: this.cfg.backoffMaxMs };
   }
 
   /** markRead moves the user's read position (never backwards); its record entry follows. */

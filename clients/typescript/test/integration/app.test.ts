@@ -49,6 +49,13 @@ test("the app's calls: list, members, changes, reports, receipts, typing, presen
     await a.c.setRole(cid, 12, "moderator");
     assert.deepEqual((await b.c.members(cid)).find((m) => m.user_id === 12)!.role, "moderator");
     await assert.rejects(b.c.setRole(cid, 11, "member"), (err: unknown) => err instanceof ApiError && err.status === 403);
+    // The moderator bans a user in advance and lists it; the owner lifts it.
+    await b.c.ban(cid, 99, new Date(Date.now() + 3600_000));
+    assert.deepEqual((await b.c.bans(cid)).map((s) => [s.user_id, s.by, typeof s.until]), [[99, 12, "string"]]);
+    await assert.rejects(b.c.mute(cid, 11), (err: unknown) => err instanceof ApiError && err.status === 403);
+    await a.c.unban(cid, 99);
+    assert.deepEqual(await a.c.bans(cid), []);
+    assert.deepEqual(await b.c.mutes(cid), []);
     await waitFor(() => b.seen.entries.some((e) => e.conversation_id === cid && e.kind === "message"), 30_000, "b sees the conversation");
     const list = await b.c.conversations();
     assert.equal(list.filter((r) => r.conversation_id === cid).length, 1);

@@ -99,7 +99,14 @@ func (g *Gateway) handleSanction(typ string) func(w http.ResponseWriter, r *http
 		case !projection.MaySanction(rc.actor, target):
 			return forbidden(rc.actor, "ban or mute a "+target, cid)
 		}
-		out, err := g.members.Sanction(ctx, e, sr.kind, uid)
+		// The wait is woken by the user's entry of the system message:
+		// one who is no member (banned in advance, or unbanned after
+		// the ban removed it) gets none, the acting member does.
+		watch := uid
+		if rc.target == "" {
+			watch = user
+		}
+		out, err := g.members.Sanction(ctx, e, sr.kind, watch)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -767,4 +768,126 @@ func typing(t *testing.T, f *authzFixture, c int) string {
 		}
 	}
 	return frameDropped
+}
+
+// TestServerAPIScopes: the server API's own axis (docs/protocol.md,
+// "Server API", "Credentials"): every route with no key, with a user's
+// token, with a key holding every scope but the route's, and with a key
+// holding the route's scope: 401, 401, 403 forbidden, then the route's
+// answer. The refusals change nothing; the call with the scope changes
+// what a write changes.
+func TestServerAPIScopes(t *testing.T) {
+	tg := newGateway(t, serverTestConfig)
+	owner := tg.user(t, 1)
+	cid := owner.create(t, "server", 2, 3, 4)
+	reported := tg.user(t, 2).send(t, cid, "reported")
+	reportID := uuid.NewString()
+	r := owner.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages/%d/report", cid, reported.Seq),
+		map[string]any{"report_id": reportID, "reason": "spam"})
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+
+	// read is one value of a query on pool.
+	read := func(pool *pgxpool.Pool, sql string, args ...any) any {
+		var v any
+		require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&v))
+		return v
+	}
+	conv := tg.g.srv.Conv(cid)
+	role := func(uid int64) func() any {
+		return func() any {
+			return read(conv, `SELECT COALESCE((SELECT role FROM member_spans
+				WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL), '')`, cid, uid)
+		}
+	}
+	p := func(format string, a ...any) string { return ServerPrefix + fmt.Sprintf(format, a...) }
+	rows := []struct {
+		route, scope string
+		method, path string
+		body         any
+		want         int
+		state        func() any // nil: the route only reads
+	}{
+		{"POST /v1/server/conversations", apikey.ScopeConversations, "POST", p("conversations"),
+			map[string]any{"title": "by a service", "members": []int64{5}}, http.StatusCreated, func() any {
+				n := int64(0)
+				for _, pool := range tg.env.Pools {
+					n += read(pool, `SELECT count(*) FROM conversations WHERE title = 'by a service'`).(int64)
+				}
+				return n
+			}},
+		{"GET /v1/server/conversations/{cid}", apikey.ScopeRead, "GET", p("conversations/%d", cid), nil, http.StatusOK, nil},
+		{"POST /v1/server/conversations/{cid}/members", apikey.ScopeMembers, "POST", p("conversations/%d/members", cid),
+			protocol.ServerMembers{UserIDs: []int64{11}}, http.StatusAccepted, role(11)},
+		{"POST /v1/server/conversations/{cid}/members/remove", apikey.ScopeMembers, "POST", p("conversations/%d/members/remove", cid),
+			protocol.ServerMembers{UserIDs: []int64{4}}, http.StatusAccepted, role(4)},
+		{"PUT /v1/server/conversations/{cid}/members/{uid}/role", apikey.ScopeMembers, "PUT", p("conversations/%d/members/3/role", cid),
+			protocol.SetRole{Role: "admin"}, http.StatusAccepted, role(3)},
+		{"POST /v1/server/conversations/{cid}/messages", apikey.ScopeMessages, "POST", p("conversations/%d/messages", cid),
+			protocol.ServerSend{SenderName: "bot", Body: "hi"}, http.StatusCreated, func() any {
+				return read(conv, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND sender_id = 0 AND kind = 'text'`, cid)
+			}},
+		{"PATCH /v1/server/users/{uid}/conversations/{cid}/record", apikey.ScopeRecords, "PATCH", p("users/2/conversations/%d/record", cid),
+			map[string]any{"pinned": true}, http.StatusAccepted, func() any {
+				return read(tg.env.UserPool(2), `SELECT pinned FROM records WHERE user_id = 2 AND conversation_id = $1`, cid)
+			}},
+		{"GET /v1/server/users/{uid}/inbox", apikey.ScopeRead, "GET", p("users/2/inbox"), nil, http.StatusOK, nil},
+		{"GET /v1/server/reports", apikey.ScopeReports, "GET", p("reports"), nil, http.StatusOK, nil},
+		{"POST /v1/server/reports/{id}/resolve", apikey.ScopeReports, "POST", p("reports/%s/resolve", reportID),
+			protocol.ResolveReport{Resolution: "dismissed"}, http.StatusOK, func() any {
+				return read(conv, `SELECT state FROM reports WHERE id = $1`, reportID)
+			}},
+		{"POST /v1/server/revocations", apikey.ScopeSessions, "POST", p("revocations"),
+			map[string]any{"user_id": 99}, http.StatusCreated, func() any {
+				return read(tg.env.Pool, `SELECT count(*) FROM revocations WHERE user_id = 99`)
+			}},
+	}
+	t.Run("every server route has a row", func(t *testing.T) {
+		var have, want []string
+		for _, row := range rows {
+			have = append(have, row.route)
+		}
+		for _, rt := range tg.g.routes {
+			if strings.HasPrefix(rt.path, ServerPrefix) {
+				want = append(want, rt.pattern())
+			}
+		}
+		require.ElementsMatch(t, want, have)
+	})
+	for i, row := range rows {
+		t.Run(row.route, func(t *testing.T) {
+			var others []string
+			for _, s := range apikey.Scopes {
+				if s != row.scope {
+					others = append(others, s)
+				}
+			}
+			unscoped, _ := tg.service(t, fmt.Sprintf("without-%s-%d", row.scope, i), others...)
+			scoped, _ := tg.service(t, fmt.Sprintf("with-%s-%d", row.scope, i), row.scope)
+			for _, c := range []struct {
+				who  string
+				as   *user
+				want string
+			}{
+				{"no key", &user{tg: tg}, unauth401},
+				{"a user's token", tg.user(t, 1), unauth401},
+				{"a key without the scope", unscoped, forbidden403},
+				{"a key with the scope", scoped, fmt.Sprint(row.want)},
+			} {
+				var before any
+				if row.state != nil {
+					before = row.state()
+				}
+				r := c.as.do(t, row.method, row.path, row.body, "Idempotency-Key", uuid.NewString())
+				require.Equal(t, c.want, answer(t, r), "%s with %s: %s", row.route, c.who, r)
+				if row.state == nil {
+					continue
+				}
+				if after := row.state(); c.want[0] == '2' {
+					require.NotEqual(t, before, after, "%s with %s: answered %s but changed nothing", row.route, c.who, c.want)
+				} else {
+					require.Equal(t, before, after, "%s with %s: refused but changed something", row.route, c.who)
+				}
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -86,7 +87,14 @@ func (g *Gateway) handleSanction(typ string) func(w http.ResponseWriter, r *http
 		case !projection.MaySanction(rc.actor, target):
 			return forbidden(rc.actor, "ban or mute a "+target, cid)
 		}
-		out, err := g.members.Sanction(ctx, e, sr.kind, uid)
+		// The wait is woken by the user's entry of the system message:
+		// one who is no member (banned in advance, or unbanned after
+		// the ban removed it) gets none, the acting member does.
+		watch := uid
+		if rc.target == "" {
+			watch = user
+		}
+		out, err := g.members.Sanction(ctx, e, sr.kind, watch)
 		if err != nil {
 			return err
 		}
@@ -136,6 +144,9 @@ func (g *Gateway) refuseBanned(ctx context.Context, cid int64, ids []int64) erro
 	}
 	return rows.Err()
 }
+
+// sqlAnyMember reads one current member of conversation $1.
+const sqlAnyMember = `SELECT user_id FROM member_spans WHERE conversation_id = $1 AND left_seq IS NULL LIMIT 1`
 
 // sqlSanctions lists the standing sanctions of kind $2 in conversation $1
 // after user $3, by user id: the table's primary key.
@@ -233,7 +244,15 @@ func (g *Gateway) handleServerSanction(typ string) func(w http.ResponseWriter, r
 		if typ == events.MemberMuted && rc.target == "" {
 			return sanctionRefusal(projection.ReasonNoMember, e)
 		}
-		out, err := g.members.Sanction(ctx, e, kind, uid)
+		// As for a member's: a user who is no member gets no entry to
+		// wake the wait; any member gets the system message.
+		watch := uid
+		if rc.target == "" {
+			if err := g.srv.Conv(cid).QueryRow(ctx, sqlAnyMember, cid).Scan(&watch); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("a member of %d: %w", cid, err)
+			}
+		}
+		out, err := g.members.Sanction(ctx, e, kind, watch)
 		if err != nil {
 			return err
 		}

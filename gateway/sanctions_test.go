@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/gateway/apikey"
@@ -190,4 +191,38 @@ func TestSanctionListsAndServerRoutes(t *testing.T) {
 	r = mod.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/messages", cid), map[string]any{"msg_id": uuid.NewString(), "body": "hi"})
 	require.Equal(t, http.StatusForbidden, r.status, "the moderator is muted: %s", r)
 	tg.verify(t)
+}
+
+// TestSanctionOfNonMemberAnswersWhenProjected: a ban of a user who is no
+// member (in advance) and the unban of one the ban removed answer once
+// projected, as the member changes do, not when the ack wait runs out:
+// the banned user gets no entry to wake the wait, the acting member does.
+// The bound is half the ack wait; the answers come in milliseconds.
+func TestSanctionOfNonMemberAnswersWhenProjected(t *testing.T) {
+	const ackWait = 30 * time.Second
+	tg := newGateway(t, func(c *Config) { c.AckWait = ackWait })
+	owner := tg.user(t, 1)
+	cid := owner.create(t, "sanctions", 2)
+	for _, c := range []struct {
+		method string
+		uid    int64
+		banned []string // the users banned after it
+	}{
+		{"PUT", 5, []string{"5"}},      // in advance
+		{"PUT", 2, []string{"2", "5"}}, // a member: removed
+		{"DELETE", 2, []string{"5"}},   // no member any more
+		{"DELETE", 5, []string{}},      // never one
+	} {
+		at := time.Now()
+		r := owner.sanction(t, c.method, "bans", cid, c.uid, `{}`)
+		took := time.Since(at)
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+		require.Less(t, took, ackWait/2, "%s bans/%d waited for the ack wait", c.method, c.uid)
+		rows, err := tg.g.srv.Conv(cid).Query(t.Context(),
+			`SELECT user_id::text FROM sanctions WHERE conversation_id = $1 AND kind = 'ban' ORDER BY user_id`, cid)
+		require.NoError(t, err)
+		banned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, c.banned, banned, "after %s bans/%d", c.method, c.uid)
+	}
 }

@@ -199,6 +199,17 @@ func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, 
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
+	// The entries of senders the user blocks are marked and emptied, by
+	// its blocks now (docs/protocol.md, "Blocks").
+	blocked, err := g.blocks.of(r.Context(), user)
+	if err != nil {
+		return err
+	}
+	if len(blocked) > 0 {
+		masked := *res
+		masked.Entries = inbox.MaskBlocked(res.Entries, blocked)
+		res = &masked
+	}
 	g.writeSyncPage(w, res)
 	return nil
 }

@@ -43,6 +43,7 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 		ConnectLimits: g.syncLimits,
 		SendLimits:    g.sendLimits,
 		Ephemeral:     g.eph,
+		Blocks:        g.blocks,
 		Draining:      g.draining,
 		Logger:        g.log,
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,14 @@ func TestChangeCommands(t *testing.T) {
 	require.Regexp(t, `(?m)^2 +#1 +moderator$`, run(0, as(bob, "members list", "--conversation", "1")...))
 	require.Contains(t, run(1, as(bob, "members role", "--conversation", "1", "--role", "member", "1")...), "403 forbidden")
 	require.Regexp(t, `#5  \* user 1 made user 2 moderator$`, run(0, as(bob, "history", "--conversation", "1")...))
+
+	// Blocks: bob blocks alice, lists her once projected, then unblocks.
+	require.Equal(t, "blocked user 1", run(0, as(bob, "block", "1")...))
+	require.Contains(t, run(1, as(bob, "block", "2")...), "400")
+	require.Eventually(t, func() bool {
+		return regexp.MustCompile(`(?m)^1\tsince `).MatchString(run(0, as(bob, "blocks")...))
+	}, 30*time.Second, 100*time.Millisecond, "bob's blocks list alice")
+	require.Equal(t, "unblocked user 1", run(0, as(bob, "unblock", "1")...))
 	require.NoError(t, d.proc.Stop(30*time.Second), d.proc.Output())
 }
 

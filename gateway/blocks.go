@@ -172,14 +172,9 @@ func (c *blockCache) forget(user int64) {
 func (g *Gateway) handleBlocks(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
-	q := r.URL.Query()
-	limit, err := queryInt(q, "limit", DefaultBlockPage, 1, MaxBlockPage)
+	after, limit, err := blockPage(r)
 	if err != nil {
 		return err
-	}
-	after, err := queryInt(q, "page", 0, 0, math.MaxInt64)
-	if err != nil {
-		return apierr.BadRequest("page must be a next_page of an earlier answer")
 	}
 	out, err := listBlocks(ctx, g.srv, user, after, limit)
 	if err != nil {
@@ -191,6 +186,38 @@ func (g *Gateway) handleBlocks(w http.ResponseWriter, r *http.Request) error {
 	}
 	apierr.WriteJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// handleServerBlocks is GET /v1/server/users/{uid}/blocks (scope read):
+// the users uid blocks, paged as GET /v1/blocks.
+func (g *Gateway) handleServerBlocks(w http.ResponseWriter, r *http.Request) error {
+	uid, err := pathID(r, "uid")
+	if err != nil {
+		return err
+	}
+	after, limit, err := blockPage(r)
+	if err != nil {
+		return err
+	}
+	out, err := listBlocks(r.Context(), g.srv, uid, after, limit)
+	if err != nil {
+		return err
+	}
+	apierr.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// blockPage parses limit and page (the last blocked user id of the
+// previous page) of a list of blocks.
+func blockPage(r *http.Request) (after, limit int64, err error) {
+	q := r.URL.Query()
+	if limit, err = queryInt(q, "limit", DefaultBlockPage, 1, MaxBlockPage); err != nil {
+		return 0, 0, err
+	}
+	if after, err = queryInt(q, "page", 0, 0, math.MaxInt64); err != nil {
+		return 0, 0, apierr.BadRequest("page must be a next_page of an earlier answer")
+	}
+	return after, limit, nil
 }
 
 // store keeps bs as user's whole set of blocks, read now.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxd/inboxd/gateway/apikey"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -69,8 +70,9 @@ func historyMessage(t testing.TB, u *user, cid, seq int64) protocol.Message {
 // TestBlockRoutes: blocking is idempotent (204 once it stands), nobody
 // blocks itself, the list pages by user id, and unblocking empties it.
 func TestBlockRoutes(t *testing.T) {
-	tg := newGateway(t, nil)
+	tg := newGateway(t, serverTestConfig)
 	b := tg.user(t, 1)
+	svc, _ := tg.service(t, "support", apikey.ScopeRead)
 	r := b.do(t, "PUT", "/v1/blocks/1", nil)
 	require.Equal(t, http.StatusBadRequest, r.status, "itself: %s", r)
 	r = b.do(t, "DELETE", "/v1/blocks/2", nil)
@@ -88,6 +90,13 @@ func TestBlockRoutes(t *testing.T) {
 	rest := b.blocks(t, "limit=2&page="+*first.NextPage)
 	require.Equal(t, []protocol.Block{{UserID: 9, At: rest.Blocks[0].At}}, rest.Blocks)
 	require.Nil(t, rest.NextPage)
+
+	// The server API lists them the same.
+	r = svc.do(t, "GET", "/v1/server/users/1/blocks?limit=2", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var server protocol.BlockList
+	r.decode(t, &server)
+	require.Equal(t, first, server)
 
 	// Blocking again answers 204 and keeps the row and its time.
 	r = b.do(t, "PUT", "/v1/blocks/2", nil)

@@ -202,6 +202,24 @@ func TestBlockEffects(t *testing.T) {
 		require.Equal(t, "secret", msgText(t, &m), name)
 	}
 
+	// The conversation list carries the last message: masked for B too.
+	lastOf := func(u *user) *protocol.Message {
+		var l protocol.ConversationList
+		r := u.do(t, "GET", "/v1/conversations", nil)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		r.decode(t, &l)
+		for _, rec := range l.Conversations {
+			if rec.ConversationID == cid {
+				return rec.LastMessage
+			}
+		}
+		t.Fatalf("no record of %d", cid)
+		return nil
+	}
+	require.True(t, lastOf(b).SenderBlocked)
+	require.JSONEq(t, `""`, string(lastOf(b).Body))
+	require.Equal(t, "secret", msgText(t, lastOf(c)))
+
 	// X may not start a conversation with B, nor add B to one.
 	r = x.do(t, "POST", "/v1/conversations", map[string]any{"title": "dm", "members": []int64{1}})
 	require.Equal(t, http.StatusForbidden, r.status, "%s", r)

@@ -24,7 +24,8 @@ type sender struct {
 }
 
 // MaskBlocked returns entries with every text message whose sender the
-// reader blocks replaced by its protocol.Message.Blocked form: the entries
+// reader blocks (and every record whose last message is one) replaced by
+// its protocol.Message.Blocked form: the entries
 // keep their inbox_seq, so the stream stays contiguous. entries itself is
 // not modified (its wire forms may be shared with a cache): a copy is
 // returned when anything is masked. Without blocks it costs nothing; with
@@ -36,25 +37,85 @@ func MaskBlocked(entries []Entry, blocked Blocked) []Entry {
 	var out []Entry
 	for i := range entries {
 		e := &entries[i]
-		if e.kind == protocol.KindRecord || e.raw == nil {
+		if e.raw == nil {
 			continue
 		}
-		var s sender
-		if json.Unmarshal(e.raw, &s) != nil || s.Kind == protocol.MessageSystem || !blocked.Has(s.SenderID) {
-			continue
+		var raw []byte
+		if e.kind == protocol.KindRecord {
+			raw = maskedRecord(e.raw, blocked)
+		} else {
+			raw = maskedMessage(e.raw, blocked)
 		}
-		var m protocol.Message
-		if json.Unmarshal(e.raw, &m) != nil {
+		if raw == nil {
 			continue
 		}
 		if out == nil {
 			out = append([]Entry(nil), entries...)
 		}
-		bm := m.Blocked()
-		out[i].raw = marshalWire(&bm)
+		out[i].raw = raw
 	}
 	if out == nil {
 		return entries
+	}
+	return out
+}
+
+// maskedMessage is the wire form of the message raw as a reader who
+// blocks its sender sees it, nil when it shows whole.
+func maskedMessage(raw []byte, blocked Blocked) []byte {
+	var s sender
+	if json.Unmarshal(raw, &s) != nil || s.Kind == protocol.MessageSystem || !blocked.Has(s.SenderID) {
+		return nil
+	}
+	var m protocol.Message
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	bm := m.Blocked()
+	return marshalWire(&bm)
+}
+
+// maskedRecord is the wire form of the record raw with its last message
+// masked (a record carries its conversation's last message), nil when it
+// shows whole.
+func maskedRecord(raw []byte, blocked Blocked) []byte {
+	var s struct {
+		LastMessage *sender `json:"last_message"`
+	}
+	if json.Unmarshal(raw, &s) != nil || s.LastMessage == nil || s.LastMessage.Kind == protocol.MessageSystem ||
+		!blocked.Has(s.LastMessage.SenderID) {
+		return nil
+	}
+	var r protocol.Record
+	if json.Unmarshal(raw, &r) != nil || r.LastMessage == nil {
+		return nil
+	}
+	bm := r.LastMessage.Blocked()
+	r.LastMessage = &bm
+	return marshalWire(&r)
+}
+
+// MaskRecords is MaskBlocked for records read outside the inbox (the
+// conversation list): a copy of recs whose last messages of blocked
+// senders are masked, recs itself when none is.
+func MaskRecords(recs []protocol.Record, blocked Blocked) []protocol.Record {
+	if len(blocked) == 0 {
+		return recs
+	}
+	var out []protocol.Record
+	for i := range recs {
+		m := recs[i].LastMessage
+		if m == nil || m.Kind == protocol.MessageSystem || !blocked.Has(m.SenderID) {
+			continue
+		}
+		if out == nil {
+			out = append([]protocol.Record(nil), recs...)
+		}
+		bm := m.Blocked()
+		out[i].LastMessage = &bm
+	}
+	if out == nil {
+		return recs
 	}
 	return out
 }

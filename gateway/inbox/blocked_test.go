@@ -47,6 +47,18 @@ func TestMaskBlocked(t *testing.T) {
 	require.False(t, got[3].Message.SenderBlocked, "a system message is never masked")
 	require.NotNil(t, got[2].Record)
 
+	// A record carries its conversation's last message: masked the same.
+	recs := []Entry{NewEntry(1, 1, &protocol.Record{ConversationID: 1, LastMessage: text(1, 2)}),
+		NewEntry(2, 1, &protocol.Record{ConversationID: 1, LastMessage: text(1, 5)})}
+	require.NoError(t, json.Unmarshal(AppendEntries(nil, MaskBlocked(recs, Blocked{2: {}})), &got))
+	require.True(t, got[0].Record.LastMessage.SenderBlocked)
+	require.JSONEq(t, `""`, string(got[0].Record.LastMessage.Body))
+	require.False(t, got[1].Record.LastMessage.SenderBlocked)
+	list := []protocol.Record{{ConversationID: 1, LastMessage: text(1, 2)}, {ConversationID: 2}}
+	maskedList := MaskRecords(list, Blocked{2: {}})
+	require.True(t, maskedList[0].LastMessage.SenderBlocked)
+	require.False(t, list[0].LastMessage.SenderBlocked, "the records given are not modified")
+
 	msgs := []protocol.Message{*text(1, 2), *sys}
 	masked := MaskMessages(msgs, Blocked{2: {}})
 	require.True(t, masked[0].SenderBlocked)

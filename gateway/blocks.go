@@ -33,7 +33,8 @@ import (
 
 // blocksRefresh is how long a gateway trusts a user's blocks it read: a
 // block made through another gateway is seen here within it. The gateway
-// that answers a PUT, DELETE or GET of the blocks reads them again.
+// that answers a PUT, DELETE or GET of the blocks reads them again (a PUT
+// or DELETE once projected, awaitBlock).
 const blocksRefresh = 5 * time.Second
 
 // maxBlockCacheUsers bounds the users whose blocks a gateway keeps; past
@@ -128,8 +129,9 @@ func (c *blockCache) Blocks(ctx context.Context, blocker, other int64) bool {
 }
 
 // handleBlock is PUT (block) or DELETE (unblock) of /v1/blocks/{uid}:
-// 202 when the event is appended, 204 when the caller already blocks (or
-// does not block) uid, so nothing is. Nobody blocks itself (400).
+// 202 when the event is appended (after the read-your-writes wait), 204
+// when the caller already blocks (or does not block) uid, so nothing is.
+// Nobody blocks itself (400).
 func (g *Gateway) handleBlock(typ string) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		ctx := r.Context()
@@ -154,17 +156,38 @@ func (g *Gateway) handleBlock(typ string) func(w http.ResponseWriter, r *http.Re
 		if err := g.members.Append(ctx, e); err != nil {
 			return err
 		}
-		g.blocks.forget(user)
+		if err := g.awaitBlock(ctx, user, uid, typ == events.UserBlocked); err != nil {
+			return err
+		}
 		writeAccepted(w)
 		return nil
 	}
 }
 
-// forget drops user's blocks, read again on next use.
-func (c *blockCache) forget(user int64) {
-	c.mu.Lock()
-	delete(c.users, user)
-	c.mu.Unlock()
+// awaitBlock waits up to Config.AckWait for the projection of user's block
+// (or unblock) of uid, as other writes wait for theirs, so that the
+// caller's next read on this gateway judges by it; then it reads the
+// user's blocks into the cache. A block moves no inbox, so no notification
+// would wake the wait: it polls one point lookup, from 10 ms, doubling to
+// 100 ms. Past the wait the answer is 202 all the same.
+func (g *Gateway) awaitBlock(ctx context.Context, user, uid int64, want bool) error {
+	deadline := time.Now().Add(g.cfg.AckWait)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		var blocked bool
+		if err := g.srv.User(user).QueryRow(ctx, sqlBlocks1, user, uid).Scan(&blocked); err != nil {
+			return fmt.Errorf("block of %d by %d: %w", uid, user, err)
+		}
+		if blocked == want || time.Now().Add(wait).After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return apierr.ErrClientGone
+		case <-time.After(wait):
+		}
+	}
+	_, err := g.blocks.load(ctx, user)
+	return err
 }
 
 // handleBlocks is GET /v1/blocks: the users the caller blocks, by user id,

@@ -56,7 +56,7 @@ func (b *batch) userBlock(e *events.Event) {
 			s.blocked, s.at = true, e.At
 		}
 	case events.UserUnblocked:
-		s.blocked, s.reset = false, true
+		s.blocked, s.reset, s.at = false, true, time.Time{}
 	}
 }
 

@@ -372,7 +372,7 @@ func (c *Client) History(ctx context.Context, conversationID, before int64, limi
 	if err != nil {
 		return nil, false, err
 	}
-	return ans.Messages, ans.HasMore, nil
+	return c.visible(ans.Messages), ans.HasMore, nil
 }
 
 // CreateConversation creates a conversation with the user and members and

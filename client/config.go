@@ -95,6 +95,13 @@ type Config struct {
 	// proxy from the environment, the TLS settings of Go.
 	Dialer *websocket.Dialer
 
+	// ShowBlocked hands the messages whose sender the user blocks
+	// (Message.SenderBlocked: the server sends them emptied, in their
+	// places) to the handlers and History like any other. By default they
+	// are left out of OnEntry, OnUpdate, OnHistory, History and
+	// Backfill's Messages; the cursor moves past them all the same.
+	ShowBlocked bool
+
 	// Transport: TransportAuto (default), TransportWebSocket or
 	// TransportPolling.
 	Transport Transport

@@ -93,12 +93,12 @@ func (c *Client) deliverOne(ctx context.Context, e Entry) error {
 	skip, update := c.judgeLocked(e)
 	c.mu.Unlock()
 
-	if !skip && c.cfg.Handler.OnEntry != nil {
+	if !skip && c.cfg.Handler.OnEntry != nil && !c.hidden(e.Message) {
 		if err := c.cfg.Handler.OnEntry(handlerCtx(ctx), e); err != nil {
 			return fatal("OnEntry(inbox_seq %d): %w", e.InboxSeq, err)
 		}
 	}
-	if update != nil && c.cfg.Handler.OnUpdate != nil {
+	if update != nil && c.cfg.Handler.OnUpdate != nil && !c.hidden(update) {
 		if err := c.cfg.Handler.OnUpdate(handlerCtx(ctx), *update); err != nil {
 			return fatal("OnUpdate(inbox_seq %d, conversation %d, seq %d, version %d): %w",
 				e.InboxSeq, e.ConversationID, update.Seq, update.CurrentVersion(), err)
@@ -507,7 +507,7 @@ func (c *Client) Backfill(ctx context.Context, conversationID int64) (BackfillRe
 	if err := c.save(ctx); err != nil {
 		return BackfillResult{}, err
 	}
-	return BackfillResult{Messages: fresh, Updates: updates, Remaining: remaining}, nil
+	return BackfillResult{Messages: c.visible(fresh), Updates: c.visible(updates), Remaining: remaining}, nil
 }
 
 // splitPage sorts a history page's messages within [lo, hi]: those in a
@@ -536,6 +536,7 @@ func (c *Client) splitPage(conversationID int64, msgs []Message, lo, hi int64) (
 // handOver gives a backfilled page to the app: the fresh messages to
 // OnHistory, the newer states to OnUpdate.
 func (c *Client) handOver(ctx context.Context, conversationID int64, fresh, updates []Message) error {
+	fresh, updates = c.visible(fresh), c.visible(updates)
 	if h := c.cfg.Handler.OnHistory; h != nil && len(fresh) > 0 {
 		if err := h(handlerCtx(ctx), conversationID, fresh); err != nil {
 			return fmt.Errorf("OnHistory(conversation %d): %w", conversationID, err)

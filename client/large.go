@@ -178,7 +178,7 @@ func (c *Client) deliverLargeLocked(ctx context.Context, m Message) error {
 	if had {
 		return c.updateLargeLocked(ctx, m)
 	}
-	if h := c.cfg.Handler.OnEntry; h != nil {
+	if h := c.cfg.Handler.OnEntry; h != nil && !c.hidden(&m) {
 		if err := h(handlerCtx(ctx), e); err != nil {
 			return fatal("OnEntry(conversation %d, seq %d, read mode): %w", m.ConversationID, m.Seq, err)
 		}
@@ -206,7 +206,7 @@ func (c *Client) updateLargeLocked(ctx context.Context, m Message) error {
 	if !newer {
 		return nil
 	}
-	if h := c.cfg.Handler.OnUpdate; h != nil {
+	if h := c.cfg.Handler.OnUpdate; h != nil && !c.hidden(&m) {
 		if err := h(handlerCtx(ctx), m); err != nil {
 			return fatal("OnUpdate(conversation %d, seq %d, version %d, read mode): %w",
 				m.ConversationID, m.Seq, m.CurrentVersion(), err)

@@ -66,7 +66,32 @@ const (
 	MemberUnbanned = "member.unbanned"
 	MemberMuted    = "member.muted"
 	MemberUnmuted  = "member.unmuted"
+	// UserBlocked records that ActorID (the blocker) blocks UserID, and
+	// UserUnblocked that it no longer does: docs/protocol.md, "Blocks".
+	// They are user-level events (UserLevel): no conversation, keyed by
+	// the blocker, so that they land on the blocker's partition and are
+	// projected on the blocker's server.
+	UserBlocked   = "user.blocked"
+	UserUnblocked = "user.unblocked"
 )
+
+// UserLevel says whether events of type typ belong to a user rather than
+// a conversation: their conversation_id is 0 and their record key is the
+// actor's id (PartitionKey). The partition of a decimal id is the same on
+// the event topic and the user-keyed topic, so such an event is projected
+// on the server that holds its actor's state.
+func UserLevel(typ string) bool {
+	return typ == UserBlocked || typ == UserUnblocked
+}
+
+// PartitionKey is the id e's record is keyed by: its conversation, or
+// its actor for a user-level event.
+func (e *Event) PartitionKey() int64 {
+	if UserLevel(e.Type) {
+		return e.ActorID
+	}
+	return e.ConversationID
+}
 
 // The roles of a conversation's members, highest first. A conversation
 // has at most one owner; a member without another role is a member.
@@ -103,7 +128,8 @@ const MaxMentions = 50
 // Event is one change. Fields beyond the envelope are set per type:
 // conversation.created: Title, Members, Channel, Roles; member.added/removed:
 // UserID; member.role_set: UserID, Role; member.banned/muted: UserID,
-// optionally Until; member.unbanned/unmuted: UserID;
+// optionally Until; member.unbanned/unmuted: UserID; user.blocked and
+// user.unblocked: UserID (the blocked user; no conversation);
 // message.sent: MsgID, Body, optionally ReplyTo; record.updated: Pinned
 // and/or Muted; read.updated: ReadSeq. The changes of a message
 // (message.edited: Body; message.deleted; reaction.added: Emoji;
@@ -268,7 +294,10 @@ func (e *Event) Validate(maxBody int) error {
 	if _, err := uuid.Parse(e.EventID); err != nil || len(e.EventID) != 36 {
 		return invalid("event_id is not a uuid")
 	}
-	if e.ConversationID <= 0 {
+	switch {
+	case UserLevel(e.Type) && e.ConversationID != 0:
+		return invalid("conversation_id on a %s", e.Type)
+	case !UserLevel(e.Type) && e.ConversationID <= 0:
 		return invalid("conversation_id must be positive")
 	}
 	if err := e.validateActor(); err != nil {
@@ -308,6 +337,13 @@ func (e *Event) Validate(maxBody int) error {
 	case MemberAdded, MemberRemoved, MemberBanned, MemberUnbanned, MemberMuted, MemberUnmuted:
 		if e.UserID <= 0 {
 			return invalid("user_id must be positive")
+		}
+	case UserBlocked, UserUnblocked:
+		if e.UserID <= 0 {
+			return invalid("user_id must be positive")
+		}
+		if e.UserID == e.ActorID {
+			return invalid("a user does not block itself")
 		}
 	case MemberRoleSet:
 		if e.UserID <= 0 {

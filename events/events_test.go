@@ -162,3 +162,37 @@ func TestServiceEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestUserLevelEvents: a block names no conversation, is keyed by its
+// blocker, and is refused with a conversation, without a user, by a
+// service or against the blocker itself.
+func TestUserLevelEvents(t *testing.T) {
+	good := New(UserBlocked, 0, 42)
+	good.UserID = 7
+	raw, err := Encode(good, 0)
+	require.NoError(t, err)
+	back, err := Decode(raw, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), back.UserID)
+	require.Equal(t, int64(42), back.PartitionKey(), "keyed by the blocker")
+	require.Equal(t, int64(9), New(MessageSent, 9, 42).PartitionKey(), "keyed by the conversation")
+
+	bad := map[string]func(e *Event){
+		"a conversation": func(e *Event) { e.ConversationID = 3 },
+		"no user":        func(e *Event) { e.UserID = 0 },
+		"itself":         func(e *Event) { e.UserID = e.ActorID },
+		"a service":      func(e *Event) { e.ActorID, e.Service = 0, "svc" },
+		"an until":       func(e *Event) { e.Until = Ptr(e.At) },
+	}
+	for _, typ := range []string{UserBlocked, UserUnblocked} {
+		for name, spoil := range bad {
+			t.Run(typ+" "+name, func(t *testing.T) {
+				e := New(typ, 0, 42)
+				e.UserID = 7
+				require.NoError(t, e.Validate(0))
+				spoil(e)
+				require.ErrorIs(t, e.Validate(0), ErrInvalid)
+			})
+		}
+	}
+}

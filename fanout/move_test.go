@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/fanout"
 	"github.com/inboxd/inboxd/internal/pgtest"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -54,6 +55,15 @@ func TestMovePartitionsUnderLoad(t *testing.T) {
 		n = v / 300 * 300
 	}
 	evs := generate(g, n)
+	// Every user blocks the next: user-level state of the users'
+	// partitions, which a move must carry with them.
+	blocks := make([]*events.Event, 0, 300)
+	for u := int64(1); u <= 300; u++ {
+		b := events.New(events.UserBlocked, 0, u)
+		b.UserID = u%300 + 1
+		blocks = append(blocks, b)
+	}
+	appendEvents(t, env.Producer, blocks, true)
 	// A quarter of the log is projected before the moves start (the
 	// state they move); the rest flows during them.
 	first := max(3000, n/4/300*300)
@@ -128,5 +138,10 @@ func TestMovePartitionsUnderLoad(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM conversations WHERE id = ANY($1::bigint[]))
 			+ (SELECT count(*) FROM users WHERE id = ANY($2::bigint[]))`, convs, users).Scan(&left))
 		require.Zero(t, left, "server %d keeps nothing of the moved partitions", i+1)
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM blocks WHERE blocker_id = ANY($1::bigint[])`, users).Scan(&left))
+		require.Zero(t, left, "server %d keeps no block of the moved partitions' users", i+1)
 	}
+	var blocked int
+	require.NoError(t, third.QueryRow(ctx, `SELECT count(*) FROM blocks WHERE blocker_id = ANY($1::bigint[])`, users).Scan(&blocked))
+	require.Equal(t, len(users), blocked, "the moved users' blocks are on their new server")
 }

@@ -170,6 +170,14 @@ func (f *authzFixture) query(sql string, args ...any) any {
 	return v
 }
 
+// blocks says whether blocker blocks blocked, on the blocker's server.
+func (f *authzFixture) blocks(blocker, blocked int64) any {
+	var b bool
+	require.NoError(f.t, f.w.tg.env.UserPool(blocker).QueryRow(context.Background(),
+		`SELECT EXISTS (SELECT 1 FROM blocks WHERE blocker_id = $1 AND blocked_id = $2)`, blocker, blocked).Scan(&b))
+	return b
+}
+
 // role is uid's role in the conversation, "" when no current member.
 func (f *authzFixture) role(uid int64) any {
 	return f.query(`SELECT COALESCE((SELECT role FROM member_spans
@@ -559,9 +567,32 @@ func authzRows() []authzRow {
 				return f.http(c, "GET", fmt.Sprintf("/v1/presence?user_id=%d", colUser[colOwner]), nil)
 			},
 			want: [nCols]string{O, O, O, O, O, O, O, U}},
-		// Blocks (PUT/DELETE /v1/blocks/{uid}, GET /v1/blocks) go here:
-		// the user's own, like the settings; what a block refuses to
-		// others goes in the rows of the routes it limits.
+		// Blocks ("Blocks"): the user's own, like the settings, whatever
+		// its standing in a conversation. The unblock row undoes what the
+		// block row did, so that no later row meets a block.
+		{name: "block a user", route: "PUT /v1/blocks/{uid}",
+			act: func(t *testing.T, f *authzFixture, c int) string {
+				return f.http(c, "PUT", fmt.Sprintf("/v1/blocks/%d", colTarget(c)), nil)
+			},
+			state: func(t *testing.T, f *authzFixture, c int) any { return f.blocks(colUser[c], colTarget(c)) },
+			want:  [nCols]string{ok202, ok202, ok202, ok202, ok202, ok202, ok202, U}},
+		{name: "unblock a user", route: "DELETE /v1/blocks/{uid}",
+			prepare: func(t *testing.T, f *authzFixture) {
+				for c := range nCols {
+					if c != colRevoked {
+						r := f.self(c).do(t, "PUT", fmt.Sprintf("/v1/blocks/%d", colTarget(c)), nil)
+						require.Contains(t, []int{http.StatusAccepted, http.StatusNoContent}, r.status, "%s", r)
+					}
+				}
+			},
+			act: func(t *testing.T, f *authzFixture, c int) string {
+				return f.http(c, "DELETE", fmt.Sprintf("/v1/blocks/%d", colTarget(c)), nil)
+			},
+			state: func(t *testing.T, f *authzFixture, c int) any { return f.blocks(colUser[c], colTarget(c)) },
+			want:  [nCols]string{ok202, ok202, ok202, ok202, ok202, ok202, ok202, U}},
+		{name: "list the blocks", route: "GET /v1/blocks",
+			act:  func(t *testing.T, f *authzFixture, c int) string { return f.http(c, "GET", "/v1/blocks", nil) },
+			want: [nCols]string{O, O, O, O, O, O, O, U}},
 
 		// --- The WebSocket's client frames (docs/websocket.md, "Frames").
 		{route: "GET /v1/ws", name: "ws: hello",
@@ -851,6 +882,7 @@ func TestServerAPIScopes(t *testing.T) {
 			map[string]any{"pinned": true}, http.StatusAccepted, func() any {
 				return read(tg.env.UserPool(2), `SELECT pinned FROM records WHERE user_id = 2 AND conversation_id = $1`, cid)
 			}},
+		{"GET /v1/server/users/{uid}/blocks", apikey.ScopeRead, "GET", p("users/2/blocks"), nil, http.StatusOK, nil},
 		{"GET /v1/server/users/{uid}/inbox", apikey.ScopeRead, "GET", p("users/2/inbox"), nil, http.StatusOK, nil},
 		{"GET /v1/server/reports", apikey.ScopeReports, "GET", p("reports"), nil, http.StatusOK, nil},
 		{"POST /v1/server/reports/{id}/resolve", apikey.ScopeReports, "POST", p("reports/%s/resolve", reportID),

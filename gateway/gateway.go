@@ -49,6 +49,8 @@ type Gateway struct {
 	changes *write.Changer
 	members *write.Members
 	reports *write.Reporter
+	// blocks is the blocks of the users this gateway serves (blocks.go).
+	blocks  *blockCache
 	handler http.Handler
 	routes  []route
 
@@ -174,8 +176,10 @@ func NewOn(cfg Config, pl Placement, prod *producer.Producer) (*Gateway, error) 
 	if g.reconnects, err = newReconnects(cfg.Reconnect, cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("gateway: reconnect hints: %w", err)
 	}
+	g.blocks = newBlockCache(srv)
 	ecfg := cfg.Ephemeral
 	ecfg.PlacementVersion = pl.Version
+	ecfg.Blocks = g.blocks
 	if g.eph, err = ephemeral.NewOn(ecfg, srv, g.sendLimits); err != nil {
 		return nil, err
 	}

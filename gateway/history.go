@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 
+	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/rows"
 	"github.com/inboxd/inboxd/protocol"
@@ -84,6 +85,11 @@ func (g *Gateway) history(ctx context.Context, user, cid int64, mode historyMode
 	if more {
 		msgs = msgs[:limit]
 	}
+	blocked, err := g.blocks.of(ctx, user)
+	if err != nil {
+		return nil, false, err
+	}
+	msgs = inbox.MaskMessages(msgs, blocked) // docs/protocol.md, "Blocks"
 	if mode != historyBefore {
 		if msgs == nil {
 			msgs = []protocol.Message{}

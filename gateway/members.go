@@ -41,6 +41,9 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) error {
 			return apierr.BadRequest("members must be positive user ids")
 		}
 	}
+	if err := g.refuseBlocked(ctx, user, req.Members); err != nil {
+		return err // a user blocked by a member does not start a conversation with it
+	}
 	cid, err := g.members.NextConversationID(ctx)
 	if err != nil {
 		return err
@@ -82,6 +85,9 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 		return forbidden(rc.actor, "add members", cid)
 	}
 	if err := g.refuseBanned(ctx, cid, ids); err != nil {
+		return err
+	}
+	if err := g.refuseBlocked(ctx, user, ids); err != nil {
 		return err
 	}
 	evs := make([]*events.Event, len(ids))

@@ -216,16 +216,18 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		// (omitted when they do not apply): documented, not required.
 		optional []string
 	}{
-		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, []string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "sender_name", "attachments"}, nil},
+		{"Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`)}, []string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "sender_name", "attachments", "sender_blocked"}, nil},
 		{"system sender's Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`), SenderName: "Support"},
-			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "attachments"}, []string{"sender_name"}},
+			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "attachments", "sender_blocked"}, []string{"sender_name"}},
+		{"blocked sender's Message", schema("Message"), (&protocol.Message{Body: json.RawMessage(`"x"`)}).Blocked(),
+			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "sender_name", "attachments"}, []string{"sender_blocked"}},
 		{"server conversation", response("/v1/server/conversations/{cid}", "get", "200"), protocol.ServerConversation{}, nil, nil},
 		{"server inbox", response("/v1/server/users/{uid}/inbox", "get", "200"), protocol.ServerInbox{}, nil, nil},
 		{"server create", response("/v1/server/conversations", "post", "201"), protocol.ConversationCreated{}, nil, nil},
 		{"server pending", response("/v1/server/conversations/{cid}/messages", "post", "202"), protocol.SendPending{}, nil, nil},
 		{"changed Message", schema("Message"), protocol.Message{Body: json.RawMessage(`"x"`), Version: 2, EditedAt: &time.Time{},
 			Deleted: true, ReplyTo: 1, Reactions: []protocol.Reaction{{Emoji: "x", Count: 1}}, Mentions: []int64{1}, MentionAll: true, ChangedOrd: 3, SenderName: "S",
-			Attachments: []protocol.Attachment{{}}}, nil,
+			Attachments: []protocol.Attachment{{}}}, []string{"sender_blocked"},
 			[]string{"version", "edited_at", "deleted", "reply_to", "reactions", "mentions", "mention_all", "changed_ord", "sender_name", "attachments"}},
 		{"Attachment", schema("Attachment"), protocol.Attachment{}, []string{"sha256", "width", "height", "thumbnail"}, nil},
 		{"Attachment of an image", schema("Attachment"), protocol.Attachment{SHA256: "x", Width: 1, Height: 1, Thumbnail: &protocol.Thumbnail{}},

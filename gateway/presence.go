@@ -14,7 +14,8 @@ const MaxPresenceUsers = 100
 // handlePresence is GET /v1/presence?user_id=1&user_id=2...: the presence
 // of the users asked about that the caller may see (the caller and the
 // users sharing a current conversation with them; gateway/ephemeral's
-// Lookup). The others are left out, whether they exist or not.
+// Lookup), but the users the caller blocks. The others are left out,
+// whether they exist or not.
 func (g *Gateway) handlePresence(w http.ResponseWriter, r *http.Request) error {
 	vs := r.URL.Query()["user_id"]
 	if len(vs) == 0 || len(vs) > MaxPresenceUsers {
@@ -33,9 +34,17 @@ func (g *Gateway) handlePresence(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []protocol.Presence{}
+	blocked, err := g.blocks.of(ctx, userFrom(ctx))
+	if err != nil {
+		return err
 	}
+	kept := []protocol.Presence{}
+	for _, p := range list {
+		if !blocked.Has(p.UserID) { // the users the caller blocks are left out too
+			kept = append(kept, p)
+		}
+	}
+	list = kept
 	apierr.WriteJSON(w, http.StatusOK, protocol.PresenceList{Presence: list})
 	return nil
 }

@@ -128,6 +128,22 @@ func (g *Gateway) handleReceipts(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out.Receipts, out.NextPage = cut(pg, out.Receipts)
+	// The receipts of users the caller blocks are left out after the
+	// page is cut, so that next_page still follows the members read: a
+	// page may hold fewer than limit.
+	blocked, err := g.blocks.of(ctx, userFrom(ctx))
+	if err != nil {
+		return err
+	}
+	if len(blocked) > 0 {
+		kept := out.Receipts[:0]
+		for _, rc := range out.Receipts {
+			if !blocked.Has(rc.UserID) {
+				kept = append(kept, rc)
+			}
+		}
+		out.Receipts = kept
+	}
 	apierr.WriteJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/rows"
 	"github.com/inboxd/inboxd/gateway/internal/servers"
@@ -228,6 +229,11 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) error {
 	if resp.Conversations, resp.NextPage, err = listRecords(ctx, g.srv, user, p); err != nil {
 		return err
 	}
+	blocked, err := g.blocks.of(ctx, user)
+	if err != nil {
+		return err
+	}
+	resp.Conversations = inbox.MaskRecords(resp.Conversations, blocked) // docs/protocol.md, "Blocks"
 	apierr.WriteJSON(w, http.StatusOK, resp)
 	return nil
 }

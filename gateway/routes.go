@@ -70,6 +70,10 @@ func (g *Gateway) routeTable() []route {
 		{"GET", "/v1/settings", true, bucketSync, g.handleGetSettings},
 		{"PATCH", "/v1/settings", true, bucketSend, g.handlePatchSettings},
 		{"GET", "/v1/presence", true, bucketSync, g.handlePresence},
+		// Blocks between users.
+		{"PUT", "/v1/blocks/{uid}", true, bucketSend, g.handleBlock(events.UserBlocked)},
+		{"DELETE", "/v1/blocks/{uid}", true, bucketSend, g.handleBlock(events.UserUnblocked)},
+		{"GET", "/v1/blocks", true, bucketSync, g.handleBlocks},
 		// The WebSocket authenticates after the upgrade (browsers cannot
 		// read a refused handshake) and charges one sync token per connection.
 		{"GET", "/v1/ws", false, bucketNone, g.handleWS},

@@ -86,6 +86,7 @@ func (g *Gateway) serverRoutes() []route {
 		s("POST", "conversations/{cid}/messages", apikey.ScopeMessages, g.handleServerSend),
 		s("PATCH", "users/{uid}/conversations/{cid}/record", apikey.ScopeRecords, g.handleServerRecord),
 		s("GET", "users/{uid}/inbox", apikey.ScopeRead, g.handleServerInbox),
+		s("GET", "users/{uid}/blocks", apikey.ScopeRead, g.handleServerBlocks),
 		s("GET", "reports", apikey.ScopeReports, g.handleServerReports),
 		s("POST", "reports/{id}/resolve", apikey.ScopeReports, g.handleServerResolve),
 		s("POST", "revocations", apikey.ScopeSessions, g.handleServerRevoke),

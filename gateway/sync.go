@@ -42,11 +42,16 @@ func polling(held int64, maxHeld int, interval time.Duration) protocol.Polling {
 // inbox.Reader.Sync) and then the first page of the conversation list. A
 // commit between the two shows up in the list and again after the head,
 // never in neither.
-func tooLongAnswer(ctx context.Context, srv *servers.Servers, user int64, res *inbox.Result, limit int, hint func() protocol.Polling) (*protocol.TooLong, error) {
+func tooLongAnswer(ctx context.Context, srv *servers.Servers, blocks *blockCache, user int64, res *inbox.Result, limit int, hint func() protocol.Polling) (*protocol.TooLong, error) {
 	recs, next, err := listRecords(ctx, srv, user, listParams{limit: limit})
 	if err != nil {
 		return nil, err
 	}
+	blocked, err := blocks.of(ctx, user)
+	if err != nil {
+		return nil, err
+	}
+	recs = inbox.MaskRecords(recs, blocked)
 	return &protocol.TooLong{TooLong: true, Epoch: res.Epoch, Head: res.Head, RecordVersion: res.RecordVersion,
 		Conversations: recs, NextPage: next, Counts: res.Counts, Polling: hint(), Large: res.Large}, nil
 }
@@ -56,6 +61,7 @@ func tooLongAnswer(ctx context.Context, srv *servers.Servers, user int64, res *i
 // the long-polls held by the gateway.
 type rebaser struct {
 	srv      *servers.Servers
+	blocks   *blockCache
 	limit    int
 	held     *atomic.Int64 // the gateway's count of held long-polls
 	maxHeld  int
@@ -64,7 +70,7 @@ type rebaser struct {
 
 // Rebase implements ws.Rebaser.
 func (r *rebaser) Rebase(ctx context.Context, user int64, at *inbox.Result) (*protocol.TooLong, error) {
-	return tooLongAnswer(ctx, r.srv, user, at, r.limit, func() protocol.Polling {
+	return tooLongAnswer(ctx, r.srv, r.blocks, user, at, r.limit, func() protocol.Polling {
 		return polling(r.held.Load(), r.maxHeld, r.interval)
 	})
 }
@@ -188,7 +194,7 @@ func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, 
 	h.Set("ETag", tag)
 	h.Set("Cache-Control", "private, no-cache")
 	if res.TooLong {
-		ans, err := tooLongAnswer(r.Context(), g.srv, user, res, p.Limit, g.pollingHint)
+		ans, err := tooLongAnswer(r.Context(), g.srv, g.blocks, user, res, p.Limit, g.pollingHint)
 		if err != nil {
 			return err
 		}
@@ -198,6 +204,17 @@ func (g *Gateway) writeSync(w http.ResponseWriter, r *http.Request, user int64, 
 	if allow304 && len(res.Entries) == 0 && etagMatch(r.Header.Get("If-None-Match"), tag) {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
+	}
+	// The entries of senders the user blocks are marked and emptied, by
+	// its blocks now (docs/protocol.md, "Blocks").
+	blocked, err := g.blocks.of(r.Context(), user)
+	if err != nil {
+		return err
+	}
+	if len(blocked) > 0 {
+		masked := *res
+		masked.Entries = inbox.MaskBlocked(res.Entries, blocked)
+		res = &masked
 	}
 	g.writeSyncPage(w, res)
 	return nil

@@ -38,11 +38,12 @@ func (g *Gateway) NewWebSocket(cfg WSConfig) (*WebSocket, error) {
 		Auth:      g.auth,
 		Sender:    wsWrites{g.sends, g.changes},
 		Changer:   wsWrites{g.sends, g.changes},
-		Rebaser: &rebaser{srv: g.srv, limit: g.cfg.PageDefault, held: &g.held, maxHeld: g.cfg.MaxHeldPolls,
+		Rebaser: &rebaser{srv: g.srv, blocks: g.blocks, limit: g.cfg.PageDefault, held: &g.held, maxHeld: g.cfg.MaxHeldPolls,
 			interval: g.cfg.PollInterval},
 		ConnectLimits: g.syncLimits,
 		SendLimits:    g.sendLimits,
 		Ephemeral:     g.eph,
+		Blocks:        g.blocks,
 		Draining:      g.draining,
 		Logger:        g.log,
 	})

@@ -93,3 +93,25 @@ func TestReceiverFailing(t *testing.T) {
 	require.Zero(t, dead)
 	require.Zero(t, w.rcv.bad)
 }
+
+// A member who blocks the sender is not notified of its messages, not even
+// of a mention; a member who does not (the control) is.
+func TestBlockedSenderNotNotified(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	cid := w.create(t, 1, 2, 3)
+	w.call(t, 2, "PUT", "/v1/blocks/1", nil, nil)
+	waitFor(t, 30*time.Second, "the block projected", func() bool {
+		var n int64
+		require.NoError(t, w.env.UserPool(2).QueryRow(ctx, `SELECT count(*) FROM blocks WHERE blocker_id = 2 AND blocked_id = 1`).Scan(&n))
+		return n == 1
+	})
+	w.run(t, nil)
+	seq := w.send(t, 1, cid, "hi @2 @3", 2, 3)
+	waitFor(t, 30*time.Second, "user 3's notification", func() bool { return covered(t, w.rcv.taken()[3], cid) == 1 })
+	time.Sleep(time.Second) // anything for user 2 would come by now
+	got := w.rcv.taken()
+	require.Equal(t, seq, got[3][0].Seq)
+	require.Empty(t, got[2], "the member who blocks the sender")
+	require.Zero(t, w.sum(t, `SELECT count(*) FROM notifications WHERE user_id = 2`), "nothing queued for it")
+}

@@ -33,9 +33,11 @@ ON CONFLICT (conversation_id) DO UPDATE SET last_seq = GREATEST(notifier_convs.l
 // sqlQueue queues the notifications of one message ($1 conversation, $2
 // seq, $3 sender, $4 mentioned ids, $5 @all, $6 its time, $7 the delay in
 // ms, $8 members with notifications off by the catalog's settings, on a
-// server of several): one per member who could see it, but the sender,
-// members with notifications off, and members who muted the conversation
-// unless it mentions them. A member's open burst in the conversation takes it in.
+// server of several, $9 members who block the sender, read on their
+// servers when those are others): one per member who could see it, but
+// the sender, members with notifications off, members who block the
+// sender (docs/protocol.md, "Blocks"), and members who muted the
+// conversation unless it mentions them. A member's open burst in the conversation takes it in.
 // Each row returned is a new burst (true) or a join (false).
 const sqlQueue = `INSERT INTO notifications (id, user_id, conversation_id, first_seq, last_seq, sender_id, mention, committed_at, due_at)
 SELECT gen_random_uuid(), s.user_id, $1, $2, $2, $3, s.user_id = ANY($4::bigint[]) OR $5, $6,
@@ -45,6 +47,8 @@ LEFT JOIN records r ON r.user_id = s.user_id AND r.conversation_id = s.conversat
 LEFT JOIN user_settings us ON us.user_id = s.user_id
 WHERE s.conversation_id = $1 AND s.joined_seq <= $2 AND (s.left_seq IS NULL OR s.left_seq >= $2) AND s.user_id <> $3
 	AND COALESCE(us.notifications, true) AND NOT s.user_id = ANY($8::bigint[])
+	AND NOT s.user_id = ANY($9::bigint[])
+	AND NOT EXISTS (SELECT 1 FROM blocks b WHERE b.blocker_id = s.user_id AND b.blocked_id = $3)
 	AND (NOT COALESCE(r.muted, false) OR s.user_id = ANY($4::bigint[]) OR $5)
 ON CONFLICT (user_id, conversation_id) WHERE state = 'pending' AND attempts = 0 AND kind = 'message' DO UPDATE SET
 	last_seq = GREATEST(notifications.last_seq, EXCLUDED.last_seq), count = notifications.count + 1,
@@ -100,7 +104,11 @@ func (n *Notifier) queue(ctx context.Context, p int32, from, next int64, msgIDs,
 		if err != nil {
 			return err
 		}
-		if queued, joined, err = n.queueMessages(ctx, tx, msgs, off, drop); err != nil {
+		blockers, err := n.blockersApart(ctx, tx, msgs)
+		if err != nil {
+			return err
+		}
+		if queued, joined, err = n.queueMessages(ctx, tx, msgs, off, blockers, drop); err != nil {
 			return err
 		}
 		if len(reports) > 0 && !drop {
@@ -143,7 +151,7 @@ func loadMessages(ctx context.Context, tx pgx.Tx, msgIDs []string) ([]message, e
 // queueMessages queues msgs (in conversation order) in one pipeline and
 // moves each conversation's last queued seq; with drop, nothing is queued
 // (MaxPending) but the messages count as handled.
-func (n *Notifier) queueMessages(ctx context.Context, tx pgx.Tx, msgs []message, off []int64, drop bool) (queued, joined int, err error) {
+func (n *Notifier) queueMessages(ctx context.Context, tx pgx.Tx, msgs []message, off []int64, blockers map[int64][]int64, drop bool) (queued, joined int, err error) {
 	if len(msgs) == 0 {
 		return 0, 0, nil
 	}
@@ -155,7 +163,11 @@ func (n *Notifier) queueMessages(ctx context.Context, tx pgx.Tx, msgs []message,
 			n.m.outcomes.WithLabelValues(OutcomeDropped).Inc()
 			continue
 		}
-		b.Queue(sqlQueue, m.conv, m.seq, m.sender, m.mentions, m.all, m.at, n.cfg.Delay.Milliseconds(), off).Query(func(rows pgx.Rows) error {
+		bl := blockers[m.sender]
+		if bl == nil {
+			bl = []int64{}
+		}
+		b.Queue(sqlQueue, m.conv, m.seq, m.sender, m.mentions, m.all, m.at, n.cfg.Delay.Milliseconds(), off, bl).Query(func(rows pgx.Rows) error {
 			var isNew bool
 			_, err := pgx.ForEachRow(rows, []any{&isNew}, func() error {
 				if isNew {

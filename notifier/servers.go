@@ -91,6 +91,41 @@ func (n *Notifier) notificationsOff(ctx context.Context, tx pgx.Tx, msgs []messa
 	return off, nil
 }
 
+// sqlBlockersOf are the pairs of users $1 who block users $2.
+const sqlBlockersOf = `SELECT blocked_id, blocker_id FROM blocks WHERE blocker_id = ANY($1::bigint[]) AND blocked_id = ANY($2::bigint[])`
+
+// blockersApart returns, by sender of msgs, the members of their
+// conversations who block it, read on every server (a member's blocks are
+// on its own): none on one server, where sqlQueue reads the blocks itself.
+func (n *Notifier) blockersApart(ctx context.Context, tx pgx.Tx, msgs []message) (map[int64][]int64, error) {
+	if !n.sharded() || len(msgs) == 0 {
+		return nil, nil
+	}
+	convs := make([]int64, 0, len(msgs))
+	senders := make([]int64, 0, len(msgs))
+	for _, m := range msgs {
+		convs, senders = append(convs, m.conv), append(senders, m.sender)
+	}
+	slices.Sort(convs)
+	rows, _ := tx.Query(ctx, sqlMembersOf, slices.Compact(convs))
+	members, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("members: %w", err)
+	}
+	out := map[int64][]int64{}
+	for _, pool := range n.cfg.Servers.All {
+		rows, _ := pool.Query(ctx, sqlBlockersOf, members, senders)
+		var sender, blocker int64
+		if _, err := pgx.ForEachRow(rows, []any{&sender, &blocker}, func() error {
+			out[sender] = append(out[sender], blocker)
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("blocks of %d members: %w", len(members), err)
+		}
+	}
+	return out, nil
+}
+
 // skipConnectedApart is skipConnected on one server of several: the due
 // notifications' users here, those of them connected on the catalog, and
 // their notifications settled here.

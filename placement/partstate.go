@@ -62,6 +62,7 @@ var partTables = []tableSpec{
 	{"notifications", `conversation_id = ANY($1::bigint[])`, byConv},
 	{"users", `id = ANY($1::bigint[])`, byUser},
 	{"inbox", `user_id = ANY($1::bigint[])`, byUser},
+	{"blocks", `blocker_id = ANY($1::bigint[])`, byUser},
 	{"consumer_offsets", `topic = ANY($1::text[]) AND "partition" = $2`, func(st *partState) []any {
 		return []any{[]string{st.cfg.Topic, st.cfg.Deliveries}, st.cfg.Partition}
 	}},
@@ -98,7 +99,9 @@ func partIDs(ctx context.Context, q pgx.Tx, cfg MoveConfig) (convs, users []int6
 	if convs, err = ids(`SELECT id FROM conversations UNION SELECT conversation_id FROM rejections`, OfConversation); err != nil {
 		return nil, nil, fmt.Errorf("conversations: %w", err)
 	}
-	if users, err = ids(`SELECT id FROM users`, OfUser); err != nil {
+	// A blocker may have no users row yet (nothing in its inbox): its
+	// blocks are of its partition all the same.
+	if users, err = ids(`SELECT id FROM users UNION SELECT blocker_id FROM blocks`, OfUser); err != nil {
 		return nil, nil, fmt.Errorf("users: %w", err)
 	}
 	return convs, users, nil

@@ -284,7 +284,7 @@ func waitTopics(ctx context.Context, adm *kadm.Client, topics ...string) error {
 func Record(topic string, e *events.Event, value []byte) *kgo.Record {
 	return &kgo.Record{
 		Topic:   topic,
-		Key:     events.Key(e.ConversationID),
+		Key:     events.Key(e.PartitionKey()),
 		Value:   value,
 		Headers: []kgo.RecordHeader{{Key: events.HeaderType, Value: []byte(e.Type)}},
 	}

@@ -151,7 +151,7 @@ func (t *txn) lockAndLoad(ctx context.Context, recs []Record, partIDs []int32) e
 func convPartitions(recs []Record) map[int64]int32 {
 	m := map[int64]int32{}
 	for _, r := range recs {
-		if r.Event == nil || r.DeadLetter {
+		if r.Event == nil || r.DeadLetter || events.UserLevel(r.Event.Type) {
 			continue
 		}
 		id := r.Event.ConversationID
@@ -266,8 +266,8 @@ func (b *batch) need(recs []Record) loadKeys {
 	}
 	for _, r := range recs {
 		e := r.Event
-		if e == nil || r.DeadLetter {
-			continue
+		if e == nil || r.DeadLetter || events.UserLevel(e.Type) {
+			continue // a user-level event reads nothing (blocks.go)
 		}
 		if _, ok := b.convs[e.ConversationID]; !ok {
 			b.convs[e.ConversationID] = &convState{id: e.ConversationID, members: map[int64]bool{}, joined: map[int64]int64{}}

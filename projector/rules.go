@@ -135,6 +135,10 @@ type batch struct {
 	sanctions        map[sanctionKey]*sanction
 	sanctionsChanged map[sanctionKey]bool
 
+	// Blocks between users (blocks.go): each pair's state after the
+	// batch's user-level events.
+	blocks map[blockKey]*blockState
+
 	// The changes of messages (changes.go).
 	msgStates    map[msgKey]*msgState
 	knownChanges idSet
@@ -205,6 +209,7 @@ func newBatch(threshold int64) *batch {
 
 		sanctions:        map[sanctionKey]*sanction{},
 		sanctionsChanged: map[sanctionKey]bool{},
+		blocks:           map[blockKey]*blockState{},
 
 		msgStates:    map[msgKey]*msgState{},
 		bodyKeys:     map[string][]byte{},
@@ -223,6 +228,8 @@ func (b *batch) apply(r Record) {
 	case r.Event == nil:
 	case r.DeadLetter:
 		b.reject(r, projection.ReasonDeadLetter)
+	case events.UserLevel(r.Event.Type):
+		b.userBlock(r.Event) // no conversation: nothing of step applies
 	default:
 		b.step(r)
 	}

@@ -122,6 +122,7 @@ func (t *txn) write(ctx context.Context) error {
 	t.queueConversations(bt)
 	t.queueSpans(bt)
 	t.queueSanctions(bt)
+	t.queueBlocks(bt)
 	t.queueRecords(bt)
 	t.b.queueArmed(bt)
 	t.queueReads(bt)

@@ -350,3 +350,18 @@ type Revocation struct {
 	IssuedBefore *time.Time `json:"issued_before,omitempty"`
 	CreatedAt    time.Time  `json:"created_at,omitzero"`
 }
+
+// Block is one user the caller blocks (docs/protocol.md, "Blocks"): since
+// At, the time of the block.
+type Block struct {
+	UserID int64     `json:"user_id"`
+	At     time.Time `json:"at"`
+}
+
+// BlockList is the answer of GET /v1/blocks: the users the caller blocks,
+// by user id; NextPage is the page token of the rest (null: the last
+// page).
+type BlockList struct {
+	Blocks   []Block `json:"blocks"`
+	NextPage *string `json:"next_page"`
+}

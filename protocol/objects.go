@@ -66,6 +66,22 @@ type Message struct {
 	// Attachments are the files the message attaches (docs/protocol.md,
 	// "Attachments"); absent when none, and on a deleted message.
 	Attachments []Attachment `json:"attachments,omitempty"`
+
+	// SenderBlocked says that the reader blocks the message's sender
+	// (docs/protocol.md, "Blocks"): the entry keeps its place, but its
+	// body is "" and its attachments and mentions are left out. Judged
+	// when read, by the reader's blocks then.
+	SenderBlocked bool `json:"sender_blocked,omitempty"`
+}
+
+// Blocked returns a copy of m as a reader who blocks its sender sees it
+// (SenderBlocked): only where it stands, who sent it and when remain.
+func (m *Message) Blocked() Message {
+	out := *m
+	out.SenderBlocked = true
+	out.Body = json.RawMessage(`""`)
+	out.Attachments, out.Mentions, out.MentionAll = nil, nil, false
+	return out
 }
 
 // Attachment is a file a message attaches: uploaded sealed to the object

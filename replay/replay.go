@@ -360,7 +360,7 @@ func readLog(ctx context.Context, cl *kgo.Client, cfg Config, end map[int32]int6
 // placement, notifications), stay.
 var tables = []string{"meta", "conversations", "member_spans", "messages", "users", "inbox", "records", "rejections", "consumer_offsets",
 	"reactions", "changes", "mentions", "conversation_modes", "outbox", "delivery_sources", "delivery_marks", "reports",
-	"sanctions"}
+	"sanctions", "blocks"}
 
 // swap makes the shadow the live generation in one transaction, with a new
 // epoch (least when given, which is past the live one; else from the

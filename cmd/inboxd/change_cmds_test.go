@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +103,14 @@ func TestChangeCommands(t *testing.T) {
 	require.Contains(t, run(1, as(alice, "members mute", "--conversation", "1", "1")...), "403 forbidden")
 	require.Equal(t, "unbanned user 9: conversation 1", run(0, as(alice, "members unban", "--conversation", "1", "9")...))
 	require.Regexp(t, `#7  \* user 1 unbanned user 9$`, run(0, as(bob, "history", "--conversation", "1")...))
+
+	// Blocks: bob blocks alice, lists her once projected, then unblocks.
+	require.Equal(t, "blocked user 1", run(0, as(bob, "block", "1")...))
+	require.Contains(t, run(1, as(bob, "block", "2")...), "400")
+	require.Eventually(t, func() bool {
+		return regexp.MustCompile(`(?m)^1\tsince `).MatchString(run(0, as(bob, "blocks")...))
+	}, 30*time.Second, 100*time.Millisecond, "bob's blocks list alice")
+	require.Equal(t, "unblocked user 1", run(0, as(bob, "unblock", "1")...))
 	require.NoError(t, d.proc.Stop(30*time.Second), d.proc.Output())
 }
 

@@ -1,6 +1,7 @@
 package ephemeral
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -20,6 +21,12 @@ const (
 	DefaultQueue          = 4096
 	workers               = 4
 )
+
+// Blocks is what a Service asks of the gateway's blocks between users.
+type Blocks interface {
+	// Blocks says whether blocker blocks other; it may read a database.
+	Blocks(ctx context.Context, blocker, other int64) bool
+}
 
 // Config configures a Service. The zero value of every field means its
 // default.
@@ -66,6 +73,11 @@ type Config struct {
 	// are dropped (and counted): typing and presence are best effort.
 	// Default 4096.
 	Queue int
+
+	// Blocks tells who blocks whom (docs/protocol.md, "Blocks"): a typing,
+	// presence or receipt frame about a user is not delivered to the users
+	// who block it. Default nil: nobody blocks anybody.
+	Blocks Blocks
 
 	// Registerer receives the metrics; a second Service on the same
 	// registry shares the first one's. Default a registry of its own.

@@ -236,7 +236,7 @@ func (s *Service) deliverPresence(ctx context.Context, p projection.Presence) er
 	if err != nil {
 		return err
 	}
-	s.deliver(users, protocol.FramePresence, frame)
+	s.deliver(ctx, users, p.User, protocol.FramePresence, frame)
 	return nil
 }
 

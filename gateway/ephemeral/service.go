@@ -189,8 +189,9 @@ func (s *Service) localCount() int {
 	return len(s.local)
 }
 
-// deliver hands frame to the local sessions of users.
-func (s *Service) deliver(users []int64, kind string, frame []byte) {
+// deliver hands frame, about user from, to the local sessions of users
+// but those of the users who block from (Config.Blocks).
+func (s *Service) deliver(ctx context.Context, users []int64, from int64, kind string, frame []byte) {
 	var ls []*listener
 	s.mu.Lock()
 	for _, u := range users {
@@ -200,6 +201,9 @@ func (s *Service) deliver(users []int64, kind string, frame []byte) {
 	}
 	s.mu.Unlock()
 	for _, l := range ls {
+		if s.cfg.Blocks != nil && s.cfg.Blocks.Blocks(ctx, l.user, from) {
+			continue
+		}
 		if l.deliver(kind, frame) {
 			s.m.delivered.WithLabelValues(kind).Inc()
 		} else {

@@ -213,6 +213,6 @@ func (s *Service) deliverToMembers(ctx context.Context, a audience, conv, from i
 	if err != nil {
 		return err
 	}
-	s.deliver(to, kind, b) // skips the users without a session here
+	s.deliver(ctx, to, from, kind, b) // skips the users without a session here
 	return nil
 }

@@ -28,6 +28,7 @@
 //	counts.go     the totals remembered at a user's head and large list
 //	announced.go  Announced, Resolve (pushes from the notifications' runs)
 //	entries.go    Entry and its wire form, written by hand
+//	blocked.go    Blocked, MaskBlocked: a blocked sender's messages emptied
 //	pgraw.go      decoding of raw integer columns and integer arrays
 //	msgcache.go   the cache of messages' wire form, by conversation
 //	large.go      the reads of read-mode conversations for the WebSocket

@@ -110,6 +110,13 @@ func (m *Members) KeyedConversationID(ctx context.Context, eventID string) (int6
 	return cid, nil
 }
 
+// Append appends e, a user-level event (events.UserLevel), without
+// waiting for its projection: it moves no inbox, so no notification would
+// wake a wait.
+func (m *Members) Append(ctx context.Context, e *events.Event) error {
+	return m.app.Append(ctx, e)
+}
+
 // Create appends e, a conversation.created by its actor (a member), and
 // waits for its projection, so that an immediate follow-up (a send) finds
 // the conversation.

@@ -51,6 +51,11 @@ type Deps struct {
 	// presence frame is pushed.
 	Ephemeral Ephemeral
 
+	// Blocks reads the users a session's user blocks (docs/protocol.md,
+	// "Blocks"): the entries of their messages are pushed marked and
+	// emptied, in their places. Nil: nobody blocks anybody.
+	Blocks Blocks
+
 	// Draining is closed when the gateway drains: every session is closed
 	// with 1012 and new connections are told the same. Nil never closes.
 	Draining <-chan struct{}
@@ -161,6 +166,13 @@ type Rebaser interface {
 	// (its epoch, head and record version): the first page of the
 	// conversation list, read after at.
 	Rebase(ctx context.Context, user int64, at *inbox.Result) (*protocol.TooLong, error)
+}
+
+// Blocks is the gateway's blocks between users.
+type Blocks interface {
+	// Of returns the users user blocks (nil: none); it may read a
+	// database. An error fails the push, which is retried.
+	Of(ctx context.Context, user int64) (inbox.Blocked, error)
 }
 
 // Ephemeral is the gateway's typing and presence (gateway/ephemeral).

@@ -407,6 +407,14 @@ func (x *largeIndex) deliver(ctx context.Context, c int64, l largePos, msgs, cha
 		if len(msgs) > 0 && msgs[0].Seq < joined || len(changed) > 0 && changed[0].Seq < joined {
 			from = joined
 		}
+		if blocked := s.lastBlocked(); sendsAny(blocked, msgs, changed) {
+			// A frame of its own, with the blocked senders' messages
+			// marked and emptied (docs/protocol.md, "Blocks").
+			to, out = append(to, s), append(out, encodeFrame(protocol.MessagesFrame{Type: protocol.FrameMessages, ConversationID: c,
+				LastSeq: last, ChangeCount: changes, Messages: inbox.MaskMessages(visibleFrom(msgs, from), blocked),
+				Changed: inbox.MaskMessages(visibleFrom(changed, from), blocked)}))
+			continue
+		}
 		b, ok := frames[from]
 		if !ok {
 			b = encodeFrame(protocol.MessagesFrame{Type: protocol.FrameMessages, ConversationID: c, LastSeq: last,
@@ -418,6 +426,21 @@ func (x *largeIndex) deliver(ctx context.Context, c int64, l largePos, msgs, cha
 	// Spread over the pacing interval (lanes.go): the next push of c
 	// comes an interval later, after every lane has delivered this one.
 	x.lanes.send(ctx, to, out, protocol.FrameMessages, x.interval(len(subs)))
+}
+
+// sendsAny says whether a user of blocked sent one of the messages.
+func sendsAny(blocked inbox.Blocked, msgs ...[]protocol.Message) bool {
+	if len(blocked) == 0 {
+		return false
+	}
+	for _, ms := range msgs {
+		for i := range ms {
+			if blocked.Has(ms[i].SenderID) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // visibleFrom is msgs without those before seq from (never nil: the

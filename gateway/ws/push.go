@@ -287,6 +287,9 @@ func (p *pusher) read(ctx context.Context, users, afters []int64, limits []int32
 // after the too-long answer when the stream cannot continue, and does what
 // the session asks next: a retry after pushRetryDelay or another read.
 func (p *pusher) finish(ctx context.Context, s *session, r *pushResult) {
+	if r.err == nil && len(r.Entries) > 0 {
+		r.Entries, r.err = s.maskBlocked(ctx, r.Entries)
+	}
 	var tl *protocol.TooLong
 	if r.err == nil && s.mustRebase(r) {
 		// A replay started a new epoch, or retention passed the
@@ -305,4 +308,29 @@ func (p *pusher) finish(ctx context.Context, s *session, r *pushResult) {
 	case fetchAgain:
 		p.add(s)
 	}
+}
+
+// maskBlocked marks and empties the entries of messages whose senders
+// s's user blocks (Deps.Blocks), by its blocks now, and keeps them for
+// the read-mode frames (lastBlocked).
+func (s *session) maskBlocked(ctx context.Context, entries []inbox.Entry) ([]inbox.Entry, error) {
+	if s.ws.deps.Blocks == nil {
+		return entries, nil
+	}
+	blocked, err := s.ws.deps.Blocks.Of(ctx, s.user)
+	if err != nil {
+		return nil, err
+	}
+	s.blocked.Store(&blocked)
+	return inbox.MaskBlocked(entries, blocked), nil
+}
+
+// lastBlocked is s's user's blocks as the last push or the hello read
+// them: a read-mode frame goes to every subscriber at once, and reading
+// each one's blocks then would be a query per member.
+func (s *session) lastBlocked() inbox.Blocked {
+	if b := s.blocked.Load(); b != nil {
+		return *b
+	}
+	return nil
 }

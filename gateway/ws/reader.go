@@ -193,6 +193,9 @@ func (s *session) hello(in *protocol.ClientFrame) {
 	if err == nil && res.TooLong {
 		tl, err = s.ws.deps.Rebaser.Rebase(ctx, s.user, res)
 	}
+	if err == nil {
+		res.Entries, err = s.maskBlocked(ctx, res.Entries) // reads the blocks even without entries: lastBlocked
+	}
 	if err != nil {
 		s.logAt(slog.LevelWarn, "WebSocket hello failed", "err", err)
 		s.closeWith(protocol.CloseInternal, "hello failed, reconnect", errorFrame(err, ""))

@@ -4,11 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	"github.com/inboxd/inboxd/gateway/hub"
+	"github.com/inboxd/inboxd/gateway/inbox"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -45,6 +47,10 @@ type session struct {
 	readDone chan struct{}  // closed when the reader has ended
 	bg       sync.WaitGroup // the hub loop and the writer
 	sends    sync.WaitGroup
+
+	// blocked is the user's blocks as the last push read them
+	// (Deps.Blocks), which the read-mode frames are masked by.
+	blocked atomic.Pointer[inbox.Blocked]
 
 	mu           sync.Mutex
 	sendSlot     sync.Cond    // on mu: a send finished or the writer is done

@@ -68,6 +68,7 @@ func (s Servers) Union(t testing.TB) *pgxpool.Pool {
 		CopyRows(t, ctx, pool, u, "users", func(row map[string]any) bool { return s.UserOn(i, toInt64(row["id"])) })
 		CopyRows(t, ctx, pool, u, "inbox", func(row map[string]any) bool { return s.UserOn(i, toInt64(row["user_id"])) })
 		CopyRows(t, ctx, pool, u, "records", func(row map[string]any) bool { return s.UserOn(i, toInt64(row["user_id"])) })
+		CopyRows(t, ctx, pool, u, "blocks", func(row map[string]any) bool { return s.UserOn(i, toInt64(row["blocker_id"])) })
 	}
 	for i, pool := range s.Pools {
 		rows, err := pool.Query(ctx, `SELECT user_id, conversation_id FROM records WHERE armed`)

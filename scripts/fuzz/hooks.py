@@ -38,6 +38,8 @@ BAN = "PUT /v1/conversations/{cid}/bans/{uid}"
 UNBAN = "DELETE /v1/conversations/{cid}/bans/{uid}"
 MUTE = "PUT /v1/conversations/{cid}/mutes/{uid}"
 UNMUTE = "DELETE /v1/conversations/{cid}/mutes/{uid}"
+BLOCK = "PUT /v1/blocks/{uid}"
+UNBLOCK = "DELETE /v1/blocks/{uid}"
 
 # The largest attachment of the fuzzed server (dev's default,
 # --attachment-max-size): a deployment's setting, not the document's.
@@ -105,6 +107,8 @@ STATE_REFUSALS = {
     **{op: [("an until that has passed", r"^until must be in the future$"),
             ("refused by the projection", r"^the member\.\w+ was refused by the projection ")]
        for op in (BAN, UNBAN, MUTE, UNMUTE)},
+    # The caller's own id is a valid uid that nobody may block.
+    **{op: [("oneself", r"^a user does not block itself$")] for op in (BLOCK, UNBLOCK)},
     REPORT: [
         ("a system message", r"^message \d+ is a system message; it cannot be reported"),
         ("one's own message", r"^message \d+ of conversation \d+ is your own: it cannot be reported"),

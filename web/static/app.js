@@ -211,6 +211,9 @@ function creatorOf(cid) {
 }
 
 function describe(m) {
+  // A blocked sender's message comes only as a conversation's last message
+  // (the SDK keeps the others from the page): say so instead of "".
+  if (m.sender_blocked) return `${m.sender_id}: blocked message`;
   if (m.kind !== 'system') return `${m.sender_id}: ${m.deleted ? 'message deleted' : textOf(m)}`;
   const b = m.body || {};
   switch (b.event) {

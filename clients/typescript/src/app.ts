@@ -347,3 +347,20 @@ export async function reportMessage(api: Api, conversationId: number, seq: numbe
     }
   }
 }
+
+/** Block is a user the user blocks (docs/protocol.md, "Blocks"), since at. */
+export interface Block {
+  user_id: number;
+  at: string;
+}
+
+/** @internal */
+export async function block(api: Api, userId: number, on: boolean, signal?: AbortSignal): Promise<void> {
+  if (!(userId > 0)) throw new Error(`inboxd: bad user id ${userId}`);
+  await drain(api.request(on ? "PUT" : "DELETE", `/v1/blocks/${seg(userId)}`, undefined, signal));
+}
+
+/** @internal */
+export function blocks(api: Api, signal?: AbortSignal): Promise<Block[]> {
+  return listAll<Block>(api, "/v1/blocks?limit=1000", "blocks", signal);
+}

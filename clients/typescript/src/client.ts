@@ -220,6 +220,14 @@ export interface ClientConfig {
    * @defaultValue 100
    */
   backfillPage?: number;
+  /**
+   * showBlocked: hand the messages whose sender the user blocks (`sender_blocked`, emptied by the server, in their places)
+   * to the handlers and history like any other. By default they are kept from onEntry, onUpdate, onHistory, history and
+   * backfill's messages; the cursor moves past them all the same.
+   *
+   * @defaultValue false
+   */
+  showBlocked?: boolean;
 }
 
 type Resolved = Required<Omit<ClientConfig, "store" | "handlers" | "WebSocket" | "fetch" | "token">>;
@@ -235,7 +243,7 @@ export const defaults: Readonly<Resolved> = {
   stablePeriodMs: 30000, breakerThreshold: 8, breakerCooldownMs: 60000, wsFallbackAfter: 3,
   pollingPeriodMs: 300000, longPollWaitSec: 25, pageSize: 200, gapWaitMs: 500, headWaitMs: 1000,
   requestTimeoutMs: 15000, pendingRecheckMs: 2000, commitEvery: 1, backfillPage: 100,
-  sendTimeoutMs: 10000, sendOverHttp: false,
+  sendTimeoutMs: 10000, sendOverHttp: false, showBlocked: false,
 };
 
 /** Attempt is one connection attempt's outcome, for the backoff, the breaker and the fallback. */
@@ -292,7 +300,7 @@ export class Client {
     const saver = new Saver(store, state);
     this.handlers = config.handlers ?? {};
     this.WebSocket = config.WebSocket ?? (globalThis as { WebSocket?: WebSocketCtor }).WebSocket;
-    this.inbox = new Inbox(state, saver, this.handlers, this.cfg.commitEvery);
+    this.inbox = new Inbox(state, saver, this.handlers, this.cfg.commitEvery, this.cfg.showBlocked);
     this.outbox = new Outbox(state, saver, this.api, {
       backoffInitialMs: this.cfg.backoffInitialMs, backoffMaxMs: this.cfg.backoffMaxMs,
       pendingRecheckMs: this.cfg.pendingRecheckMs, onResult: (r) => this.handlers.onSendResult?.(r),
@@ -364,8 +372,28 @@ export class Client {
   }
 
   /** history reads up to limit messages with seq < before (0: the newest), ascending. It does not fill holes (see backfill). */
-  history(conversationId: number, before: number, limit: number, signal?: AbortSignal): Promise<History> {
-    return app.history(this.api, conversationId, before, limit, signal);
+  async history(conversationId: number, before: number, limit: number, signal?: AbortSignal): Promise<History> {
+    const h = await app.history(this.api, conversationId, before, limit, signal);
+    return { ...h, messages: h.messages.filter((m) => !this.inbox.hidden(m)) };
+  }
+
+  /**
+   * block blocks a user (docs/protocol.md, "Blocks"): once the server has projected it, the user's messages reach this one
+   * emptied and marked `sender_blocked` (kept from the handlers unless showBlocked), its typing, presence and receipts
+   * are not shown, and it cannot start a conversation with this user or add it to one. Blocking again changes nothing.
+   */
+  block(userId: number, signal?: AbortSignal): Promise<void> {
+    return app.block(this.api, userId, true, signal);
+  }
+
+  /** unblock lifts a block; the history shows the user's messages again when read again. */
+  unblock(userId: number, signal?: AbortSignal): Promise<void> {
+    return app.block(this.api, userId, false, signal);
+  }
+
+  /** blocks lists the users the user blocks, by user id, as the server has projected them. */
+  blocks(signal?: AbortSignal): Promise<app.Block[]> {
+    return app.blocks(this.api, signal);
   }
 
   /** createConversation makes a conversation (the user is always a member) and returns its id. */

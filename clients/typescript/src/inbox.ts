@@ -118,7 +118,13 @@ export class Inbox {
     private readonly saver: Saver,
     private readonly handlers: Handlers,
     private readonly commitEvery = 1,
+    private readonly showBlocked = false,
   ) {}
+
+  /** hidden says whether m is kept from the handlers: a blocked sender's message, unless showBlocked. */
+  hidden(m: Message | undefined): boolean {
+    return m?.sender_blocked === true && !this.showBlocked;
+  }
 
   get cursor(): number {
     return this.state.cursor;
@@ -183,9 +189,9 @@ export class Inbox {
     // delivered: the messages between are read and delivered first, so seq order holds without a hole.
     if (e.kind === KindMessage && e.message) await this.gapBefore(e.conversation_id, e.message.seq);
     const skip = e.kind === KindMessage && e.message ? this.deliveredByBackfill(e.message) : false;
-    if (!skip) await callHandler("onEntry", () => this.handlers.onEntry?.(e));
+    if (!skip && !this.hidden(e.message)) await callHandler("onEntry", () => this.handlers.onEntry?.(e));
     const m = e.message;
-    if (e.kind === KindUpdate && m && (m.version ?? 0) > this.version(m)) {
+    if (e.kind === KindUpdate && m && (m.version ?? 0) > this.version(m) && !this.hidden(m)) {
       await callHandler("onUpdate", () => this.handlers.onUpdate?.(m));
     }
     if ((e.kind === KindMessage || e.kind === KindUpdate) && m) this.noteVersion(m);
@@ -403,7 +409,7 @@ export class Inbox {
   private async deliverLarge(m: Message): Promise<void> {
     if (this.deliveredByBackfill(m)) return this.updateLarge(m);
     const e: Entry = { inbox_seq: 0, conversation_id: m.conversation_id, kind: KindMessage, message: m };
-    await callHandler("onEntry", () => this.handlers.onEntry?.(e));
+    if (!this.hidden(m)) await callHandler("onEntry", () => this.handlers.onEntry?.(e));
     this.noteVersion(m);
     this.noteMessage(m);
     this.ownMessage(m);
@@ -413,7 +419,7 @@ export class Inbox {
   private async updateLarge(m: Message): Promise<void> {
     const c = this.conv(m.conversation_id);
     if (m.seq > c.lastSeq || inHoles(c.holes, m.seq) || (m.version ?? 1) <= this.version(m)) return;
-    await callHandler("onUpdate", () => this.handlers.onUpdate?.(m));
+    if (!this.hidden(m)) await callHandler("onUpdate", () => this.handlers.onUpdate?.(m));
     this.noteVersion(m);
   }
 
@@ -489,13 +495,14 @@ export class Inbox {
     const within = messages.filter((m) => m.seq >= from && m.seq <= to).sort((a, b) => a.seq - b.seq);
     const fresh = within.filter((m) => inHoles(c.holes, m.seq));
     const updates = within.filter((m) => !inHoles(c.holes, m.seq) && inHoles(c.stale ?? [], m.seq) && (m.version ?? 1) > this.version(m));
-    if (fresh.length > 0) await callHandler("onHistory", () => this.handlers.onHistory?.(cid, fresh));
-    for (const m of updates) await callHandler("onUpdate", () => this.handlers.onUpdate?.(m));
+    const shown = fresh.filter((m) => !this.hidden(m));
+    if (shown.length > 0) await callHandler("onHistory", () => this.handlers.onHistory?.(cid, shown));
+    for (const m of updates) if (!this.hidden(m)) await callHandler("onUpdate", () => this.handlers.onUpdate?.(m));
     for (const m of [...fresh, ...updates]) this.noteVersion(m);
     c.holes = punch(c.holes, from, to);
     if (c.stale) c.stale = punch(c.stale, from, to);
     await this.saver.save();
-    return { messages: fresh, updates };
+    return { messages: shown, updates: updates.filter((m) => !this.hidden(m)) };
   }
 
   /** forget drops what is left to read of a conversation the user can no longer read (403, 404). */

@@ -41,6 +41,11 @@ export interface Message {
   sender_name?: string;
   /** attachments: the files the message attaches (docs/protocol.md, "Attachments"). */
   attachments?: Attachment[];
+  /**
+   * sender_blocked: the user blocks the sender (docs/protocol.md, "Blocks"); the message keeps its place but its body is ""
+   * and its attachments and mentions are left out. The client hides such messages unless `showBlocked`.
+   */
+  sender_blocked?: boolean;
 }
 
 /** Attachment is a file a message attaches, with the key that opens it. */

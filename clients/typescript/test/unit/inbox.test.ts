@@ -171,3 +171,22 @@ test("inbox: too_long marks delivered messages stale; a page hands changed ones 
   assert.deepEqual(store.snapshot()!.conversations["1"].stale, [{ from: 1, to: 1 }]);
   assert.deepEqual(store.snapshot()!.conversations["1"].versions, { "2": 3 });
 });
+
+test("inbox: a blocked sender's entry is kept from onEntry by default, the cursor moving past it; shown with showBlocked", async () => {
+  const blocked = (seq: number): Entry => {
+    const e = entry(seq);
+    return { ...e, message: { ...e.message!, body: "", sender_blocked: true } };
+  };
+  for (const show of [false, true]) {
+    const store = new MemoryStore();
+    const state = emptyState();
+    const got: string[] = [];
+    const inbox = new Inbox(state, new Saver(store, state), {
+      onEntry: (e) => { got.push(`${e.inbox_seq}${e.message?.sender_blocked ? " blocked" : ""}`); },
+    }, 1, show);
+    assert.equal(await inbox.apply([entry(1), blocked(2), entry(3)]), "ok");
+    assert.deepEqual(got, show ? ["1", "2 blocked", "3"] : ["1", "3"]);
+    assert.equal(inbox.cursor, 3);
+    assert.equal(store.snapshot()?.cursor, 3);
+  }
+});

@@ -3,11 +3,13 @@ package analytics_test
 import (
 	"cmp"
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -20,6 +22,7 @@ import (
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/workload"
 	"github.com/inboxd/inboxd/producer"
+	"github.com/inboxd/inboxd/projection"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -177,6 +180,125 @@ func TestGroupMembersSumExactly(t *testing.T) {
 	require.Greater(t, gotB.Records, int64(1000), "b counted records before a left")
 	require.Equal(t, 100, gotB.Conversations, "b holds every partition at the end")
 	t.Logf("a counted %d records, b %d (b replayed %d)", gotA.Records, gotB.Records, gotB.Replayed)
+}
+
+// Roles, bans and mutes at random, by members, outsiders and a service,
+// beside fanout: analytics' fan-out of every message is the inbox rows
+// the projection wrote for it (0 for a send it refused), and what it
+// counts apart as non-members' and muted members' sends is what the
+// projection refused as not_member or no_conversation, and as muted.
+func TestModerationAgreesWithProjection(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Partitions: 4})
+	env.StartFanout(t)
+	evs := moderationEvents(21, 12, 14, 3000, time.Now().Add(-time.Hour).Truncate(time.Second))
+	appendEvents(t, env.Producer, evs)
+	env.WaitCaughtUp(t, 2*time.Minute)
+
+	ctx := testenv.Ctx(t, time.Minute)
+	inboxRows := map[string]int{}
+	rows, err := env.Pool.Query(ctx, `SELECT m.msg_id::text, count(i.user_id) FROM messages m
+LEFT JOIN inbox i ON i.conversation_id = m.conversation_id AND i.seq = m.seq AND i.kind = 1
+WHERE m.kind = 'text' GROUP BY m.msg_id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		var n int
+		require.NoError(t, rows.Scan(&id, &n))
+		inboxRows[id] = n
+	}
+	require.NoError(t, rows.Err())
+	fans := make([]int, len(evs))
+	for i, e := range evs {
+		fans[i] = -1
+		if e.Type == events.MessageSent {
+			fans[i] = inboxRows[e.MsgID] // 0: refused
+		}
+	}
+	want := expectOf(evs, fans)
+	refused := func(typ string, reasons ...string) int64 {
+		var n int64
+		require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM rejections WHERE event_type = $1 AND reason = ANY($2)`,
+			typ, reasons).Scan(&n))
+		return n
+	}
+	want.nonMember = refused(events.MessageSent, projection.ReasonNotMember, projection.ReasonNoConversation)
+	muted := refused(events.MessageSent, projection.ReasonMuted)
+	require.Equal(t, want.messages-int64(len(inboxRows)), want.nonMember+muted, "every send the projection refused is a non-member's or a muted member's")
+	// The workload exercises what it is for.
+	require.Positive(t, muted, "muted members' sends")
+	require.Positive(t, refused(events.MemberAdded, projection.ReasonBanned), "adds of banned users")
+	require.Positive(t, refused(events.MemberBanned, projection.ReasonRole), "bans refused by role")
+	var removedByBan int64
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE kind = 'system' AND body::jsonb->>'event' = $1
+AND EXISTS (SELECT 1 FROM inbox i WHERE i.conversation_id = messages.conversation_id AND i.seq = messages.seq
+AND i.user_id = (body::jsonb->>'user_id')::bigint)`, events.MemberBanned).Scan(&removedByBan))
+	require.Positive(t, removedByBan, "bans of members")
+
+	a, _ := start(t, env, "analytics-"+env.Topic, prometheus.NewRegistry(), time.Now())
+	got := waitCaughtUp(t, a, endOffsets(t, env))
+	assertFigures(t, want, got)
+	require.Equal(t, muted, got.MutedMessages, "muted members' sends")
+	require.Equal(t, 12, got.Conversations)
+	for _, typ := range []string{events.MemberRoleSet, events.MemberBanned, events.MemberUnbanned, events.MemberMuted, events.MemberUnmuted} {
+		require.Positive(t, got.Events[typ], "%s counted by its type", typ)
+	}
+	t.Logf("%d messages: %d refused as non-members', %d as muted members'; %d bans of members", got.Messages,
+		got.NonMemberMessages, got.MutedMessages, removedByBan)
+}
+
+// moderationEvents makes n events in convs conversations among users
+// 1..users, one second apart from base: after the creations, sends (by
+// anyone, so some are refused), adds and removals, roles, bans and mutes
+// (some lapsing a few seconds later) and their lifts, by members,
+// outsiders and now and then a service. The projection judges them; the
+// generator keeps no model of its own.
+func moderationEvents(seed uint64, convs, users, n int, base time.Time) []*events.Event {
+	rnd := rand.New(rand.NewPCG(seed, 3))
+	user := func() int64 { return int64(1 + rnd.IntN(users)) }
+	var evs []*events.Event
+	next := func(typ string, conv int64) *events.Event {
+		e := events.New(typ, conv, user())
+		e.At = base.Add(time.Duration(len(evs)) * time.Second)
+		if rnd.IntN(10) == 0 && events.ServiceMayAct(typ) {
+			e.ActorID, e.Service = 0, "moderation-bot"
+		}
+		evs = append(evs, e)
+		return e
+	}
+	for c := 1; c <= convs; c++ {
+		e := next(events.ConversationCreated, int64(c))
+		e.ActorID, e.Service = user(), ""
+		e.Roles = c%2 == 0
+		for range 3 + rnd.IntN(4) {
+			e.Members = append(e.Members, user())
+		}
+	}
+	for len(evs) < n {
+		conv := int64(1 + rnd.IntN(convs))
+		switch k := rnd.IntN(100); {
+		case k < 50:
+			e := next(events.MessageSent, conv)
+			e.MsgID, e.Body = uuid.NewString(), events.Ptr("hi")
+			if e.ActorID == 0 {
+				e.SenderName = "Bot"
+			}
+		case k < 62:
+			next(events.MemberAdded, conv).UserID = user()
+		case k < 68:
+			next(events.MemberRemoved, conv).UserID = user()
+		case k < 76:
+			e := next(events.MemberRoleSet, conv)
+			e.UserID, e.Role = user(), events.Roles[rnd.IntN(len(events.Roles))]
+		default:
+			typ := []string{events.MemberBanned, events.MemberUnbanned, events.MemberMuted, events.MemberUnmuted}[rnd.IntN(4)]
+			e := next(typ, conv)
+			e.UserID = user()
+			if (typ == events.MemberBanned || typ == events.MemberMuted) && rnd.IntN(2) == 0 {
+				e.Until = events.Ptr(e.At.Add(time.Duration(1+rnd.IntN(30)) * time.Second))
+			}
+		}
+	}
+	return evs
 }
 
 // analytics must never join fanout's group.

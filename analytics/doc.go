@@ -7,14 +7,15 @@
 //
 // What it counts is the log, not the projections: every valid message.sent
 // record is a message, including the sends fanout rejects (a non-member's or
-// to an unknown conversation, counted separately, with fan-out size 0) and
-// a record appended twice. Records are filtered on the "type" header before
+// to an unknown conversation, and a muted member's, each counted
+// separately, with fan-out size 0) and a record appended twice. Records are filtered on the "type" header before
 // decoding: record.updated, read.updated and unknown types are counted from
 // the header alone and never decoded.
 //
 // Fan-out sizes need membership, which analytics derives itself from
-// conversation.created, member.added and member.removed with fanout's rules
-// (see docs/events.md). State is kept per partition (a conversation lives in
+// conversation.created and the member.* events (roles, bans and mutes
+// included) with the projection's rules, calling package projection's
+// functions so that the two cannot drift (docs/events.md). State is kept per partition (a conversation lives in
 // one partition), so on every assignment a partition is read from its start:
 // records below the group's committed offset are replayed for membership and
 // for the sliding window only; counting starts at the committed offset. So a

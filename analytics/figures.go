@@ -31,6 +31,9 @@ type Figures struct {
 	// NonMemberMessages are the Messages fanout rejects: the sender is not a
 	// member or the conversation is unknown.
 	NonMemberMessages int64
+	// MutedMessages are the Messages fanout rejects because their sender
+	// is muted (docs/protocol.md, "Ban and mute").
+	MutedMessages int64
 
 	// WindowMessages are the messages whose "at" is inside the window.
 	WindowMessages int64
@@ -44,7 +47,7 @@ type Figures struct {
 
 	// FanOut is the distribution of recipients per message: the members of
 	// the conversation at the send, the sender included; 0 for a rejected
-	// send. Its Sum is the number of inbox rows fanout writes for text
+	// send (a non-member's or a muted member's). Its Sum is the number of inbox rows fanout writes for text
 	// messages.
 	FanOut Histogram
 	// TopSenders by Messages, most first, ties by the lower user id.

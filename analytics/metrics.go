@@ -12,6 +12,7 @@ import (
 type collector struct {
 	a                                                        *Analytics
 	records, replayed, invalid, events, messages, nonMember  *prometheus.Desc
+	muted                                                    *prometheus.Desc
 	windowMessages, perMinute, active, conversations, fanOut *prometheus.Desc
 	topSender                                                *prometheus.Desc
 }
@@ -28,6 +29,7 @@ func newCollector(a *Analytics) *collector {
 		events:         d("events_total", "Counted records by their type header, valid or not.", "type"),
 		messages:       d("messages_total", "Valid message.sent records, non-members' included."),
 		nonMember:      d("non_member_messages_total", "message.sent records fanout rejects: the sender is not a member or the conversation is unknown."),
+		muted:          d("muted_messages_total", "message.sent records fanout rejects because the sender is muted."),
 		windowMessages: d("window_messages", "Messages whose event time is inside the sliding window."),
 		perMinute:      d("messages_per_minute", "Messages inside the sliding window, scaled to one minute."),
 		active:         d("active_conversations", "Conversations with a message inside the sliding window."),
@@ -38,7 +40,7 @@ func newCollector(a *Analytics) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.replayed, c.invalid, c.events, c.messages, c.nonMember,
+	for _, d := range []*prometheus.Desc{c.records, c.replayed, c.invalid, c.events, c.messages, c.nonMember, c.muted,
 		c.windowMessages, c.perMinute, c.active, c.conversations, c.fanOut, c.topSender} {
 		ch <- d
 	}
@@ -60,6 +62,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.messages, f.Messages)
 	counter(c.nonMember, f.NonMemberMessages)
+	counter(c.muted, f.MutedMessages)
 	gauge(c.windowMessages, float64(f.WindowMessages))
 	gauge(c.perMinute, f.MessagesPerMinute)
 	gauge(c.active, float64(f.ActiveConversations))

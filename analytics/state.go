@@ -9,17 +9,21 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/projection"
 )
 
 // TypeUnknown is the events_total label of records whose "type" header is
 // missing or names no known event type.
 const TypeUnknown = "unknown"
 
-// Types lists the label values of events_total, in table order.
+// Types lists the label values of events_total, in table order: every
+// event type, then TypeUnknown.
 func Types() []string {
 	return []string{events.ConversationCreated, events.MemberAdded, events.MemberRemoved,
 		events.MessageSent, events.RecordUpdated, events.ReadUpdated,
-		events.MessageEdited, events.MessageDeleted, events.ReactionAdded, events.ReactionRemoved, TypeUnknown}
+		events.MessageEdited, events.MessageDeleted, events.ReactionAdded, events.ReactionRemoved,
+		events.MessageThumbnailed, events.MessageReported, events.ReportResolved, events.MemberRoleSet,
+		events.MemberBanned, events.MemberUnbanned, events.MemberMuted, events.MemberUnmuted, TypeUnknown}
 }
 
 // errHeaderMismatch is the reason of a record whose body is another type
@@ -31,28 +35,28 @@ var errHeaderMismatch = errors.New("body type differs from the type header")
 // may fall inside the window.
 const replaySlack = time.Minute
 
-// headerType returns the "type" header, or TypeUnknown.
-func headerType(hs []kgo.RecordHeader) string {
+// headerType returns the "type" header if it is one of known (the keys
+// of events_total), or TypeUnknown.
+func headerType(hs []kgo.RecordHeader, known map[string]int64) string {
 	for _, h := range hs {
 		if h.Key != events.HeaderType {
 			continue
 		}
-		switch t := string(h.Value); t {
-		case events.ConversationCreated, events.MemberAdded, events.MemberRemoved,
-			events.MessageSent, events.RecordUpdated, events.ReadUpdated,
-			events.MessageEdited, events.MessageDeleted, events.ReactionAdded, events.ReactionRemoved:
-			return t
+		if _, ok := known[string(h.Value)]; ok {
+			return string(h.Value)
 		}
 		return TypeUnknown
 	}
 	return TypeUnknown
 }
 
-// needsBody reports whether records of a type are decoded: membership
-// changes and messages. The others are counted from the header alone.
+// needsBody reports whether records of a type are decoded: what changes
+// membership (membership.go) and messages. The others are counted from
+// the header alone.
 func needsBody(typ string) bool {
 	switch typ {
-	case events.ConversationCreated, events.MemberAdded, events.MemberRemoved, events.MessageSent:
+	case events.ConversationCreated, events.MemberAdded, events.MemberRemoved, events.MemberRoleSet,
+		events.MemberBanned, events.MemberUnbanned, events.MemberMuted, events.MemberUnmuted, events.MessageSent:
 		return true
 	}
 	return false
@@ -68,8 +72,8 @@ type partition struct {
 	// next is the offset after the last record handled (0 before the
 	// first: an assigned partition is read from its start).
 	next int64
-	// members of each conversation created in this partition.
-	members map[int64]map[int64]struct{}
+	// convs are the conversations created in this partition.
+	convs map[int64]*conv
 	// perSec counts messages by the unix second of their "at", inside the window.
 	perSec map[int64]int64
 	// active is the unix second of each conversation's latest message inside
@@ -78,53 +82,23 @@ type partition struct {
 }
 
 func newPartition(resumeAt int64) *partition {
-	return &partition{resumeAt: resumeAt, members: map[int64]map[int64]struct{}{},
+	return &partition{resumeAt: resumeAt, convs: map[int64]*conv{},
 		perSec: map[int64]int64{}, active: map[int64]int64{}}
 }
 
-func (p *partition) isMember(conv, user int64) (map[int64]struct{}, bool) {
-	m, ok := p.members[conv]
-	if !ok {
-		return nil, false
-	}
-	_, ok = m[user]
-	return m, ok
-}
-
-// apply changes membership as fanout does: creating an existing
-// conversation, and adding or removing by a non-member or in an unknown
-// conversation, change nothing.
-func (p *partition) apply(e *events.Event) {
-	switch e.Type {
-	case events.ConversationCreated:
-		if _, ok := p.members[e.ConversationID]; ok {
-			return
-		}
-		m := map[int64]struct{}{e.ActorID: {}}
-		for _, u := range e.Members {
-			m[u] = struct{}{}
-		}
-		p.members[e.ConversationID] = m
-	case events.MemberAdded:
-		if m, ok := p.isMember(e.ConversationID, e.ActorID); ok {
-			m[e.UserID] = struct{}{}
-		}
-	case events.MemberRemoved:
-		if m, ok := p.isMember(e.ConversationID, e.ActorID); ok {
-			delete(m, e.UserID)
-		}
-	}
-}
-
 // recipients is the fan-out of a message: every member, the sender
-// included, or 0 when fanout rejects it (a non-member or an unknown
-// conversation).
-func (p *partition) recipients(e *events.Event) int {
-	m, ok := p.isMember(e.ConversationID, e.ActorID)
-	if !ok {
-		return 0
+// included, or 0 when the projection refuses it: refused is
+// projection.ReasonNotMember (a non-member's send, or to an unknown
+// conversation) or projection.ReasonMuted.
+func (p *partition) recipients(e *events.Event) (n int, refused string) {
+	c := p.convs[e.ConversationID]
+	switch {
+	case c == nil || e.ActorID != 0 && !c.isMember(e.ActorID):
+		return 0, projection.ReasonNotMember
+	case c.muted(e):
+		return 0, projection.ReasonMuted
 	}
-	return len(m)
+	return len(c.members), ""
 }
 
 // state holds the figures. It is not safe for concurrent use; Analytics
@@ -142,6 +116,7 @@ type state struct {
 	events    map[string]int64
 	messages  int64
 	nonMember int64
+	muted     int64
 	senders   map[int64]int64
 	buckets   []uint64 // per bound, then +Inf; not cumulative
 	fanSum    int64
@@ -166,7 +141,7 @@ func (s *state) inWindow(sec, nowSec int64) bool { return sec > nowSec-s.window 
 // record; err says why a decoded record was refused.
 func (s *state) handle(p *partition, r *kgo.Record, now time.Time) (counted bool, err error) {
 	p.next = r.Offset + 1
-	typ := headerType(r.Headers)
+	typ := headerType(r.Headers, s.events)
 	counted = r.Offset >= p.resumeAt
 	if counted {
 		s.records++
@@ -204,10 +179,13 @@ func (s *state) handle(p *partition, r *kgo.Record, now time.Time) (counted bool
 		}
 	}
 	if counted {
-		n := p.recipients(e)
+		n, refused := p.recipients(e)
 		s.messages++
-		if n == 0 {
+		switch refused {
+		case projection.ReasonNotMember:
 			s.nonMember++
+		case projection.ReasonMuted:
+			s.muted++
 		}
 		s.senders[e.ActorID]++
 		s.observe(n)
@@ -248,7 +226,7 @@ func (s *state) snapshot(now time.Time) Figures {
 	f := Figures{
 		At: now, Window: time.Duration(s.window) * time.Second,
 		Records: s.records, Replayed: s.replayed, Invalid: s.invalid,
-		Events: make(map[string]int64, len(s.events)), Messages: s.messages, NonMemberMessages: s.nonMember,
+		Events: make(map[string]int64, len(s.events)), Messages: s.messages, NonMemberMessages: s.nonMember, MutedMessages: s.muted,
 		FanOut:    Histogram{Bounds: slices.Clone(s.bounds), Counts: slices.Clone(s.buckets), Sum: s.fanSum},
 		Positions: make(map[int32]int64, len(s.parts)),
 	}
@@ -260,7 +238,7 @@ func (s *state) snapshot(now time.Time) Figures {
 	}
 	for id, p := range s.parts {
 		f.Positions[id] = p.next
-		f.Conversations += len(p.members)
+		f.Conversations += len(p.convs)
 		f.ActiveConversations += len(p.active)
 		for _, n := range p.perSec {
 			f.WindowMessages += n

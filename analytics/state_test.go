@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inboxd/inboxd/events"
+	"github.com/inboxd/inboxd/projection"
 )
 
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
@@ -115,6 +116,118 @@ func TestMembershipAndFanOut(t *testing.T) {
 	}
 }
 
+func sanction(typ string, conv, actor, user int64, until *time.Time) *events.Event {
+	e := member(typ, conv, actor, user)
+	e.Until = until
+	return e
+}
+
+func roleSet(conv, actor, user int64, role string) *events.Event {
+	e := member(events.MemberRoleSet, conv, actor, user)
+	e.Role = role
+	return e
+}
+
+// withRoles is a conversation.created whose roles limit adding and removing.
+func withRoles(e *events.Event) *events.Event {
+	e.Roles = true
+	return e
+}
+
+// asService makes e a service's, acting as itself.
+func asService(e *events.Event) *events.Event {
+	e.ActorID, e.Service = 0, "moderation-bot"
+	if e.Type == events.MessageSent {
+		e.SenderName = "Bot"
+	}
+	return e
+}
+
+func at(e *events.Event, d time.Duration) *events.Event {
+	e.At = t0.Add(d)
+	return e
+}
+
+// Roles, bans and mutes change membership, and refuse sends, as the
+// projection's rules say (docs/protocol.md, "Roles" and "Ban and mute"):
+// the fan-out of the last message, and why it is refused.
+func TestModerationMembership(t *testing.T) {
+	minute := t0.Add(time.Minute)
+	const (
+		none      = ""
+		nonMember = projection.ReasonNotMember
+		muted     = projection.ReasonMuted
+	)
+	tests := []struct {
+		name    string
+		evs     []*events.Event
+		fanOut  int
+		refused string
+	}{
+		{"a ban removes a member", []*events.Event{created(1, 1, 2, 3), sanction(events.MemberBanned, 1, 1, 3, nil), msg(1, 1)}, 2, none},
+		{"a banned member's send", []*events.Event{created(1, 1, 2, 3), sanction(events.MemberBanned, 1, 1, 3, nil), msg(1, 3)}, 0, nonMember},
+		{"a user banned in advance is not added", []*events.Event{created(1, 1, 2), sanction(events.MemberBanned, 1, 1, 9, nil),
+			member(events.MemberAdded, 1, 1, 9), msg(1, 9)}, 0, nonMember},
+		{"a service's add meets the ban too", []*events.Event{created(1, 1, 2), sanction(events.MemberBanned, 1, 1, 9, nil),
+			asService(member(events.MemberAdded, 1, 1, 9)), msg(1, 1)}, 2, none},
+		{"an unbanned user is added", []*events.Event{created(1, 1, 2), sanction(events.MemberBanned, 1, 1, 9, nil),
+			sanction(events.MemberUnbanned, 1, 1, 9, nil), member(events.MemberAdded, 1, 1, 9), msg(1, 9)}, 3, none},
+		{"a ban lapsed by the add", []*events.Event{created(1, 1, 2), sanction(events.MemberBanned, 1, 1, 9, &minute),
+			at(member(events.MemberAdded, 1, 1, 9), 2*time.Minute), at(msg(1, 9), 2*time.Minute)}, 3, none},
+		{"a ban standing at the add", []*events.Event{created(1, 1, 2), sanction(events.MemberBanned, 1, 1, 9, &minute),
+			at(member(events.MemberAdded, 1, 1, 9), 30*time.Second), msg(1, 1)}, 2, none},
+		{"a member may not ban", []*events.Event{created(1, 1, 2, 3), sanction(events.MemberBanned, 1, 2, 3, nil), msg(1, 3)}, 3, none},
+		{"nobody bans itself", []*events.Event{created(1, 1, 2), sanction(events.MemberBanned, 1, 1, 1, nil), msg(1, 1)}, 2, none},
+		{"a non-member may not ban", []*events.Event{created(1, 1, 2), sanction(events.MemberBanned, 1, 7, 2, nil), msg(1, 2)}, 2, none},
+		{"a service bans", []*events.Event{created(1, 1, 2, 3), asService(sanction(events.MemberBanned, 1, 1, 3, nil)), msg(1, 1)}, 2, none},
+		{"a moderator bans a member", []*events.Event{created(1, 1, 2, 3), roleSet(1, 1, 2, events.RoleModerator),
+			sanction(events.MemberBanned, 1, 2, 3, nil), msg(1, 1)}, 2, none},
+		{"a moderator may not ban the owner", []*events.Event{created(1, 1, 2, 3), roleSet(1, 1, 2, events.RoleModerator),
+			sanction(events.MemberBanned, 1, 2, 1, nil), msg(1, 1)}, 3, none},
+		{"a role set by a member is refused", []*events.Event{created(1, 1, 2, 3), roleSet(1, 3, 2, events.RoleModerator),
+			sanction(events.MemberBanned, 1, 2, 3, nil), msg(1, 3)}, 3, none},
+		{"a muted member's send", []*events.Event{created(1, 1, 2, 3), sanction(events.MemberMuted, 1, 1, 3, nil), msg(1, 3)}, 0, muted},
+		{"a muted member still receives", []*events.Event{created(1, 1, 2, 3), sanction(events.MemberMuted, 1, 1, 3, nil), msg(1, 2)}, 3, none},
+		{"a mute lapsed by the send", []*events.Event{created(1, 1, 2, 3), sanction(events.MemberMuted, 1, 1, 3, &minute),
+			at(msg(1, 3), time.Minute)}, 3, none},
+		{"an unmuted member sends", []*events.Event{created(1, 1, 2, 3), sanction(events.MemberMuted, 1, 1, 3, nil),
+			sanction(events.MemberUnmuted, 1, 1, 3, nil), msg(1, 3)}, 3, none},
+		{"a mute outlives leaving and rejoining", []*events.Event{created(1, 1, 2, 3), sanction(events.MemberMuted, 1, 1, 3, nil),
+			member(events.MemberRemoved, 1, 3, 3), member(events.MemberAdded, 1, 1, 3), msg(1, 3)}, 0, muted},
+		{"a member may not mute", []*events.Event{created(1, 1, 2, 3), sanction(events.MemberMuted, 1, 2, 3, nil), msg(1, 3)}, 3, none},
+		{"a mute of a non-member is refused", []*events.Event{created(1, 1, 2), sanction(events.MemberMuted, 1, 1, 9, nil),
+			member(events.MemberAdded, 1, 1, 9), msg(1, 9)}, 3, none},
+		{"roles enforced: a member may not add", []*events.Event{withRoles(created(1, 1, 2)), member(events.MemberAdded, 1, 2, 9), msg(1, 9)}, 0, nonMember},
+		{"roles enforced: an admin adds", []*events.Event{withRoles(created(1, 1, 2)), roleSet(1, 1, 2, events.RoleAdmin),
+			member(events.MemberAdded, 1, 2, 9), msg(1, 9)}, 3, none},
+		{"roles enforced: a member may not remove", []*events.Event{withRoles(created(1, 1, 2, 3)), member(events.MemberRemoved, 1, 2, 3), msg(1, 3)}, 3, none},
+		{"roles enforced: a member leaves", []*events.Event{withRoles(created(1, 1, 2, 3)), member(events.MemberRemoved, 1, 3, 3), msg(1, 1)}, 2, none},
+		{"a transfer makes the old owner an admin", []*events.Event{withRoles(created(1, 1, 2, 3)), roleSet(1, 1, 2, events.RoleOwner),
+			member(events.MemberRemoved, 1, 1, 2), member(events.MemberRemoved, 1, 1, 3), msg(1, 1)}, 2, none},
+		{"a role does not survive leaving", []*events.Event{withRoles(created(1, 1, 2)), roleSet(1, 1, 2, events.RoleAdmin),
+			member(events.MemberRemoved, 1, 2, 2), member(events.MemberAdded, 1, 1, 2), member(events.MemberAdded, 1, 2, 9), msg(1, 1)}, 2, none},
+		{"a service creates for users", []*events.Event{asService(created(1, 1, 2, 3)), msg(1, 2)}, 2, none},
+		{"a service's own message", []*events.Event{created(1, 1, 2, 3), asService(msg(1, 1))}, 3, none},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFeeder(t, time.Hour, 0)
+			for _, e := range tc.evs {
+				f.event(e)
+			}
+			got := f.s.snapshot(t0)
+			require.Equal(t, int64(1), got.Messages)
+			require.Equal(t, int64(tc.fanOut), got.FanOut.Sum)
+			require.Equal(t, tc.refused == nonMember, got.NonMemberMessages == 1, "non-member")
+			require.Equal(t, tc.refused == muted, got.MutedMessages == 1, "muted")
+			require.Equal(t, int64(len(tc.evs)), got.Records)
+			for _, e := range tc.evs {
+				require.Positive(t, got.Events[e.Type], "%s is counted by its type", e.Type)
+			}
+		})
+	}
+}
+
 // Records are judged by their header first: types analytics does not need
 // are counted undecoded, the others must decode to the header's type.
 func TestHeaderFilterAndInvalid(t *testing.T) {
@@ -138,6 +251,8 @@ func TestHeaderFilterAndInvalid(t *testing.T) {
 		events.ConversationCreated: 1, events.MemberAdded: 0, events.MemberRemoved: 0,
 		events.MessageSent: 3, events.RecordUpdated: 1, events.ReadUpdated: 1, TypeUnknown: 2,
 		events.MessageEdited: 0, events.MessageDeleted: 0, events.ReactionAdded: 0, events.ReactionRemoved: 0,
+		events.MessageThumbnailed: 0, events.MessageReported: 0, events.ReportResolved: 0, events.MemberRoleSet: 0,
+		events.MemberBanned: 0, events.MemberUnbanned: 0, events.MemberMuted: 0, events.MemberUnmuted: 0,
 	}, got.Events)
 }
 
@@ -327,7 +442,7 @@ func TestWriteTable(t *testing.T) {
 	for _, want := range []string{
 		"inboxd analytics at 2026-11-30T10:00:00Z, window 1m0s\n",
 		"  messages/minute                 2.0  2 in the window\n",
-		"  messages                          2  1 from non-members\n",
+		"  messages                          2  1 from non-members, 0 muted\n",
 		"    message.sent                    2\n",
 		"  fan-out size               mean 1.5  p50 <= 0, p90 <= 3, p99 <= 3\n",
 		"     2. user 9                      1\n",

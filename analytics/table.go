@@ -23,7 +23,7 @@ func (f Figures) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "inboxd analytics at %s, window %s\n", f.At.UTC().Format(time.RFC3339), f.Window)
 	row("messages/minute", strconv.FormatFloat(f.MessagesPerMinute, 'f', 1, 64), fmt.Sprintf("%d in the window", f.WindowMessages))
 	row("active conversations", strconv.Itoa(f.ActiveConversations), fmt.Sprintf("of %d tracked", f.Conversations))
-	row("messages", n(f.Messages), fmt.Sprintf("%d from non-members", f.NonMemberMessages))
+	row("messages", n(f.Messages), fmt.Sprintf("%d from non-members, %d muted", f.NonMemberMessages, f.MutedMessages))
 	row("records", n(f.Records), fmt.Sprintf("%d invalid, %d replayed", f.Invalid, f.Replayed))
 	row("events by type", "", "")
 	for _, t := range Types() {

@@ -119,14 +119,11 @@ func TestAttachmentsKilledUnderUploads(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(store.Close)
 
-	base := []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
-		"INBOXD_TOPIC=" + env.Topic, "INBOXD_LOG_LEVEL=warn"}
+	base := procEnv(env)
 	fo := testenv.Start(t, append(slices.Clone(base), "INBOXD_GROUP=attachments", "INBOXD_HTTP_ADDR=127.0.0.1:0"), "fanout")
 	ports := []int{testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)}
 	gatewayEnv := func(i int, thumbnails bool) []string {
-		e := append(slices.Clone(base), "INBOXD_AUTH_SECRET="+svcSecret, fmt.Sprintf("INBOXD_HTTP_ADDR=127.0.0.1:%d", ports[i]),
-			"INBOXD_ACK_WAIT=3s", "INBOXD_SEND_RATE=100000", "INBOXD_SYNC_RATE=100000", "INBOXD_RECONNECT_HINTS=false",
-			"INBOXD_TOO_LONG_LAG=1000000", "INBOXD_S3_ENDPOINT="+s3.Endpoint, "INBOXD_S3_BUCKET="+bucket,
+		e := append(killedGatewayEnv(base, ports[i]), "INBOXD_S3_ENDPOINT="+s3.Endpoint, "INBOXD_S3_BUCKET="+bucket,
 			"INBOXD_S3_ACCESS_KEY="+s3.AccessKey, "INBOXD_S3_SECRET_KEY="+s3.SecretKey,
 			"INBOXD_UPLOAD_EXPIRY="+killUploadExpiry.String(), "INBOXD_UPLOAD_URL_EXPIRY="+killURLExpiry.String(),
 			"INBOXD_UPLOAD_SWEEP_INTERVAL="+killSweep.String(), "INBOXD_UPLOAD_QUOTA_FILES=10000")
@@ -135,23 +132,13 @@ func TestAttachmentsKilledUnderUploads(t *testing.T) {
 		}
 		return e
 	}
-	type role struct {
-		name  string
-		port  int
-		start func() *testenv.Proc
-		proc  *testenv.Proc
-	}
-	roles := []*role{
+	roles := killables{
 		{name: "gateway 1 (thumbnails)", port: ports[0], start: func() *testenv.Proc { return testenv.Start(t, gatewayEnv(0, true), "gateway") }},
 		{name: "gateway 2", port: ports[1], start: func() *testenv.Proc { return testenv.Start(t, gatewayEnv(1, false), "gateway") }},
 		{name: "thumbnail worker", port: ports[2], start: func() *testenv.Proc { return testenv.Start(t, gatewayEnv(2, true), "gateway") }},
 	}
-	for _, r := range roles {
-		r.proc = r.start()
-	}
-	for _, r := range roles {
-		waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", r.port))
-	}
+	roles.start()
+	roles.waitReady(t)
 	gwURL := func(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", ports[i]) }
 
 	// Three conversations among six users; users 1-4 send, each through
@@ -347,25 +334,15 @@ func TestAttachmentsKilledUnderUploads(t *testing.T) {
 
 	// The kills: every 1 to 3.5 s a random one of the three, killed and
 	// started again after up to half a second.
-	kills := map[string]int{}
 	const nKills = 16
 	work := time.Now()
-	for range nKills {
-		time.Sleep(time.Duration(1000+rnd.IntN(2500)) * time.Millisecond)
-		r := roles[rnd.IntN(len(roles))]
-		r.proc.Kill()
-		kills[r.name]++
-		time.Sleep(time.Duration(rnd.IntN(500)) * time.Millisecond)
-		r.proc = r.start()
-	}
+	kills := roles.kill(rnd, killPlan{n: nKills, pause: time.Second, spread: 2500 * time.Millisecond, down: 500 * time.Millisecond})
 	close(stop)
 	workers.Wait()
 	stopAll()
 	require.False(t, t.Failed())
 	t.Logf("the workload ran %v", time.Since(work).Round(time.Millisecond))
-	for _, r := range roles {
-		waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", r.port))
-	}
+	roles.waitReady(t)
 
 	// Settled: the log projected, every wanted thumbnail made (a worker
 	// killed holding a lease leaves it for a minute) and projected, and
@@ -597,26 +574,10 @@ func TestAttachmentsKilledUnderUploads(t *testing.T) {
 	}
 	for u := int64(1); u <= 6; u++ {
 		served := map[[2]int64]int{}
-		var after int64
-		for {
-			req, err := http.NewRequest("GET", fmt.Sprintf("%s/v1/sync?after=%d&limit=200", gwURL(int(u)%2), after), nil)
-			require.NoError(t, err)
-			req.Header.Set("Authorization", "Bearer "+token(t, u))
-			res, err := http.DefaultClient.Do(req)
-			require.NoError(t, err)
-			var page protocol.SyncPage
-			require.Equal(t, http.StatusOK, res.StatusCode)
-			require.NoError(t, json.NewDecoder(res.Body).Decode(&page))
-			res.Body.Close()
-			for _, e := range page.Entries {
-				require.Equal(t, after+1, e.InboxSeq, "user %d: inbox seqs without a gap", u)
-				after = e.InboxSeq
-				if e.Kind == protocol.KindUpdate {
-					served[[2]int64{e.ConversationID, e.Message.Seq}]++
-				}
-			}
-			if !page.HasMore {
-				break
+		entries, _ := syncAll(t, gwURL(int(u)%2), u)
+		for _, e := range entries {
+			if e.Kind == protocol.KindUpdate {
+				served[[2]int64{e.ConversationID, e.Message.Seq}]++
 			}
 		}
 		held := map[[2]int64][]int64{}
@@ -655,9 +616,7 @@ func TestAttachmentsKilledUnderUploads(t *testing.T) {
 	rep, err := projector.Verify(ctx, db)
 	require.NoError(t, err)
 	require.True(t, rep.OK(), rep.String())
-	for _, r := range roles {
-		require.NoError(t, r.proc.Stop(20*time.Second), "%s: %s", r.name, r.proc.Output())
-	}
+	roles.stop(t)
 	require.NoError(t, fo.Stop(20*time.Second), fo.Output())
 	attached := 0
 	for _, m := range msgs {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -60,36 +59,24 @@ func TestShardedProcessesKilledUnderSends(t *testing.T) {
 	m, err := placement.Load(ctx, env.Pool)
 	require.NoError(t, err)
 
-	base := []string{"DATABASE_URL=" + env.DatabaseURL, "INBOXD_KAFKA_BROKERS=" + strings.Join(env.Brokers, ","),
-		"INBOXD_TOPIC=" + env.Topic, "INBOXD_LOG_LEVEL=warn"}
+	base := procEnv(env)
 	fanoutEnv := func(server int) []string {
 		return append(slices.Clone(base), "INBOXD_GROUP=killed", fmt.Sprintf("INBOXD_INSTANCE_ID=server-%d", server),
 			fmt.Sprintf("INBOXD_SHARD_SERVER=%d", server), "INBOXD_SESSION_TIMEOUT=6s", "INBOXD_HTTP_ADDR=127.0.0.1:0",
 			"INBOXD_MAX_POLL_RECORDS=20")
 	}
 	gwPorts := []int{testenv.FreePort(t), testenv.FreePort(t)}
-	gatewayEnv := func(i int) []string {
-		return append(slices.Clone(base), "INBOXD_AUTH_SECRET="+svcSecret, fmt.Sprintf("INBOXD_HTTP_ADDR=127.0.0.1:%d", gwPorts[i]),
-			"INBOXD_ACK_WAIT=3s", "INBOXD_SEND_RATE=100000", "INBOXD_SYNC_RATE=100000", "INBOXD_RECONNECT_HINTS=false",
-			"INBOXD_TOO_LONG_LAG=1000000")
+	gatewayProc := func(i int) func() *testenv.Proc {
+		return func() *testenv.Proc { return testenv.Start(t, killedGatewayEnv(base, gwPorts[i]), "gateway") }
 	}
-	type role struct {
-		name  string
-		start func() *testenv.Proc
-		proc  *testenv.Proc
-	}
-	roles := []*role{
+	roles := killables{
 		{name: "fanout of server 1", start: func() *testenv.Proc { return testenv.Start(t, fanoutEnv(1), "fanout") }},
 		{name: "fanout of server 2", start: func() *testenv.Proc { return testenv.Start(t, fanoutEnv(2), "fanout") }},
-		{name: "gateway 1", start: func() *testenv.Proc { return testenv.Start(t, gatewayEnv(0), "gateway") }},
-		{name: "gateway 2", start: func() *testenv.Proc { return testenv.Start(t, gatewayEnv(1), "gateway") }},
+		{name: "gateway 1", port: gwPorts[0], start: gatewayProc(0)},
+		{name: "gateway 2", port: gwPorts[1], start: gatewayProc(1)},
 	}
-	for _, r := range roles {
-		r.proc = r.start()
-	}
-	for _, p := range gwPorts {
-		waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", p))
-	}
+	roles.start()
+	roles.waitReady(t)
 	gw := func(i int, user int64) *api {
 		return &api{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", gwPorts[i%2]), token: token(t, user)}
 	}
@@ -169,23 +156,18 @@ func TestShardedProcessesKilledUnderSends(t *testing.T) {
 		}()
 	}
 
-	kills := map[string]int{}
-	for kill := range 32 {
-		time.Sleep(time.Duration(300+rnd.IntN(700)) * time.Millisecond)
-		r := roles[rnd.IntN(len(roles))]
-		r.proc.Kill()
-		kills[r.name]++
-		r.proc = r.start()
-		if kill == 16 {
-			// The second server goes away for a while: its stages retry,
-			// the gateways' reads of it fail and their LISTEN reconnects.
-			require.NoError(t, srv.Stop())
-			time.Sleep(2 * time.Second)
-			srv2, err := srv.Restart(context.Background())
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = srv2.Stop() })
+	kills := roles.kill(rnd, killPlan{n: 32, pause: 300 * time.Millisecond, spread: 700 * time.Millisecond, after: func(kill int) {
+		if kill != 16 {
+			return
 		}
-	}
+		// The second server goes away for a while: its stages retry,
+		// the gateways' reads of it fail and their LISTEN reconnects.
+		require.NoError(t, srv.Stop())
+		time.Sleep(2 * time.Second)
+		srv2, err := srv.Restart(context.Background())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = srv2.Stop() })
+	}})
 	close(stop)
 	wg.Wait()
 	require.False(t, t.Failed())
@@ -198,9 +180,7 @@ func TestShardedProcessesKilledUnderSends(t *testing.T) {
 	world := &testenv.Env{Pool: env.Pool, Pools: []*pgxpool.Pool{env.Pool, second}, Map: m, Partitions: 4,
 		Topic: env.Topic, Deliveries: env.Topic + ".deliveries", Producer: env.Producer}
 	require.True(t, world.Settle(3*time.Minute), "the stages of both servers caught up")
-	for _, p := range gwPorts {
-		waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", p))
-	}
+	roles.waitReady(t)
 
 	// Every send that got a seq is that message, once.
 	bySeq := map[[2]int64]string{}
@@ -248,37 +228,21 @@ func TestShardedProcessesKilledUnderSends(t *testing.T) {
 	}
 	for u, cs := range users {
 		got := map[int64][]int64{}
+		entries, head := syncAll(t, fmt.Sprintf("http://127.0.0.1:%d", gwPorts[int(u)%2]), u)
 		var after int64
-		for {
-			req, err := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/v1/sync?after=%d&limit=200", gwPorts[int(u)%2], after), nil)
-			require.NoError(t, err)
-			req.Header.Set("Authorization", "Bearer "+token(t, u))
-			res, err := http.DefaultClient.Do(req)
-			require.NoError(t, err)
-			var page protocol.SyncPage
-			require.Equal(t, http.StatusOK, res.StatusCode)
-			require.NoError(t, json.NewDecoder(res.Body).Decode(&page))
-			res.Body.Close()
-			for _, e := range page.Entries {
-				require.Equal(t, after+1, e.InboxSeq, "user %d: inbox seqs without a gap", u)
-				after = e.InboxSeq
-				if e.Kind == protocol.KindMessage && e.Message.Kind == protocol.MessageText {
-					got[e.ConversationID] = append(got[e.ConversationID], e.Message.Seq)
-				}
-			}
-			if !page.HasMore {
-				require.Equal(t, page.Head, after, "user %d", u)
-				break
+		for _, e := range entries {
+			after = e.InboxSeq
+			if e.Kind == protocol.KindMessage && e.Message.Kind == protocol.MessageText {
+				got[e.ConversationID] = append(got[e.ConversationID], e.Message.Seq)
 			}
 		}
+		require.Equal(t, head, after, "user %d", u)
 		for _, c := range cs {
 			require.Equal(t, texts[c], got[c], "user %d, conversation %d: every text once, in order", u, c)
 		}
 	}
 
-	for _, r := range roles {
-		require.NoError(t, r.proc.Stop(20*time.Second), "%s: %s", r.name, r.proc.Output())
-	}
+	roles.stop(t)
 	checkAll := func(when string) {
 		out := cli("verify")
 		require.Regexp(t, `X1\s+every delivery emitted is applied once, across servers\s+ok`, out, when)

@@ -75,6 +75,7 @@ func (g *Gateway) serverRoutes() []route {
 		s("POST", "conversations/{cid}/members", apikey.ScopeMembers, g.handleServerAddMembers),
 		s("POST", "conversations/{cid}/members/remove", apikey.ScopeMembers, g.handleServerRemoveMembers),
 		s("PUT", "conversations/{cid}/members/{uid}/role", apikey.ScopeMembers, g.handleServerSetRole),
+		s("PATCH", "conversations/{cid}", apikey.ScopeConversations, g.handleServerUpdateConversation),
 		s("POST", "conversations/{cid}/messages", apikey.ScopeMessages, g.handleServerSend),
 		s("PATCH", "users/{uid}/conversations/{cid}/record", apikey.ScopeRecords, g.handleServerRecord),
 		s("GET", "users/{uid}/inbox", apikey.ScopeRead, g.handleServerInbox),

@@ -43,11 +43,11 @@ func MaySetSlowMode(actor string) bool {
 func MayUpdate(actor string, enforced, title, frozen, slowMode bool) (refused string) {
 	switch {
 	case title && !MayRename(actor, enforced):
-		return "rename"
+		return "rename it"
 	case frozen && !MayFreeze(actor):
-		return "freeze or unfreeze"
+		return "freeze or unfreeze it"
 	case slowMode && !MaySetSlowMode(actor):
-		return "set the slow mode of"
+		return "set its slow mode"
 	}
 	return ""
 }

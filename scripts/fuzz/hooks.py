@@ -38,6 +38,7 @@ BAN = "PUT /v1/conversations/{cid}/bans/{uid}"
 UNBAN = "DELETE /v1/conversations/{cid}/bans/{uid}"
 MUTE = "PUT /v1/conversations/{cid}/mutes/{uid}"
 UNMUTE = "DELETE /v1/conversations/{cid}/mutes/{uid}"
+UPDATE = "PATCH /v1/conversations/{cid}"
 
 # The largest attachment of the fuzzed server (dev's default,
 # --attachment-max-size): a deployment's setting, not the document's.
@@ -51,12 +52,13 @@ MAX_REQUEST_BYTES = 64 << 10
 # field, so both are optional in the document.
 ID_FIELD = {SEND: "msg_id", EDIT: "change_id", DELETE: "change_id", REACT: "change_id", UNREACT: "change_id",
             REPORT: "report_id", ROLE: "change_id",
-            BAN: "change_id", MUTE: "change_id"}
+            BAN: "change_id", MUTE: "change_id", UPDATE: "change_id"}
 
 # UTF-8 byte limits of text fields. JSON Schema's maxLength counts
 # characters, the server bytes: 64 characters may be 256 bytes.
 BYTE_LIMITS = {
     (CREATE, "title"): 256,
+    (UPDATE, "title"): 256,
     (SEND, "body"): 4096,
     (EDIT, "body"): 4096,
     (REACT, "emoji"): 64,
@@ -105,6 +107,9 @@ STATE_REFUSALS = {
     **{op: [("an until that has passed", r"^until must be in the future$"),
             ("refused by the projection", r"^the member\.\w+ was refused by the projection ")]
        for op in (BAN, UNBAN, MUTE, UNMUTE)},
+    # Who may change which setting is the members' roles (403s); a refusal
+    # the projection made meanwhile for another reason is a 400.
+    UPDATE: [("refused by the projection", r"^the change of conversation \d+ was refused by the projection ")],
     REPORT: [
         ("a system message", r"^message \d+ is a system message; it cannot be reported"),
         ("one's own message", r"^message \d+ of conversation \d+ is your own: it cannot be reported"),

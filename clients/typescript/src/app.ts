@@ -93,6 +93,19 @@ export interface ChangeOptions {
   timeoutMs?: number;
 }
 
+/**
+ * ConversationSettings are what updateConversation changes
+ * (docs/protocol.md, "Frozen and slow mode"); those absent do not change.
+ */
+export interface ConversationSettings {
+  /** title: the new title, 1..256 bytes. */
+  title?: string;
+  /** frozen: freeze (true: only admins and the owner write) or unfreeze. */
+  frozen?: boolean;
+  /** slow_mode: seconds a member below moderator waits between its sends; 0 off. */
+  slow_mode?: number;
+}
+
 const seg = (n: number) => String(Math.trunc(n));
 
 /** listAll reads every page of a paged list. */
@@ -160,11 +173,37 @@ export async function setRole(api: Api, cid: number, userId: number, role: strin
   backoff: { initialMs: number; maxMs: number }): Promise<void> {
   if (!(cid > 0) || !(userId > 0) || !role) throw new Error(`inboxd: bad role ${role} of user ${userId} in ${cid}`);
   const body = { role, change_id: crypto.randomUUID() };
+  await keyedChange(api, "PUT", `/v1/conversations/${seg(cid)}/members/${seg(userId)}/role`, body, opts, backoff);
+}
+
+/**
+ * updateConversation renames, freezes or unfreezes, or sets the slow mode
+ * of a conversation (docs/protocol.md, "Frozen and slow mode"), retried
+ * with one change_id as setRole is.
+ *
+ * @internal
+ */
+export async function updateConversation(api: Api, cid: number, settings: ConversationSettings, opts: ChangeOptions,
+  backoff: { initialMs: number; maxMs: number }): Promise<void> {
+  if (!(cid > 0) || (settings.title === undefined && settings.frozen === undefined && settings.slow_mode === undefined)) {
+    throw new Error(`inboxd: no setting to change in conversation ${cid}`);
+  }
+  const body = { ...settings, change_id: crypto.randomUUID() };
+  await keyedChange(api, "PATCH", `/v1/conversations/${seg(cid)}`, body, opts, backoff);
+}
+
+/**
+ * keyedChange sends body, which carries a change_id made once, and retries
+ * it unchanged while the failure is temporary, so that a lost answer never
+ * applies the change twice.
+ */
+async function keyedChange(api: Api, method: string, path: string, body: object, opts: ChangeOptions,
+  backoff: { initialMs: number; maxMs: number }): Promise<void> {
   const deadline = Date.now() + (opts.timeoutMs ?? 30000);
   const b = new Backoff(backoff);
   for (;;) {
     try {
-      await drain(api.request("PUT", `/v1/conversations/${seg(cid)}/members/${seg(userId)}/role`, body, opts.signal));
+      await drain(api.request(method, path, body, opts.signal));
       return;
     } catch (err) {
       const temporary = !(err instanceof ApiError) || err.retryable;

@@ -14,8 +14,8 @@ ALTER TABLE conversations ADD COLUMN frozen boolean NOT NULL DEFAULT false,
 -- (conversation, user) that sent there while it was on: last_at is the
 -- time (this server's clock) of its last admitted send, msg_id that
 -- send's, so that a retry of it is admitted again. Not a projection: no
--- replay rebuilds it, and losing it (a move of the conversation to
--- another server) only lets each member send once more at once.
+-- replay rebuilds it (losing it only lets each member send once more at
+-- once); placement moves it with its conversation.
 CREATE TABLE slow_sends (
     conversation_id bigint      NOT NULL,
     user_id         bigint      NOT NULL,

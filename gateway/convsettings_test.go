@@ -137,6 +137,13 @@ func TestUpdateConversationRoutes(t *testing.T) {
 
 	svc, _ := tg.service(t, "ops", apikey.ScopeConversations)
 	path := fmt.Sprintf("/v1/server/conversations/%d", cid)
+	reader, _ := tg.service(t, "reader", apikey.ScopeRead)
+	r = reader.do(t, "GET", path, nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var state protocol.ServerConversation
+	r.decode(t, &state)
+	require.Equal(t, protocol.ServerConversation{ConversationID: cid, Title: "after", LastSeq: state.LastSeq, MemberCount: 5,
+		Mode: protocol.ModeWrite, Frozen: true, SlowMode: 30}, state)
 	for range 2 {
 		r = svc.do(t, "PATCH", path, map[string]any{"frozen": false, "slow_mode": 0}, idem("settings-1")...)
 		require.Equal(t, http.StatusAccepted, r.status, "%s", r)

@@ -221,6 +221,18 @@ func TestSlowModeRoutes(t *testing.T) {
 	r = member.do(t, "POST", path, map[string]any{"msg_id": first, "body": "one"})
 	require.Equal(t, http.StatusOK, r.status, "a retry of the accepted send: %s", r)
 
+	// A send admitted whose append failed (or whose answer was lost before
+	// its projection): the admission holds its msg_id, and the retry is
+	// admitted again without a new turn.
+	lost := uuid.NewString()
+	_, err = tg.g.srv.Conv(cid).Exec(context.Background(), `UPDATE slow_sends SET msg_id = $3, last_at = now()
+WHERE conversation_id = $1 AND user_id = $2`, cid, 4, lost)
+	require.NoError(t, err)
+	r = member.do(t, "POST", path, map[string]any{"msg_id": lost, "body": "again"})
+	require.Equal(t, http.StatusCreated, r.status, "the retry of an admitted send: %s", r)
+	r = member.do(t, "POST", path, map[string]any{"msg_id": uuid.NewString(), "body": "three"})
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r)
+
 	for range 3 {
 		mod.send(t, cid, "unlimited")
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/internal/pgtest"
+	"github.com/inboxd/inboxd/projector"
 )
 
 // settingsLog renames, freezes and sets the slow mode of a conversation
@@ -126,4 +127,35 @@ func normalizeJSON(t *testing.T, lines []string) []string {
 		out[i] = seq + " " + norm
 	}
 	return out
+}
+
+// TestVerifySettings: F1 fails when a conversation's settings are not
+// what its messages last set.
+func TestVerifySettings(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := pgtest.NewPool(t)
+	applyLog(t, ctx, pool, settingsLog(), 1)
+	requireVerified(t, pool)
+	for _, corrupt := range []string{
+		`UPDATE conversations SET frozen = false WHERE id = 1`,
+		`UPDATE conversations SET slow_mode = 30 WHERE id = 1`,
+		`UPDATE conversations SET title = 'first' WHERE id = 1`,
+	} {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, corrupt)
+		var rep projector.Report
+		if err == nil {
+			rep, err = projector.Verify(ctx, tx)
+		}
+		require.NoError(t, tx.Rollback(ctx))
+		require.NoError(t, err)
+		var failed []string
+		for _, c := range rep.Checks {
+			if c.Violations > 0 {
+				failed = append(failed, c.Invariant)
+			}
+		}
+		require.Equal(t, []string{"F1"}, failed, corrupt)
+	}
 }

@@ -305,7 +305,8 @@ CREATE TRIGGER slow_log AFTER INSERT OR UPDATE ON slow_sends FOR EACH ROW EXECUT
 			}
 		})
 	}
-	wg.Go(func() {
+	var modWG sync.WaitGroup
+	modWG.Go(func() {
 		for j := 0; time.Since(start) < window; j++ {
 			r, err := mod[j%2].doE("POST", path, map[string]any{"msg_id": uuid.NewString(), "body": "m"})
 			if err != nil {
@@ -320,8 +321,9 @@ CREATE TRIGGER slow_log AFTER INSERT OR UPDATE ON slow_sends FOR EACH ROW EXECUT
 		}
 	})
 	wg.Wait()
-	var end float64 // the database's clock at the end of the run
+	var end float64 // the database's clock at the member's last attempt
 	require.NoError(t, pool.QueryRow(ctx, `SELECT extract(epoch FROM clock_timestamp())::float8`).Scan(&end))
+	modWG.Wait()
 
 	rows, err := pool.Query(ctx, `SELECT extract(epoch FROM at)::float8 FROM slow_log WHERE user_id = 4 ORDER BY at`)
 	require.NoError(t, err)

@@ -61,18 +61,15 @@ func (c *Client) SetRole(ctx context.Context, conversationID, userID int64, role
 		return fmt.Errorf("client: bad role %q of user %d in %d", role, userID, conversationID)
 	}
 	body := protocol.SetRole{Role: role, ChangeID: uuid.NewString()}
-	return c.memberChange(ctx, http.MethodPut, conversationID, userID, "members/"+strconv.FormatInt(userID, 10)+"/role", body, nil,
-		"role change", "role", role)
+	path := "/v1/conversations/" + strconv.FormatInt(conversationID, 10) + "/members/" + strconv.FormatInt(userID, 10) + "/role"
+	return c.keyedChange(ctx, http.MethodPut, path, body, nil, "role change", "conversation_id", conversationID, "user_id", userID, "role", role)
 }
 
-// memberChange sends one change of member userID (method on
-// /v1/conversations/{cid}/<sub>, with body or, when body is nil, the
-// Idempotency-Key idem), retried while the failure is temporary with the
-// same change id, so a lost answer never applies the change twice. what
-// and attrs name it in the log.
-func (c *Client) memberChange(ctx context.Context, method string, conversationID, userID int64, sub string, body any, hdr http.Header,
-	what string, attrs ...any) error {
-	path := "/v1/conversations/" + strconv.FormatInt(conversationID, 10) + "/" + sub
+// keyedChange sends body, which carries a change id made once (or, when
+// body is nil, the Idempotency-Key header in hdr), to path and retries the
+// temporary failures with the same request, so that a lost answer never
+// applies the change twice; what and attrs name it in the log.
+func (c *Client) keyedChange(ctx context.Context, method, path string, body any, hdr http.Header, what string, attrs ...any) error {
 	pol := newPolicy(&c.cfg, c.newRand())
 	for {
 		_, _, err := c.api.do(ctx, method, path, nil, body, hdr, nil, 0)
@@ -80,8 +77,7 @@ func (c *Client) memberChange(ctx context.Context, method string, conversationID
 			return err
 		}
 		wait, _ := pol.failed(err, false, 0)
-		c.log.Info(what+" failed, retrying", append([]any{"conversation_id", conversationID, "user_id", userID,
-			"err", err, "retry_in", wait}, attrs...)...)
+		c.log.Info(what+" failed, retrying", append(attrs, "err", err, "retry_in", wait)...)
 		if !sleepCtx(ctx, wait) {
 			return fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
 		}
@@ -148,6 +144,33 @@ func (c *Client) sanction(ctx context.Context, method, kind string, conversation
 	} else {
 		hdr.Set("Idempotency-Key", change)
 	}
-	return c.memberChange(ctx, method, conversationID, userID, kind+"/"+strconv.FormatInt(userID, 10), body, hdr,
-		strings.TrimSuffix(kind, "s")+" change", "method", method)
+	path := "/v1/conversations/" + strconv.FormatInt(conversationID, 10) + "/" + kind + "/" + strconv.FormatInt(userID, 10)
+	return c.keyedChange(ctx, method, path, body, hdr, strings.TrimSuffix(kind, "s")+" change",
+		"conversation_id", conversationID, "user_id", userID, "method", method)
+}
+
+// ConversationSettings are the settings UpdateConversation changes: nil
+// fields do not change (docs/protocol.md, "Frozen and slow mode").
+type ConversationSettings struct {
+	Title    *string // a new title, 1..256 bytes
+	Frozen   *bool   // freeze (true) or unfreeze
+	SlowMode *int    // seconds a member below moderator waits between its sends; 0 off
+}
+
+// UpdateConversation renames, freezes or unfreezes, or sets the slow mode
+// of conversationID, as the caller's role allows: renaming an admin or
+// the owner where roles are enforced (any member otherwise), freezing an
+// admin or the owner, the slow mode a moderator and above. One change id
+// is made and kept over the retries of temporary failures (as SetRole),
+// so a lost answer never applies the change twice. A refusal is an
+// *APIError: 403 forbidden (the caller's role), 403 not_member, 404 (no
+// such conversation), 400 (no setting, or one out of range). It does not
+// need Run; the new settings reach the records through sync.
+func (c *Client) UpdateConversation(ctx context.Context, conversationID int64, s ConversationSettings) error {
+	if conversationID <= 0 || s.Title == nil && s.Frozen == nil && s.SlowMode == nil {
+		return fmt.Errorf("client: no setting to change in conversation %d", conversationID)
+	}
+	body := protocol.UpdateConversation{Title: s.Title, Frozen: s.Frozen, SlowMode: s.SlowMode, ChangeID: uuid.NewString()}
+	path := "/v1/conversations/" + strconv.FormatInt(conversationID, 10)
+	return c.keyedChange(ctx, http.MethodPatch, path, body, nil, "settings change", "conversation_id", conversationID)
 }

@@ -94,3 +94,37 @@ func TestBanAndMute(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, mutes)
 }
+
+// TestUpdateConversation: the owner renames and freezes, a moderator sets
+// the slow mode but may not freeze; the records the client lists show the
+// settings and the caller's role.
+func TestUpdateConversation(t *testing.T) {
+	w := newWorld(t, nil, nil)
+	ctx := context.Background()
+	alice, bob := w.direct(t, 1), w.direct(t, 2)
+	cid, err := alice.CreateConversation(ctx, "before", 2)
+	require.NoError(t, err)
+	require.NoError(t, alice.SetRole(ctx, cid, 2, "moderator"))
+	title, yes, thirty := "after", true, 30
+	require.NoError(t, alice.UpdateConversation(ctx, cid, client.ConversationSettings{Title: &title, Frozen: &yes}))
+	require.NoError(t, bob.UpdateConversation(ctx, cid, client.ConversationSettings{SlowMode: &thirty}))
+	err = bob.UpdateConversation(ctx, cid, client.ConversationSettings{Frozen: &yes})
+	var ae *client.APIError
+	require.True(t, errors.As(err, &ae), "%v", err)
+	require.Equal(t, http.StatusForbidden, ae.Status)
+	require.Error(t, bob.UpdateConversation(ctx, cid, client.ConversationSettings{}), "nothing to change")
+
+	recs, err := bob.Conversations(ctx)
+	require.NoError(t, err)
+	var got *client.Record
+	for i := range recs {
+		if recs[i].ConversationID == cid {
+			got = &recs[i]
+		}
+	}
+	require.NotNil(t, got)
+	require.Equal(t, "after", got.Title)
+	require.True(t, got.Frozen)
+	require.Equal(t, 30, got.SlowMode)
+	require.Equal(t, "moderator", got.Role)
+}

@@ -73,7 +73,17 @@ const (
 	// projected on the blocker's server.
 	UserBlocked   = "user.blocked"
 	UserUnblocked = "user.unblocked"
+	// ConversationUpdated changes a conversation's settings: any of
+	// Title (a rename), Frozen and SlowMode; only those present change
+	// (docs/protocol.md, "Frozen and slow mode").
+	ConversationUpdated = "conversation.updated"
 )
+
+// MaxTitle bounds a conversation's title in bytes.
+const MaxTitle = 256
+
+// MaxSlowMode bounds a conversation's slow mode in seconds (six hours).
+const MaxSlowMode = 21600
 
 // UserLevel says whether events of type typ belong to a user rather than
 // a conversation: their conversation_id is 0 and their record key is the
@@ -130,6 +140,7 @@ const MaxMentions = 50
 // UserID; member.role_set: UserID, Role; member.banned/muted: UserID,
 // optionally Until; member.unbanned/unmuted: UserID; user.blocked and
 // user.unblocked: UserID (the blocked user; no conversation);
+// conversation.updated: any of Title, Frozen, SlowMode;
 // message.sent: MsgID, Body, optionally ReplyTo; record.updated: Pinned
 // and/or Muted; read.updated: ReadSeq. The changes of a message
 // (message.edited: Body; message.deleted; reaction.added: Emoji;
@@ -165,6 +176,14 @@ type Event struct {
 	Pinned  *bool      `json:"pinned,omitempty"`
 	Muted   *bool      `json:"muted,omitempty"`
 	ReadSeq *int64     `json:"read_seq,omitempty"`
+
+	// Frozen (conversation.updated): freezes (true) or unfreezes the
+	// conversation; SlowMode: the seconds a member below moderator waits
+	// between its sends (0: off). Absent: unchanged. A rename is a
+	// non-empty Title: the field is the creation's, whose empty value
+	// cannot say "unchanged" apart from "no title".
+	Frozen   *bool `json:"frozen,omitempty"`
+	SlowMode *int  `json:"slow_mode,omitempty"`
 
 	// SealedBody replaces Body when the gateway seals bodies (seal.go):
 	// a message.sent or message.edited carries one of the two.
@@ -318,12 +337,12 @@ func (e *Event) Validate(maxBody int) error {
 	if e.Type != MemberBanned && e.Type != MemberMuted && e.Until != nil {
 		return invalid("until on a %s", e.Type)
 	}
+	if e.Type != ConversationUpdated && (e.Frozen != nil || e.SlowMode != nil) {
+		return invalid("frozen or slow_mode on a %s", e.Type)
+	}
 	switch e.Type {
 	case ConversationCreated:
-		if len(e.Title) > 256 {
-			return invalid("title over 256 bytes")
-		}
-		if err := storableText("title", e.Title); err != nil {
+		if err := validTitle(e.Title); err != nil {
 			return err
 		}
 		if len(e.Members) > MaxMembers {
@@ -344,6 +363,10 @@ func (e *Event) Validate(maxBody int) error {
 		}
 		if e.UserID == e.ActorID {
 			return invalid("a user does not block itself")
+		}
+	case ConversationUpdated:
+		if err := e.validateUpdate(); err != nil {
+			return err
 		}
 	case MemberRoleSet:
 		if e.UserID <= 0 {
@@ -423,10 +446,34 @@ func (e *Event) validateActor() error {
 func ServiceMayAct(typ string) bool {
 	switch typ {
 	case ConversationCreated, MemberAdded, MemberRemoved, MemberRoleSet, MemberBanned, MemberUnbanned,
-		MemberMuted, MemberUnmuted, MessageSent, ReportResolved:
+		MemberMuted, MemberUnmuted, MessageSent, ReportResolved, ConversationUpdated:
 		return true
 	}
 	return false
+}
+
+// validTitle checks a conversation's title: at most MaxTitle bytes of
+// storable text.
+func validTitle(title string) error {
+	if len(title) > MaxTitle {
+		return invalid("title over %d bytes", MaxTitle)
+	}
+	return storableText("title", title)
+}
+
+// validateUpdate checks a conversation.updated: at least one setting, a
+// title as a creation's, a slow mode of 0..MaxSlowMode seconds.
+func (e *Event) validateUpdate() error {
+	if e.Title == "" && e.Frozen == nil && e.SlowMode == nil {
+		return invalid("conversation.updated without title, frozen or slow_mode")
+	}
+	if err := validTitle(e.Title); err != nil {
+		return err
+	}
+	if e.SlowMode != nil && (*e.SlowMode < 0 || *e.SlowMode > MaxSlowMode) {
+		return invalid("slow_mode must be 0..%d seconds", MaxSlowMode)
+	}
+	return nil
 }
 
 // validateImported checks imported_at: a time, on the types an import

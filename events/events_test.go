@@ -196,3 +196,49 @@ func TestUserLevelEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateConversationUpdated: a conversation.updated carries at
+// least one setting, each within its limits, and no other type carries
+// frozen or slow_mode.
+func TestValidateConversationUpdated(t *testing.T) {
+	up := func(title string, frozen *bool, slow *int) *Event {
+		e := New(ConversationUpdated, 7, 42)
+		e.Title, e.Frozen, e.SlowMode = title, frozen, slow
+		return e
+	}
+	sent := New(MessageSent, 7, 42)
+	sent.MsgID, sent.Body, sent.Frozen = "5f0c6c1e-4a59-4b8e-9a2b-1c0d1f2e3a4b", Ptr("hi"), Ptr(true)
+	service := up("", Ptr(true), nil)
+	service.ActorID, service.Service = 0, "k1:bot"
+	for name, c := range map[string]struct {
+		e  *Event
+		ok bool
+	}{
+		"rename":             {up("team", nil, nil), true},
+		"freeze":             {up("", Ptr(true), nil), true},
+		"unfreeze":           {up("", Ptr(false), nil), true},
+		"slow mode off":      {up("", nil, Ptr(0)), true},
+		"all three":          {up("x", Ptr(true), Ptr(MaxSlowMode)), true},
+		"a service's":        {service, true},
+		"nothing":            {up("", nil, nil), false},
+		"slow mode negative": {up("", nil, Ptr(-1)), false},
+		"slow mode too long": {up("", nil, Ptr(MaxSlowMode+1)), false},
+		"title too long":     {up(strings.Repeat("x", MaxTitle+1), nil, nil), false},
+		"title NUL":          {up("a\x00", nil, nil), false},
+		"frozen on a send":   {sent, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			raw, err := Encode(c.e, 0)
+			if !c.ok {
+				require.ErrorIs(t, err, ErrInvalid)
+				return
+			}
+			require.NoError(t, err)
+			back, err := Decode(raw, 0)
+			require.NoError(t, err)
+			require.Equal(t, c.e.Frozen, back.Frozen)
+			require.Equal(t, c.e.SlowMode, back.SlowMode)
+			require.Equal(t, c.e.Title, back.Title)
+		})
+	}
+}

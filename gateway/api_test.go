@@ -65,7 +65,7 @@ func TestBasics(t *testing.T) {
 	require.ElementsMatch(t, []string{"conversation_id", "seq", "msg_id", "sender_id", "kind", "body", "created_at"}, keys(msg))
 	require.NoError(t, json.Unmarshal(ents[1]["record"], &rec))
 	require.ElementsMatch(t, []string{"conversation_id", "title", "pinned", "muted", "read_seq", "last_seq",
-		"last_message", "version", "removed", "unread_count", "mention_count"}, keys(rec))
+		"last_message", "version", "removed", "unread_count", "mention_count", "frozen", "slow_mode", "role"}, keys(rec))
 	require.Contains(t, r.header.Get("ETag"), fmt.Sprintf(".%d\"", 3))
 	require.NotEmpty(t, r.header.Get("X-RateLimit-Limit"))
 

@@ -65,6 +65,7 @@ const (
 	ok200        = "200"
 	ok201        = "201"
 	ok202        = "202"
+	slow429      = "429 rate_limited"
 	forbidden403 = "403 forbidden"
 	notMember403 = "403 not_member"
 	notFound404  = "404 not_found"
@@ -91,9 +92,12 @@ type authzRow struct {
 	name    string
 	route   string // "METHOD /path" as in the route table
 	prepare func(t *testing.T, f *authzFixture)
-	act     func(t *testing.T, f *authzFixture, c int) string
-	state   func(t *testing.T, f *authzFixture, c int) any
-	want    [nCols]string
+	// ready runs once the fixture is complete (after its last word), for
+	// what would refuse the fixture's own writes (a freeze, a slow mode).
+	ready func(t *testing.T, f *authzFixture)
+	act   func(t *testing.T, f *authzFixture, c int) string
+	state func(t *testing.T, f *authzFixture, c int) any
+	want  [nCols]string
 }
 
 // authzWorld is the gateway of the matrix and the tokens of its users.
@@ -176,6 +180,12 @@ func (f *authzFixture) blocks(blocker, blocked int64) any {
 	require.NoError(f.t, f.w.tg.env.UserPool(blocker).QueryRow(context.Background(),
 		`SELECT EXISTS (SELECT 1 FROM blocks WHERE blocker_id = $1 AND blocked_id = $2)`, blocker, blocked).Scan(&b))
 	return b
+}
+
+// setting is one column of the conversation's row (title, frozen,
+// slow_mode).
+func (f *authzFixture) setting(col string) any {
+	return f.query(`SELECT `+col+` FROM conversations WHERE id = $1`, f.cid)
 }
 
 // role is uid's role in the conversation, "" when no current member.
@@ -265,6 +275,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			f := newAuthzFixture(t, w, row.prepare)
+			if row.ready != nil {
+				row.ready(t, f)
+			}
 			var got [nCols]string
 			for c := range nCols {
 				var before any
@@ -433,11 +446,51 @@ func authzRows() []authzRow {
 		{name: "list the mutes", route: "GET /v1/conversations/{cid}/mutes",
 			act:  func(t *testing.T, f *authzFixture, c int) string { return f.http(c, "GET", f.path("/mutes"), nil) },
 			want: [nCols]string{O, O, O, F, N, F, N, U}},
-		// Conversation settings (PATCH /v1/conversations/{cid}: title,
-		// frozen, slow_mode) go here, one row per field that a role
-		// limits; a frozen conversation or slow mode adds rows of the
-		// writes they refuse. (The subtest "every user route has a row"
-		// fails until a new route has one.)
+		// Conversation settings ("Frozen and slow mode"): one row per
+		// setting a role limits, each column setting a value of its own
+		// (frozen alternates), and the writes a frozen conversation or a
+		// slow mode refuses.
+		{name: "rename", route: "PATCH /v1/conversations/{cid}",
+			act: func(t *testing.T, f *authzFixture, c int) string {
+				return f.http(c, "PATCH", f.path(""), map[string]any{"title": colTitle(c)})
+			},
+			state: func(t *testing.T, f *authzFixture, c int) any { return f.setting("title") },
+			want:  [nCols]string{ok202, ok202, F, F, N, F, N, U}},
+		{name: "freeze", route: "PATCH /v1/conversations/{cid}",
+			act: func(t *testing.T, f *authzFixture, c int) string {
+				return f.http(c, "PATCH", f.path(""), map[string]any{"frozen": c%2 == 0})
+			},
+			state: func(t *testing.T, f *authzFixture, c int) any { return f.setting("frozen") },
+			want:  [nCols]string{ok202, ok202, F, F, N, F, N, U}},
+		{name: "set the slow mode", route: "PATCH /v1/conversations/{cid}",
+			act: func(t *testing.T, f *authzFixture, c int) string {
+				return f.http(c, "PATCH", f.path(""), map[string]any{"slow_mode": 10 + c})
+			},
+			state: func(t *testing.T, f *authzFixture, c int) any { return f.setting("slow_mode") },
+			want:  [nCols]string{ok202, ok202, ok202, F, N, F, N, U}},
+		{name: "send in a frozen conversation", route: "POST /v1/conversations/{cid}/messages",
+			ready: func(t *testing.T, f *authzFixture) {
+				r := f.self(colOwner).do(t, "PATCH", f.path(""), map[string]any{"frozen": true})
+				require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+			},
+			act: func(t *testing.T, f *authzFixture, c int) string {
+				return f.http(c, "POST", f.path("/messages"), map[string]any{"msg_id": uuid.NewString(), "body": "hi"})
+			},
+			state: sentBy,
+			want:  [nCols]string{ok201, ok201, F, F, N, F, N, U}},
+		{name: "send again in slow mode", route: "POST /v1/conversations/{cid}/messages",
+			ready: func(t *testing.T, f *authzFixture) {
+				r := f.self(colOwner).do(t, "PATCH", f.path(""), map[string]any{"slow_mode": 600})
+				require.Equal(t, http.StatusAccepted, r.status, "%s", r)
+				for _, c := range []int{colOwner, colAdmin, colModerator, colMember} {
+					f.w.tg.user(t, colUser[c]).send(t, f.cid, "the first")
+				}
+			},
+			act: func(t *testing.T, f *authzFixture, c int) string {
+				return f.http(c, "POST", f.path("/messages"), map[string]any{"msg_id": uuid.NewString(), "body": "again"})
+			},
+			state: sentBy,
+			want:  [nCols]string{ok201, ok201, ok201, slow429, N, F, N, U}},
 
 		// --- Messages ("POST .../messages", "Changing a message", "Reports").
 		{name: "send", route: "POST /v1/conversations/{cid}/messages",
@@ -874,6 +927,10 @@ func TestServerAPIScopes(t *testing.T) {
 		{"DELETE /v1/server/conversations/{cid}/mutes/{uid}", apikey.ScopeMembers, "DELETE", p("conversations/%d/mutes/2", cid),
 			nil, http.StatusAccepted, sanctioned(2, "mute")},
 		{"GET /v1/server/conversations/{cid}/mutes", apikey.ScopeRead, "GET", p("conversations/%d/mutes", cid), nil, http.StatusOK, nil},
+		{"PATCH /v1/server/conversations/{cid}", apikey.ScopeConversations, "PATCH", p("conversations/%d", cid),
+			map[string]any{"slow_mode": 5}, http.StatusAccepted, func() any {
+				return read(conv, `SELECT slow_mode FROM conversations WHERE id = $1`, cid)
+			}},
 		{"POST /v1/server/conversations/{cid}/messages", apikey.ScopeMessages, "POST", p("conversations/%d/messages", cid),
 			protocol.ServerSend{SenderName: "bot", Body: "hi"}, http.StatusCreated, func() any {
 				return read(conv, `SELECT count(*) FROM messages WHERE conversation_id = $1 AND sender_id = 0 AND kind = 'text'`, cid)

@@ -7,6 +7,7 @@ import (
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
+	"github.com/inboxd/inboxd/gateway/write"
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
 )
@@ -83,6 +84,9 @@ func (g *Gateway) handleAddMember(w http.ResponseWriter, r *http.Request) error 
 	}
 	if !projection.MayAdd(rc.actor, rc.enforced) {
 		return forbidden(rc.actor, "add members", cid)
+	}
+	if rc.frozen && !projection.WritesWhileFrozen(rc.actor) {
+		return write.FrozenError(cid)
 	}
 	if err := g.refuseBanned(ctx, cid, ids); err != nil {
 		return err

@@ -248,7 +248,8 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 			[]string{"resolution", "resolution_note", "resolved_by", "resolved_at"}},
 		{"reports page", response("/v1/server/reports", "get", "200"), protocol.ServerReports{}, []string{"next"}, nil},
 		{"reports page with next", response("/v1/server/reports", "get", "200"), protocol.ServerReports{Next: "x"}, nil, []string{"next"}},
-		{"Record", schema("Record"), protocol.Record{}, nil, nil},
+		{"Record", schema("Record"), protocol.Record{}, []string{"role"}, nil},
+		{"Record of a member", schema("Record"), protocol.Record{Role: "member"}, nil, []string{"role"}},
 		{"MessageEntry", schema("MessageEntry"), protocol.Entry{Kind: protocol.KindMessage, Message: &protocol.Message{Body: json.RawMessage(`"x"`)}}, nil, nil},
 		{"RecordEntry", schema("RecordEntry"), protocol.Entry{Kind: protocol.KindRecord, Record: &protocol.Record{}}, nil, nil},
 		// The gateway's hand-written entries (inbox.AppendEntries) against the same schemas.

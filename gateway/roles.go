@@ -22,8 +22,9 @@ import (
 // there and answered by the wait.
 
 // sqlRoles reads whether conversation $1 has roles, and the roles of users
-// $2 and $3 ("" when not a current member); no row: no conversation.
-const sqlRoles = `SELECT c.roles,
+// $2 and $3 ("" when not a current member), and whether it is frozen; no
+// row: no conversation.
+const sqlRoles = `SELECT c.roles, c.frozen,
 	COALESCE((SELECT role FROM member_spans WHERE conversation_id = $1 AND user_id = $2 AND left_seq IS NULL), ''),
 	COALESCE((SELECT role FROM member_spans WHERE conversation_id = $1 AND user_id = $3 AND left_seq IS NULL), '')
 FROM conversations c WHERE c.id = $1`
@@ -31,6 +32,7 @@ FROM conversations c WHERE c.id = $1`
 // roleCheck is what sqlRoles read: the actor's and the target's roles.
 type roleCheck struct {
 	enforced      bool
+	frozen        bool // the conversation is frozen (docs/protocol.md, "Frozen and slow mode")
 	actor, target string
 }
 
@@ -38,7 +40,7 @@ type roleCheck struct {
 // and target in cid (404 when it does not exist).
 func (g *Gateway) roles(ctx context.Context, cid, actor, target int64) (roleCheck, error) {
 	var rc roleCheck
-	err := g.srv.Conv(cid).QueryRow(ctx, sqlRoles, cid, actor, target).Scan(&rc.enforced, &rc.actor, &rc.target)
+	err := g.srv.Conv(cid).QueryRow(ctx, sqlRoles, cid, actor, target).Scan(&rc.enforced, &rc.frozen, &rc.actor, &rc.target)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return rc, apierr.NotFound("conversation %d does not exist", cid)

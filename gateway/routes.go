@@ -46,6 +46,7 @@ func (g *Gateway) routeTable() []route {
 		{"GET", "/v1/conversations/{cid}/receipts", true, bucketSync, g.handleReceipts},
 		{"DELETE", "/v1/conversations/{cid}/members/{uid}", true, bucketSend, g.handleRemoveMember},
 		{"PUT", "/v1/conversations/{cid}/members/{uid}/role", true, bucketSend, g.handleSetRole},
+		{"PATCH", "/v1/conversations/{cid}", true, bucketSend, g.handleUpdateConversation},
 		{"PUT", "/v1/conversations/{cid}/bans/{uid}", true, bucketSend, g.handleSanction(events.MemberBanned)},
 		{"DELETE", "/v1/conversations/{cid}/bans/{uid}", true, bucketSend, g.handleSanction(events.MemberUnbanned)},
 		{"PUT", "/v1/conversations/{cid}/mutes/{uid}", true, bucketSend, g.handleSanction(events.MemberMuted)},

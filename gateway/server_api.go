@@ -83,6 +83,7 @@ func (g *Gateway) serverRoutes() []route {
 		s("DELETE", "conversations/{cid}/mutes/{uid}", apikey.ScopeMembers, g.handleServerSanction(events.MemberUnmuted)),
 		s("GET", "conversations/{cid}/bans", apikey.ScopeRead, g.handleServerSanctions(projection.SanctionBan)),
 		s("GET", "conversations/{cid}/mutes", apikey.ScopeRead, g.handleServerSanctions(projection.SanctionMute)),
+		s("PATCH", "conversations/{cid}", apikey.ScopeConversations, g.handleServerUpdateConversation),
 		s("POST", "conversations/{cid}/messages", apikey.ScopeMessages, g.handleServerSend),
 		s("PATCH", "users/{uid}/conversations/{cid}/record", apikey.ScopeRecords, g.handleServerRecord),
 		s("GET", "users/{uid}/inbox", apikey.ScopeRead, g.handleServerInbox),

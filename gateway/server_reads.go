@@ -28,7 +28,7 @@ func (g *Gateway) handleServerInbox(w http.ResponseWriter, r *http.Request) erro
 	return nil
 }
 
-const sqlServerConversation = `SELECT title, last_seq, member_count, read_fanout, channel FROM conversations WHERE id = $1`
+const sqlServerConversation = `SELECT title, last_seq, member_count, read_fanout, channel, frozen, slow_mode FROM conversations WHERE id = $1`
 
 // handleServerConversation is GET /v1/server/conversations/{cid} (scope
 // read): its last seq, member count and mode.
@@ -39,7 +39,8 @@ func (g *Gateway) handleServerConversation(w http.ResponseWriter, r *http.Reques
 	}
 	a := protocol.ServerConversation{ConversationID: cid, Mode: protocol.ModeWrite}
 	var read bool
-	err = g.srv.Conv(cid).QueryRow(r.Context(), sqlServerConversation, cid).Scan(&a.Title, &a.LastSeq, &a.MemberCount, &read, &a.Channel)
+	err = g.srv.Conv(cid).QueryRow(r.Context(), sqlServerConversation, cid).Scan(&a.Title, &a.LastSeq, &a.MemberCount, &read, &a.Channel,
+		&a.Frozen, &a.SlowMode)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return apierr.NotFound("conversation %d does not exist", cid)
 	}

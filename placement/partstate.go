@@ -56,6 +56,7 @@ var partTables = []tableSpec{
 	{"rejections", `conversation_id = ANY($1::bigint[])`, byConv},
 	{"reports", `conversation_id = ANY($1::bigint[])`, byConv},
 	{"sanctions", `conversation_id = ANY($1::bigint[])`, byConv},
+	{"slow_sends", `conversation_id = ANY($1::bigint[])`, byConv},
 	{"body_keys", `msg_id = ANY($1::uuid[])`, func(st *partState) []any { return []any{st.msgIDs} }},
 	{"uploads", `conversation_id = ANY($1::bigint[])`, byConv},
 	{"notifier_convs", `conversation_id = ANY($1::bigint[])`, byConv},

@@ -95,6 +95,13 @@ func (b *batch) changeRefused(r Record, c *convState) (*msgState, bool) {
 		b.reject(r, projection.ReasonMuted)
 		return nil, true
 	}
+	// A frozen conversation takes no change from below admin, deleting
+	// and taking back included: frozen is frozen (message.thumbnailed is
+	// the gateway's, not a member's).
+	if e.Type != events.MessageThumbnailed && b.frozenFor(c, e) {
+		b.reject(r, projection.ReasonFrozen)
+		return nil, true
+	}
 	m := b.msgFor(c.id, e.Seq)
 	if !m.found || joined > e.Seq {
 		b.reject(r, projection.ReasonNoMessage)

@@ -56,6 +56,10 @@ type cachedConv struct {
 	enforced bool
 	owner    int64
 	roles    map[int64]string
+	// Settings: the title, frozen and the slow mode.
+	title    string
+	frozen   bool
+	slowMode int
 }
 
 // cacheHit is a conversation a batch takes from the cache, valid if its
@@ -106,7 +110,7 @@ func (h cacheHit) state(id int64) *convState {
 	s := &convState{id: id, exists: true, lastSeq: c.lastSeq, loadedAt: c.lastSeq, by: c.by, texts: c.texts,
 		channel: c.channel, memberCount: c.memberCount, changeCount: c.changeCount,
 		members: make(map[int64]bool, len(c.joined)), joined: make(map[int64]int64, len(c.joined)),
-		enforced: c.enforced, owner: c.owner}
+		enforced: c.enforced, owner: c.owner, title: c.title, frozen: c.frozen, slowMode: c.slowMode}
 	for u, j := range c.joined {
 		s.members[u], s.joined[u] = true, j
 	}
@@ -164,7 +168,7 @@ func (t *txn) cacheUpdate() *cacheUpdate {
 		}
 		cc := &cachedConv{partition: pt, lastSeq: c.lastSeq, by: c.by, texts: c.texts, memberCount: c.memberCount,
 			changeCount: c.changeCount, channel: c.channel, joined: make(map[int64]int64, len(c.joined)),
-			enforced: c.enforced, owner: c.owner}
+			enforced: c.enforced, owner: c.owner, title: c.title, frozen: c.frozen, slowMode: c.slowMode}
 		for m, r := range c.roles {
 			if cc.roles == nil {
 				cc.roles = map[int64]string{}

@@ -19,7 +19,7 @@ SELECT $1, p, 0 FROM unnest($2::int[]) AS p ORDER BY p ON CONFLICT DO NOTHING`
 	sqlLockOffsets = `SELECT "partition", next_offset, delivery_base FROM consumer_offsets
 WHERE topic = $1 AND "partition" = ANY($2::int[]) ORDER BY "partition" FOR UPDATE`
 	sqlLockConversations = `SELECT id, last_seq, created_by, text_count, read_fanout, channel, member_count, change_count,
-  roles, owner_id
+  roles, owner_id, title, frozen, slow_mode
 FROM conversations WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 	// sqlCurrentMembers reads the current members of the batch's
 	// conversations: all of them, or only the users the batch names ($3) in
@@ -59,6 +59,13 @@ FROM reactions r JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS k(c, s
   ON r.conversation_id = k.c AND r.seq = k.s AND r.user_id = k.u`
 	sqlRecords = `SELECT r.user_id, r.conversation_id, r.pinned, r.muted, r.read_seq, r.removed
 FROM records r JOIN unnest($1::bigint[], $2::bigint[]) AS k(u, c) ON r.user_id = k.u AND r.conversation_id = k.c`
+	// sqlMembersRecords reads the records of the current members of the
+	// write-mode conversations $1 (a conversation.updated gives each a
+	// new version): by the members' index, then each record by its key.
+	sqlMembersRecords = `SELECT r.user_id, r.conversation_id, r.pinned, r.muted, r.read_seq, r.removed
+FROM member_spans s JOIN conversations c ON c.id = s.conversation_id AND NOT c.read_fanout
+JOIN records r ON r.user_id = s.user_id AND r.conversation_id = s.conversation_id
+WHERE s.conversation_id = ANY($1::bigint[]) AND s.left_seq IS NULL`
 )
 
 // sqlGenericPlans makes the batch's statements run their prepared
@@ -238,6 +245,9 @@ type loadKeys struct {
 	// Bans and mutes (sanctions.go): the (conversation, user) pairs
 	// whose sanctions the events' judgement reads.
 	sanctionConvs, sanctionUsers []int64
+	// Settings (settings.go): the conversations whose members' records
+	// a conversation.updated may give a new version.
+	touchConvs []int64
 }
 
 // need adds to b a conversation (not known to exist yet) for every event
@@ -292,8 +302,14 @@ func (b *batch) need(recs []Record) loadKeys {
 				k.attached = append(k.attached, e.MsgID)
 			}
 		case events.ConversationCreated, events.MemberAdded, events.MemberRemoved, events.MemberRoleSet,
-			events.MemberBanned, events.MemberUnbanned, events.MemberMuted, events.MemberUnmuted:
+			events.MemberBanned, events.MemberUnbanned, events.MemberMuted, events.MemberUnmuted, events.ConversationUpdated:
 			k.msgIDs = append(k.msgIDs, e.EventID)
+			if e.Type == events.ConversationUpdated {
+				k.touchConvs = append(k.touchConvs, e.ConversationID)
+			}
+			if e.Type == events.MemberRoleSet {
+				wantRecord(e.UserID, e.ConversationID) // its record shows the role
+			}
 			if e.Type == events.MemberAdded || e.Type == events.MemberRemoved || e.Type == events.MemberBanned {
 				wantRecord(e.UserID, e.ConversationID)
 			}
@@ -389,12 +405,17 @@ func queueConversations(bt *pgx.Batch, b *batch, ids, removals, users []int64) {
 	bt.Queue(sqlLockConversations, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id, last, by, texts, count, changes, owner int64
-			var read, channel, enforced bool
-			if err := rows.Scan(&id, &last, &by, &texts, &read, &channel, &count, &changes, &enforced, &owner); err != nil {
+			var read, channel, enforced, frozen bool
+			var title string
+			var slow int
+			if err := rows.Scan(&id, &last, &by, &texts, &read, &channel, &count, &changes, &enforced, &owner,
+				&title, &frozen, &slow); err != nil {
 				return err
 			}
 			b.loadedConv(id, last, by, texts)
-			b.convs[id].enforced, b.convs[id].owner = enforced, owner
+			c := b.convs[id]
+			c.enforced, c.owner = enforced, owner
+			c.title, c.frozen, c.slowMode = title, frozen, slow
 			b.loadedMode(id, read, channel, count, changes, removalsOf[id])
 		}
 		return rows.Err()
@@ -453,19 +474,28 @@ func queueLoadRest(bt *pgx.Batch, b *batch, k loadKeys) {
 	if len(k.attached) > 0 {
 		queueLoadClaims(bt, b, k.attached)
 	}
-	if len(k.recUsers) > 0 {
-		bt.Queue(sqlRecords, k.recUsers, k.recConvs).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var key recKey
-				r := &recState{}
-				if err := rows.Scan(&key.user, &key.conv, &r.pinned, &r.muted, &r.readSeq, &r.removed); err != nil {
-					return err
-				}
-				b.records[key] = r
-			}
-			return rows.Err()
-		})
+	if len(k.touchConvs) > 0 {
+		queueLoadRecords(bt, b, sqlMembersRecords, k.touchConvs)
 	}
+	if len(k.recUsers) > 0 {
+		queueLoadRecords(bt, b, sqlRecords, k.recUsers, k.recConvs)
+	}
+}
+
+// queueLoadRecords queues sql, a read of records (sqlRecords'
+// columns), into b.records.
+func queueLoadRecords(bt *pgx.Batch, b *batch, sql string, args ...any) {
+	bt.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var key recKey
+			r := &recState{}
+			if err := rows.Scan(&key.user, &key.conv, &r.pinned, &r.muted, &r.readSeq, &r.removed); err != nil {
+				return err
+			}
+			b.records[key] = r
+		}
+		return rows.Err()
+	})
 }
 
 // queueLoadChanges queues the reads the changes of messages depend on:

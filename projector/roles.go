@@ -93,7 +93,11 @@ func (b *batch) memberRoleSet(r Record, c *convState) {
 	}
 	seq := b.message(c, e.EventID, e.ActorID, "system", systemBody(body), e.At)
 	b.fanTo(c, e.UserID, seq, e.At)
+	// Records show their user's role: a new version of the member's (and
+	// of a replaced owner's, when the batch loaded it).
+	b.touchRecord(e.UserID, c.id, e)
 	if demoted {
 		b.fanTo(c, prev, seq, e.At)
+		b.touchRecord(prev, c.id, e)
 	}
 }

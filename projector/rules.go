@@ -41,6 +41,11 @@ type convState struct {
 	enforced bool
 	owner    int64
 	roles    map[int64]string
+
+	// Settings (settings.go): title is loaded too, so that a batch
+	// writes the row whole and judges a rename that changes nothing.
+	frozen   bool
+	slowMode int
 }
 
 type recKey struct{ user, conv int64 }
@@ -278,6 +283,8 @@ func (b *batch) step(r Record) {
 		b.memberMuted(r, c)
 	case events.MemberUnmuted:
 		b.memberLifted(r, c, projection.SanctionMute)
+	case events.ConversationUpdated:
+		b.conversationUpdated(r, c)
 	case events.MessageSent:
 		b.messageSent(r, c)
 	case events.RecordUpdated:
@@ -371,6 +378,10 @@ func (b *batch) memberAdded(r Record, c *convState) {
 		b.reject(r, projection.ReasonRole)
 		return
 	}
+	if b.frozenFor(c, e) {
+		b.reject(r, projection.ReasonFrozen)
+		return
+	}
 	// A ban holds against everyone's adds, a service's too: it lifts
 	// the ban first.
 	if b.standing(c.id, e.UserID, projection.SanctionBan, e.At) {
@@ -446,6 +457,10 @@ func (b *batch) messageSent(r Record, c *convState) {
 	}
 	if b.muted(c, e) {
 		b.reject(r, projection.ReasonMuted)
+		return
+	}
+	if b.frozenFor(c, e) {
+		b.reject(r, projection.ReasonFrozen)
 		return
 	}
 	if e.ReplyTo > c.lastSeq || e.ReplyTo > 0 && e.ReplyTo < c.joined[e.ActorID] {

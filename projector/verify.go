@@ -252,6 +252,19 @@ WHERE c.created_by > 0 AND c.owner_id = 0 AND NOT EXISTS (SELECT 1 FROM messages
 SELECT format('conversation %s: user %s is banned until lifted and a member since seq %s', b.conversation_id, b.user_id, s.joined_seq)
 FROM sanctions b JOIN member_spans s ON s.conversation_id = b.conversation_id AND s.user_id = b.user_id AND s.left_seq IS NULL
 WHERE b.kind = 'ban' AND b.until IS NULL`},
+	{"F1", "a conversation's title, frozen and slow_mode are what its creation and conversation.updated messages last set", `
+SELECT format('conversation %s: title %L frozen %s slow_mode %s, its messages say title %L frozen %s slow_mode %s',
+  c.id, c.title, c.frozen, c.slow_mode, coalesce(t.v, m1.v, c.title), coalesce(f.v, false), coalesce(sm.v, 0))
+FROM conversations c
+LEFT JOIN LATERAL (SELECT m.body::jsonb->>'title' AS v FROM messages m
+  WHERE m.conversation_id = c.id AND m.seq = 1 AND m.kind = 'system') m1 ON true
+LEFT JOIN LATERAL (SELECT m.body::jsonb->>'title' AS v FROM messages m WHERE m.conversation_id = c.id AND m.kind = 'system'
+  AND strpos(m.body, '"event":"conversation.updated"') > 0 AND m.body::jsonb ? 'title' ORDER BY m.seq DESC LIMIT 1) t ON true
+LEFT JOIN LATERAL (SELECT (m.body::jsonb->>'frozen')::boolean AS v FROM messages m WHERE m.conversation_id = c.id AND m.kind = 'system'
+  AND strpos(m.body, '"event":"conversation.updated"') > 0 AND m.body::jsonb ? 'frozen' ORDER BY m.seq DESC LIMIT 1) f ON true
+LEFT JOIN LATERAL (SELECT (m.body::jsonb->>'slow_mode')::int AS v FROM messages m WHERE m.conversation_id = c.id AND m.kind = 'system'
+  AND strpos(m.body, '"event":"conversation.updated"') > 0 AND m.body::jsonb ? 'slow_mode' ORDER BY m.seq DESC LIMIT 1) sm ON true
+WHERE c.title <> coalesce(t.v, m1.v, c.title) OR c.frozen <> coalesce(f.v, false) OR c.slow_mode <> coalesce(sm.v, 0)`},
 	{"--", "members and records agree", `
 SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)
 FROM records r LEFT JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
@@ -259,7 +272,7 @@ WHERE (s.user_id IS NULL) <> r.removed{local_r}`},
 }
 
 // Verify checks invariants I1–I8, and the rules of message changes
-// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), reports (R1), roles (O1–O2), bans (S1), on the projections in the current schema
+// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), reports (R1), roles (O1–O2), bans (S1), settings (F1), on the projections in the current schema
 // search path of q.
 func Verify(ctx context.Context, q Querier) (Report, error) {
 	return verify(ctx, q, false)

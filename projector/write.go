@@ -21,14 +21,15 @@ const (
 	sqlLockUsers   = `SELECT id, inbox_seq, record_version FROM users WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 
 	sqlInsertConversations = `INSERT INTO conversations (id, title, created_by, created_at, last_seq, last_at, text_count,
-  read_fanout, channel, member_count, change_count, roles, owner_id)
+  read_fanout, channel, member_count, change_count, roles, owner_id, frozen, slow_mode)
 SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bigint[], $6::timestamptz[], $7::bigint[],
-  $8::bool[], $9::bool[], $10::bigint[], $11::bigint[], $12::bool[], $13::bigint[])
+  $8::bool[], $9::bool[], $10::bigint[], $11::bigint[], $12::bool[], $13::bigint[], $14::bool[], $15::int[])
 ON CONFLICT DO NOTHING`
 	sqlUpdateConversations = `UPDATE conversations c SET last_seq = u.s, last_at = u.t, text_count = u.n,
-  read_fanout = u.r, member_count = u.mc, change_count = u.cc, owner_id = u.o
-FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::bool[], $6::bigint[], $7::bigint[], $8::bigint[])
-  AS u(id, s, t, n, r, mc, cc, o) WHERE c.id = u.id`
+  read_fanout = u.r, member_count = u.mc, change_count = u.cc, owner_id = u.o, title = u.title, frozen = u.f, slow_mode = u.sm
+FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::bool[], $6::bigint[], $7::bigint[], $8::bigint[],
+  $9::text[], $10::bool[], $11::int[])
+  AS u(id, s, t, n, r, mc, cc, o, title, f, sm) WHERE c.id = u.id`
 	sqlInsertModes = `INSERT INTO conversation_modes (conversation_id, from_seq, read_fanout)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) ON CONFLICT DO NOTHING`
 	// sqlSetArmed writes the armed flags the batch changed (after
@@ -190,10 +191,11 @@ func (t *txn) queueConversations(bt *pgx.Batch) {
 	}
 	if len(ins.ids) > 0 {
 		bt.Queue(sqlInsertConversations, ins.ids, ins.titles, ins.by, ins.at, ins.last, ins.lastAt, ins.texts,
-			ins.read, ins.channel, ins.count, ins.changes, ins.roles, ins.owner)
+			ins.read, ins.channel, ins.count, ins.changes, ins.roles, ins.owner, ins.frozen, ins.slow)
 	}
 	if len(upd.ids) > 0 {
-		bt.Queue(sqlUpdateConversations, upd.ids, upd.last, upd.lastAt, upd.texts, upd.read, upd.count, upd.changes, upd.owner)
+		bt.Queue(sqlUpdateConversations, upd.ids, upd.last, upd.lastAt, upd.texts, upd.read, upd.count, upd.changes, upd.owner,
+			upd.titles, upd.frozen, upd.slow)
 	}
 	t.b.queueModes(bt)
 }
@@ -203,7 +205,8 @@ type convCols struct {
 	ids, by, last, texts, count, changes, owner []int64
 	titles                                      []string
 	at, lastAt                                  []time.Time
-	read, channel, roles                        []bool
+	read, channel, roles, frozen                []bool
+	slow                                        []int
 }
 
 func (cc *convCols) add(c *convState) {
@@ -212,6 +215,7 @@ func (cc *convCols) add(c *convState) {
 	cc.read, cc.channel = append(cc.read, c.read), append(cc.channel, c.channel)
 	cc.count, cc.changes = append(cc.count, c.memberCount), append(cc.changes, c.changeCount)
 	cc.roles, cc.owner = append(cc.roles, c.enforced), append(cc.owner, c.owner)
+	cc.frozen, cc.slow = append(cc.frozen, c.frozen), append(cc.slow, c.slowMode)
 }
 
 func (t *txn) queueSpans(bt *pgx.Batch) {

@@ -126,6 +126,19 @@ type SanctionEntry struct {
 	At     time.Time  `json:"at"`
 }
 
+// UpdateConversation is the body of PATCH /v1/conversations/{cid} and of
+// its server API route: any of a new title (1..256 bytes), frozen and a
+// slow mode (seconds, 0..21600; 0: off), at least one; absent (or null)
+// settings do not change (docs/protocol.md, "Frozen and slow mode").
+// ChangeID (a uuid, or the Idempotency-Key header) makes a retry the same
+// change; the server API's takes its Idempotency-Key.
+type UpdateConversation struct {
+	Title    *string `json:"title,omitempty"`
+	Frozen   *bool   `json:"frozen,omitempty"`
+	SlowMode *int    `json:"slow_mode,omitempty"`
+	ChangeID string  `json:"change_id,omitempty"`
+}
+
 // MemberList is the answer of GET /v1/conversations/{cid}/members: current
 // members by ascending user id, a page at a time. NextPage is null on the
 // last page.

@@ -165,6 +165,12 @@ type Record struct {
 	// counts").
 	UnreadCount  int64 `json:"unread_count"`
 	MentionCount int64 `json:"mention_count"`
+	// Frozen and SlowMode are the conversation's settings
+	// (docs/protocol.md, "Frozen and slow mode"); Role is the user's role
+	// in it, absent once removed.
+	Frozen   bool   `json:"frozen"`
+	SlowMode int    `json:"slow_mode"`
+	Role     string `json:"role,omitempty"`
 }
 
 // Counts are the user's totals over its records at the answer's head:

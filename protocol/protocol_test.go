@@ -112,7 +112,7 @@ func TestWireForm(t *testing.T) {
 		want string
 	}{
 		{sampleMessage(), `{"conversation_id":4,"seq":17,"msg_id":"0f8fad5b-d9cb-469f-a165-70867728950e","sender_id":7,"kind":"text","body":"hello <&>","created_at":"2026-11-30T10:00:00.123456Z"}`},
-		{&Record{ConversationID: 5, Removed: true}, `{"conversation_id":5,"title":"","pinned":false,"muted":false,"read_seq":0,"last_seq":0,"last_message":null,"version":0,"removed":true,"unread_count":0,"mention_count":0}`},
+		{&Record{ConversationID: 5, Removed: true}, `{"conversation_id":5,"title":"","pinned":false,"muted":false,"read_seq":0,"last_seq":0,"last_message":null,"version":0,"removed":true,"unread_count":0,"mention_count":0,"frozen":false,"slow_mode":0}`},
 		{&Entry{InboxSeq: 1, ConversationID: 2, Kind: KindRecord}, `{"inbox_seq":1,"conversation_id":2,"kind":"record"}`},
 		{&SyncPage{Epoch: 1, Entries: []Entry{}}, `{"epoch":1,"head":0,"entries":[],"has_more":false,"unread_total":0,"mention_total":0,"_polling":{"next_interval_ms":0}}`},
 		{&TooLong{TooLong: true, Epoch: 1, Head: 9, Conversations: []Record{}}, `{"too_long":true,"epoch":1,"head":9,"record_version":0,"conversations":[],"next_page":null,"unread_total":0,"mention_total":0,"_polling":{"next_interval_ms":0}}`},

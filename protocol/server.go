@@ -47,4 +47,8 @@ type ServerConversation struct {
 	MemberCount    int64  `json:"member_count"`
 	Mode           string `json:"mode"`
 	Channel        bool   `json:"channel"`
+	// Frozen and SlowMode are its settings (docs/protocol.md, "Frozen
+	// and slow mode").
+	Frozen   bool `json:"frozen"`
+	SlowMode int  `json:"slow_mode"`
 }

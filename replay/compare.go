@@ -70,12 +70,15 @@ func (d Diff) Print(w io.Writer) {
 // conversation's replayed last_seq are not differences. {shadow} is the shadow
 // schema.
 var comparisons = []struct{ name, sql string }{
-	{"conversations (title, creator, created_at, roles; the owner at the same last_seq)", `
-SELECT format('conversation %s: shadow (%s, %s, roles %s, owner %s, last_seq %s), live %s', s.id, s.title, s.created_by, s.roles, s.owner_id, s.last_seq,
-  coalesce(format('(%s, %s, roles %s, owner %s, last_seq %s)', l.title, l.created_by, l.roles, l.owner_id, l.last_seq), 'missing'))
+	{"conversations (creator, created_at, roles; the owner, title, frozen and slow mode at the same last_seq)", `
+SELECT format('conversation %s: shadow (%s, %s, roles %s, owner %s, frozen %s, slow_mode %s, last_seq %s), live %s', s.id, s.title, s.created_by, s.roles, s.owner_id,
+  s.frozen, s.slow_mode, s.last_seq,
+  coalesce(format('(%s, %s, roles %s, owner %s, frozen %s, slow_mode %s, last_seq %s)', l.title, l.created_by, l.roles, l.owner_id,
+    l.frozen, l.slow_mode, l.last_seq), 'missing'))
 FROM {shadow}.conversations s LEFT JOIN public.conversations l ON l.id = s.id
-WHERE l.id IS NULL OR (l.title, l.created_by, l.created_at, l.roles) IS DISTINCT FROM (s.title, s.created_by, s.created_at, s.roles)
-   OR l.last_seq < s.last_seq OR (l.last_seq = s.last_seq AND l.owner_id <> s.owner_id)`},
+WHERE l.id IS NULL OR (l.created_by, l.created_at, l.roles) IS DISTINCT FROM (s.created_by, s.created_at, s.roles)
+   OR l.last_seq < s.last_seq
+   OR (l.last_seq = s.last_seq AND (l.owner_id, l.title, l.frozen, l.slow_mode) IS DISTINCT FROM (s.owner_id, s.title, s.frozen, s.slow_mode))`},
 	{"messages (seq, msg_id, sender, kind, body, time, imported, and the changes: version, deleted, edited, reply, reactions; ord, mentions and a system sender's name)", `
 SELECT format('conversation %s seq %s: shadow %s/%s %L, live %s', s.conversation_id, s.seq, s.msg_id, s.sender_id, left(s.body, 40),
   coalesce(format('%s/%s %L', l.msg_id, l.sender_id, left(l.body, 40)), 'missing'))

@@ -111,6 +111,17 @@ func TestChangeCommands(t *testing.T) {
 		return regexp.MustCompile(`(?m)^1\tsince `).MatchString(run(0, as(bob, "blocks")...))
 	}, 30*time.Second, 100*time.Millisecond, "bob's blocks list alice")
 	require.Equal(t, "unblocked user 1", run(0, as(bob, "unblock", "1")...))
+
+	// Settings: the moderator sets the slow mode, may not freeze; the
+	// owner renames and freezes; the list and the history show it.
+	require.Equal(t, "updated conversation 1", run(0, as(bob, "conversations update", "--conversation", "1", "--slow-mode", "30")...))
+	require.Contains(t, run(1, as(bob, "conversations update", "--conversation", "1", "--frozen=true")...), "403 forbidden")
+	require.Contains(t, run(1, as(bob, "conversations update", "--conversation", "1")...), "give --title, --frozen or --slow-mode")
+	run(0, as(alice, "conversations update", "--conversation", "1", "--title", "renamed", "--frozen=true")...)
+	require.Regexp(t, `(?m)^1 +renamed .*frozen,slow 30s`, run(0, as(bob, "conversations")...))
+	hist = lines(run(0, as(bob, "history", "--conversation", "1")...))
+	require.Regexp(t, `#8  \* user 2 set its slow mode to 30 s$`, hist[len(hist)-2])
+	require.Regexp(t, `#9  \* user 1 renamed it "renamed", froze it$`, hist[len(hist)-1])
 	require.NoError(t, d.proc.Stop(30*time.Second), d.proc.Output())
 }
 

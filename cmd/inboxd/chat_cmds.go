@@ -391,6 +391,9 @@ func describeSystem(body json.RawMessage) string {
 		UserID  int64      `json:"user_id"`
 		Role    string     `json:"role"`
 		Until   *time.Time `json:"until"`
+		// conversation.updated: the settings that changed.
+		Frozen   *bool `json:"frozen"`
+		SlowMode *int  `json:"slow_mode"`
 	}
 	if json.Unmarshal(body, &b) != nil {
 		return string(body)
@@ -417,6 +420,18 @@ func describeSystem(body json.RawMessage) string {
 			s += " until " + b.Until.Format(time.RFC3339)
 		}
 		return s
+	case "conversation.updated":
+		var what []string
+		if b.Title != "" {
+			what = append(what, fmt.Sprintf("renamed it %q", b.Title))
+		}
+		if b.Frozen != nil {
+			what = append(what, map[bool]string{true: "froze it", false: "unfroze it"}[*b.Frozen])
+		}
+		if b.SlowMode != nil {
+			what = append(what, fmt.Sprintf("set its slow mode to %d s", *b.SlowMode))
+		}
+		return fmt.Sprintf("user %d %s", b.By, strings.Join(what, ", "))
 	}
 	return string(body)
 }
@@ -443,10 +458,13 @@ func listMembers(ctx context.Context, c *client.Client, jsonOut bool, conv int64
 }
 
 func runConversations(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "update" {
+		return updateConversation(ctx, args[1:])
+	}
 	fs := flag.NewFlagSet("conversations", flag.ContinueOnError)
 	var f clientFlags
 	f.bind(fs)
-	fs.Usage = config.Usage(fs, "inboxd conversations: list your conversations, pinned first, then by activity")
+	fs.Usage = config.Usage(fs, "inboxd conversations [update]: list your conversations, pinned first, then by activity (update: rename one, freeze it or set its slow mode)")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
@@ -479,6 +497,12 @@ func runConversations(ctx context.Context, args []string) error {
 		if r.Removed {
 			flags = append(flags, "removed")
 		}
+		if r.Frozen {
+			flags = append(flags, "frozen")
+		}
+		if r.SlowMode > 0 {
+			flags = append(flags, fmt.Sprintf("slow %ds", r.SlowMode))
+		}
 		last := ""
 		if r.LastMessage != nil {
 			last = r.LastMessage.Text()
@@ -503,4 +527,57 @@ func runConversations(ctx context.Context, args []string) error {
 			strings.Join(flags, ","), last)
 	}
 	return tw.Flush()
+}
+
+// updateConversation is inboxd conversations update: it renames a
+// conversation, freezes or unfreezes it, or sets its slow mode, as the
+// caller's role allows (docs/protocol.md, "Frozen and slow mode").
+func updateConversation(ctx context.Context, args []string) error {
+	var set client.ConversationSettings
+	f, conv, _, err := convCommand("conversations update",
+		"inboxd conversations update --conversation ID [--title T] [--frozen=true|false] [--slow-mode SECONDS]: rename a conversation, freeze or unfreeze it, or set its slow mode (0: off)",
+		args, true, func(fs *flag.FlagSet) {
+			fs.Func("title", "the new title", func(s string) error {
+				set.Title = &s
+				return nil
+			})
+			fs.Func("frozen", "true: freeze (only admins and the owner write), false: unfreeze", func(s string) error {
+				v, err := strconv.ParseBool(s)
+				set.Frozen = &v
+				return err
+			})
+			fs.Func("slow-mode", "seconds a member below moderator waits between its sends (0: off)", func(s string) error {
+				v, err := strconv.Atoi(s)
+				set.SlowMode = &v
+				return err
+			})
+		})
+	if err != nil {
+		return err
+	}
+	if set.Title == nil && set.Frozen == nil && set.SlowMode == nil {
+		return errors.New("conversations update: give --title, --frozen or --slow-mode")
+	}
+	c, _, err := f.client()
+	if err != nil {
+		return err
+	}
+	if err := c.UpdateConversation(ctx, conv, set); err != nil {
+		return err
+	}
+	if f.jsonOut {
+		out := map[string]any{"conversation_id": conv, "updated": true}
+		if set.Title != nil {
+			out["title"] = *set.Title
+		}
+		if set.Frozen != nil {
+			out["frozen"] = *set.Frozen
+		}
+		if set.SlowMode != nil {
+			out["slow_mode"] = *set.SlowMode
+		}
+		return printJSON(os.Stdout, out)
+	}
+	fmt.Printf("updated conversation %d\n", conv)
+	return nil
 }

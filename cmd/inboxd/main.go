@@ -32,7 +32,7 @@ var commands = map[string]command{
 	"login":         {"get a dev token (or store one) for send, tail and conversations", runLogin},
 	"send":          {"send a message to a conversation and print its seq", runSend},
 	"tail":          {"print your inbox live, resuming where the last run stopped", runTail},
-	"conversations": {"list your conversations", runConversations},
+	"conversations": {"list your conversations, or rename one, freeze it or set its slow mode (conversations update)", runConversations},
 	"create":        {"create a conversation with you and the given users", runCreate},
 	"members":       {"list a conversation's members, add or remove users, or give them a role (members list|add|remove|role)", runMembers},
 	"history":       {"print a conversation's messages, oldest first", runHistory},

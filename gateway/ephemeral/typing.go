@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
@@ -26,10 +27,13 @@ type typingState struct {
 	active bool      // started and not stopped
 }
 
-// sqlMuted says whether $2 is muted in conversation $1 now: a muted
-// member's typing is dropped (docs/protocol.md, "Ban and mute").
-const sqlMuted = `EXISTS (SELECT 1 FROM sanctions WHERE conversation_id = $1 AND user_id = $2 AND kind = 'mute'
-	AND (until IS NULL OR until > now()))`
+// sqlMuted says whether $2 is muted in conversation $1 now, or below
+// admin in it while it is frozen: such a member's typing is dropped
+// (docs/protocol.md, "Ban and mute" and "Frozen and slow mode").
+const sqlMuted = `(EXISTS (SELECT 1 FROM sanctions WHERE conversation_id = $1 AND user_id = $2 AND kind = 'mute'
+	AND (until IS NULL OR until > now()))
+	OR EXISTS (SELECT 1 FROM conversations fc JOIN member_spans fs ON fs.conversation_id = fc.id AND fs.user_id = $2
+		AND fs.left_seq IS NULL WHERE fc.id = $1 AND fc.frozen AND fs.role NOT IN ('` + events.RoleOwner + `', '` + events.RoleAdmin + `')))`
 
 // sqlTypingNotify notifies $4 on channel $3 if $2 is a current member of
 // conversation $1 and not muted: one statement, a row when $2 is a

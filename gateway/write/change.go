@@ -77,6 +77,7 @@ var sqlChangeCheck = `SELECT ` + rows.MessageColsFor("$3") + `,
 	COALESCE((SELECT role FROM member_spans WHERE conversation_id = $1 AND user_id = $3 AND left_seq IS NULL), ''),
 	EXISTS (SELECT 1 FROM sanctions WHERE conversation_id = $1 AND user_id = $3 AND kind = '` + projection.SanctionMute + `'
 		AND (until IS NULL OR until > now())),
+	COALESCE((SELECT frozen FROM conversations WHERE id = $1), false),
 	EXISTS (SELECT 1 FROM changes WHERE change_id = $4 AND actor_id = $3 AND conversation_id = $1 AND seq = $2),
 	EXISTS (SELECT 1 FROM changes WHERE change_id = $4),
 	(SELECT reason FROM rejections WHERE msg_id = $4 AND actor_id = $3 LIMIT 1),
@@ -103,6 +104,7 @@ type changeCheck struct {
 	joined   *int64
 	role     string // the user's role, "" when no member
 	muted    bool   // the user is muted in the conversation now
+	frozen   bool   // the conversation is frozen
 	applied  bool   // this change_id was applied, by this user, to this message
 	taken    bool   // this change_id was applied, to whatever
 	refusal  *string
@@ -202,7 +204,7 @@ func (c *Changer) check(ctx context.Context, user int64, e *events.Event) (*prot
 	var ms rows.MessageScan
 	var ck changeCheck
 	err := c.srv.Conv(e.ConversationID).QueryRow(ctx, sqlChangeCheck, e.ConversationID, e.Seq, user, e.ChangeID).Scan(
-		append(ms.Targets(), &ck.exists, &ck.creator, &ck.enforced, &ck.joined, &ck.role, &ck.muted, &ck.applied, &ck.taken, &ck.refusal, &ck.at, &ck.key)...)
+		append(ms.Targets(), &ck.exists, &ck.creator, &ck.enforced, &ck.joined, &ck.role, &ck.muted, &ck.frozen, &ck.applied, &ck.taken, &ck.refusal, &ck.at, &ck.key)...)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("check the change %s: %w", e.ChangeID, err)
 	}
@@ -226,6 +228,8 @@ func (c *Changer) check(ctx context.Context, user int64, e *events.Event) (*prot
 		return nil, "", nil, refusal(projection.ReasonSystemMessage, e)
 	case ck.muted && (e.Type == events.MessageEdited || e.Type == events.ReactionAdded):
 		return nil, "", nil, refusal(projection.ReasonMuted, e)
+	case ck.frozen && e.Type != events.MessageReported && !projection.WritesWhileFrozen(ck.role):
+		return nil, "", nil, refusal(projection.ReasonFrozen, e)
 	}
 	m := ck.msg
 	mine := ""
@@ -335,6 +339,8 @@ func refusal(reason string, e *events.Event) error {
 		return apierr.Forbidden("message %d of conversation %d is not yours to change", e.Seq, e.ConversationID)
 	case projection.ReasonMuted:
 		return mutedError(e.ActorID, e.ConversationID)
+	case projection.ReasonFrozen:
+		return FrozenError(e.ConversationID)
 	case projection.ReasonDeleted:
 		return apierr.BadRequest("message %d of conversation %d is deleted", e.Seq, e.ConversationID)
 	case projection.ReasonEditWindow:

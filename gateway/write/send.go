@@ -152,7 +152,9 @@ type Result struct {
 // key, or NULL when bodies are plain) unless it has one, and returns it: a
 // key of a send that is then refused is never used.
 // $1 msg_id, $2 conversation, $3 user, $4 key, $5 the mentioned ids, $6
-// mention_all.
+// mention_all. It reads the user's role and the conversation's frozen and
+// slow mode too (docs/protocol.md, "Frozen and slow mode"): only a send to
+// a conversation in slow mode pays for a statement more (admitSlow).
 //
 // The mentioned members are counted one point lookup per id, and the
 // members for mention_all come from conversations.member_count: a count
@@ -165,14 +167,16 @@ var sqlSendCheck = `WITH k AS (INSERT INTO body_keys (msg_id, key) SELECT $1, $4
 	ON CONFLICT (msg_id) DO NOTHING RETURNING key)
 SELECT ` + rows.MessageColsFor("$3") + `,
 	EXISTS (SELECT 1 FROM conversations WHERE id = $2),
-	EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL),
+	(SELECT role FROM member_spans WHERE conversation_id = $2 AND user_id = $3 AND left_seq IS NULL),
 	` + sqlMutedNow + `,
 	EXISTS (SELECT 1 FROM rejections WHERE msg_id = $1 AND actor_id = $3 AND conversation_id = $2
 		AND reason = '` + projection.ReasonDeadLetter + `'),
 	COALESCE((SELECT key FROM k), (SELECT key FROM body_keys WHERE msg_id = $1)),
 	(SELECT count(DISTINCT u.id) FROM unnest($5::bigint[]) u(id)
 		WHERE EXISTS (SELECT 1 FROM member_spans WHERE conversation_id = $2 AND user_id = u.id AND left_seq IS NULL)),
-	CASE WHEN $6::boolean THEN COALESCE((SELECT member_count FROM conversations WHERE id = $2), 0) ELSE 0 END
+	CASE WHEN $6::boolean THEN COALESCE((SELECT member_count FROM conversations WHERE id = $2), 0) ELSE 0 END,
+	COALESCE((SELECT frozen FROM conversations WHERE id = $2), false),
+	COALESCE((SELECT slow_mode FROM conversations WHERE id = $2), 0)
 FROM (SELECT 1) one LEFT JOIN messages m ON m.msg_id = $1`
 
 // sqlMutedNow says whether $3 is muted in conversation $2 now (one point
@@ -306,14 +310,16 @@ func newSendStages(v *prometheus.HistogramVec) sendStages {
 func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*Result, []byte, error) {
 	cid, msgID := e.ConversationID, e.MsgID
 	var ms rows.MessageScan
-	var exists, member, muted, deadLettered bool
+	var exists, muted, deadLettered, frozen bool
+	var role *string
 	var mentioned, members int64
+	var slow int32
 	var key, fresh []byte
 	if s.seal {
 		fresh = events.NewKey()
 	}
 	args := []any{msgID, cid, user, fresh, e.Mentions, e.MentionAll}
-	dest := append(ms.Targets(), &exists, &member, &muted, &deadLettered, &key, &mentioned, &members)
+	dest := append(ms.Targets(), &exists, &role, &muted, &deadLettered, &key, &mentioned, &members, &frozen, &slow)
 	var err error
 	if s.checks != nil {
 		err = s.checks[s.srv.OfConv(cid)].queryRow(ctx, sqlSendCheck, args, dest)
@@ -340,6 +346,7 @@ func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*R
 	if !exists {
 		return nil, nil, apierr.NotFound("conversation %d does not exist", cid)
 	}
+	member := role != nil
 	if !member && user != 0 { // user 0: a service's system sender, no member
 		return nil, nil, apierr.NotMember("user %d is not a member of conversation %d", user, cid)
 	}
@@ -348,6 +355,13 @@ func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*R
 	}
 	if muted && user != 0 {
 		return nil, nil, mutedError(user, cid)
+	}
+	var rank string
+	if role != nil {
+		rank = *role
+	}
+	if frozen && user != 0 && !projection.WritesWhileFrozen(rank) {
+		return nil, nil, FrozenError(cid)
 	}
 	if m, err := s.takenElsewhere(ctx, msgID, user, cid); err != nil {
 		return nil, nil, err
@@ -362,6 +376,12 @@ func (s *Sender) checkSend(ctx context.Context, user int64, e *events.Event) (*R
 	if e.MentionAll && members > int64(s.mentionAllMax) {
 		return nil, nil, apierr.BadRequest("mention_all is for conversations of at most %d members; this one has %d",
 			s.mentionAllMax, members)
+	}
+	// Last: a send refused for another reason spends no slow-mode turn.
+	if slowModeApplies(user, rank, int(slow)) {
+		if err := s.admitSlow(ctx, user, cid, msgID, int(slow)); err != nil {
+			return nil, nil, err
+		}
 	}
 	return nil, key, nil
 }
@@ -545,6 +565,8 @@ func (s *Sender) sendOutcome(ctx context.Context, e *events.Event, ack *hub.Subs
 		return nil, apierr.BadRequest("reply_to %d names no message you can see in conversation %d", e.ReplyTo, cid)
 	case projection.ReasonMuted:
 		return nil, mutedError(user, cid)
+	case projection.ReasonFrozen:
+		return nil, FrozenError(cid)
 	}
 	return nil, apierr.NotMember("user %d is not a member of conversation %d at the message's log position", user, cid)
 }

@@ -40,6 +40,7 @@ MUTE = "PUT /v1/conversations/{cid}/mutes/{uid}"
 UNMUTE = "DELETE /v1/conversations/{cid}/mutes/{uid}"
 BLOCK = "PUT /v1/blocks/{uid}"
 UNBLOCK = "DELETE /v1/blocks/{uid}"
+UPDATE = "PATCH /v1/conversations/{cid}"
 
 # The largest attachment of the fuzzed server (dev's default,
 # --attachment-max-size): a deployment's setting, not the document's.
@@ -53,12 +54,13 @@ MAX_REQUEST_BYTES = 64 << 10
 # field, so both are optional in the document.
 ID_FIELD = {SEND: "msg_id", EDIT: "change_id", DELETE: "change_id", REACT: "change_id", UNREACT: "change_id",
             REPORT: "report_id", ROLE: "change_id",
-            BAN: "change_id", MUTE: "change_id"}
+            BAN: "change_id", MUTE: "change_id", UPDATE: "change_id"}
 
 # UTF-8 byte limits of text fields. JSON Schema's maxLength counts
 # characters, the server bytes: 64 characters may be 256 bytes.
 BYTE_LIMITS = {
     (CREATE, "title"): 256,
+    (UPDATE, "title"): 256,
     (SEND, "body"): 4096,
     (EDIT, "body"): 4096,
     (REACT, "emoji"): 64,
@@ -109,6 +111,9 @@ STATE_REFUSALS = {
        for op in (BAN, UNBAN, MUTE, UNMUTE)},
     # The caller's own id is a valid uid that nobody may block.
     **{op: [("oneself", r"^a user does not block itself$")] for op in (BLOCK, UNBLOCK)},
+    # Who may change which setting is the members' roles (403s); a refusal
+    # the projection made meanwhile for another reason is a 400.
+    UPDATE: [("refused by the projection", r"^the change of conversation \d+ was refused by the projection ")],
     REPORT: [
         ("a system message", r"^message \d+ is a system message; it cannot be reported"),
         ("one's own message", r"^message \d+ of conversation \d+ is your own: it cannot be reported"),

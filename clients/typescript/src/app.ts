@@ -93,6 +93,19 @@ export interface ChangeOptions {
   timeoutMs?: number;
 }
 
+/**
+ * ConversationSettings are what updateConversation changes
+ * (docs/protocol.md, "Frozen and slow mode"); those absent do not change.
+ */
+export interface ConversationSettings {
+  /** title: the new title, 1..256 bytes. */
+  title?: string;
+  /** frozen: freeze (true: only admins and the owner write) or unfreeze. */
+  frozen?: boolean;
+  /** slow_mode: seconds a member below moderator waits between its sends; 0 off. */
+  slow_mode?: number;
+}
+
 const seg = (n: number) => String(Math.trunc(n));
 
 /** listAll reads every page of a paged list. */
@@ -160,16 +173,32 @@ export async function setRole(api: Api, cid: number, userId: number, role: strin
   backoff: { initialMs: number; maxMs: number }): Promise<void> {
   if (!(cid > 0) || !(userId > 0) || !role) throw new Error(`inboxd: bad role ${role} of user ${userId} in ${cid}`);
   const body = { role, change_id: crypto.randomUUID() };
-  await retried(api, "PUT", `/v1/conversations/${seg(cid)}/members/${seg(userId)}/role`, body, opts, backoff);
+  await keyedChange(api, "PUT", `/v1/conversations/${seg(cid)}/members/${seg(userId)}/role`, body, opts, backoff);
 }
 
 /**
- * retried sends one change of a conversation's members while its failure
- * is temporary (up to opts.timeoutMs); the body's change_id, kept over
- * the retries, makes it apply once, and a lift (DELETE) changes nothing
- * twice.
+ * updateConversation renames, freezes or unfreezes, or sets the slow mode
+ * of a conversation (docs/protocol.md, "Frozen and slow mode"), retried
+ * with one change_id as setRole is.
+ *
+ * @internal
  */
-async function retried(api: Api, method: string, path: string, body: unknown, opts: ChangeOptions,
+export async function updateConversation(api: Api, cid: number, settings: ConversationSettings, opts: ChangeOptions,
+  backoff: { initialMs: number; maxMs: number }): Promise<void> {
+  if (!(cid > 0) || (settings.title === undefined && settings.frozen === undefined && settings.slow_mode === undefined)) {
+    throw new Error(`inboxd: no setting to change in conversation ${cid}`);
+  }
+  const body = { ...settings, change_id: crypto.randomUUID() };
+  await keyedChange(api, "PATCH", `/v1/conversations/${seg(cid)}`, body, opts, backoff);
+}
+
+/**
+ * keyedChange sends body, which carries a change_id made once, and retries
+ * it unchanged while the failure is temporary (up to opts.timeoutMs), so
+ * that a lost answer never applies the change twice; a lift (DELETE, no
+ * body) changes nothing twice.
+ */
+async function keyedChange(api: Api, method: string, path: string, body: object | undefined, opts: ChangeOptions,
   backoff: { initialMs: number; maxMs: number }): Promise<void> {
   const deadline = Date.now() + (opts.timeoutMs ?? 30000);
   const b = new Backoff(backoff);
@@ -204,7 +233,7 @@ export async function sanction(api: Api, method: "PUT" | "DELETE", kind: "bans" 
   until: Date | undefined, opts: ChangeOptions, backoff: { initialMs: number; maxMs: number }): Promise<void> {
   if (!(cid > 0) || !(userId > 0)) throw new Error(`inboxd: bad ${kind} of user ${userId} in ${cid}`);
   const body = method === "PUT" ? { change_id: crypto.randomUUID(), ...(until ? { until: until.toISOString() } : {}) } : undefined;
-  await retried(api, method, `/v1/conversations/${seg(cid)}/${kind}/${seg(userId)}`, body, opts, backoff);
+  await keyedChange(api, method, `/v1/conversations/${seg(cid)}/${kind}/${seg(userId)}`, body, opts, backoff);
 }
 
 /** @internal */

@@ -12,7 +12,7 @@ import { runWsSession, type WebSocketCtor, type WsEnd } from "./transport_ws.js"
 import * as app from "./app.js";
 import * as uploads from "./uploads.js";
 import type { UploadFile } from "./uploads.js";
-import type { Change, ChangeOptions, ChangeResult, Member, Presence, Receipt, ReceiptEvent, ReportOptions, ReportResult, Sanction, Settings, SettingsPatch, TypingEvent } from "./app.js";
+import type { Change, ChangeOptions, ChangeResult, ConversationSettings, Member, Presence, Receipt, ReceiptEvent, ReportOptions, ReportResult, Sanction, Settings, SettingsPatch, TypingEvent } from "./app.js";
 import type { Attachment, Counts, History, Message, Reconnect, Record, ServerFrame, SyncAnswer, TooLongAnswer, Upload } from "./protocol.js";
 
 // What upload takes, also from here (where it was before uploads.ts).
@@ -423,7 +423,19 @@ export class Client {
    * ApiError (403 forbidden: the caller's role; 404 no such member; 400).
    */
   setRole(conversationId: number, userId: number, role: string, opts: ChangeOptions = {}): Promise<void> {
-    return app.setRole(this.api, conversationId, userId, role, opts, { initialMs: this.cfg.backoffInitialMs, maxMs: this.cfg.backoffMaxMs });
+    return app.setRole(this.api, conversationId, userId, role, opts, this.changeBackoff());
+  }
+
+  /**
+   * updateConversation renames the conversation, freezes or unfreezes it, or
+   * sets its slow mode (docs/protocol.md, "Frozen and slow mode") as the
+   * caller's role allows; retried with one change_id while the failure is
+   * temporary. A refusal rejects with its ApiError (403 forbidden: the
+   * caller's role; 404 no such conversation; 400). The new settings reach
+   * the records through the inbox.
+   */
+  updateConversation(conversationId: number, settings: ConversationSettings, opts: ChangeOptions = {}): Promise<void> {
+    return app.updateConversation(this.api, conversationId, settings, opts, this.changeBackoff());
   }
 
   /**

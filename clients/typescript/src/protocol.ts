@@ -159,6 +159,12 @@ export interface Record {
   removed: boolean;
   unread_count: number;
   mention_count: number;
+  /** frozen: only the conversation's admins and owner write (docs/protocol.md, "Frozen and slow mode"). */
+  frozen?: boolean;
+  /** slow_mode: seconds a member below moderator waits between its sends; 0 off. */
+  slow_mode?: number;
+  /** role: the user's role in the conversation; absent once removed (or from a server before roles). */
+  role?: string;
 }
 
 /** Counts are the user's unread and mention totals over all conversations. */

@@ -169,6 +169,8 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::bool[], $5::bigint[], $6
 // RecordCols are the columns RecordScan reads.
 // The aliases keep the names unique when wrapped in a subquery.
 var RecordCols = `r.conversation_id, c.title, r.pinned, r.muted, r.read_seq, ls.last_seq, r.version, r.removed,
+c.frozen AS c_frozen, c.slow_mode AS c_slow_mode,
+(SELECT rs.role FROM member_spans rs WHERE rs.conversation_id = r.conversation_id AND rs.user_id = r.user_id AND rs.left_seq IS NULL) AS r_role,
 lm.conversation_id AS lm_conversation_id, lm.seq AS lm_seq, lm.msg_id::text AS lm_msg_id, lm.sender_id AS lm_sender_id,
 lm.kind AS lm_kind, lm.body AS lm_body, lm.created_at AS lm_created_at,
 lm.version AS lm_version, lm.edited_at AS lm_edited_at, lm.deleted AS lm_deleted, lm.reply_to AS lm_reply_to,
@@ -181,13 +183,17 @@ type RecordScan struct {
 	unread, mentions                *int64
 	title                           *string
 	pinned, muted, removed          *bool
-	last                            MessageScan
+	// The conversation's settings and the user's role (nil: no member).
+	frozen   *bool
+	slowMode *int32
+	role     *string
+	last     MessageScan
 }
 
 // Targets are the scan targets of RecordCols.
 func (s *RecordScan) Targets() []any {
-	t := append([]any{&s.conv, &s.title, &s.pinned, &s.muted, &s.readSeq, &s.lastSeq, &s.version, &s.removed},
-		s.last.Targets()...)
+	t := append([]any{&s.conv, &s.title, &s.pinned, &s.muted, &s.readSeq, &s.lastSeq, &s.version, &s.removed,
+		&s.frozen, &s.slowMode, &s.role}, s.last.Targets()...)
 	return append(t, &s.unread, &s.mentions)
 }
 
@@ -206,6 +212,15 @@ func (s *RecordScan) Record() *protocol.Record {
 	}
 	if s.unread != nil {
 		r.UnreadCount = *s.unread
+	}
+	if s.frozen != nil {
+		r.Frozen = *s.frozen
+	}
+	if s.slowMode != nil {
+		r.SlowMode = int(*s.slowMode)
+	}
+	if s.role != nil && !r.Removed {
+		r.Role = *s.role
 	}
 	if s.mentions != nil {
 		r.MentionCount = *s.mentions

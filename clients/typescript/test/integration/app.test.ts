@@ -60,6 +60,16 @@ test("the app's calls: list, members, changes, reports, receipts, typing, presen
     const list = await b.c.conversations();
     assert.equal(list.filter((r) => r.conversation_id === cid).length, 1);
     assert.equal(list.find((r) => r.conversation_id === cid)!.title, "app");
+    assert.equal(list.find((r) => r.conversation_id === cid)!.role, "moderator");
+
+    // Settings: the moderator sets the slow mode, may not freeze; the owner
+    // renames and freezes, then lifts both (both are exempt from the slow mode).
+    await b.c.updateConversation(cid, { slow_mode: 5 });
+    await assert.rejects(b.c.updateConversation(cid, { frozen: true }), (err: unknown) => err instanceof ApiError && err.status === 403);
+    await a.c.updateConversation(cid, { title: "app 2", frozen: true });
+    const updated = (await b.c.conversations()).find((r) => r.conversation_id === cid)!;
+    assert.deepEqual([updated.title, updated.frozen, updated.slow_mode], ["app 2", true, 5]);
+    await a.c.updateConversation(cid, { frozen: false, slow_mode: 0 });
 
     // A message, then its changes: each answers the message after it, and b gets update entries.
     const id = await a.c.send(cid, "hello");

@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"fmt"
 	"net/http"
-
-	"github.com/google/uuid"
 
 	"github.com/inboxd/inboxd/events"
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
@@ -38,18 +35,13 @@ func (g *Gateway) handleUpdateConversation(w http.ResponseWriter, r *http.Reques
 	if change != "" {
 		// A retry makes the same event, which the projection applies
 		// once; one already settled is answered as it was.
-		e.EventID = uuid.NewSHA1(idempotencyNS, []byte(fmt.Sprintf("user\x00%d\x00update\x00%s\x00%d", user, change, cid))).String()
+		e.EventID = userChangeID(user, "update", change, cid, 0)
 		out, done, err := g.members.UpdateOutcome(ctx, e)
 		if err != nil {
 			return err
 		}
-		if done && (out.Applied || out.Refused != "") {
-			if out.Refused != "" {
-				return updateRefusal(out.Refused, e)
-			}
-			replayed(w)
-			writeAccepted(w)
-			return nil
+		if ok, err := answerSettled(w, out, done, func(reason string) error { return updateRefusal(reason, e) }); ok {
+			return err
 		}
 	}
 	rc, err := g.roles(ctx, cid, user, 0)
@@ -84,13 +76,8 @@ func (g *Gateway) handleServerUpdateConversation(w http.ResponseWriter, r *http.
 	if err != nil {
 		return err
 	}
-	if done && (out.Applied || out.Refused != "") {
-		if out.Refused != "" {
-			return updateRefusal(out.Refused, e)
-		}
-		replayed(w)
-		writeAccepted(w)
-		return nil
+	if ok, err := answerSettled(w, out, done, func(reason string) error { return updateRefusal(reason, e) }); ok {
+		return err
 	}
 	if _, err := g.roles(ctx, cid, 0, 0); err != nil {
 		return err // 404

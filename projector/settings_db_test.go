@@ -53,44 +53,21 @@ func settingsLog() []*events.Event {
 
 // settingsDump is the projection's settings, messages and refusals, as text.
 func settingsDump(t *testing.T, ctx context.Context, pool *pgxpool.Pool) map[string][]string {
-	out := map[string][]string{}
-	for name, q := range map[string]string{
+	return dumpRows(t, ctx, pool, map[string]string{
 		"convs":   `SELECT id || ' ' || title || ' frozen ' || frozen || ' slow ' || slow_mode || ' last ' || last_seq FROM conversations ORDER BY id`,
 		"system":  `SELECT seq || ' ' || body FROM messages WHERE kind = 'system' AND body LIKE '%conversation.updated%' ORDER BY seq`,
 		"refused": `SELECT event_type || ' by ' || actor_id || ': ' || reason FROM rejections ORDER BY "offset"`,
 		// A member's record has a version for each change of its
 		// settings (and of its role) since the last one it had.
 		"records": `SELECT user_id || ' v' || version FROM records ORDER BY user_id`,
-	} {
-		rows, err := pool.Query(ctx, q)
-		require.NoError(t, err)
-		for rows.Next() {
-			var s string
-			require.NoError(t, rows.Scan(&s))
-			out[name] = append(out[name], s)
-		}
-		require.NoError(t, rows.Err())
-	}
-	return out
+	})
 }
 
 // TestSettingsProjected: renames, freezes and slow modes on a real
 // database, the same whatever the cut of the log into batches, with
 // every invariant (F1 among them) holding.
 func TestSettingsProjected(t *testing.T) {
-	ctx := context.Background()
-	log := settingsLog()
-	var dumps []map[string][]string
-	for _, n := range []int{1, 2, 5, len(log)} {
-		pool, _ := pgtest.NewPool(t)
-		applyLog(t, ctx, pool, log, n)
-		requireVerified(t, pool)
-		dumps = append(dumps, settingsDump(t, ctx, pool))
-	}
-	for i := 1; i < len(dumps); i++ {
-		require.Equal(t, dumps[0], dumps[i], "batch cut %d projects what one record at a time does", i)
-	}
-	d := dumps[0]
+	d := projectedAlike(t, settingsLog(), settingsDump)
 	require.Equal(t, []string{"1 second frozen true slow 0 last 10"}, d["convs"])
 	require.Equal(t, []string{
 		`4 {"by": 11, "event": "conversation.updated", "title": "second"}`,

@@ -56,20 +56,7 @@ func (m *Members) UpdateOutcome(ctx context.Context, e *events.Event) (RoleOutco
 // actor, who gets the system message in write fan-out) and the
 // conversation's (in read fan-out it gets none).
 func (m *Members) UpdateConversation(ctx context.Context, e *events.Event, watch int64) (RoleOutcome, error) {
-	sub := m.hub.SubscribeUser(watch)
-	defer sub.Close()
-	defer m.hub.WatchConversations(sub, []int64{e.ConversationID})()
-	if err := m.app.Append(ctx, e); err != nil {
-		return RoleOutcome{}, err
-	}
-	var out RoleOutcome
-	err := m.await(ctx, sub, func(ctx context.Context) (bool, error) {
-		var done bool
-		var err error
-		out, done, err = m.UpdateOutcome(ctx, e)
-		return done, err
-	})
-	return out, err
+	return m.settle(ctx, e, watch, func(ctx context.Context) (RoleOutcome, bool, error) { return m.UpdateOutcome(ctx, e) })
 }
 
 // sqlSlowSend admits a send of msg_id $3 by user $2 to conversation $1 in

@@ -92,7 +92,7 @@ func TestShardedReadsMatchOne(t *testing.T) {
 	}
 	// History, read on the conversation's server, with the reader's own
 	// reactions marked, as on one server; so are the membership checks.
-	g1, g2 := &Gateway{srv: one}, &Gateway{srv: two}
+	g1, g2 := &Gateway{srv: one, blocks: newBlockCache(one)}, &Gateway{srv: two, blocks: newBlockCache(two)}
 	histories := 0
 	for _, u := range users {
 		for _, r := range pages(one, u, listParams{limit: 100}, false) {

@@ -21,8 +21,8 @@ const main = [
 // The main entry's types (src/index.ts's `type` exports).
 const mainTypes = [
   "Attachment", "BackfillResult", "Block", "Change", "ChangeKind", "ChangeOptions", "ChangeResult", "ClientConfig", "ClientHandlers",
-  "ConversationState", "Counts", "Entry", "FetchLike", "Handlers", "History", "Hole", "Member", "Message",
-  "OutboxItem", "Presence", "Reaction", "Receipt", "ReceiptEvent", "Record", "Report", "ReportOptions", "ReportResult", "SendOptions", "SendResult",
+  "ConversationSettings", "ConversationState", "Counts", "Entry", "FetchLike", "Handlers", "History", "Hole", "Member", "Message",
+  "OutboxItem", "Presence", "Reaction", "Receipt", "ReceiptEvent", "Record", "Report", "ReportOptions", "ReportResult", "Sanction", "SendOptions", "SendResult",
   "Settings", "SettingsPatch", "State", "Status", "Store", "Thumbnail", "TokenSource", "TooLong", "Transport", "TypingEvent",
   "Upload", "UploadFile", "UploadPart", "WebSocketCtor", "WebSocketLike",
 ];

@@ -63,12 +63,20 @@ func BuildBinary() (string, error) {
 
 // Proc is a subprocess of the inboxd binary whose output is kept.
 type Proc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-	err  error
+	cmd     *exec.Cmd
+	started time.Time
+	mu      sync.Mutex
+	out     bytes.Buffer
+	done    chan struct{}
+	err     error
 }
+
+// stopGrace is how long after its start Stop lets a process run before it
+// sends SIGTERM: a Go binary catches the signal only once its main has
+// installed the handler, and one signalled during the runtime's start-up
+// dies of it ("signal: terminated") instead of stopping cleanly, which is
+// no fault of the process (a kill test's last restart, stopped at once).
+const stopGrace = time.Second
 
 // Start runs the binary with args and env (added to the test's own) and
 // kills it at the test's end if it still runs. The tests' brokers are one
@@ -99,7 +107,7 @@ func StartProcess(env []string, args ...string) (*Proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append(os.Environ(), "INBOXD_REPLICATION_FACTOR=1"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &Proc{cmd: cmd, done: make(chan struct{})}
+	p := &Proc{cmd: cmd, started: time.Now(), done: make(chan struct{})}
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
@@ -161,8 +169,13 @@ func (p *Proc) Kill() {
 	<-p.done
 }
 
-// Stop sends SIGTERM and waits up to timeout; it returns the exit error.
+// Stop sends SIGTERM (once the process has run stopGrace) and waits up to
+// timeout; it returns the exit error.
 func (p *Proc) Stop(timeout time.Duration) error {
+	select {
+	case <-p.done:
+	case <-time.After(time.Until(p.started.Add(stopGrace))):
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:

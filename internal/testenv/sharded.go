@@ -314,21 +314,19 @@ func (e *Env) waitStages(ctx context.Context, timeout time.Duration) error {
 	}
 	adm := kadm.NewClient(e.Producer.Client())
 	caughtUp := func(topic string) (bool, error) {
-		ends, err := adm.ListEndOffsets(ctx, topic)
+		ends, err := endOffsets(ctx, adm, topic)
 		if err != nil {
 			return false, err
 		}
-		ok := true
-		ends.Each(func(o kadm.ListedOffset) {
-			if o.Offset == 0 || !ok {
-				return
-			}
+		for p, end := range ends {
 			var next int64
-			pool := e.Pools[e.ServerOf(o.Partition)]
-			_ = pool.QueryRow(ctx, `SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = $2`, topic, o.Partition).Scan(&next)
-			ok = next >= o.Offset
-		})
-		return ok, nil
+			pool := e.Pools[e.ServerOf(p)]
+			_ = pool.QueryRow(ctx, `SELECT next_offset FROM consumer_offsets WHERE topic = $1 AND "partition" = $2`, topic, p).Scan(&next)
+			if next < end {
+				return false, nil
+			}
+		}
+		return true, nil
 	}
 	outboxEmpty := func() bool {
 		for _, pool := range e.Pools {

@@ -10,6 +10,7 @@ import (
 	"github.com/inboxd/inboxd/gateway/internal/apierr"
 	"github.com/inboxd/inboxd/gateway/internal/input"
 	"github.com/inboxd/inboxd/gateway/write"
+	"github.com/inboxd/inboxd/projection"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -65,6 +66,34 @@ func answerSettled(w http.ResponseWriter, out write.RoleOutcome, done bool, refu
 		return true, nil
 	}
 	return false, nil
+}
+
+// answerOutcome answers a change that settled: its refusal (by refusal),
+// or 202.
+func answerOutcome(w http.ResponseWriter, out write.RoleOutcome, refusal func(string) error) error {
+	if out.Refused != "" {
+		return refusal(out.Refused)
+	}
+	writeAccepted(w)
+	return nil
+}
+
+// conversationRefusal is the client's error for a change of a
+// conversation's members or settings (e) that the projection refused, or
+// would: roleWhat says what the actor's role does not allow, what names
+// the change in a refusal for any other reason (a 400).
+func conversationRefusal(reason string, e *events.Event, roleWhat, what string) error {
+	switch reason {
+	case projection.ReasonNoConversation:
+		return apierr.NotFound("conversation %d does not exist", e.ConversationID)
+	case projection.ReasonNotMember:
+		return apierr.NotMember("user %d is not a member of conversation %d", e.ActorID, e.ConversationID)
+	case projection.ReasonNoMember:
+		return apierr.NotFound("user %d is not a member of conversation %d", e.UserID, e.ConversationID)
+	case projection.ReasonRole:
+		return apierr.Forbidden("your role in conversation %d does not allow %s", e.ConversationID, roleWhat)
+	}
+	return apierr.BadRequest("the %s was refused by the projection (%s)", what, reason)
 }
 
 // handleChange serves the four change routes: typ is the event type.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/inboxd/inboxd/events"
@@ -125,23 +126,11 @@ func (g *Gateway) updateConversation(w http.ResponseWriter, r *http.Request, e *
 	if err != nil {
 		return err
 	}
-	if out.Refused != "" {
-		return updateRefusal(out.Refused, e)
-	}
-	writeAccepted(w)
-	return nil
+	return answerOutcome(w, out, func(reason string) error { return updateRefusal(reason, e) })
 }
 
 // updateRefusal is the client's error for a settings change the
 // projection refused (or would).
 func updateRefusal(reason string, e *events.Event) error {
-	switch reason {
-	case projection.ReasonNoConversation:
-		return apierr.NotFound("conversation %d does not exist", e.ConversationID)
-	case projection.ReasonNotMember:
-		return apierr.NotMember("user %d is not a member of conversation %d", e.ActorID, e.ConversationID)
-	case projection.ReasonRole:
-		return apierr.Forbidden("your role in conversation %d does not allow this change of its settings", e.ConversationID)
-	}
-	return apierr.BadRequest("the change of conversation %d was refused by the projection (%s)", e.ConversationID, reason)
+	return conversationRefusal(reason, e, "this change of its settings", fmt.Sprintf("change of conversation %d", e.ConversationID))
 }

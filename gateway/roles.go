@@ -154,27 +154,13 @@ func (g *Gateway) setRole(w http.ResponseWriter, r *http.Request, e *events.Even
 	if err != nil {
 		return err
 	}
-	if out.Refused != "" {
-		return roleRefusal(out.Refused, e)
-	}
-	writeAccepted(w)
-	return nil
+	return answerOutcome(w, out, func(reason string) error { return roleRefusal(reason, e) })
 }
 
 // roleRefusal is the client's error for a role change the projection
 // refused (or would).
 func roleRefusal(reason string, e *events.Event) error {
-	switch reason {
-	case projection.ReasonNoConversation:
-		return apierr.NotFound("conversation %d does not exist", e.ConversationID)
-	case projection.ReasonNotMember:
-		return apierr.NotMember("user %d is not a member of conversation %d", e.ActorID, e.ConversationID)
-	case projection.ReasonNoMember:
-		return apierr.NotFound("user %d is not a member of conversation %d", e.UserID, e.ConversationID)
-	case projection.ReasonRole:
-		return apierr.Forbidden("your role in conversation %d does not allow this role change", e.ConversationID)
-	}
-	return apierr.BadRequest("the role change was refused by the projection (%s)", reason)
+	return conversationRefusal(reason, e, "this role change", "role change")
 }
 
 // rolesOf says whether a conversation created by req enforces roles: as

@@ -98,28 +98,14 @@ func (g *Gateway) handleSanction(typ string) func(w http.ResponseWriter, r *http
 		if err != nil {
 			return err
 		}
-		if out.Refused != "" {
-			return sanctionRefusal(out.Refused, e)
-		}
-		writeAccepted(w)
-		return nil
+		return answerOutcome(w, out, func(reason string) error { return sanctionRefusal(reason, e) })
 	}
 }
 
 // sanctionRefusal is the client's error for a ban or mute the projection
 // refused (or would).
 func sanctionRefusal(reason string, e *events.Event) error {
-	switch reason {
-	case projection.ReasonNoConversation:
-		return apierr.NotFound("conversation %d does not exist", e.ConversationID)
-	case projection.ReasonNotMember:
-		return apierr.NotMember("user %d is not a member of conversation %d", e.ActorID, e.ConversationID)
-	case projection.ReasonNoMember:
-		return apierr.NotFound("user %d is not a member of conversation %d", e.UserID, e.ConversationID)
-	case projection.ReasonRole:
-		return apierr.Forbidden("your role in conversation %d does not allow banning or muting user %d", e.ConversationID, e.UserID)
-	}
-	return apierr.BadRequest("the %s was refused by the projection (%s)", e.Type, reason)
+	return conversationRefusal(reason, e, fmt.Sprintf("banning or muting user %d", e.UserID), e.Type)
 }
 
 // sqlBanned lists which of users $2 are banned from conversation $1 now.
@@ -256,11 +242,7 @@ func (g *Gateway) handleServerSanction(typ string) func(w http.ResponseWriter, r
 		if err != nil {
 			return err
 		}
-		if out.Refused != "" {
-			return sanctionRefusal(out.Refused, e)
-		}
-		writeAccepted(w)
-		return nil
+		return answerOutcome(w, out, func(reason string) error { return sanctionRefusal(reason, e) })
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 const (
 	DefaultAddr            = "127.0.0.1:8080"
 	DefaultAckWait         = 2 * time.Second
+	DefaultSearchTimeout   = 5 * time.Second
 	DefaultAppendTimeout   = 10 * time.Second
 	DefaultLongPollMax     = 30 * time.Second
 	DefaultMaxHeldPolls    = 20000
@@ -124,6 +125,10 @@ type Config struct {
 	// waits turn more sends into a definitive 201 at the cost of holding
 	// the request. Default 2s.
 	AckWait time.Duration
+
+	// SearchTimeout bounds one search's statements on each PostgreSQL
+	// server; past it GET /v1/search answers 503 unavailable. Default 5s.
+	SearchTimeout time.Duration
 
 	// AppendTimeout bounds one append to the log; past it the request
 	// answers 503 unavailable (the append may still land; a retry with the
@@ -312,6 +317,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.DevTokenTTL, DefaultDevTokenTTL)
 	setDefault(&c.Channel, projection.DefaultChannel)
 	setDefault(&c.AckWait, DefaultAckWait)
+	setDefault(&c.SearchTimeout, DefaultSearchTimeout)
 	setDefault(&c.AppendTimeout, DefaultAppendTimeout)
 	setDefault(&c.MaxBody, events.DefaultMaxBody)
 	setDefault(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
@@ -384,7 +390,7 @@ func (c *Config) validate() error {
 		return errors.New("gateway: AuthSecret or AuthJWKSURL is required")
 	case c.DevMode && len(c.AuthSecret) == 0:
 		return errors.New("gateway: DevMode needs AuthSecret (dev tokens are HS256)")
-	case c.AckWait < 0, c.AppendTimeout < 0, c.DevTokenTTL < 0, c.PollInterval < 0,
+	case c.AckWait < 0, c.SearchTimeout < 0, c.AppendTimeout < 0, c.DevTokenTTL < 0, c.PollInterval < 0,
 		c.ListenBackoffMax < 0, c.ShutdownTimeout < 0:
 		return errors.New("gateway: durations must not be negative")
 	case c.RevocationPoll <= 0:

@@ -67,6 +67,7 @@ func (g *Gateway) routeTable() []route {
 		{"GET", "/v1/conversations/{cid}/attachments/{id}", true, bucketSync, g.handleDownload},
 		{"POST", "/v1/conversations/{cid}/read", true, bucketSend, g.handleRead},
 		{"GET", "/v1/sync", true, bucketSync, g.handleSync},
+		{"GET", "/v1/search", true, bucketSync, g.handleSearch},
 		// Typing and presence: the user's settings, presence.
 		{"GET", "/v1/settings", true, bucketSync, g.handleGetSettings},
 		{"PATCH", "/v1/settings", true, bucketSend, g.handlePatchSettings},

@@ -138,7 +138,11 @@ func readPartition(ctx context.Context, src *pgxpool.Pool, cfg MoveConfig) (*par
 
 func readRows(ctx context.Context, tx pgx.Tx, spec tableSpec, st *partState) (tableRows, error) {
 	tr := tableRows{spec: spec}
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT * FROM %s WHERE %s`, pgx.Identifier{spec.name}.Sanitize(), spec.where), spec.args(st)...)
+	cols, err := StoredColumns(ctx, tx, spec.name)
+	if err != nil {
+		return tr, err
+	}
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s WHERE %s`, cols, pgx.Identifier{spec.name}.Sanitize(), spec.where), spec.args(st)...)
 	if err != nil {
 		return tr, fmt.Errorf("%s: %w", spec.name, err)
 	}
@@ -271,4 +275,19 @@ WHERE r.user_id = k.u AND r.conversation_id = k.c`, us, cs); err != nil {
 		}
 	}
 	return nil
+}
+
+// StoredColumns lists the columns of table that a copy writes, quoted and
+// comma-separated: all but the generated ones (the search index of
+// messages), which the target computes itself and refuses to be given.
+func StoredColumns(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, table string) (string, error) {
+	var cols string
+	err := q.QueryRow(ctx, `SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''`, table).Scan(&cols)
+	if err != nil {
+		return "", fmt.Errorf("the columns of %s: %w", table, err)
+	}
+	return cols, nil
 }

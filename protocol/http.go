@@ -378,3 +378,27 @@ type BlockList struct {
 	Blocks   []Block `json:"blocks"`
 	NextPage *string `json:"next_page"`
 }
+
+// SearchResults is the answer of GET /v1/search (docs/protocol.md):
+// the page of results, the cursor of the next page when more may follow,
+// and, on the first page only, the estimated count of matches.
+type SearchResults struct {
+	Results        []SearchResult `json:"results"`
+	NextCursor     string         `json:"next_cursor,omitempty"`
+	EstimatedTotal *int64         `json:"estimated_total,omitempty"`
+}
+
+// SearchResult is one message found, with a snippet of its body and its
+// rank (PostgreSQL's ts_rank against the query).
+type SearchResult struct {
+	Message Message       `json:"message"`
+	Snippet []SnippetPart `json:"snippet"`
+	Rank    float64       `json:"rank"`
+}
+
+// SnippetPart is a segment of a snippet; Match marks the words the query
+// matched. Segments are plain text, never markup.
+type SnippetPart struct {
+	Text  string `json:"text"`
+	Match bool   `json:"match,omitempty"`
+}

@@ -34,6 +34,7 @@ type gatewayFlags struct {
 	authAudience       string
 	authLeeway         time.Duration
 	authUserClaim      string
+	searchTimeout      time.Duration
 	ackWait            time.Duration
 	longPollMax        time.Duration
 	maxHeldPolls       int
@@ -82,6 +83,7 @@ func (f *gatewayFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.httpAddr, "http-addr", gateway.DefaultAddr, "HTTP address of the API and the operator endpoints")
 	fs.StringVar(&f.authSecret, "auth-secret", "", "HS256 secret of the bearer tokens (outside dev, this or --auth-jwks-url is required; empty: HS256 tokens refused)")
 	fs.DurationVar(&f.ackWait, "ack-wait", gateway.DefaultAckWait, "how long a send waits for its projection before answering 202 pending")
+	fs.DurationVar(&f.searchTimeout, "search-timeout", gateway.DefaultSearchTimeout, "longest a search runs on each PostgreSQL server before it answers 503")
 	fs.DurationVar(&f.longPollMax, "long-poll-max", gateway.DefaultLongPollMax, "longest accepted long-poll wait")
 	fs.IntVar(&f.maxHeldPolls, "max-held-polls", gateway.DefaultMaxHeldPolls, "long-polls held at once per process; beyond it 503 + Retry-After")
 	fs.Float64Var(&f.sendRate, "send-rate", gateway.DefaultSendRate, "per-user writes per second (token bucket)")
@@ -158,6 +160,7 @@ func (f *gatewayFlags) config(c *common, log *slog.Logger) gateway.Config {
 		AuthLeeway:         f.authLeeway,
 		AuthUserClaim:      f.authUserClaim,
 		AckWait:            f.ackWait,
+		SearchTimeout:      f.searchTimeout,
 		MaxBody:            c.maxBody,
 		PlainBodies:        f.plainBodies,
 		MentionAllMax:      f.mentionAllMax,

@@ -92,7 +92,9 @@ WHERE r.user_id = k.u AND r.conversation_id = k.c`, us, cs)
 // CopyRows copies the rows of table that keep accepts from src to dst.
 func CopyRows(t testing.TB, ctx context.Context, src, dst *pgxpool.Pool, table string, keep func(map[string]any) bool) {
 	t.Helper()
-	rows, err := src.Query(ctx, fmt.Sprintf(`SELECT * FROM %s`, pgx.Identifier{table}.Sanitize()))
+	stored, err := placement.StoredColumns(ctx, src, table)
+	require.NoError(t, err)
+	rows, err := src.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s`, stored, pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
 	var cols []string
 	for _, f := range rows.FieldDescriptions() {

@@ -265,6 +265,11 @@ LEFT JOIN LATERAL (SELECT (m.body::jsonb->>'frozen')::boolean AS v FROM messages
 LEFT JOIN LATERAL (SELECT (m.body::jsonb->>'slow_mode')::int AS v FROM messages m WHERE m.conversation_id = c.id AND m.kind = 'system'
   AND strpos(m.body, '"event":"conversation.updated"') > 0 AND m.body::jsonb ? 'slow_mode' ORDER BY m.seq DESC LIMIT 1) sm ON true
 WHERE c.title <> coalesce(t.v, m1.v, c.title) OR c.frozen <> coalesce(f.v, false) OR c.slow_mode <> coalesce(sm.v, 0)`},
+	{"X1", "every text message not deleted is indexed for search by its current body, and no other message", `
+SELECT format('conversation %s seq %s (kind %s, deleted %s): search index %s, its body gives %s', m.conversation_id, m.seq, m.kind, m.deleted,
+  coalesce(m.search_vector::text, 'none'), coalesce(x.v::text, 'none'))
+FROM messages m, LATERAL (SELECT CASE WHEN m.deleted OR m.kind <> 'text' THEN NULL ELSE inboxd_search_vector(m.body) END AS v) x
+WHERE m.search_vector IS DISTINCT FROM x.v`},
 	{"--", "members and records agree", `
 SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)
 FROM records r LEFT JOIN member_spans s ON s.conversation_id = r.conversation_id AND s.user_id = r.user_id AND s.left_seq IS NULL
@@ -272,7 +277,7 @@ WHERE (s.user_id IS NULL) <> r.removed{local_r}`},
 }
 
 // Verify checks invariants I1–I8, and the rules of message changes
-// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), reports (R1), roles (O1–O2), bans (S1), settings (F1), on the projections in the current schema
+// (M1–M6), the columns counts are made of (C1–C3), read fan-out (L1–L4), reports (R1), roles (O1–O2), bans (S1), settings (F1), the search index (X1), on the projections in the current schema
 // search path of q.
 func Verify(ctx context.Context, q Querier) (Report, error) {
 	return verify(ctx, q, false)

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/internal/app"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/migrations"
 	"github.com/inboxd/inboxd/placement"
 	"github.com/inboxd/inboxd/producer"
 	"github.com/inboxd/inboxd/projector"
@@ -21,6 +23,7 @@ func runMigrate(ctx context.Context, args []string) error {
 	var c common
 	c.bind(fs, false)
 	servers := fs.String("add-servers", "", "comma-separated PostgreSQL URLs of more servers: each one the catalog does not have yet is migrated and added; on a new deployment the partitions are then placed round robin over all of them (server 1 the catalog)")
+	searchConfig := fs.String("search-config", "", "the PostgreSQL text search configuration messages are indexed and searched with (simple, english, …; empty: keep the database's, simple on a new one); a change recomputes every message's index on every server in one transaction each")
 	parts := fs.Int("partitions", producer.DefaultPartitions, "the event topic's partition count, for --add-servers' placement (keep it the topic's)")
 	fs.Usage = config.Usage(fs, "inboxd migrate: apply the database migrations (and, with --add-servers, set up the servers of a sharded deployment)")
 	if err := config.Parse(fs, args); err != nil {
@@ -37,7 +40,39 @@ func runMigrate(ctx context.Context, args []string) error {
 	defer pool.Close()
 	log.Info("migrations applied")
 	if dsns := config.SplitList(*servers); len(dsns) > 0 {
-		return addServers(ctx, pool, dsns, int32(*parts), log)
+		if err := addServers(ctx, pool, dsns, int32(*parts), log); err != nil {
+			return err
+		}
+	}
+	if *searchConfig != "" {
+		return setSearchConfig(ctx, pool, *searchConfig, log)
+	}
+	return nil
+}
+
+// setSearchConfig sets the search configuration on every server of the
+// placement (the catalog alone on one server).
+func setSearchConfig(ctx context.Context, catalog *pgxpool.Pool, cfg string, log *slog.Logger) error {
+	m, err := placement.Load(ctx, catalog)
+	if err != nil {
+		return err
+	}
+	pools := []*pgxpool.Pool{catalog}
+	for _, s := range m.Servers[min(1, len(m.Servers)):] {
+		p, err := app.OpenDB(ctx, s.DSN, 1, true, log)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		pools = append(pools, p)
+	}
+	for i, p := range pools {
+		start := time.Now()
+		n, err := migrations.SetSearchConfig(ctx, p, cfg)
+		if err != nil {
+			return fmt.Errorf("server %d: %w", i+1, err)
+		}
+		log.Info("search configuration set", "server", i+1, "config", cfg, "reindexed", n, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
 }

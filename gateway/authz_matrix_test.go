@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +71,7 @@ const (
 	notMember403 = "403 not_member"
 	notFound404  = "404 not_found"
 	unauth401    = "401 unauthorized"
+	nothingFound = "200, nothing found"
 
 	frameAck       = "ack" // send_ack, change_ack, pong
 	frameWelcome   = "welcome"
@@ -597,6 +599,24 @@ func authzRows() []authzRow {
 		{name: "sync", route: "GET /v1/sync",
 			act:  func(t *testing.T, f *authzFixture, c int) string { return f.http(c, "GET", "/v1/sync?limit=1", nil) },
 			want: [nCols]string{O, O, O, O, O, O, O, U}},
+		// Search ("GET /v1/search"): anyone may search; what it finds is
+		// what history shows it, so the last word, sent after the ban,
+		// is found by every member and by nobody else.
+		{name: "search", route: "GET /v1/search",
+			act: func(t *testing.T, f *authzFixture, c int) string {
+				r := f.actor(c).do(t, "GET", fmt.Sprintf("/v1/search?q=%s&conversation_id=%d", url.QueryEscape(`"the last word"`), f.cid), nil)
+				a := answer(t, r)
+				if a != ok200 {
+					return a
+				}
+				var res protocol.SearchResults
+				r.decode(t, &res)
+				if len(res.Results) == 0 {
+					return nothingFound
+				}
+				return a
+			},
+			want: [nCols]string{O, O, O, O, nothingFound, O, nothingFound, U}},
 		{name: "list the conversations", route: "GET /v1/conversations",
 			act: func(t *testing.T, f *authzFixture, c int) string {
 				return f.http(c, "GET", "/v1/conversations?limit=1", nil)

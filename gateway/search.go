@@ -197,7 +197,8 @@ func queryTime(q url.Values, name string) (*time.Time, error) {
 	if len(vs) != 1 {
 		return nil, apierr.BadRequest("parameter %s given more than once", name)
 	}
-	t, err := time.Parse(time.RFC3339Nano, vs[0])
+	// RFC 3339 lets the T and the Z be lowercase; Go's layout does not.
+	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(vs[0]))
 	if err != nil {
 		return nil, apierr.BadRequest("parameter %s must be an RFC 3339 time", name)
 	}

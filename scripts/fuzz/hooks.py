@@ -41,6 +41,7 @@ UNMUTE = "DELETE /v1/conversations/{cid}/mutes/{uid}"
 BLOCK = "PUT /v1/blocks/{uid}"
 UNBLOCK = "DELETE /v1/blocks/{uid}"
 UPDATE = "PATCH /v1/conversations/{cid}"
+SEARCH = "GET /v1/search"
 
 # The largest attachment of the fuzzed server (dev's default,
 # --attachment-max-size): a deployment's setting, not the document's.
@@ -122,6 +123,24 @@ STATE_REFUSALS = {
     ],
 }
 
+# GET /v1/search's rules on its query that the document states in words
+# only: q's limit in bytes (maxLength counts characters) and in terms
+# (the server splits q), q holding a word and no NUL, the seq bounds
+# needing conversation_id (OpenAPI 3.0 has no dependency between
+# parameters), a cursor the server issued (opaque, like next_page), and
+# RFC 3339's leap second, which the document's date-time admits and the
+# server's clock has no place for.
+SEARCH_REFUSALS = [
+    ("q over 256 bytes", lambda q: len(q.get("q", [""])[0].encode()) > 256, r"^q is \d+ bytes, at most 256$"),
+    ("q of more than 16 terms", lambda q: True, r"^q has \d+ terms, at most 16 are searched$"),
+    ("q without a word", lambda q: not q.get("q", [""])[0].strip(), r"^q is required and must hold a word$"),
+    ("q with a NUL", lambda q: "\x00" in q.get("q", [""])[0], r"^q must be UTF-8 without NUL$"),
+    ("a seq bound without conversation_id", lambda q: "conversation_id" not in q, r"^(after|before)_seq needs conversation_id$"),
+    ("a cursor the server did not issue", lambda q: "cursor" in q, r"^cursor is not one this search issued$"),
+    ("a leap second", lambda q: any(":60" in v for k in ("after", "before") for v in q.get(k, [])),
+     r"^parameter (after|before) must be an RFC 3339 time$"),
+]
+
 # next_page values are opaque: the document says what they look like (the
 # pattern of its next_page branch of page, repeated here), not which ones
 # the server made. A made-up one, or one of the list in activity order given
@@ -182,6 +201,11 @@ def _unexpressible(op, request, status, message):
         for name, pattern in STATE_REFUSALS.get(op, ()):
             if re.search(pattern, message):
                 return "state: " + name
+    if op == SEARCH and status == 400:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.url or "").query, keep_blank_values=True)
+        for name, broken, pattern in SEARCH_REFUSALS:
+            if re.search(pattern, message) and broken(query):
+                return name
     if op == LIST and status == 400 and any(re.search(p, message) for p in TOKEN_REFUSALS):
         page = urllib.parse.parse_qs(urllib.parse.urlsplit(request.url or "").query).get("page", [])
         if len(page) == 1 and NEXT_PAGE.match(page[0]):

@@ -390,7 +390,7 @@ func searchSQL(sq *searchQuery, user int64, blocked []int64) (page, count string
 JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq >= s.joined_seq
 	AND m.seq <= COALESCE(s.left_seq, 9223372036854775807)`
 	page = `SELECT ` + rows.MessageColsFor("$1") + `, m.rank, ts_headline(inboxd_search_config(), m.body, m.q,
-	'StartSel=` + markStart + `, StopSel=` + markStop + `, MaxWords=24, MinWords=8, ShortWord=2, MaxFragments=2, FragmentDelimiter=" … "')
+	'StartSel=` + markStart + `, StopSel=` + markStop + `, MaxWords=35, MinWords=15, ShortWord=2')
 FROM (SELECT m.*, ` + rank + ` AS rank, q.q ` + from + `
 	WHERE ` + strings.Join(conds, " AND ") + `
 	ORDER BY ` + order + ` LIMIT ` + arg(sq.limit+1) + `) m

@@ -335,7 +335,7 @@ func searchSQL(sq *searchQuery, user int64, blocked []int64) (page, count string
 	var tsq []string
 	for _, t := range sq.terms {
 		f := [...]string{termWord: "plainto_tsquery", termPhrase: "phraseto_tsquery", termPrefix: "to_tsquery"}[t.kind]
-		tsq = append(tsq, f+"(inboxd_search_config(), "+arg(t.text)+"::text)")
+		tsq = append(tsq, f+"(inboxd_search.config(), "+arg(t.text)+"::text)")
 	}
 	conds := []string{"s.user_id = $1", "m.search_vector @@ q.q"}
 	if sq.cid != 0 {
@@ -389,7 +389,7 @@ func searchSQL(sq *searchQuery, user int64, blocked []int64) (page, count string
 	from := `FROM (` + query + `) q, member_spans s
 JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq >= s.joined_seq
 	AND m.seq <= COALESCE(s.left_seq, 9223372036854775807)`
-	page = `SELECT ` + rows.MessageColsFor("$1") + `, m.rank, ts_headline(inboxd_search_config(), m.body, m.q,
+	page = `SELECT ` + rows.MessageColsFor("$1") + `, m.rank, ts_headline(inboxd_search.config(), m.body, m.q,
 	'StartSel=` + markStart + `, StopSel=` + markStop + `, MaxWords=35, MinWords=15, ShortWord=2')
 FROM (SELECT m.*, ` + rank + ` AS rank, q.q ` + from + `
 	WHERE ` + strings.Join(conds, " AND ") + `

@@ -57,7 +57,7 @@ func SetSearchConfig(ctx context.Context, pool *pgxpool.Pool, cfg string) (int64
 		// one), optionally schema-qualified.
 		if err := tx.QueryRow(ctx, `SELECT (SELECT c.oid::regconfig::text FROM pg_ts_config c JOIN pg_namespace n ON n.oid = c.cfgnamespace
 WHERE c.cfgname = coalesce(substring($1 from '\.(.*)$'), $1) AND (strpos($1, '.') = 0 OR n.nspname = split_part($1, '.', 1))
-ORDER BY n.nspname = 'pg_catalog' DESC LIMIT 1), inboxd_search_config()::text`, cfg).Scan(&want, &have); err != nil {
+ORDER BY n.nspname = 'pg_catalog' DESC LIMIT 1), inboxd_search.config()::text`, cfg).Scan(&want, &have); err != nil {
 			return fmt.Errorf("search configuration: %w", err)
 		}
 		if want == nil {
@@ -66,7 +66,7 @@ ORDER BY n.nspname = 'pg_catalog' DESC LIMIT 1), inboxd_search_config()::text`, 
 		if *want == have {
 			return nil
 		}
-		if err := tx.QueryRow(ctx, `SELECT format('CREATE OR REPLACE FUNCTION inboxd_search_config() RETURNS regconfig
+		if err := tx.QueryRow(ctx, `SELECT format('CREATE OR REPLACE FUNCTION inboxd_search.config() RETURNS regconfig
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L', format('SELECT %L::regconfig', $1::text))`, *want).Scan(&def); err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ VALUES (1, 1, gen_random_uuid(), 1, 'text', 'the dogs were running', now(), fals
        (1, 3, gen_random_uuid(), 1, 'text', '', now(), true)`)
 	require.NoError(t, err)
 	count := func(q string) (n int) {
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE search_vector @@ plainto_tsquery(inboxd_search_config(), $1)`, q).Scan(&n))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE search_vector @@ plainto_tsquery(inboxd_search.config(), $1)`, q).Scan(&n))
 		return n
 	}
 	require.Equal(t, 1, count("running"))

@@ -45,7 +45,7 @@ func TestVerifySearchIndex(t *testing.T) {
 	requireVerified(t, pool)
 
 	found := func(q string) []int64 {
-		rows, err := pool.Query(ctx, `SELECT seq FROM messages WHERE search_vector @@ plainto_tsquery(inboxd_search_config(), $1) ORDER BY seq`, q)
+		rows, err := pool.Query(ctx, `SELECT seq FROM messages WHERE search_vector @@ plainto_tsquery(inboxd_search.config(), $1) ORDER BY seq`, q)
 		require.NoError(t, err)
 		var seqs []int64
 		for rows.Next() {
@@ -64,7 +64,7 @@ func TestVerifySearchIndex(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `CREATE OR REPLACE FUNCTION inboxd_search_config() RETURNS regconfig
+	_, err = tx.Exec(ctx, `CREATE OR REPLACE FUNCTION inboxd_search.config() RETURNS regconfig
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 'english'::regconfig $$`)
 	require.NoError(t, err)
 	rep, err := projector.Verify(ctx, tx)

@@ -268,7 +268,7 @@ WHERE c.title <> coalesce(t.v, m1.v, c.title) OR c.frozen <> coalesce(f.v, false
 	{"X1", "every text message not deleted is indexed for search by its current body, and no other message", `
 SELECT format('conversation %s seq %s (kind %s, deleted %s): search index %s, its body gives %s', m.conversation_id, m.seq, m.kind, m.deleted,
   coalesce(m.search_vector::text, 'none'), coalesce(x.v::text, 'none'))
-FROM messages m, LATERAL (SELECT CASE WHEN m.deleted OR m.kind <> 'text' THEN NULL ELSE inboxd_search_vector(m.body) END AS v) x
+FROM messages m, LATERAL (SELECT CASE WHEN m.deleted OR m.kind <> 'text' THEN NULL ELSE inboxd_search.vector(m.body) END AS v) x
 WHERE m.search_vector IS DISTINCT FROM x.v`},
 	{"--", "members and records agree", `
 SELECT format('user %s conversation %s: member %s, record removed %s', r.user_id, r.conversation_id, s.user_id IS NOT NULL, r.removed)

@@ -41,6 +41,7 @@ UNMUTE = "DELETE /v1/conversations/{cid}/mutes/{uid}"
 BLOCK = "PUT /v1/blocks/{uid}"
 UNBLOCK = "DELETE /v1/blocks/{uid}"
 UPDATE = "PATCH /v1/conversations/{cid}"
+SEARCH = "GET /v1/search"
 
 # The largest attachment of the fuzzed server (dev's default,
 # --attachment-max-size): a deployment's setting, not the document's.
@@ -131,6 +132,31 @@ TOKEN_REFUSALS = [r"^page is not a next_page value of this API nor a page number
                   r"^page belongs to a list without since_version$"]
 
 
+# GET /v1/search's rules the document states only in words: q's limit is
+# in bytes (maxLength counts characters) and in terms; the seq filters need
+# conversation_id; a cursor must be one a gateway issued for the same order
+# (the pattern, repeated here, says only what one looks like).
+SEARCH_MAX_Q_BYTES = 256
+SEARCH_CURSOR = re.compile(r"^[bc][g-v][A-Za-z0-9_-]{37}$")
+
+
+def _search_refusal(request, message):
+    """The search rule the sent query breaks and the answer names, or None."""
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.url or "").query, keep_blank_values=True)
+    q = query.get("q", [])
+    if len(q) == 1 and len(q[0].encode()) > SEARCH_MAX_Q_BYTES and re.match(r"^q is \d+ bytes, at most ", message):
+        return "q over 256 bytes"
+    if len(q) == 1 and re.match(r"^q has \d+ terms, at most \d+ are searched$", message):
+        return "q of more than 16 terms"
+    for name in ("after_seq", "before_seq"):
+        if name in query and "conversation_id" not in query and message == f"{name} needs conversation_id":
+            return f"{name} without conversation_id"
+    cursor = query.get("cursor", [])
+    if len(cursor) == 1 and SEARCH_CURSOR.match(cursor[0]) and message == "cursor is not one this search issued":
+        return "a cursor the server did not issue"
+    return None
+
+
 def _sent_json(request):
     """The JSON object of the request that was sent, {} when none."""
     body = request.body
@@ -182,6 +208,10 @@ def _unexpressible(op, request, status, message):
         for name, pattern in STATE_REFUSALS.get(op, ()):
             if re.search(pattern, message):
                 return "state: " + name
+    if op == SEARCH and status == 400:
+        rule = _search_refusal(request, message)
+        if rule is not None:
+            return rule
     if op == LIST and status == 400 and any(re.search(p, message) for p in TOKEN_REFUSALS):
         page = urllib.parse.parse_qs(urllib.parse.urlsplit(request.url or "").query).get("page", [])
         if len(page) == 1 and NEXT_PAGE.match(page[0]):

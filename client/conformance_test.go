@@ -37,19 +37,71 @@ type confScenario struct {
 	Config    scenarioConfig  `json:"config"`
 	Start     startState      `json:"start"`
 	Handler   handlerBehavior `json:"handler"`
-	// Actions are the app's calls (uploads, sends), made one after the
+	// Actions are the app's calls (uploads, sends, searches), made one after the
 	// other on the first client while it runs.
 	Actions []action    `json:"actions"`
 	Script  []step      `json:"script"`
 	Expect  expectation `json:"expect"`
 }
 
-// action is one call of the app's: exactly one of Upload and Send, and
-// what it must end with.
+// action is one call of the app's: exactly one of Upload, Send and
+// Search, and what it must end with.
 type action struct {
 	Upload *uploadAction `json:"upload"`
 	Send   *sendAction   `json:"send"`
+	Search *searchAction `json:"search"`
 	Expect outcome       `json:"expect"`
+}
+
+// searchAction is a search (Search), in the wire's names; with AllPages,
+// every page of it (SearchPages).
+type searchAction struct {
+	Q              string `json:"q"`
+	Prefix         *bool  `json:"prefix"`
+	ConversationID int64  `json:"conversation_id"`
+	SenderID       *int64 `json:"sender_id"`
+	After          string `json:"after"`
+	Before         string `json:"before"`
+	AfterSeq       *int64 `json:"after_seq"`
+	BeforeSeq      *int64 `json:"before_seq"`
+	HasAttachment  *bool  `json:"has_attachment"`
+	MentionsMe     bool   `json:"mentions_me"`
+	Order          string `json:"order"`
+	Limit          int    `json:"limit"`
+	Cursor         string `json:"cursor"`
+	AllPages       bool   `json:"all_pages"`
+}
+
+// query is s as the SDK's SearchQuery.
+func (s searchAction) query() (client.SearchQuery, error) {
+	q := client.SearchQuery{Q: s.Q, NoPrefix: s.Prefix != nil && !*s.Prefix, ConversationID: s.ConversationID,
+		SenderID: s.SenderID, AfterSeq: s.AfterSeq, BeforeSeq: s.BeforeSeq, HasAttachment: s.HasAttachment,
+		MentionsMe: s.MentionsMe, Order: client.SearchOrder(s.Order), Limit: s.Limit, Cursor: s.Cursor}
+	for _, t := range []struct {
+		in  string
+		out *time.Time
+	}{{s.After, &q.After}, {s.Before, &q.Before}} {
+		if t.in == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339Nano, t.in)
+		if err != nil {
+			return q, err
+		}
+		*t.out = v
+	}
+	return q, nil
+}
+
+// searchFound is what a search found: its results as [conversation_id,
+// seq], in order (every page's, with all_pages), the last page's
+// next_cursor, the first page's estimated_total and how many pages were
+// read.
+type searchFound struct {
+	Results        [][2]int64 `json:"results"`
+	NextCursor     string     `json:"next_cursor"`
+	EstimatedTotal *int64     `json:"estimated_total"`
+	Pages          int        `json:"pages"`
 }
 
 // uploadAction uploads the conformance file of Size bytes (conformanceFile),
@@ -89,6 +141,8 @@ type outcome struct {
 		Seq         int64    `json:"seq"`
 		Attachments []string `json:"attachments"`
 	} `json:"sent"`
+	// Found: the search ended with these results.
+	Found *searchFound `json:"found"`
 }
 
 type scenarioConfig struct {
@@ -258,9 +312,15 @@ func TestConformance(t *testing.T) {
 		require.NoError(t, strictUnmarshal(raw, &sc), f)
 		require.Equal(t, filepath.Base(f), sc.Name+".json", "a scenario's file is named after it")
 		for i, a := range sc.Actions {
-			require.True(t, (a.Upload == nil) != (a.Send == nil), "%s: action %d is one upload or one send", f, i)
+			calls := 0
+			for _, set := range []bool{a.Upload != nil, a.Send != nil, a.Search != nil} {
+				if set {
+					calls++
+				}
+			}
+			require.Equal(t, 1, calls, "%s: action %d is one upload, one send or one search", f, i)
 			n := 0
-			for _, set := range []bool{a.Expect.Upload != nil, a.Expect.Error != nil, a.Expect.UploadError != nil, a.Expect.Sent != nil} {
+			for _, set := range []bool{a.Expect.Upload != nil, a.Expect.Error != nil, a.Expect.UploadError != nil, a.Expect.Sent != nil, a.Expect.Found != nil} {
 				if set {
 					n++
 				}
@@ -302,6 +362,7 @@ type observed struct {
 type actionResult struct {
 	upload *client.Upload
 	sent   *client.SendResult
+	found  *searchFound
 	err    error
 }
 
@@ -454,6 +515,8 @@ func runActions(ctx context.Context, c *client.Client, actions []action, obs *ob
 			}
 		case a.Send != nil:
 			r.sent, r.err = sendAndWait(ctx, c, *a.Send, obs)
+		case a.Search != nil:
+			r.found, r.err = search(ctx, c, *a.Search)
 		}
 		if ctx.Err() != nil {
 			return // stopped: the action did not end
@@ -462,6 +525,41 @@ func runActions(ctx context.Context, c *client.Client, actions []action, obs *ob
 		obs.actions = append(obs.actions, r)
 		obs.mu.Unlock()
 	}
+}
+
+// search makes the search s (every page with AllPages) and returns what
+// it found.
+func search(ctx context.Context, c *client.Client, s searchAction) (*searchFound, error) {
+	q, err := s.query()
+	if err != nil {
+		return nil, err
+	}
+	found := &searchFound{Results: [][2]int64{}}
+	add := func(p *client.SearchPage) {
+		for _, r := range p.Results {
+			found.Results = append(found.Results, [2]int64{r.Message.ConversationID, r.Message.Seq})
+		}
+		if found.Pages == 0 {
+			found.EstimatedTotal = p.EstimatedTotal
+		}
+		found.NextCursor = p.NextCursor
+		found.Pages++
+	}
+	if !s.AllPages {
+		p, err := c.Search(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		add(p)
+		return found, nil
+	}
+	for p, err := range c.SearchPages(ctx, q) {
+		if err != nil {
+			return nil, err
+		}
+		add(p)
+	}
+	return found, nil
 }
 
 // sendAndWait sends s and waits for its result (OnSendResult).
@@ -670,6 +768,11 @@ func checkActions(t *testing.T, actions []action, obs *observed) {
 			}
 			require.Equal(t, want.Sent.Seq, got.sent.Message.Seq, "action %d: the sent message's seq", i)
 			require.Equal(t, orEmpty(want.Sent.Attachments), ids, "action %d: the sent message's attachments", i)
+		case want.Found != nil:
+			require.NoError(t, got.err, "action %d", i)
+			want := *want.Found
+			want.Results = orEmpty(want.Results)
+			require.Equal(t, want, *got.found, "action %d: what the search found", i)
 		}
 	}
 }

@@ -104,6 +104,7 @@
 //	attachments.go     Upload (sealed, streamed to the store, in parts that resume), Download
 //	report.go          ReportMessage: a message reported to the moderators
 //	blocks.go          BlockUser, UnblockUser, Blocks; blocked senders' messages hidden
+//	search.go          Search, SearchPages: full-text search of the user's messages
 //	flock_unix.go      the lock of a FileStore's state file (flock)
 //	flock_other.go     no lock where flock is missing
 //	errors.go          APIError, CloseError, PermanentError

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"math"
 	mrand "math/rand/v2"
+	"net/http"
 	"net/url"
 	"os"
 	"regexp"
@@ -238,3 +239,69 @@ func TestOpenAPIWebSocketKeyPattern(t *testing.T) {
 
 func mapOf(v any) map[string]any { m, _ := v.(map[string]any); return m }
 func listOf(v any) []any         { l, _ := v.([]any); return l }
+
+// TestOpenAPISearchQPattern: the pattern of search's q takes exactly the
+// one-character questions searchQueryOf does (not all white space, no
+// NUL); byte and term limits are the server's (maxLength counts
+// characters).
+func TestOpenAPISearchQPattern(t *testing.T) {
+	doc := loadOpenAPI(t)
+	re := compilePattern(t, doc.docAt(t, "paths", "/v1/search", "get", "parameters", "q", "schema")["pattern"].(string))
+	accepted := func(q string) bool {
+		r := &http.Request{URL: &url.URL{RawQuery: url.Values{"q": {q}}.Encode()}}
+		_, err := searchQueryOf(r)
+		return err == nil
+	}
+	for r := rune(0); r <= utf8.MaxRune; r++ {
+		if !utf8.ValidRune(r) {
+			continue
+		}
+		s := string(r)
+		if a, m := accepted(s), re.MatchString(s); a != m {
+			t.Fatalf("q=%U: accepted %v, the pattern matches %v", r, a, m)
+		}
+	}
+	for _, q := range []string{"hello", " a ", `"a b"`, "x\u3000", "\u00a0\u00a0y"} {
+		require.True(t, accepted(q), q)
+		require.True(t, re.MatchString(q), q)
+	}
+	for _, q := range []string{"", " ", "\t\n", "\u3000\u0085", "a\x00b"} {
+		require.False(t, accepted(q), "%q", q)
+		require.False(t, re.MatchString(q), "%q", q)
+	}
+}
+
+// TestOpenAPISearchCursorPattern: every cursor the search issues, of
+// either order, matches the document's pattern of cursor, and a string the
+// pattern refuses is never a cursor decodeCursor takes.
+func TestOpenAPISearchCursorPattern(t *testing.T) {
+	doc := loadOpenAPI(t)
+	pattern := doc.docAt(t, "paths", "/v1/search", "get", "parameters", "cursor", "schema")["pattern"].(string)
+	re := compilePattern(t, pattern)
+	// The fuzz run's hooks tell a made-up cursor by this pattern.
+	hooks, err := os.ReadFile("../scripts/fuzz/hooks.py")
+	require.NoError(t, err)
+	require.Contains(t, string(hooks), `re.compile(r"`+pattern+`")`, "scripts/fuzz/hooks.py repeats the cursor pattern")
+	for i := range 5000 {
+		relevance := i%2 == 0
+		k := searchKey{rank: mrand.Float32() * float32(mrand.IntN(100)), at: mrand.Int64() >> mrand.IntN(63),
+			cid: mrand.Int64() >> mrand.IntN(63), seq: mrand.Int64() >> mrand.IntN(63)}
+		s := encodeCursor(relevance, k)
+		require.True(t, re.MatchString(s), "cursor %q of %+v", s, k)
+		got, err := decodeCursor(s, relevance)
+		require.NoError(t, err, s)
+		require.Equal(t, k, *got)
+	}
+	for range 5000 {
+		b := make([]byte, 29)
+		_, _ = rand.Read(b)
+		s := base64.RawURLEncoding.EncodeToString(b)
+		if re.MatchString(s) {
+			continue
+		}
+		for _, relevance := range []bool{false, true} {
+			_, err := decodeCursor(s, relevance)
+			require.Error(t, err, "cursor %q outside the pattern", s)
+		}
+	}
+}

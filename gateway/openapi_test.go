@@ -273,6 +273,12 @@ func TestOpenAPIObjectsMatchWire(t *testing.T) {
 		{"settings", response("/v1/settings", "get", "200"), protocol.Settings{}, nil, nil},
 		{"settings changed", response("/v1/settings", "patch", "200"), protocol.Settings{}, nil, nil},
 		{"presence", response("/v1/presence", "get", "200"), protocol.PresenceList{}, nil, nil},
+		{"search", response("/v1/search", "get", "200"), protocol.SearchResults{}, []string{"next_cursor", "estimated_total"}, nil},
+		{"search's first page with more", response("/v1/search", "get", "200"), protocol.SearchResults{NextCursor: "x", EstimatedTotal: new(int64)},
+			nil, []string{"next_cursor", "estimated_total"}},
+		{"SearchResult", schema("SearchResult"), protocol.SearchResult{Message: protocol.Message{Body: json.RawMessage(`"x"`)}}, nil, nil},
+		{"SnippetPart", schema("SnippetPart"), protocol.SnippetPart{}, []string{"match"}, nil},
+		{"matched SnippetPart", schema("SnippetPart"), protocol.SnippetPart{Match: true}, nil, []string{"match"}},
 	}
 	for _, c := range cases {
 		raw, err := json.Marshal(c.v)

@@ -43,6 +43,7 @@ var commands = map[string]command{
 	"block":         {"block a user (its messages emptied, its typing and presence hidden, no adding you)", runBlock},
 	"unblock":       {"unblock a user you blocked", runUnblock},
 	"blocks":        {"list the users you block", runBlocks},
+	"search":        {"find messages you can see by their words, one line each with the matches marked", runSearch},
 	"read":          {"mark a conversation read (up to its last message, or --seq)", runRead},
 	"receipts":      {"show how far each member of a conversation has read", runReceipts},
 	"pin":           {"pin a conversation in your list (--off: unpin)", runPin},

@@ -393,3 +393,105 @@ export async function block(api: Api, userId: number, on: boolean, signal?: Abor
 export function blocks(api: Api, signal?: AbortSignal): Promise<Block[]> {
   return listAll<Block>(api, "/v1/blocks?limit=1000", "blocks", signal);
 }
+
+/** SearchOrder is the order of a search's results: newest first, or by rank (ties newest first). */
+export type SearchOrder = "newest" | "relevance";
+
+/**
+ * SearchQuery is a search (docs/protocol.md, "GET /v1/search"). Only q is
+ * required; every other field absent is no filter.
+ */
+export interface SearchQuery {
+  /**
+   * q is what to find (1..256 bytes): words and `"quoted phrases"` whose words follow each other; every term must
+   * match. The last word is a prefix ("hel" finds "hello") unless q ends with a space or a quote, or prefix is false.
+   */
+  q: string;
+  /** prefix: false makes the last word of q a whole word. @defaultValue true */
+  prefix?: boolean;
+  /** conversationId: only this conversation. */
+  conversationId?: number;
+  /** senderId: only this sender's messages (0: the server API's named system sender). */
+  senderId?: number;
+  /** after: messages sent strictly after this time (a Date, or an RFC 3339 string sent as it is). */
+  after?: Date | string;
+  /** before: messages sent strictly before this time. */
+  before?: Date | string;
+  /** afterSeq: seqs strictly above this one; with conversationId only (the server refuses it without). */
+  afterSeq?: number;
+  /** beforeSeq: seqs strictly below this one; with conversationId only. */
+  beforeSeq?: number;
+  /** hasAttachment: true only messages with attachments, false only messages without; absent both. */
+  hasAttachment?: boolean;
+  /** mentionsMe: only messages that mention the user (by id or with mention_all). */
+  mentionsMe?: boolean;
+  /** order of the results. @defaultValue "newest" */
+  order?: SearchOrder;
+  /** limit: the page's size, 1..100. @defaultValue 20 */
+  limit?: number;
+  /** cursor: a page's next_cursor, for the page after it (the other fields those of that page's query). */
+  cursor?: string;
+}
+
+/** SnippetPart is a segment of a result's snippet: plain text, never markup; match marks the words the query matched. */
+export interface SnippetPart {
+  text: string;
+  match?: boolean;
+}
+
+/** SearchResult is one message a search found, as history serves it, with a snippet of its body and its rank (ts_rank). */
+export interface SearchResult {
+  message: Message;
+  snippet: SnippetPart[];
+  rank: number;
+}
+
+/**
+ * SearchPage is a page of a search's results. next_cursor is present when
+ * more may follow (the cursor of the next page's query); estimated_total is
+ * on the first page only (no cursor): how many messages match, counted up
+ * to 1,000 per PostgreSQL server (1,000 or more means "at least").
+ */
+export interface SearchPage {
+  results: SearchResult[];
+  next_cursor?: string;
+  estimated_total?: number;
+}
+
+/** searchParams is a query as the parameters of GET /v1/search. */
+function searchParams(s: SearchQuery): URLSearchParams {
+  const q = new URLSearchParams({ q: s.q });
+  const time = (t: Date | string) => (typeof t === "string" ? t : t.toISOString());
+  if (s.prefix === false) q.set("prefix", "false");
+  if (s.conversationId !== undefined) q.set("conversation_id", seg(s.conversationId));
+  if (s.senderId !== undefined) q.set("sender_id", seg(s.senderId));
+  if (s.after !== undefined) q.set("after", time(s.after));
+  if (s.before !== undefined) q.set("before", time(s.before));
+  if (s.afterSeq !== undefined) q.set("after_seq", seg(s.afterSeq));
+  if (s.beforeSeq !== undefined) q.set("before_seq", seg(s.beforeSeq));
+  if (s.hasAttachment !== undefined) q.set("has_attachment", String(s.hasAttachment));
+  if (s.mentionsMe) q.set("mentions_me", "true");
+  if (s.order !== undefined) q.set("order", s.order);
+  if (s.limit !== undefined) q.set("limit", seg(s.limit));
+  if (s.cursor) q.set("cursor", s.cursor);
+  return q;
+}
+
+/** @internal */
+export async function search(api: Api, s: SearchQuery, signal?: AbortSignal): Promise<SearchPage> {
+  if (!s.q.trim()) throw new TypeError("inboxd: a search needs a word");
+  const res = await api.request("GET", `/v1/search?${searchParams(s)}`, undefined, signal);
+  const page = (await res.json()) as SearchPage;
+  return { ...page, results: page.results ?? [] };
+}
+
+/** @internal */
+export async function* searchPages(api: Api, s: SearchQuery, signal?: AbortSignal): AsyncGenerator<SearchPage, void, undefined> {
+  let query = s;
+  for (;;) {
+    const page = await search(api, query, signal);
+    yield page;
+    if (!page.next_cursor) return;
+    query = { ...query, cursor: page.next_cursor };
+  }
+}

@@ -396,6 +396,28 @@ export class Client {
     return app.blocks(this.api, signal);
   }
 
+  /**
+   * search finds messages the user may see (those a history read would show it, in every conversation it is or was a
+   * member of), minus deleted and system messages and the messages of the senders it blocks (the server leaves those
+   * out, whatever showBlocked), by their current text: one page. Bad parameters reject with an ApiError 400, a search
+   * that ran too long with a retryable one (503).
+   */
+  search(query: app.SearchQuery, signal?: AbortSignal): Promise<app.SearchPage> {
+    return app.search(this.api, query, signal);
+  }
+
+  /**
+   * searchPages reads the pages of a query one after the other, from its cursor, until the last one (an error
+   * rejects the iteration). Pages are keyset pages: a message that arrives meanwhile does not shift them.
+   *
+   * ```ts
+   * for await (const page of client.searchPages({ q: "lunch" })) for (const r of page.results) show(r);
+   * ```
+   */
+  searchPages(query: app.SearchQuery, signal?: AbortSignal): AsyncGenerator<app.SearchPage, void, undefined> {
+    return app.searchPages(this.api, query, signal);
+  }
+
   /** createConversation makes a conversation (the user is always a member) and returns its id. */
   createConversation(title: string, memberIds: number[], signal?: AbortSignal): Promise<number> {
     return this.api.createConversation(title, memberIds, signal);

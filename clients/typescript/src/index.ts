@@ -20,4 +20,4 @@ export type { Handlers, TooLong } from "./inbox.js";
 export type { SendOptions, SendResult } from "./outbox.js";
 export type { WebSocketCtor, WebSocketLike } from "./transport_ws.js";
 export { KindMessage, KindRecord, KindUpdate, type Attachment, type Counts, type Entry, type History, type Message, type Reaction, type Record, type Thumbnail, type Upload, type UploadPart } from "./protocol.js";
-export type { Block, Change, ChangeKind, ChangeOptions, ChangeResult, ConversationSettings, Member, Presence, Receipt, ReceiptEvent, Report, ReportOptions, ReportResult, Sanction, Settings, SettingsPatch, TypingEvent } from "./app.js";
+export type { Block, Change, ChangeKind, ChangeOptions, ChangeResult, ConversationSettings, Member, Presence, Receipt, ReceiptEvent, Report, ReportOptions, ReportResult, Sanction, SearchOrder, SearchPage, SearchQuery, SearchResult, Settings, SettingsPatch, SnippetPart, TypingEvent } from "./app.js";

@@ -12,6 +12,7 @@ import { WebSocket as NodeWebSocket } from "ws";
 import { Client, type ClientConfig, type Transport } from "../../src/client.js";
 import { ApiError, HandlerError, PermanentError, UploadError } from "../../src/errors.js";
 import type { TooLong } from "../../src/inbox.js";
+import type { SearchPage, SearchQuery } from "../../src/app.js";
 import type { Message, Upload } from "../../src/protocol.js";
 import type { SendResult } from "../../src/outbox.js";
 import { emptyState, MemoryStore, type Hole, type State } from "../../src/store.js";
@@ -39,17 +40,19 @@ interface Scenario {
   start: { epoch: number; cursor: number; conversations?: { [cid: string]: ConversationInit };
     outbox?: { msg_id: string; conversation_id: number; body: string }[] };
   handler?: { fail_once?: number[] };
-  /** actions: the app's calls (uploads, sends), made one after the other on the first client while it runs. */
+  /** actions: the app's calls (uploads, sends, searches), made one after the other on the first client while it runs. */
   actions?: Action[];
   script: Step[];
   expect: Expectation;
 }
 
-/** Action is one call of the app's: exactly one of upload and send, and what it must end with. */
+/** Action is one call of the app's: exactly one of upload, send and search, and what it must end with. */
 interface Action {
   /** upload: the conformance file of size bytes (conformanceFile), or a resume of upload resume_id with it. */
   upload?: { conversation_id: number; name: string; content_type: string; size: number; resume_id?: string };
   send?: { conversation_id: number; body: string; attachments?: string[] };
+  /** search: a search in the wire's names; with all_pages, every page of it (searchPages). */
+  search?: SearchAction;
   /** expect: exactly one field. */
   expect: {
     /** upload: the call resolved with an upload of which this is a subset. */
@@ -60,13 +63,63 @@ interface Action {
     upload_error?: { id: string };
     /** sent: the send ended with this message: its seq and its attachments' ids, in order. */
     sent?: { seq: number; attachments?: string[] };
+    /** found: the search ended with these results. */
+    found?: SearchFound;
   };
+}
+
+interface SearchAction {
+  q: string;
+  prefix?: boolean;
+  conversation_id?: number;
+  sender_id?: number;
+  after?: string;
+  before?: string;
+  after_seq?: number;
+  before_seq?: number;
+  has_attachment?: boolean;
+  mentions_me?: boolean;
+  order?: "newest" | "relevance";
+  limit?: number;
+  cursor?: string;
+  all_pages?: boolean;
+}
+
+/**
+ * SearchFound is what a search found: its results as [conversation_id, seq], in order (every page's, with all_pages),
+ * the last page's next_cursor, the first page's estimated_total and how many pages were read.
+ */
+interface SearchFound {
+  results: [number, number][];
+  next_cursor?: string;
+  estimated_total?: number;
+  pages: number;
+}
+
+/** search makes the search s (every page with all_pages) and returns what it found. */
+async function search(c: Client, s: SearchAction): Promise<SearchFound> {
+  const q: SearchQuery = {
+    q: s.q, prefix: s.prefix, conversationId: s.conversation_id, senderId: s.sender_id, after: s.after, before: s.before,
+    afterSeq: s.after_seq, beforeSeq: s.before_seq, hasAttachment: s.has_attachment, mentionsMe: s.mentions_me,
+    order: s.order, limit: s.limit, cursor: s.cursor,
+  };
+  const found: SearchFound = { results: [], pages: 0 };
+  const add = (p: SearchPage) => {
+    for (const r of p.results) found.results.push([r.message.conversation_id, r.message.seq]);
+    if (found.pages === 0) found.estimated_total = p.estimated_total;
+    found.next_cursor = p.next_cursor;
+    found.pages++;
+  };
+  if (!s.all_pages) add(await c.search(q));
+  else for await (const p of c.searchPages(q)) add(p);
+  return found;
 }
 
 /** ActionResult is how one of the app's calls ended. */
 interface ActionResult {
   upload?: Upload;
   sent?: SendResult;
+  found?: SearchFound;
   error?: unknown;
 }
 
@@ -249,6 +302,8 @@ async function runActions(runner: Runner, actions: Action[], obs: Observed): Pro
         r.upload = u.resume_id ? await c.resumeUpload(u.conversation_id, u.resume_id, file) : await c.upload(u.conversation_id, file);
       } else if (a.send) {
         r.sent = await sendAndWait(runner, c, a.send, obs);
+      } else if (a.search) {
+        r.found = await search(c, a.search);
       }
     } catch (err) {
       r.error = err;
@@ -400,6 +455,10 @@ function checkActions(actions: Action[], obs: Observed): void {
       assert.equal(got.sent.message.seq, want.sent.seq, `action ${i}: the sent message's seq`);
       assert.deepEqual((got.sent.message.attachments ?? []).map((at) => at.id), want.sent.attachments ?? [],
         `action ${i}: the sent message's attachments`);
+    } else if (want.found) {
+      assert.equal(got.error, undefined, `action ${i}: ${String(got.error)}`);
+      const { next_cursor: nc, estimated_total: et, ...rest } = want.found;
+      assert.deepEqual(got.found, { ...rest, next_cursor: nc, estimated_total: et }, `action ${i}: what the search found`);
     }
   });
 }
@@ -450,7 +509,7 @@ test("conformance", { concurrency: true }, async (t) => {
     const sc = JSON.parse(readFileSync(join(scenarioDir, f), "utf8")) as Scenario;
     assert.equal(f, `${sc.name}.json`, "a scenario's file is named after it");
     (sc.actions ?? []).forEach((a, i) => {
-      assert.ok((a.upload === undefined) !== (a.send === undefined), `${f}: action ${i} is one upload or one send`);
+      assert.equal([a.upload, a.send, a.search].filter((x) => x !== undefined).length, 1, `${f}: action ${i} is one upload, one send or one search`);
       assert.equal(Object.keys(a.expect).length, 1, `${f}: action ${i} expects one outcome`);
     });
     return t.test(sc.name, { todo: divergences[sc.name] }, () => runScenario(sc));

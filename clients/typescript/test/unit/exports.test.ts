@@ -22,8 +22,8 @@ const main = [
 const mainTypes = [
   "Attachment", "BackfillResult", "Block", "Change", "ChangeKind", "ChangeOptions", "ChangeResult", "ClientConfig", "ClientHandlers",
   "ConversationSettings", "ConversationState", "Counts", "Entry", "FetchLike", "Handlers", "History", "Hole", "Member", "Message",
-  "OutboxItem", "Presence", "Reaction", "Receipt", "ReceiptEvent", "Record", "Report", "ReportOptions", "ReportResult", "Sanction", "SendOptions", "SendResult",
-  "Settings", "SettingsPatch", "State", "Status", "Store", "Thumbnail", "TokenSource", "TooLong", "Transport", "TypingEvent",
+  "OutboxItem", "Presence", "Reaction", "Receipt", "ReceiptEvent", "Record", "Report", "ReportOptions", "ReportResult", "Sanction", "SearchOrder", "SearchPage", "SearchQuery", "SearchResult",
+  "SendOptions", "SendResult", "Settings", "SettingsPatch", "SnippetPart", "State", "Status", "Store", "Thumbnail", "TokenSource", "TooLong", "Transport", "TypingEvent",
   "Upload", "UploadFile", "UploadPart", "WebSocketCtor", "WebSocketLike",
 ];
 

@@ -35,9 +35,15 @@ BEGIN
         $$;
     END IF;
     IF to_regprocedure('inboxd_search.vector(text)') IS NULL THEN
+        -- One expression, not STRICT, so that PostgreSQL inlines it into
+        -- the column and folds config() to a constant; the bigrams' query
+        -- runs only for a body with CJK characters (a fifth of the cost
+        -- per row of calling indexed_text always: docs/benchmarks.md).
         CREATE FUNCTION inboxd_search.vector(body text) RETURNS tsvector
-        LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT AS $$
-            SELECT to_tsvector(inboxd_search.config(), inboxd_search.indexed_text(body))
+        LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+            SELECT to_tsvector(inboxd_search.config(),
+                CASE WHEN body ~ '[぀-ヿ㐀-䶿一-鿿豈-﫿가-힯]'
+                    THEN inboxd_search.indexed_text(body) ELSE body END)
         $$;
     END IF;
 END

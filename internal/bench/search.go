@@ -95,7 +95,11 @@ type SearchResult struct {
 	Kinds      []SearchKind `json:"kinds"`
 	PrimaryKey SearchKind   `json:"primary_key"`
 	History    SearchKind   `json:"history"`
-	Write      *SearchWrite `json:"write,omitempty"`
+	// QueryLoad is the 1-minute load average before and after the timed
+	// requests: the machine's other work falls on the figure and its
+	// reference alike, but shows in both.
+	QueryLoad [2]float64   `json:"query_load_average_1m"`
+	Write     *SearchWrite `json:"write,omitempty"`
 }
 
 // SearchKind is one kind of request, timed.
@@ -136,6 +140,7 @@ type SearchWriteRun struct {
 	Seconds      float64 `json:"seconds"`
 	ApplySeconds float64 `json:"apply_seconds"`
 	Batches      uint64  `json:"batches"`
+	Load         float64 `json:"load_average_1m_at_end"`
 }
 
 // rates sums runs: messages per second of the whole catch-up and of the
@@ -327,9 +332,11 @@ func Search(ctx context.Context, env *Env, cfg SearchConfig) (SearchResult, erro
 	}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
 	defer client.CloseIdleConnections()
+	res.QueryLoad[0] = loadAverage()
 	if err := runSearchKinds(ctx, pool, client, ready.Addr, tok, d, convs, kinds, cfg.Requests, &res, pr); err != nil {
 		return res, err
 	}
+	res.QueryLoad[1] = loadAverage()
 	_ = gw.stop(20 * time.Second)
 	cluster.Close()
 	pool.Close()

@@ -78,8 +78,8 @@ func searchWriteCost(ctx context.Context, env *Env, cfg SearchConfig, vocab []st
 				return res, fmt.Errorf("%s, round %d: %w", s.name, round+1, err)
 			}
 			*s.runs = append(*s.runs, run)
-			progressf(pr, "bench search: write cost, round %d, %s: %s msg/s of apply time, %s msg/s in all, %d batches",
-				round+1, s.name, num(div(float64(run.Messages), run.ApplySeconds)), num(div(float64(run.Messages), run.Seconds)), run.Batches)
+			progressf(pr, "bench search: write cost, round %d, %s: %s msg/s of apply time, %s msg/s in all, %d batches, load average %.2f",
+				round+1, s.name, num(div(float64(run.Messages), run.ApplySeconds)), num(div(float64(run.Messages), run.Seconds)), run.Batches, run.Load)
 		}
 	}
 	return res, nil
@@ -125,6 +125,7 @@ func searchWriteRound(ctx context.Context, env *Env, pl *pipeline, convs []e2eCo
 	}
 	err = testenv.WaitCaughtUp(ctx, pl.pool, pl.prod, 30*time.Minute)
 	run.Seconds = time.Since(t0).Seconds()
+	run.Load = loadAverage()
 	stop()
 	if err != nil {
 		return run, err

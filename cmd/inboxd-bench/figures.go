@@ -34,6 +34,7 @@ var figures = map[string]figure{
 	"large":       {"read fan-out: build of an N-member conversation, push latency to C connected members, small conversations' p99 with and without it, inbox rows per message, catch-up, sync cost of 50 channels", bindLarge},
 	"attachments": {"upload + send of a file end to end vs a plain PUT of the same bytes to the same store (SeaweedFS); the gateway's CPU and memory per upload; thumbnails/s of photos and a thumbnail's latency vs the same image work in the bench", bindAttachments},
 	"shards":      {"sharded projection on 2 servers: committed inbox rows/s vs 1 server, the share of entries that crossed, and append -> commit on the user's server and -> push on the member's WebSocket for a crossed member vs a local one, at paced loads", bindShards},
+	"search":      {"GET /v1/search latency by kind of query over 1M messages vs a SELECT of as many rows by primary key; the index's size; the fanout's messages/s with and without the search column and index", bindSearch},
 	"all":         {"every figure, then the goals (computed from the results), the tables and charts of docs/benchmarks.md", bindAll},
 }
 
@@ -202,6 +203,24 @@ func bindLarge(fs *flag.FlagSet) runFunc {
 	fs.Float64Var(&c.LargePushRate, "ws-large-push-rate", 0, "the gateway's pacing of read-mode pushes, writes/s per conversation (0: its default; negative: none)")
 	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 		return bench.Large(ctx, env, c)
+	}
+}
+
+func bindSearch(fs *flag.FlagSet) runFunc {
+	var c bench.SearchConfig
+	fs.IntVar(&c.Messages, "messages", 1_000_000, "text messages generated (COPY) for the searches")
+	fs.IntVar(&c.Conversations, "conversations", 10_000, "conversations they are spread over")
+	fs.IntVar(&c.Members, "members", 8, "members per conversation (also of the write cost's conversations)")
+	fs.IntVar(&c.MemberOf, "member-of", 200, "conversations the searching user (and every user) is a member of")
+	fs.IntVar(&c.Vocabulary, "vocabulary", 5000, "words of the text, drawn with a Zipf distribution")
+	fs.Float64Var(&c.CJKShare, "cjk-share", 0.05, "share of the messages in Chinese, Japanese or Korean")
+	fs.IntVar(&c.Requests, "requests", 200, "timed requests of each kind of query (and of the references)")
+	fs.IntVar(&c.WriteMessages, "write-messages", 200_000, "messages projected per round of the write cost, into each database (negative: no write cost)")
+	fs.IntVar(&c.WriteConversations, "write-conversations", 1000, "conversations of the write cost")
+	fs.IntVar(&c.WriteRounds, "write-rounds", 2, "rounds of the write cost, alternating which database goes first")
+	fs.IntVar(&c.MaxPollRecords, "max-poll-records", 5000, "fanout batch size of the write cost")
+	return func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+		return bench.Search(ctx, env, c)
 	}
 }
 

@@ -58,6 +58,10 @@ figures:
            same store (SeaweedFS); the gateway's CPU and resident memory per upload; thumbnails/s
            of 2000x1500 photos sent at once and a lone photo's send -> thumbnail announced, vs the
            bench decoding, scaling and encoding the same photo
+  shards   sharded projection on 2 servers: inbox rows/s vs 1 server; a crossed entry's latency vs a local one's
+  search   GET /v1/search by kind of query (words, phrase, prefix, CJK, filters) over 1M messages, vs a
+           SELECT of as many rows by primary key; the index's size; fan-out messages/s with and
+           without the search column and index
   all      every figure, then the tables and charts of docs/benchmarks.md (make bench); the
            report starts with the goals, each named and computed from the run's results
   report   the tables and charts again from the JSON of a bench all (--json); given several

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 
 	"github.com/inboxd/inboxd/attachments"
 	"github.com/inboxd/inboxd/gateway"
@@ -61,6 +62,11 @@ type serveConfig struct {
 	// for wanted thumbnails (0: the gateway's default; `inboxd gateway`
 	// has no flag for it).
 	ThumbnailInterval time.Duration
+	// SyncRate and SyncBurst are the gateway's per-user bucket of reads
+	// (0: its defaults). The search figure asks as one user, back to back,
+	// faster than a person would.
+	SyncRate  float64
+	SyncBurst int
 }
 
 // serveReady is the child's "ready" line.
@@ -169,6 +175,7 @@ func runServe(ctx context.Context, cio *childIO, raw []byte) error {
 		}
 		g, err := gateway.New(gateway.Config{Addr: cfg.Addr, AuthSecret: []byte(cfg.Secret), Logger: log,
 			SendCheckBatch: cfg.SendCheckBatch, SendCheckRunners: cfg.SendCheckRunners, Attachments: ac,
+			SyncRate: rate.Limit(cfg.SyncRate), SyncBurst: cfg.SyncBurst,
 			Registerer: reg, Reconnect: gateway.ReconnectConfig{Disabled: !cfg.Hints,
 				RestartDelay: cfg.RestartDelay, AdmitRate: cfg.AdmitRate}}, pool, prod)
 		if err != nil {

@@ -441,7 +441,11 @@ func (g *Gateway) searchServer(ctx context.Context, srv int, page, countSQL stri
 			strconv.FormatInt(g.cfg.SearchTimeout.Milliseconds(), 10)); err != nil {
 			return err
 		}
-		rs, err := tx.Query(ctx, page, args...)
+		// Planned afresh each time (no cached statement): the plan folds
+		// inboxd_search.config() to a constant, and PostgreSQL does not
+		// invalidate a cached plan when inboxd migrate --search-config
+		// redefines it.
+		rs, err := tx.Query(ctx, page, append([]any{pgx.QueryExecModeExec}, args...)...)
 		if err != nil {
 			return err
 		}
@@ -463,7 +467,7 @@ func (g *Gateway) searchServer(ctx context.Context, srv int, page, countSQL stri
 			return err
 		}
 		if count {
-			return tx.QueryRow(ctx, countSQL, args[:countArgs]...).Scan(&n)
+			return tx.QueryRow(ctx, countSQL, append([]any{pgx.QueryExecModeExec}, args[:countArgs]...)...).Scan(&n)
 		}
 		return nil
 	})

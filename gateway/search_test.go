@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/attachments"
+	"github.com/inboxd/inboxd/migrations"
 	"github.com/inboxd/inboxd/protocol"
 )
 
@@ -120,4 +122,30 @@ func TestSearchFilters(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.status, "%q: %s", bad, r)
 		require.Equal(t, protocol.CodeBadRequest, errCode(t, r), "%q", bad)
 	}
+}
+
+// TestSearchAfterConfigSwitch: once inboxd migrate --search-config
+// switches the configuration, a running gateway searches with the new
+// one at once (its statements are not cached with the old one folded
+// in), and the messages are found by their stems.
+func TestSearchAfterConfigSwitch(t *testing.T) {
+	tg := newGateway(t, nil)
+	a := tg.user(t, 1)
+	cid := a.create(t, "stems", 2)
+	m := a.send(t, cid, "the dogs were running")
+	// More than five times: PostgreSQL would then keep a generic plan of a
+	// cached statement.
+	for range 8 {
+		require.Empty(t, foundSeqs(a.search(t, "q=run&prefix=false")), "simple does not stem")
+	}
+	require.Equal(t, []int64{m.Seq}, foundSeqs(a.search(t, "q=the&prefix=false")))
+	for _, pool := range tg.env.Pools {
+		_, err := migrations.SetSearchConfig(context.Background(), pool, "english")
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int64{m.Seq}, foundSeqs(a.search(t, "q=run&prefix=false")))
+	require.Equal(t, []int64{m.Seq}, foundSeqs(a.search(t, "q=runs&prefix=false")), "the query is stemmed too")
+	res := a.search(t, "q=the&prefix=false")
+	require.Empty(t, foundSeqs(res), "a stop word of english finds nothing")
+	require.EqualValues(t, 0, *res.EstimatedTotal)
 }

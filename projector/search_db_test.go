@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inboxd/inboxd/events"
@@ -61,7 +62,12 @@ func TestVerifySearchIndex(t *testing.T) {
 	require.Equal(t, []int64{3}, found("bird"))
 	require.Empty(t, found("gone"), "a deleted message is not indexed")
 
-	tx, err := pool.Begin(ctx)
+	// A connection of its own: the pool's have cached the checks' plans,
+	// with the configuration folded in (verify is a process of its own).
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	_, err = tx.Exec(ctx, `CREATE OR REPLACE FUNCTION inboxd_search.config() RETURNS regconfig

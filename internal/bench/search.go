@@ -390,12 +390,12 @@ func searchKinds(d searchData, vocab []string, convs, others []int64) []searchKi
 	}
 	after := d.at(0, d.PerConversation*9/10+1).Format(time.RFC3339)
 	kinds := []searchKindSpec{
-		{stat: SearchKind{Name: "a common word, ranks 11-20"}, tsquery: "plainto_tsquery(inboxd_search_config(), $1)"},
-		{stat: SearchKind{Name: fmt.Sprintf("a rare word, ranks %d-%d", rareLo+1, rareLo+variants)}, tsquery: "plainto_tsquery(inboxd_search_config(), $1)"},
-		{stat: SearchKind{Name: "a phrase of two of the 11 commonest words"}, tsquery: "phraseto_tsquery(inboxd_search_config(), $1)"},
-		{stat: SearchKind{Name: "a prefix of 2 letters"}, tsquery: "to_tsquery(inboxd_search_config(), $1 || ':*')"},
-		{stat: SearchKind{Name: "a prefix of 3 letters"}, tsquery: "to_tsquery(inboxd_search_config(), $1 || ':*')"},
-		{stat: SearchKind{Name: "CJK, a 2-character Chinese word"}, tsquery: "phraseto_tsquery(inboxd_search_config(), $1)"},
+		{stat: SearchKind{Name: "a common word, ranks 11-20"}, tsquery: "plainto_tsquery(inboxd_search.config(), $1)"},
+		{stat: SearchKind{Name: fmt.Sprintf("a rare word, ranks %d-%d", rareLo+1, rareLo+variants)}, tsquery: "plainto_tsquery(inboxd_search.config(), $1)"},
+		{stat: SearchKind{Name: "a phrase of two of the 11 commonest words"}, tsquery: "phraseto_tsquery(inboxd_search.config(), $1)"},
+		{stat: SearchKind{Name: "a prefix of 2 letters"}, tsquery: "to_tsquery(inboxd_search.config(), $1 || ':*')"},
+		{stat: SearchKind{Name: "a prefix of 3 letters"}, tsquery: "to_tsquery(inboxd_search.config(), $1 || ':*')"},
+		{stat: SearchKind{Name: "CJK, a 2-character Chinese word"}, tsquery: "phraseto_tsquery(inboxd_search.config(), $1)"},
 		{stat: SearchKind{Name: "a common word, filtered by conversation_id"}},
 		{stat: SearchKind{Name: "a common word, filtered by sender_id"}},
 		{stat: SearchKind{Name: "a common word, filtered by after (the last 10% of the time)"}},

@@ -234,7 +234,10 @@ func decodeCursor(s string, relevance bool) (*searchKey, error) {
 		cid:  int64(binary.BigEndian.Uint64(b[13:])),
 		seq:  int64(binary.BigEndian.Uint64(b[21:])),
 	}
-	if math.IsNaN(float64(k.rank)) || math.IsInf(float64(k.rank), 0) {
+	// A made-up cursor may hold any bits: a time PostgreSQL cannot hold
+	// or negative ids would fail the query instead of being refused.
+	if y := time.UnixMicro(k.at).UTC().Year(); y < 1 || y > 9999 || k.cid < 0 || k.seq < 0 ||
+		math.IsNaN(float64(k.rank)) || math.IsInf(float64(k.rank), 0) {
 		return nil, apierr.BadRequest("cursor is not one this search issued")
 	}
 	return k, nil

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -117,7 +118,12 @@ func TestSearchFilters(t *testing.T) {
 	for _, bad := range []string{"", "q=", "q=%20%20", "q=" + strings.Repeat("x", 257), "q=" + url.QueryEscape(strings.Repeat("a ", 17)),
 		"q=a&q=b", "q=a%00b", "q=%ff", "q=a&limit=0", "q=a&limit=101", "q=a&after=yesterday", "q=a&after_seq=3",
 		"q=a&conversation_id=0", "q=a&sender_id=-1", "q=a&order=oldest", "q=a&prefix=maybe", "q=a&has_attachment=1",
-		"q=a&cursor=xyz", "q=a&mentions_me=yes"} {
+		"q=a&cursor=xyz", "q=a&mentions_me=yes",
+		// Well-formed cursors of keys no search issues (found by the fuzzer:
+		// a time beyond PostgreSQL's range was a 500).
+		"q=a&cursor=" + encodeCursor(false, searchKey{at: math.MaxInt64, cid: 1, seq: 1}),
+		"q=a&cursor=" + encodeCursor(false, searchKey{at: 0, cid: -1, seq: 1}),
+		"q=a&order=relevance&cursor=" + encodeCursor(true, searchKey{rank: float32(math.Inf(1)), cid: 1, seq: 1})} {
 		r := a.do(t, "GET", "/v1/search?"+bad, nil)
 		require.Equal(t, http.StatusBadRequest, r.status, "%q: %s", bad, r)
 		require.Equal(t, protocol.CodeBadRequest, errCode(t, r), "%q", bad)

@@ -115,8 +115,7 @@ type SearchPage struct {
 	// next page's query.
 	NextCursor string
 	// EstimatedTotal is, on the first page only (no Cursor), how many
-	// messages match, counted up to 1,000 per PostgreSQL server (so 1,000
-	// or more means "at least"); nil on the pages after.
+	// messages matched when that page was read; nil on the pages after.
 	EstimatedTotal *int64
 }
 

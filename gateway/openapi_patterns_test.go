@@ -284,7 +284,8 @@ func TestOpenAPISearchCursorPattern(t *testing.T) {
 	require.Contains(t, string(hooks), `re.compile(r"`+pattern+`")`, "scripts/fuzz/hooks.py repeats the cursor pattern")
 	for i := range 5000 {
 		relevance := i%2 == 0
-		k := searchKey{rank: mrand.Float32() * float32(mrand.IntN(100)), at: mrand.Int64() >> mrand.IntN(63),
+		// Keys a search issues: times in years 1..9999, ids not negative.
+		k := searchKey{rank: mrand.Float32() * float32(mrand.IntN(100)), at: mrand.Int64N(253402300799999999) >> mrand.IntN(63),
 			cid: mrand.Int64() >> mrand.IntN(63), seq: mrand.Int64() >> mrand.IntN(63)}
 		s := encodeCursor(relevance, k)
 		require.True(t, re.MatchString(s), "cursor %q of %+v", s, k)

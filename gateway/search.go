@@ -30,11 +30,10 @@ import (
 // membership spans the way history is.
 
 const (
-	searchMaxQuery = 256  // bytes of q
-	searchMaxTerms = 16   // terms after splitting
-	searchMaxLimit = 100  // results per page
-	searchDefLimit = 20   // when limit is absent
-	searchCountCap = 1000 // matches counted per server for estimated_total
+	searchMaxQuery = 256 // bytes of q
+	searchMaxTerms = 16  // terms after splitting
+	searchMaxLimit = 100 // results per page
+	searchDefLimit = 20  // when limit is absent
 )
 
 // The markers ts_headline puts around a matched word: private-use
@@ -329,7 +328,7 @@ func searchQueryOf(r *http.Request) (*searchQuery, error) {
 // searchSQL builds the statements of sq for user: the page (limit+1
 // rows, each with its rank and headline) and the capped count. Every
 // value is a parameter; only the shape depends on sq.
-func searchSQL(sq *searchQuery, user int64, blocked []int64) (page, count string, args []any, countArgs int) {
+func searchSQL(sq *searchQuery, user int64, blocked []int64) (page string, args []any) {
 	args = []any{user}
 	arg := func(v any) string {
 		args = append(args, v)
@@ -379,7 +378,6 @@ func searchSQL(sq *searchQuery, user int64, blocked []int64) (page, count string
 		order = rank + " DESC, " + order
 		key = "(" + rank + ", m.created_at, m.conversation_id, m.seq)"
 	}
-	countConds, countArgs := slices.Clone(conds), len(args)
 	if c := sq.cursor; c != nil {
 		at := time.UnixMicro(c.at)
 		val := "(" + arg(at) + "::timestamptz, " + arg(c.cid) + "::bigint, " + arg(c.seq) + "::bigint)"
@@ -392,15 +390,19 @@ func searchSQL(sq *searchQuery, user int64, blocked []int64) (page, count string
 	from := `FROM (` + query + `) q, member_spans s
 JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq >= s.joined_seq
 	AND m.seq <= COALESCE(s.left_seq, 9223372036854775807)`
-	page = `SELECT ` + rows.MessageColsFor("$1") + `, m.rank, ts_headline(inboxd_search.config(), m.body, m.q,
+	// The first page counts every match in the same pass (the sort
+	// reads them all anyway); a later one has no total.
+	total := "0::bigint"
+	if sq.cursor == nil {
+		total = "count(*) OVER ()"
+	}
+	page = `SELECT ` + rows.MessageColsFor("$1") + `, m.rank, m.total, ts_headline(inboxd_search.config(), m.body, m.q,
 	'StartSel=` + markStart + `, StopSel=` + markStop + `, MaxWords=35, MinWords=15, ShortWord=2')
-FROM (SELECT m.*, ` + rank + ` AS rank, q.q ` + from + `
+FROM (SELECT m.*, ` + rank + ` AS rank, ` + total + ` AS total, q.q ` + from + `
 	WHERE ` + strings.Join(conds, " AND ") + `
 	ORDER BY ` + order + ` LIMIT ` + arg(sq.limit+1) + `) m
 ORDER BY ` + strings.ReplaceAll(order, rank, "m.rank")
-	count = `SELECT count(*) FROM (SELECT 1 ` + from + `
-	WHERE ` + strings.Join(countConds, " AND ") + ` LIMIT ` + strconv.Itoa(searchCountCap) + `) c`
-	return page, count, args, countArgs
+	return page, args
 }
 
 // searchHit is one row of a server's page.
@@ -435,8 +437,8 @@ func snippetOf(h string) []protocol.SnippetPart {
 }
 
 // searchServer runs sq on one server: its page (up to limit+1 hits, in
-// order) and, when count is set, its capped count of matches.
-func (g *Gateway) searchServer(ctx context.Context, srv int, page, countSQL string, args []any, countArgs int, count bool) ([]searchHit, int64, error) {
+// order) and, on a first page, its count of matches.
+func (g *Gateway) searchServer(ctx context.Context, srv int, page string, args []any) ([]searchHit, int64, error) {
 	var hits []searchHit
 	var n int64
 	err := pgx.BeginFunc(ctx, g.srv.Pools[srv], func(tx pgx.Tx) error {
@@ -457,7 +459,7 @@ func (g *Gateway) searchServer(ctx context.Context, srv int, page, countSQL stri
 			var s rows.MessageScan
 			var rank float32
 			var headline string
-			if err := rs.Scan(append(s.Targets(), &rank, &headline)...); err != nil {
+			if err := rs.Scan(append(s.Targets(), &rank, &n, &headline)...); err != nil {
 				return err
 			}
 			m := s.Message()
@@ -466,13 +468,7 @@ func (g *Gateway) searchServer(ctx context.Context, srv int, page, countSQL stri
 				result: protocol.SearchResult{Message: *m, Snippet: snippetOf(headline), Rank: float64(rank)},
 			})
 		}
-		if err := rs.Err(); err != nil {
-			return err
-		}
-		if count {
-			return tx.QueryRow(ctx, countSQL, append([]any{pgx.QueryExecModeExec}, args[:countArgs]...)...).Scan(&n)
-		}
-		return nil
+		return rs.Err()
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("search on server %d: %w", srv+1, err)
@@ -519,7 +515,7 @@ func (g *Gateway) search(ctx context.Context, user int64, sq *searchQuery) (*pro
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	page, countSQL, args, countArgs := searchSQL(sq, user, ids)
+	page, args := searchSQL(sq, user, ids)
 	servers := []int{0}
 	if sq.cid != 0 {
 		servers[0] = g.srv.OfConv(sq.cid)
@@ -534,7 +530,7 @@ func (g *Gateway) search(ctx context.Context, user int64, sq *searchQuery) (*pro
 	eg, ectx := errgroup.WithContext(ctx)
 	for i, srv := range servers {
 		eg.Go(func() (err error) {
-			hits[i], counts[i], err = g.searchServer(ectx, srv, page, countSQL, args, countArgs, first)
+			hits[i], counts[i], err = g.searchServer(ectx, srv, page, args)
 			return err
 		})
 	}

@@ -449,8 +449,8 @@ export interface SearchResult {
 /**
  * SearchPage is a page of a search's results. next_cursor is present when
  * more may follow (the cursor of the next page's query); estimated_total is
- * on the first page only (no cursor): how many messages match, counted up
- * to 1,000 per PostgreSQL server (1,000 or more means "at least").
+ * on the first page only (no cursor): how many messages matched when that
+ * page was read.
  */
 export interface SearchPage {
   results: SearchResult[];

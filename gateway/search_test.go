@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -154,4 +155,45 @@ func TestSearchAfterConfigSwitch(t *testing.T) {
 	res := a.search(t, "q=the&prefix=false")
 	require.Empty(t, foundSeqs(res), "a stop word of english finds nothing")
 	require.EqualValues(t, 0, *res.EstimatedTotal)
+}
+
+// TestSearchAnyQuery: q of any bytes, tsquery's own syntax, quotes and
+// scripts mixed, answers 200 or a 400 in the error shape, never a 5xx:
+// no byte of q reaches PostgreSQL as syntax.
+func TestSearchAnyQuery(t *testing.T) {
+	tg := newGateway(t, nil)
+	a := tg.user(t, 1)
+	cid := a.create(t, "any", 2)
+	a.send(t, cid, `it's a "quoted" & (grouped) | !negated <-> word:* 中文搜索 한국어 O'Brien e-mail@x.org \back\slash`)
+	pieces := []string{"a", "word", "中", "文搜", "한", "'", "''", `"`, `\`, "&", "|", "!", "<->", "<2>", ":*", ":", "*", "(", ")",
+		" ", "  ", "\t", "\n", "-", "@", ".", "%", "_", "\u00a0", "\u200b", "é", "e\u0301", "😀", "\ue000", "\ue001", "\x01", "\xff", "\xc3",
+		"O'Brien", "e-mail@x.org", "1e3", "0x1F", "NULL", "'; DROP TABLE messages; --", "$1", "::regconfig"}
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	statuses := map[int]int{}
+	for i := 0; i < 2000; i++ {
+		var b strings.Builder
+		for n := 1 + rng.IntN(12); n > 0; n-- {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		params := url.Values{"q": {b.String()}}
+		if rng.IntN(3) == 0 {
+			params.Set("order", "relevance")
+		}
+		if rng.IntN(4) == 0 {
+			params.Set("prefix", "false")
+		}
+		r := a.do(t, "GET", "/v1/search?"+params.Encode(), nil)
+		statuses[r.status]++
+		switch r.status {
+		case http.StatusOK:
+			var res protocol.SearchResults
+			r.decode(t, &res)
+		case http.StatusBadRequest:
+			require.Equal(t, protocol.CodeBadRequest, errCode(t, r), "%q", b.String())
+		default:
+			t.Fatalf("q %q: %s", b.String(), r)
+		}
+	}
+	t.Logf("answers by status: %v", statuses)
+	require.Positive(t, statuses[http.StatusOK])
 }

@@ -280,15 +280,20 @@ func TestSearchRandomized(t *testing.T) {
 
 			var mine [][2]int64 // sent messages, for edits and deletes
 			var mu sync.Mutex
-			step := func(rng *rand.Rand) {
+			// membersOf is a random conversation and its members now.
+			membersOf := func(rng *rand.Rand) (int64, []int64) {
 				cid := cids[rng.IntN(len(cids))]
 				mu.Lock()
+				defer mu.Unlock()
 				var in []int64
 				for id := range members[cid] {
 					in = append(in, id)
 				}
 				slices.Sort(in)
-				mu.Unlock()
+				return cid, in
+			}
+			step := func(rng *rand.Rand) {
+				cid, in := membersOf(rng)
 				switch k := rng.IntN(20); {
 				case k < 14: // send
 					s := in[rng.IntN(len(in))]
@@ -380,14 +385,7 @@ func TestSearchRandomized(t *testing.T) {
 						defer wg.Done()
 						for i := 0; i < tc.steps/tc.senders; i++ {
 							if w > 0 {
-								cid := cids[wrng.IntN(len(cids))]
-								mu.Lock()
-								var in []int64
-								for id := range members[cid] {
-									in = append(in, id)
-								}
-								slices.Sort(in)
-								mu.Unlock()
+								cid, in := membersOf(wrng)
 								s := in[wrng.IntN(len(in))]
 								body := randomSentence(wrng)
 								m, err := users[s].sendE(cid, body)

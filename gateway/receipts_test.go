@@ -26,8 +26,8 @@ func TestReceipts(t *testing.T) {
 	_ = other
 
 	// b (a member) and c (not a member) are connected to gateway b.
-	sb := dialWS(t, b, ub).stream(t, ub.head(t), nil)
-	sc := dialWS(t, b, uc).stream(t, uc.head(t), nil)
+	sb := dialWS(t, b, ub).stream(t, ub.head(t), nil).started(t)
+	sc := dialWS(t, b, uc).stream(t, uc.head(t), nil).started(t)
 	headB := ub.head(t)
 
 	// d reads on gateway a: b sees it live; nothing is added to b's inbox.
@@ -56,7 +56,7 @@ func TestReceipts(t *testing.T) {
 		`INSERT INTO user_settings (user_id, hide_receipts) VALUES (4, true)
 		 ON CONFLICT (user_id) DO UPDATE SET hide_receipts = true`)
 	require.NoError(t, err)
-	sa := dialWS(t, a, ua).stream(t, ua.head(t), nil)
+	sa := dialWS(t, a, ua).stream(t, ua.head(t), nil).started(t)
 	ua.send(t, cid, "three")
 	r = ud.do(t, "POST", fmt.Sprintf("/v1/conversations/%d/read", cid), map[string]any{"seq": 4})
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r)

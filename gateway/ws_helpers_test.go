@@ -294,6 +294,19 @@ func (c *wsClient) stream(t testing.TB, after int64, epoch *int64) *wsStream {
 	return s
 }
 
+// started waits for the welcome: from then on the session takes frames
+// that are not entries (receipts, typing, presence), which a session
+// still reading its hello's first page drops (docs/websocket.md).
+func (s *wsStream) started(t testing.TB) *wsStream {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the welcome", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.welcome != nil
+	})
+	return s
+}
+
 func (s *wsStream) read() {
 	defer close(s.done)
 	for {
